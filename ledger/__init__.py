@@ -1,0 +1,31 @@
+"""streamledger's durable store: an embedded LMDB ledger for streams, nodes and graph runs."""
+
+from ._env import LedgerEnv as LedgerEnv
+from ._env import WriteTicket as WriteTicket
+from ._errors import CorruptRecordError as CorruptRecordError
+from ._errors import LedgerClosedError as LedgerClosedError
+from ._errors import LedgerError as LedgerError
+from ._errors import LedgerInUseError as LedgerInUseError
+from ._errors import LedgerLockedError as LedgerLockedError
+from ._errors import MapFullError as MapFullError
+from ._errors import NotALedgerError as NotALedgerError
+from ._errors import SchemaVersionError as SchemaVersionError
+from ._errors import WriteFailedError as WriteFailedError
+from ._ledger import Ledger as Ledger
+from ._ledger import open_ledger as open_ledger
+
+__all__ = [
+    "CorruptRecordError",
+    "Ledger",
+    "LedgerClosedError",
+    "LedgerEnv",
+    "LedgerError",
+    "LedgerInUseError",
+    "LedgerLockedError",
+    "MapFullError",
+    "NotALedgerError",
+    "SchemaVersionError",
+    "WriteFailedError",
+    "WriteTicket",
+    "open_ledger",
+]

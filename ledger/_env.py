@@ -1,0 +1,404 @@
+"""The LMDB environment behind a ledger: files, locking, schema, map growth, group commit.
+
+One :class:`LedgerEnv` exists per ledger path in a process (LMDB refuses to
+open an environment twice in one process) and one process owns a ledger path
+at a time, enforced by an ``fcntl`` lock on ``owner.lock``.
+
+Writes go through :meth:`LedgerEnv.submit`: each write is a function of an
+LMDB write transaction. The committer task gathers every write submitted while
+the previous batch was committing into one LMDB write transaction and one
+fsync (group commit). Each write runs in its own nested transaction, so one
+that raises is rolled back alone and the others still commit. The batch runs
+wholly inside one worker-thread call, serialised by a capacity limiter of one:
+write transactions begin, commit and abort on the thread that owns them, and
+the event loop never blocks on LMDB. Reads are memory-mapped lookups of a
+microsecond or two and run inline on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+import anyio
+import lmdb
+import msgspec
+
+from ._errors import (
+    LedgerClosedError,
+    LedgerInUseError,
+    LedgerLockedError,
+    MapFullError,
+    NotALedgerError,
+    SchemaVersionError,
+    WriteFailedError,
+)
+from ._seal import decode_record, seal
+
+__all__ = ["CODEC", "CODEC_VERSION", "DATABASES", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket"]
+
+FORMAT: Final = "streamledger"
+SCHEMA_VERSION: Final = 1
+CODEC: Final = "msgpack"
+CODEC_VERSION: Final = 1
+
+#: Every named database of a ledger, opened when the environment opens.
+DATABASES: Final = (
+    "meta",  # the schema record
+    "streams",  # stream descriptors, one per (scope, node, key)
+    "messages",  # appended messages, keyed by stream id + sequence
+    "groups",  # consumer-group frontiers, state and results
+    "attempts",  # per-message failed-attempt counts
+    "graph_runs",  # pydantic-graph runs and step checkpoints
+    "nodes",  # complete-node checkpoints
+)
+
+_META_KEY: Final = b"schema"
+
+T = TypeVar("T")
+
+_open_paths: set[str] = set()
+_open_paths_lock = threading.Lock()
+
+
+class LedgerMeta(msgspec.Struct, frozen=True):
+    """The schema record every ledger holds under ``meta/schema``."""
+
+    format: str
+    schema_version: int
+    codec: str
+    codec_version: int
+
+
+_meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
+
+
+class WriteTicket(Generic[T]):
+    """One submitted write; await :meth:`wait` for its result once its batch is durable."""
+
+    __slots__ = ("_done", "_error", "_fn", "_result")
+
+    def __init__(self, fn: Callable[[lmdb.Transaction], T]) -> None:
+        self._fn = fn
+        self._done = anyio.Event()
+        self._result: T | None = None
+        self._error: BaseException | None = None
+
+    async def wait(self) -> T:
+        """Wait until the write is committed and return what its function returned."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
+
+
+class LedgerEnv:
+    """An open ledger environment. Create with :meth:`open`; serve writes inside :meth:`serving`."""
+
+    def __init__(
+        self,
+        path: Path,
+        env: lmdb.Environment,
+        lock_fd: int,
+        *,
+        max_map_size: int,
+    ) -> None:
+        self.path = path
+        self._env = env
+        self._lock_fd = lock_fd
+        self._max_map_size = max_map_size
+        self._dbs = {name: env.open_db(name.encode()) for name in DATABASES}
+        self._pending: list[WriteTicket[Any]] = []
+        self._wakeup: anyio.Event | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self._map_lock = threading.Lock()
+        self._closed = False
+        self._serving = False
+        self._batches = 0
+        self.batch_observer: Callable[[int, int], None] | None = None
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        sync: bool = True,
+        map_size: int = 64 << 20,
+        max_map_size: int = 1 << 40,
+    ) -> LedgerEnv:
+        """Open (or create) the ledger at ``path`` for this process alone.
+
+        Raises :class:`NotALedgerError` when the path holds something else,
+        :class:`SchemaVersionError` for another schema or codec version,
+        :class:`LedgerLockedError` when another process owns it and
+        :class:`LedgerInUseError` when this process has it open already.
+        Nothing is written to a path that is refused.
+        """
+        p = Path(path)
+        fresh = _check_path(p, create=create)
+        key = str(p.resolve()) if p.exists() else str(p.absolute())
+        with _open_paths_lock:
+            if key in _open_paths:
+                raise LedgerInUseError(
+                    f"ledger {p} is already open in this process; share the open Ledger instead"
+                )
+            _open_paths.add(key)
+        try:
+            if fresh:
+                p.mkdir(parents=True, exist_ok=True)
+            lock_fd = _take_owner_lock(p)
+            try:
+                env = lmdb.open(
+                    str(p),
+                    map_size=map_size,
+                    max_dbs=len(DATABASES) + 4,
+                    sync=sync,
+                    metasync=sync,
+                    readahead=False,
+                    max_readers=256,
+                )
+                try:
+                    env.reader_check()
+                    _ensure_schema(env, p)
+                    self = cls(p, env, lock_fd, max_map_size=max_map_size)
+                except BaseException:
+                    env.close()
+                    raise
+            except BaseException:
+                os.close(lock_fd)
+                raise
+        except BaseException:
+            with _open_paths_lock:
+                _open_paths.discard(key)
+            raise
+        self._path_key = key
+        return self
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def db(self, name: str) -> Any:
+        """The handle of a named database from :data:`DATABASES`."""
+        return self._dbs[name]
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction on the caller's thread, seeing the last committed batch."""
+        self._check_open()
+        with self._map_lock, self._env.begin(buffers=False) as txn:
+            yield txn
+
+    # -- writes --------------------------------------------------------------------------
+
+    def submit(self, fn: Callable[[lmdb.Transaction], T]) -> WriteTicket[T]:
+        """Queue ``fn`` for the next write batch and return its ticket.
+
+        ``fn`` runs on the writer thread inside a nested write transaction:
+        if it raises, its writes are rolled back and the ticket raises the
+        same error; the other writes of the batch are unaffected. It must be
+        a pure function of the transaction (it may run again after the map
+        grows) and must not touch event-loop state.
+        """
+        self._check_open()
+        if not self._serving:
+            raise LedgerClosedError(
+                f"ledger {self.path} is not serving writes; open it with `async with open_ledger(...)`"
+            )
+        ticket: WriteTicket[T] = WriteTicket(fn)
+        self._pending.append(ticket)
+        if self._wakeup is not None:
+            self._wakeup.set()
+        return ticket
+
+    async def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Submit ``fn`` and wait until its batch is durable."""
+        return await self.submit(fn).wait()
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the committer until cancelled; pending writes are committed before it stops."""
+        self._serving = True
+        self._wakeup = anyio.Event()
+        task_status.started()
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = anyio.Event()
+                await self._commit_pending()
+        finally:
+            self._serving = False
+            with anyio.CancelScope(shield=True):
+                while self._pending:
+                    await self._commit_pending()
+
+    async def _commit_pending(self) -> None:
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            outcomes = await anyio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else WriteFailedError(f"write batch interrupted: {exc!r}")
+            for ticket in batch:
+                ticket._error = error
+                ticket._done.set()
+            raise
+        for ticket, (ok, value) in zip(batch, outcomes, strict=True):
+            if ok:
+                ticket._result = value
+            else:
+                ticket._error = value
+            ticket._done.set()
+
+    def _commit_batch(self, batch: list[WriteTicket[Any]]) -> list[tuple[bool, Any]]:
+        """Writer thread: one write transaction and one fsync for the whole batch."""
+        while True:
+            txn = self._env.begin(write=True)
+            try:
+                outcomes: list[tuple[bool, Any]] = []
+                for ticket in batch:
+                    child = self._env.begin(write=True, parent=txn)
+                    try:
+                        value = ticket._fn(child)
+                    except lmdb.MapFullError:
+                        child.abort()
+                        raise
+                    except Exception as exc:
+                        child.abort()
+                        outcomes.append((False, exc))
+                    else:
+                        child.commit()
+                        outcomes.append((True, value))
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                self._grow_map()
+                continue
+            except lmdb.Error as exc:
+                txn.abort()
+                raise WriteFailedError(f"LMDB refused a write batch on {self.path}: {exc}") from exc
+            except BaseException:
+                txn.abort()
+                raise
+            self._batches += 1
+            if self._batches % 1024 == 0:
+                self._env.reader_check()
+            if self.batch_observer is not None:
+                self.batch_observer(len(batch), sum(1 for ok, _ in outcomes if ok))
+            return outcomes
+
+    def _grow_map(self) -> None:
+        current = self._env.info()["map_size"]
+        if current >= self._max_map_size:
+            raise MapFullError(
+                f"ledger {self.path} reached its map limit of {self._max_map_size} bytes; "
+                "open it with a larger max_map_size"
+            )
+        with self._map_lock:
+            self._env.set_mapsize(min(current * 2, self._max_map_size))
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def reader_check(self) -> int:
+        """Clear reader slots left by dead processes; return how many were cleared."""
+        self._check_open()
+        return int(self._env.reader_check())
+
+    def info(self) -> dict[str, int]:
+        """LMDB's environment info (map size, last transaction id, readers)."""
+        return dict(self._env.info())
+
+    def close(self) -> None:
+        """Close the environment and release the owner lock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._env.close()
+        os.close(self._lock_fd)
+        with _open_paths_lock:
+            _open_paths.discard(self._path_key)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.path} is closed")
+
+
+def _check_path(path: Path, *, create: bool) -> bool:
+    """Refuse paths that are not ledgers without writing anything; return True if new."""
+    if path.exists() and not path.is_dir():
+        raise NotALedgerError(f"{path} is a file, not a ledger directory")
+    names = set(os.listdir(path)) if path.exists() else set()
+    if not names:
+        if not create:
+            raise NotALedgerError(f"{path} holds no ledger (create=False)")
+        return True
+    if "data.mdb" not in names:
+        raise NotALedgerError(
+            f"{path} is a directory with other files and no ledger; choose an empty or new path"
+        )
+    try:
+        probe = lmdb.open(str(path), readonly=True, lock=False, max_dbs=len(DATABASES) + 4)
+    except lmdb.Error as exc:
+        raise NotALedgerError(f"{path}/data.mdb is not an LMDB file: {exc}") from None
+    try:
+        _read_schema(probe, path)
+    finally:
+        probe.close()
+    return False
+
+
+def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
+    try:
+        meta_db = env.open_db(b"meta", create=False)
+    except lmdb.NotFoundError:
+        raise NotALedgerError(f"{path} is an LMDB environment but not a streamledger ledger") from None
+    with env.begin(db=meta_db) as txn:
+        raw = txn.get(_META_KEY)
+    if raw is None:
+        raise NotALedgerError(f"{path} has no schema record; it is not a streamledger ledger")
+    meta = decode_record(raw, _meta_decoder, db="meta", key=_META_KEY)
+    if meta.format != FORMAT:
+        raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
+    if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
+        raise SchemaVersionError(
+            f"{path} was written with schema {meta.schema_version} and codec "
+            f"{meta.codec}/{meta.codec_version}; this build reads schema {SCHEMA_VERSION} and "
+            f"codec {CODEC}/{CODEC_VERSION}. Open it with the matching streamledger release."
+        )
+    return meta
+
+
+def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
+    try:
+        env.open_db(b"meta", create=False)
+    except lmdb.NotFoundError:
+        pass
+    else:
+        _read_schema(env, path)
+        return
+    meta_db = env.open_db(b"meta")
+    record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
+    with env.begin(write=True, db=meta_db) as txn:
+        txn.put(_META_KEY, seal(msgspec.msgpack.encode(record)))
+
+
+def _take_owner_lock(path: Path) -> int:
+    fd = os.open(path / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LedgerLockedError(
+            f"ledger {path} is owned by another process; stop it or use another path"
+        ) from None
+    return fd

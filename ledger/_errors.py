@@ -1,0 +1,68 @@
+"""Errors raised by the LMDB ledger.
+
+Every error a user can meet here derives from :class:`LedgerError`; each says
+what was wrong, names the ledger path or record involved, and never carries a
+business payload. A ledger that raised one of these is left as it was.
+
+::
+
+    LedgerError
+    ├── NotALedgerError (ValueError)        the path holds something else
+    ├── SchemaVersionError (ValueError)     written by another schema or codec version
+    ├── CorruptRecordError (ValueError)     a record fails its checksum or does not decode
+    ├── LedgerLockedError                   another process owns the ledger
+    ├── LedgerInUseError                    this process has the path open already
+    ├── LedgerClosedError                   the ledger was closed
+    ├── MapFullError                        the map could not grow to fit a write
+    └── WriteFailedError                    LMDB refused a write transaction
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptRecordError",
+    "LedgerClosedError",
+    "LedgerError",
+    "LedgerInUseError",
+    "LedgerLockedError",
+    "MapFullError",
+    "NotALedgerError",
+    "SchemaVersionError",
+    "WriteFailedError",
+]
+
+
+class LedgerError(Exception):
+    """Root of every error raised by the ledger."""
+
+
+class NotALedgerError(LedgerError, ValueError):
+    """The path exists but is not a streamledger ledger."""
+
+
+class SchemaVersionError(LedgerError, ValueError):
+    """The ledger was written by another schema or codec version."""
+
+
+class CorruptRecordError(LedgerError, ValueError):
+    """A stored record fails its checksum or does not decode as its layout."""
+
+
+class LedgerLockedError(LedgerError):
+    """Another process holds the ledger's owner lock."""
+
+
+class LedgerInUseError(LedgerError):
+    """This process already has the ledger path open."""
+
+
+class LedgerClosedError(LedgerError):
+    """An operation was attempted on a closed ledger."""
+
+
+class MapFullError(LedgerError):
+    """A write did not fit even after growing the map to its limit."""
+
+
+class WriteFailedError(LedgerError):
+    """LMDB refused a write transaction; the run must stop and recover."""

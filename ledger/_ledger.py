@@ -1,0 +1,50 @@
+"""The public ledger handle: an open environment, its committer, and the stores on it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+
+from ._env import LedgerEnv
+
+__all__ = ["Ledger", "open_ledger"]
+
+
+class Ledger:
+    """An open ledger. Obtain one with :func:`open_ledger`."""
+
+    def __init__(self, env: LedgerEnv) -> None:
+        self.env = env
+
+    @property
+    def path(self) -> Path:
+        return self.env.path
+
+
+@asynccontextmanager
+async def open_ledger(
+    path: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    sync: bool = True,
+    map_size: int = 64 << 20,
+    max_map_size: int = 1 << 40,
+) -> AsyncIterator[Ledger]:
+    """Open the ledger at ``path`` (creating it if needed) and serve its writes.
+
+    ``sync=False`` skips the fsync of each commit batch: a killed process
+    loses nothing, a power loss may lose the last batches. Everything written
+    before the block exits is committed before the ledger closes.
+    """
+    env = LedgerEnv.open(path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(env.serve)
+            yield Ledger(env)
+            tg.cancel_scope.cancel()
+    finally:
+        env.close()
