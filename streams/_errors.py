@@ -1,0 +1,99 @@
+"""Errors raised by the stream engine.
+
+Every error derives from :class:`StreamsError`. Errors caused by what the
+caller passed mix in the matching built-in (``TypeError``, ``ValueError``);
+failures of the reliable layer underneath are :class:`CheckpointError`.
+Messages name the stream, group and sequence involved, never a payload.
+
+::
+
+    StreamsError
+    ├── PayloadTypeError (TypeError)            a value of the wrong type for its key
+    ├── OutputLimitError (ValueError)           too many staged outputs, or a batch over capacity
+    ├── StreamStateError                        an operation the endpoint's state forbids
+    │   ├── StreamClosedError                   the writer finished or failed; no more sends
+    │   └── GroupBusyError                      another handler already consumes this group
+    ├── StreamFailedError                       the writer failed; readers see the failure, not EOF
+    ├── MessageExhaustedError                   a message used its whole attempt budget
+    ├── SourceNotResumableError                 an active stream reopened without a continuation promise
+    └── CheckpointError                         the ledger refused or lost a reliable operation
+        ├── StaleGenerationError                a record from an older generation
+        ├── SequenceError                       a gap, a repeat or an unknown sequence number
+        ├── UnknownStreamError                  a record for a stream never opened
+        └── StreamFinishedError                 a write to a stream the ledger knows finished
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "GroupBusyError",
+    "MessageExhaustedError",
+    "OutputLimitError",
+    "PayloadTypeError",
+    "SequenceError",
+    "SourceNotResumableError",
+    "StaleGenerationError",
+    "StreamClosedError",
+    "StreamFailedError",
+    "StreamFinishedError",
+    "StreamStateError",
+    "StreamsError",
+    "UnknownStreamError",
+]
+
+
+class StreamsError(Exception):
+    """Root of every error raised by ``streams``."""
+
+
+class PayloadTypeError(StreamsError, TypeError):
+    """A value does not have the type its key declares."""
+
+
+class OutputLimitError(StreamsError, ValueError):
+    """A handled message staged more outputs than allowed, or a batch larger than its stream."""
+
+
+class StreamStateError(StreamsError):
+    """The endpoint's state forbids the operation."""
+
+
+class StreamClosedError(StreamStateError):
+    """The writer already finished or failed."""
+
+
+class GroupBusyError(StreamStateError):
+    """Another handler already consumes this consumer group."""
+
+
+class StreamFailedError(StreamsError):
+    """The stream's writer failed; its readers see the failure instead of end-of-stream."""
+
+
+class MessageExhaustedError(StreamsError):
+    """A message used every attempt of its budget; the handler fails, it is never skipped."""
+
+
+class SourceNotResumableError(StreamsError):
+    """An active stream was reopened by a writer that did not promise to continue it."""
+
+
+class CheckpointError(StreamsError):
+    """A reliable operation failed or its outcome is unknown; stop and recover from the ledger."""
+
+
+class StaleGenerationError(CheckpointError):
+    """A delivery, append or commit carries an older generation than the ledger's."""
+
+
+class SequenceError(CheckpointError):
+    """A sequence number is not the next one, was already acknowledged, or was never appended."""
+
+
+class UnknownStreamError(CheckpointError):
+    """A record names a stream that was never opened in this store."""
+
+
+class StreamFinishedError(CheckpointError):
+    """A record would write to a stream the ledger knows is finished."""

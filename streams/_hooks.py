@@ -1,0 +1,66 @@
+"""The storage protocol of managed streams."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ._records import (
+    AppendBatch,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+)
+
+__all__ = ["StreamHooks"]
+
+
+@runtime_checkable
+class StreamHooks(Protocol):
+    """What a store confirms for managed streams. Every call is one atomic record.
+
+    The engine calls these concurrently from many tasks; a store must be safe
+    for that. A call that raises has confirmed nothing, unless the outcome was
+    lost (the process died inside it): recovery then reads the ledger, never
+    assumes failure. Errors a store raises for records that do not fit its
+    ledger are :class:`~streams.CheckpointError` subclasses.
+    """
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        """Open or reclaim the descriptor, tail, frontiers and cursor; raise the generation.
+
+        Known terminals never regress. Reopening an active stream requires
+        ``request.resumable``, else :class:`~streams.SourceNotResumableError`.
+        """
+        ...
+
+    async def append(self, batch: AppendBatch) -> None:
+        """Save messages with their cursor before any reader can receive them.
+
+        ``batch.first_seq`` must be the next sequence number.
+        """
+        ...
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        """Return the message's persistent attempt index and the group's committed state."""
+        ...
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        """Confirm a real failed attempt; return the next attempt (maybe exhausted)."""
+        ...
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        """Confirm each message's ack, state, results, outputs and stop, in order.
+
+        The batch is all or nothing: if any record does not fit, none is
+        confirmed and the error names the first that did not.
+        """
+        ...
+
+    async def finish(self, request: StreamFinish) -> None:
+        """Confirm the writer's terminal result."""
+        ...

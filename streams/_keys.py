@@ -1,0 +1,84 @@
+"""Typed keys: ``Key("orders", Stream[Order])`` declares a managed stream of ``Order``."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar, get_args, get_origin
+
+__all__ = ["Key", "NoValue", "Stream", "type_name"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Stream(Generic[T_co]):
+    """Marker for a managed stream of ``T`` in a key declaration: ``Key("k", Stream[T])``.
+
+    It is never instantiated; endpoints are :class:`~streams.StreamWriter` and
+    :class:`~streams.StreamReader`.
+    """
+
+    def __new__(cls, *args: object, **kwargs: object) -> Stream[T_co]:
+        raise TypeError("Stream[T] is a declaration marker; open endpoints through a StreamScope")
+
+
+class _NoValueType:
+    _instance: _NoValueType | None = None
+
+    def __new__(cls) -> _NoValueType:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NoValue"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+#: The value of a key that was skipped rather than set.
+NoValue = _NoValueType()
+
+
+class Key(Generic[T]):
+    """A named, typed slot. ``Key("orders", Stream[Order])`` is a stream key of ``Order``.
+
+    Keys compare by name and type. The type is kept at run time and used to
+    validate and decode values.
+    """
+
+    __slots__ = ("item_type", "name", "type")
+
+    def __init__(self, name: str, type_: type[T]) -> None:
+        if not isinstance(name, str) or not name or "/" in name or "\x00" in name:
+            raise ValueError(f"a key name must be a non-empty string without '/' or NUL, got {name!r}")
+        self.name = name
+        self.type: Any = type_
+        self.item_type: Any = get_args(type_)[0] if get_origin(type_) is Stream else None
+
+    @property
+    def is_stream(self) -> bool:
+        """Whether this key declares a managed stream."""
+        return self.item_type is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and (self.name, self.type) == (other.name, other.type)
+
+    def __hash__(self) -> int:
+        return hash((self.name, repr(self.type)))
+
+    def __repr__(self) -> str:
+        return f"Key({self.name!r}, {type_name(self.type)})"
+
+
+def type_name(tp: Any) -> str:
+    """A stable name for a type, used in fingerprints and descriptors."""
+    origin = get_origin(tp)
+    if origin is not None:
+        args = ", ".join(type_name(a) for a in get_args(tp))
+        return f"{type_name(origin)}[{args}]"
+    if isinstance(tp, type):
+        if tp.__module__ == "builtins":
+            return tp.__qualname__
+        return f"{tp.__module__}.{tp.__qualname__}"
+    return repr(tp)

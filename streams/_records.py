@@ -1,0 +1,159 @@
+"""Record types passed between the engine and a store through :class:`StreamHooks`.
+
+All are frozen ``msgspec.Struct``\\s. Payloads and states travel as the bytes of
+the key's codec: a store never needs the business types to keep its records.
+Sequence numbers of a stream start at 1; ``0`` means "none yet".
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = [
+    "AppendBatch",
+    "GroupFrontier",
+    "MessageAttempt",
+    "MessageCommit",
+    "MessageFail",
+    "MessageOpen",
+    "MessageRef",
+    "OutputBatch",
+    "StoredMessage",
+    "StreamFinish",
+    "StreamOpen",
+    "StreamOpened",
+    "StreamRef",
+]
+
+
+class StreamRef(msgspec.Struct, frozen=True):
+    """A stream's identity: the scope and writer node that own it and its key's name."""
+
+    scope: str
+    node: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.node}/{self.key}"
+
+
+class StreamOpen(msgspec.Struct, frozen=True):
+    """Open a stream, or reclaim it with a raised generation."""
+
+    ref: StreamRef
+    type_name: str
+    capacity: int
+    groups: tuple[str, ...]
+    resumable: bool = False  # the writer promised to continue from its position
+
+
+class GroupFrontier(msgspec.Struct, frozen=True):
+    """A consumer group's confirmed progress on one stream."""
+
+    group: str
+    acked_through: int = 0  # contiguous frontier: every seq <= it is acknowledged
+    acked_above: tuple[int, ...] = ()  # acknowledged seqs above the frontier, ascending
+    state: bytes | None = None  # last committed explicit state
+    results: dict[str, bytes] = msgspec.field(default_factory=dict)
+    stopped: bool = False
+    exhausted: tuple[int, ...] = ()  # seqs whose attempt budget is used up
+
+
+class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
+    seq: int
+    payload: bytes
+
+
+class StreamOpened(msgspec.Struct, frozen=True):
+    """What a store confirms on open: descriptor, frontiers and unacknowledged tail."""
+
+    ref: StreamRef
+    generation: int
+    appended: int  # the last confirmed sequence number
+    position: int | None  # the send_at cursor of the last confirmed append
+    finished: bool
+    failed: bool
+    groups: tuple[GroupFrontier, ...]
+    tail: tuple[StoredMessage, ...]  # messages some group has not acknowledged
+    created: bool  # True when this open created the stream
+
+
+class AppendBatch(msgspec.Struct, frozen=True):
+    """Messages ``first_seq..`` appended by a writer, with the cursor after the last one."""
+
+    ref: StreamRef
+    generation: int
+    first_seq: int
+    payloads: tuple[bytes, ...]
+    position: int | None = None
+
+
+class MessageRef(msgspec.Struct, frozen=True):
+    """One message as seen by one consumer group, in one generation."""
+
+    ref: StreamRef
+    group: str
+    generation: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.ref}#{self.seq} (group {self.group!r}, generation {self.generation})"
+
+
+class MessageOpen(msgspec.Struct, frozen=True):
+    """Reclaim a message's attempt budget and the group's last committed state.
+
+    A budget is keyed by the logical source, group, sequence, processing node
+    and parent attempt; the generation only fences.
+    """
+
+    message: MessageRef
+    node: str
+    limit: int
+    parent_attempt: str = ""
+
+
+class MessageAttempt(msgspec.Struct, frozen=True):
+    index: int  # attempts already confirmed failed
+    exhausted: bool
+    state: bytes | None
+
+
+class MessageFail(msgspec.Struct, frozen=True):
+    """Confirm that attempt ``index`` of a message failed."""
+
+    message: MessageRef
+    node: str
+    limit: int
+    index: int
+    parent_attempt: str = ""
+
+
+class OutputBatch(msgspec.Struct, frozen=True):
+    """Output messages staged by one handled message for one stream."""
+
+    ref: StreamRef
+    generation: int
+    first_seq: int
+    payloads: tuple[bytes, ...]
+
+
+class MessageCommit(msgspec.Struct, frozen=True):
+    """Everything one handled message confirms: ack, state, results, outputs, stop."""
+
+    message: MessageRef
+    node: str = ""
+    attempt: int = 0
+    state: bytes | None = None  # None: the state is unchanged
+    results: dict[str, bytes] = msgspec.field(default_factory=dict)
+    outputs: tuple[OutputBatch, ...] = ()
+    stop: bool = False
+    parent_attempt: str = ""
+
+
+class StreamFinish(msgspec.Struct, frozen=True):
+    """Confirm the writer's terminal: finished, or failed."""
+
+    ref: StreamRef
+    generation: int
+    failed: bool = False

@@ -1,0 +1,138 @@
+"""The ledger rules every store applies, kept apart from how a store keeps its records.
+
+:class:`~streams.MemoryStore` and the LMDB ledger hold the same records (a
+descriptor per stream, a frontier per group, an attempt count per failed
+message) and change them only through these functions, so both enforce the
+invariants identically: contiguous sequences, generation fencing, a frontier
+that never moves back, budgets that only advance on confirmed failures, and
+terminals that do not regress.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import msgspec
+
+from ._errors import (
+    SequenceError,
+    SourceNotResumableError,
+    StaleGenerationError,
+    StreamFinishedError,
+)
+from ._records import GroupFrontier, MessageRef, StreamOpen, StreamRef
+
+__all__ = [
+    "AttemptRecord",
+    "StreamDescriptor",
+    "ack",
+    "check_appendable",
+    "check_generation",
+    "is_acked",
+    "reopen",
+]
+
+
+class StreamDescriptor(msgspec.Struct, frozen=True):
+    """A stream's persistent descriptor."""
+
+    ref: StreamRef
+    type_name: str
+    capacity: int
+    generation: int
+    groups: tuple[str, ...]
+    appended: int = 0
+    position: int | None = None
+    finished: bool = False
+    failed: bool = False
+    compacted_through: int = 0  # every seq <= it was acknowledged by every group and removed
+    format: int = 1
+
+
+class AttemptRecord(msgspec.Struct, frozen=True, array_like=True):
+    failures: int
+    exhausted: bool
+
+
+def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescriptor:
+    """The descriptor after an open: new at generation 1, or reclaimed one generation up."""
+    if current is None:
+        return StreamDescriptor(
+            ref=request.ref,
+            type_name=request.type_name,
+            capacity=request.capacity,
+            generation=1,
+            groups=request.groups,
+        )
+    if current.type_name != request.type_name:
+        raise SourceNotResumableError(
+            f"stream {request.ref} holds {current.type_name} messages, "
+            f"but was reopened as {request.type_name}; use a new key or scope"
+        )
+    active = not (current.finished or current.failed)
+    if active and current.appended > 0 and not request.resumable:
+        raise SourceNotResumableError(
+            f"stream {request.ref} is still active at sequence {current.appended}; "
+            "only a writer opened with resumable=True (continuing from its position) may resume it"
+        )
+    groups = current.groups + tuple(g for g in request.groups if g not in current.groups)
+    return msgspec.structs.replace(
+        current, generation=current.generation + 1, groups=groups, capacity=request.capacity
+    )
+
+
+def check_generation(desc: StreamDescriptor, generation: int, what: str) -> None:
+    if generation != desc.generation:
+        raise StaleGenerationError(
+            f"{what} on stream {desc.ref} carries generation {generation}, "
+            f"but the ledger is at generation {desc.generation}; it was fenced off"
+        )
+
+
+def check_appendable(desc: StreamDescriptor, generation: int, first_seq: int, what: str) -> None:
+    check_generation(desc, generation, what)
+    if desc.finished or desc.failed:
+        raise StreamFinishedError(f"{what} on stream {desc.ref}, which is already terminal")
+    if first_seq != desc.appended + 1:
+        raise SequenceError(
+            f"{what} on stream {desc.ref} starts at sequence {first_seq}, "
+            f"but the next sequence is {desc.appended + 1}"
+        )
+
+
+def is_acked(frontier: GroupFrontier, seq: int) -> bool:
+    if seq <= frontier.acked_through:
+        return True
+    i = bisect.bisect_left(frontier.acked_above, seq)
+    return i < len(frontier.acked_above) and frontier.acked_above[i] == seq
+
+
+def ack(desc: StreamDescriptor, frontier: GroupFrontier, message: MessageRef) -> GroupFrontier:
+    """The group's frontier after acknowledging ``message``; it never moves back."""
+    seq = message.seq
+    check_generation(desc, message.generation, f"ack of {message}")
+    if seq < 1 or seq > desc.appended:
+        raise SequenceError(f"ack of {message}: sequence {seq} was never appended")
+    if is_acked(frontier, seq):
+        raise SequenceError(f"ack of {message}: already acknowledged")
+    if seq != frontier.acked_through + 1:
+        above = list(frontier.acked_above)
+        bisect.insort(above, seq)
+        return msgspec.structs.replace(frontier, acked_above=tuple(above))
+    through = seq
+    above = frontier.acked_above
+    i = 0
+    while i < len(above) and above[i] == through + 1:
+        through += 1
+        i += 1
+    return msgspec.structs.replace(frontier, acked_through=through, acked_above=above[i:])
+
+
+def min_frontier(frontiers: list[GroupFrontier]) -> int:
+    """The largest sequence every group has acknowledged (what may be compacted)."""
+    return min((f.acked_through for f in frontiers), default=0)
+
+
+def pending(desc: StreamDescriptor, frontier: GroupFrontier) -> int:
+    """Messages appended but not yet acknowledged by the group."""
+    return desc.appended - frontier.acked_through - len(frontier.acked_above)

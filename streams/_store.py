@@ -1,0 +1,240 @@
+"""The operations behind every :class:`StreamHooks` call, written once over a record view.
+
+A store supplies a :class:`RecordView`: get and put its four kinds of record
+inside one transaction. The functions here read, check and write through it;
+a store runs each call in one transaction of its own and commits it only if
+the function returns. :class:`~streams.MemoryStore` runs them over dicts, the
+LMDB ledger over an LMDB write transaction, so both keep the same ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import msgspec
+
+from ._errors import SequenceError, StreamFinishedError, UnknownStreamError
+from ._records import (
+    AppendBatch,
+    GroupFrontier,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    MessageRef,
+    StoredMessage,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+    StreamRef,
+)
+from ._rules import (
+    AttemptRecord,
+    StreamDescriptor,
+    ack,
+    check_appendable,
+    check_generation,
+    is_acked,
+    min_frontier,
+    reopen,
+)
+
+__all__ = [
+    "AttemptKey",
+    "RecordView",
+    "append",
+    "commit",
+    "fail_message",
+    "finish",
+    "open_message",
+    "open_stream",
+]
+
+#: (stream, group, seq, processing node, parent attempt): the identity of a message budget.
+AttemptKey = tuple[StreamRef, str, int, str, str]
+
+
+class RecordView(Protocol):
+    """A store's records as seen inside one transaction."""
+
+    def get_descriptor(self, ref: StreamRef) -> StreamDescriptor | None: ...
+    def put_descriptor(self, desc: StreamDescriptor) -> None: ...
+    def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None: ...
+    def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None: ...
+    def get_attempt(self, key: AttemptKey) -> AttemptRecord | None: ...
+    def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None: ...
+    def delete_attempt(self, key: AttemptKey) -> None: ...
+    def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None: ...
+    def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]: ...
+    def compact(self, ref: StreamRef, through: int) -> None:
+        """Remove every message with a sequence <= ``through``."""
+        ...
+
+
+def _descriptor(view: RecordView, ref: StreamRef, what: str) -> StreamDescriptor:
+    desc = view.get_descriptor(ref)
+    if desc is None:
+        raise UnknownStreamError(f"{what}: stream {ref} was never opened in this store")
+    return desc
+
+
+def _frontier(view: RecordView, desc: StreamDescriptor, group: str, what: str) -> GroupFrontier:
+    frontier = view.get_group(desc.ref, group)
+    if frontier is None:
+        raise UnknownStreamError(f"{what}: stream {desc.ref} has no consumer group {group!r}")
+    return frontier
+
+
+def _attempt_key(message: MessageRef, node: str, parent_attempt: str) -> AttemptKey:
+    return (message.ref, message.group, message.seq, node, parent_attempt)
+
+
+def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
+    current = view.get_descriptor(request.ref)
+    desc = reopen(current, request)
+    view.put_descriptor(desc)
+    frontiers: list[GroupFrontier] = []
+    for group in desc.groups:
+        frontier = view.get_group(desc.ref, group)
+        if frontier is None:
+            frontier = GroupFrontier(group=group, acked_through=desc.compacted_through)
+            view.put_group(desc.ref, frontier)
+        frontiers.append(frontier)
+    floor = min_frontier(frontiers)
+    tail = tuple(
+        m
+        for m in view.messages_after(desc.ref, floor)
+        if not all(is_acked(f, m.seq) for f in frontiers)
+    )
+    return StreamOpened(
+        ref=desc.ref,
+        generation=desc.generation,
+        appended=desc.appended,
+        position=desc.position,
+        finished=desc.finished,
+        failed=desc.failed,
+        groups=tuple(frontiers),
+        tail=tail,
+        created=current is None,
+    )
+
+
+def append(view: RecordView, batch: AppendBatch) -> None:
+    desc = _descriptor(view, batch.ref, "append")
+    check_appendable(desc, batch.generation, batch.first_seq, "append")
+    view.put_messages(desc.ref, batch.first_seq, batch.payloads)
+    view.put_descriptor(
+        msgspec.structs.replace(
+            desc,
+            appended=desc.appended + len(batch.payloads),
+            position=desc.position if batch.position is None else batch.position,
+        )
+    )
+
+
+def open_message(view: RecordView, request: MessageOpen) -> MessageAttempt:
+    message = request.message
+    desc = _descriptor(view, message.ref, f"open of {message}")
+    check_generation(desc, message.generation, f"open of {message}")
+    frontier = _frontier(view, desc, message.group, f"open of {message}")
+    if message.seq < 1 or message.seq > desc.appended:
+        raise SequenceError(f"open of {message}: sequence {message.seq} was never appended")
+    if is_acked(frontier, message.seq):
+        raise SequenceError(f"open of {message}: already acknowledged")
+    record = view.get_attempt(_attempt_key(message, request.node, request.parent_attempt))
+    index = 0 if record is None else record.failures
+    exhausted = index >= request.limit or (record is not None and record.exhausted)
+    return MessageAttempt(index=index, exhausted=exhausted, state=frontier.state)
+
+
+def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
+    message = request.message
+    what = f"failure of {message}"
+    desc = _descriptor(view, message.ref, what)
+    check_generation(desc, message.generation, what)
+    frontier = _frontier(view, desc, message.group, what)
+    if is_acked(frontier, message.seq) or message.seq > desc.appended:
+        raise SequenceError(f"{what}: the message is acknowledged or was never appended")
+    key = _attempt_key(message, request.node, request.parent_attempt)
+    record = view.get_attempt(key)
+    failures = 0 if record is None else record.failures
+    if failures != request.index or (record is not None and record.exhausted):
+        raise SequenceError(
+            f"{what}: attempt {request.index} is not the open attempt ({failures} confirmed failures)"
+        )
+    exhausted = failures + 1 >= request.limit
+    view.put_attempt(key, AttemptRecord(failures + 1, exhausted))
+    if exhausted and message.seq not in frontier.exhausted:
+        frontier = msgspec.structs.replace(
+            frontier, exhausted=tuple(sorted((*frontier.exhausted, message.seq)))
+        )
+        view.put_group(desc.ref, frontier)
+    return MessageAttempt(index=failures + 1, exhausted=exhausted, state=frontier.state)
+
+
+def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
+    """Apply every commit in order; the caller's transaction makes the batch all or nothing."""
+    touched: dict[StreamRef, None] = {}
+    for c in commits:
+        message = c.message
+        what = f"commit of {message}"
+        desc = _descriptor(view, message.ref, what)
+        frontier = _frontier(view, desc, message.group, what)
+        if frontier.stopped:
+            raise SequenceError(f"{what}: group {message.group!r} stopped handling this stream")
+        if message.seq in frontier.exhausted:
+            raise SequenceError(f"{what}: the message exhausted its attempt budget")
+        frontier = ack(desc, frontier, message)
+        changes: dict[str, object] = {}
+        if c.state is not None:
+            changes["state"] = c.state
+        if c.results:
+            changes["results"] = {**frontier.results, **c.results}
+        if c.stop:
+            changes["stopped"] = True
+        if changes:
+            frontier = msgspec.structs.replace(frontier, **changes)
+        view.put_group(desc.ref, frontier)
+        if c.attempt:
+            view.delete_attempt(_attempt_key(message, c.node, c.parent_attempt))
+        for out in c.outputs:
+            out_desc = _descriptor(view, out.ref, f"output of {message}")
+            check_appendable(out_desc, out.generation, out.first_seq, f"output of {message}")
+            view.put_messages(out.ref, out.first_seq, out.payloads)
+            view.put_descriptor(
+                msgspec.structs.replace(out_desc, appended=out_desc.appended + len(out.payloads))
+            )
+        touched[desc.ref] = None
+    for ref in touched:
+        _maybe_compact(view, ref)
+
+
+#: Acknowledged messages are removed in chunks of at least this many.
+COMPACT_CHUNK = 1024
+
+
+def _maybe_compact(view: RecordView, ref: StreamRef) -> None:
+    desc = view.get_descriptor(ref)
+    if desc is None:
+        return
+    frontiers = [view.get_group(desc.ref, g) for g in desc.groups]
+    floor = min_frontier([f for f in frontiers if f is not None])
+    if floor - desc.compacted_through >= COMPACT_CHUNK or (
+        floor > desc.compacted_through and floor == desc.appended and (desc.finished or desc.failed)
+    ):
+        view.compact(desc.ref, floor)
+        view.put_descriptor(msgspec.structs.replace(desc, compacted_through=floor))
+
+
+def finish(view: RecordView, request: StreamFinish) -> None:
+    desc = _descriptor(view, request.ref, "finish")
+    check_generation(desc, request.generation, "finish")
+    if desc.finished or desc.failed:
+        if desc.failed == request.failed:
+            return
+        raise StreamFinishedError(f"finish of stream {desc.ref}: it already ended the other way")
+    view.put_descriptor(
+        msgspec.structs.replace(desc, finished=not request.failed, failed=request.failed)
+    )
+    _maybe_compact(view, desc.ref)
