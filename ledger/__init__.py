@@ -11,8 +11,10 @@ from ._errors import MapFullError as MapFullError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import WriteFailedError as WriteFailedError
+from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
 from ._ledger import open_ledger as open_ledger
+from ._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
     "CorruptRecordError",
@@ -22,10 +24,12 @@ __all__ = [
     "LedgerError",
     "LedgerInUseError",
     "LedgerLockedError",
+    "LmdbStreamHooks",
     "MapFullError",
     "NotALedgerError",
     "SchemaVersionError",
     "WriteFailedError",
     "WriteTicket",
+    "inspect_ledger",
     "open_ledger",
 ]

@@ -28,6 +28,7 @@ from typing import Any, Final, Generic, TypeVar
 import anyio
 import lmdb
 import msgspec
+from opentelemetry import trace
 
 from ._errors import (
     LedgerClosedError,
@@ -109,6 +110,7 @@ class LedgerEnv:
         max_map_size: int,
     ) -> None:
         self.path = path
+        self._path_key = str(path)
         self._env = env
         self._lock_fd = lock_fd
         self._max_map_size = max_map_size
@@ -209,7 +211,8 @@ class LedgerEnv:
         self._check_open()
         if not self._serving:
             raise LedgerClosedError(
-                f"ledger {self.path} is not serving writes; open it with `async with open_ledger(...)`"
+                f"ledger {self.path} is not serving writes; "
+                "open it with `async with open_ledger(...)`"
             )
         ticket: WriteTicket[T] = WriteTicket(fn)
         self._pending.append(ticket)
@@ -221,7 +224,9 @@ class LedgerEnv:
         """Submit ``fn`` and wait until its batch is durable."""
         return await self.submit(fn).wait()
 
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Run the committer until cancelled; pending writes are committed before it stops."""
         self._serving = True
         self._wakeup = anyio.Event()
@@ -241,23 +246,55 @@ class LedgerEnv:
         batch, self._pending = self._pending, []
         if not batch:
             return
+        span = trace.get_tracer("streamledger").start_span("streamledger.commit_batch")
         try:
-            outcomes = await anyio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
+            outcomes, growths = await anyio.to_thread.run_sync(
+                self._commit_batch, batch, limiter=self._limiter
+            )
         except BaseException as exc:
-            error = exc if isinstance(exc, Exception) else WriteFailedError(f"write batch interrupted: {exc!r}")
+            error = (
+                exc
+                if isinstance(exc, Exception)
+                else WriteFailedError(f"write batch interrupted: {exc!r}")
+            )
             for ticket in batch:
                 ticket._error = error
                 ticket._done.set()
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "streamledger.batch.writes": len(batch),
+                        "streamledger.batch.failed": len(batch),
+                    }
+                )
+                span.record_exception(error)
+                span.set_status(trace.StatusCode.ERROR, type(error).__name__)
+            span.end()
             raise
+        failed = 0
         for ticket, (ok, value) in zip(batch, outcomes, strict=True):
             if ok:
                 ticket._result = value
             else:
                 ticket._error = value
+                failed += 1
             ticket._done.set()
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "streamledger.batch.writes": len(batch),
+                    "streamledger.batch.failed": failed,
+                    "streamledger.batch.map_growths": growths,
+                }
+            )
+        span.end()
 
-    def _commit_batch(self, batch: list[WriteTicket[Any]]) -> list[tuple[bool, Any]]:
-        """Writer thread: one write transaction and one fsync for the whole batch."""
+    def _commit_batch(self, batch: list[WriteTicket[Any]]) -> tuple[list[tuple[bool, Any]], int]:
+        """Writer thread: one write transaction and one fsync for the whole batch.
+
+        Returns each write's outcome and how many times the map grew.
+        """
+        growths = 0
         while True:
             txn = self._env.begin(write=True)
             try:
@@ -279,6 +316,7 @@ class LedgerEnv:
             except lmdb.MapFullError:
                 txn.abort()
                 self._grow_map()
+                growths += 1
                 continue
             except lmdb.Error as exc:
                 txn.abort()
@@ -291,7 +329,7 @@ class LedgerEnv:
                 self._env.reader_check()
             if self.batch_observer is not None:
                 self.batch_observer(len(batch), sum(1 for ok, _ in outcomes if ok))
-            return outcomes
+            return outcomes, growths
 
     def _grow_map(self) -> None:
         current = self._env.info()["map_size"]
@@ -312,7 +350,7 @@ class LedgerEnv:
 
     def info(self) -> dict[str, int]:
         """LMDB's environment info (map size, last transaction id, readers)."""
-        return dict(self._env.info())
+        return {name: int(value) for name, value in self._env.info().items()}  # type: ignore[call-overload]
 
     def close(self) -> None:
         """Close the environment and release the owner lock. Idempotent."""
@@ -361,7 +399,9 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     try:
         meta_db = env.open_db(b"meta", create=False)
     except lmdb.NotFoundError:
-        raise NotALedgerError(f"{path} is an LMDB environment but not a streamledger ledger") from None
+        raise NotALedgerError(
+            f"{path} is an LMDB environment but not a streamledger ledger"
+        ) from None
     with env.begin(db=meta_db) as txn:
         raw = txn.get(_META_KEY)
     if raw is None:
@@ -369,7 +409,11 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     meta = decode_record(raw, _meta_decoder, db="meta", key=_META_KEY)
     if meta.format != FORMAT:
         raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
-    if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
+    if (
+        meta.schema_version != SCHEMA_VERSION
+        or meta.codec != CODEC
+        or meta.codec_version != CODEC_VERSION
+    ):
         raise SchemaVersionError(
             f"{path} was written with schema {meta.schema_version} and codec "
             f"{meta.codec}/{meta.codec_version}; this build reads schema {SCHEMA_VERSION} and "

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 
 from ._env import LedgerEnv
+from ._streams import LmdbStreamHooks
 
 __all__ = ["Ledger", "open_ledger"]
 
@@ -19,6 +20,8 @@ class Ledger:
 
     def __init__(self, env: LedgerEnv) -> None:
         self.env = env
+        #: The managed-stream store on this ledger (:class:`~streams.StreamHooks`).
+        self.streams = LmdbStreamHooks(env)
 
     @property
     def path(self) -> Path:
@@ -40,7 +43,9 @@ async def open_ledger(
     loses nothing, a power loss may lose the last batches. Everything written
     before the block exits is committed before the ledger closes.
     """
-    env = LedgerEnv.open(path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size)
+    env = LedgerEnv.open(
+        path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size
+    )
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(env.serve)

@@ -116,9 +116,9 @@ def ack(desc: StreamDescriptor, frontier: GroupFrontier, message: MessageRef) ->
     if is_acked(frontier, seq):
         raise SequenceError(f"ack of {message}: already acknowledged")
     if seq != frontier.acked_through + 1:
-        above = list(frontier.acked_above)
-        bisect.insort(above, seq)
-        return msgspec.structs.replace(frontier, acked_above=tuple(above))
+        higher = list(frontier.acked_above)
+        bisect.insort(higher, seq)
+        return msgspec.structs.replace(frontier, acked_above=tuple(higher))
     through = seq
     above = frontier.acked_above
     i = 0

@@ -1,0 +1,101 @@
+"""A JSON-ready summary of the streams a ledger holds, for ``python -m ledger inspect``."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from typing import Any
+
+import msgspec
+
+from streams._codec import to_plain
+from streams._rules import pending
+
+from ._env import LedgerEnv
+from ._errors import CorruptRecordError
+from ._streams import DESCRIPTOR_PREFIX, decode_descriptor, decode_frontier
+
+__all__ = ["inspect_ledger"]
+
+
+def inspect_ledger(env: LedgerEnv) -> dict[str, Any]:
+    """Every stream of the ledger with its groups, as plain JSON values.
+
+    Committed states are decoded to plain values; bytes inside them become
+    base64 strings. Reads one consistent snapshot; writes nothing.
+    """
+    streams_db, groups_db = env.db("streams"), env.db("groups")
+    streams: list[dict[str, Any]] = []
+    with env.read() as txn, txn.cursor(db=streams_db) as cursor:
+        found = cursor.set_range(DESCRIPTOR_PREFIX)
+        while found:
+            key, value = (bytes(b) for b in cursor.item())
+            if not key.startswith(DESCRIPTOR_PREFIX):
+                break
+            desc = decode_descriptor(key, value)
+            groups: list[dict[str, Any]] = []
+            prefix = key[len(DESCRIPTOR_PREFIX) :]
+            with txn.cursor(db=groups_db) as group_cursor:
+                group_found = group_cursor.set_range(prefix)
+                while group_found:
+                    gkey, gvalue = (bytes(b) for b in group_cursor.item())
+                    if not gkey.startswith(prefix):
+                        break
+                    frontier = decode_frontier(gkey, gvalue)
+                    groups.append(
+                        {
+                            "group": frontier.group,
+                            "acked_through": frontier.acked_through,
+                            "pending": pending(desc, frontier),
+                            "exhausted": len(frontier.exhausted),
+                            "stopped": frontier.stopped,
+                            "state": _state(frontier.state, gkey),
+                        }
+                    )
+                    group_found = group_cursor.next()
+            streams.append(
+                {
+                    "key": desc.ref.key,
+                    "scope": desc.ref.scope,
+                    "node": desc.ref.node,
+                    "type": desc.type_name,
+                    "generation": desc.generation,
+                    "appended": desc.appended,
+                    "finished": desc.finished,
+                    "failed": desc.failed,
+                    "capacity": desc.capacity,
+                    "groups": groups,
+                }
+            )
+            found = cursor.next()
+    return {"path": str(env.path), "streams": streams}
+
+
+def _state(data: bytes | None, key: bytes) -> Any:
+    if data is None:
+        return None
+    try:
+        return _plain(to_plain(data))
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"the committed state in record {key.hex()} of database 'groups' "
+            f"does not decode ({exc}); "
+            "the ledger file is damaged or was written by an incompatible build"
+        ) from None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with bytes, dates and extension types turned into JSON values."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, msgspec.msgpack.Ext):
+        return {"ext": value.code, "data": base64.b64encode(value.data).decode()}
+    return str(value)

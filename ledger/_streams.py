@@ -1,0 +1,395 @@
+"""``StreamHooks`` on the LMDB ledger.
+
+The store logic lives once in :mod:`streams._store`; this module supplies its
+:class:`~streams._store.RecordView` over an LMDB transaction and runs every
+hook call as one write of the group committer (``open_message`` only reads and
+runs inline on a read transaction).
+
+Record layout (every value framed by :func:`~ledger._seal.seal`)::
+
+    streams   b"c"                          next stream id (msgpack int)
+              b"r" + msgpack([scope, node, key])   stream id (msgpack int)
+              b"d" + id (8 bytes, big endian)     StreamDescriptor
+    messages  id + seq (8 + 8 bytes)            the payload bytes
+    groups    id + group name (utf-8)           GroupFrontier
+    attempts  id + len(group) (4) + group + seq (8) + len(node) (4) + node + parent attempt
+                                                AttemptRecord
+
+Keys are big-endian, so a stream's messages are contiguous and appended in
+key order: a batch touches few pages. A view caches every record it reads or
+writes and puts each changed descriptor and frontier once, when the call
+ends, so a commit of many messages on one group writes its frontier once.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import msgspec
+from opentelemetry import trace
+
+from streams import _store
+from streams._records import (
+    AppendBatch,
+    GroupFrontier,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    StoredMessage,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+    StreamRef,
+)
+from streams._rules import AttemptRecord, StreamDescriptor
+from streams._store import AttemptKey
+
+from ._env import LedgerEnv
+from ._errors import CorruptRecordError
+from ._seal import decode_record, seal, unseal
+
+__all__ = ["LmdbStreamHooks"]
+
+T = TypeVar("T")
+
+COUNTER_KEY: Final = b"c"
+INDEX_PREFIX: Final = b"r"
+DESCRIPTOR_PREFIX: Final = b"d"
+
+_u64 = struct.Struct(">Q")
+_u32 = struct.Struct(">I")
+_encoder = msgspec.msgpack.Encoder()
+_descriptor_decoder = msgspec.msgpack.Decoder(StreamDescriptor)
+_frontier_decoder = msgspec.msgpack.Decoder(GroupFrontier)
+_attempt_decoder = msgspec.msgpack.Decoder(AttemptRecord)
+_int_decoder = msgspec.msgpack.Decoder(int)
+
+
+def index_key(ref: StreamRef) -> bytes:
+    """The ``streams`` key mapping a stream's identity to its id."""
+    return INDEX_PREFIX + _encoder.encode((ref.scope, ref.node, ref.key))
+
+
+def descriptor_key(stream_id: int) -> bytes:
+    """The ``streams`` key of a stream's descriptor."""
+    return DESCRIPTOR_PREFIX + _u64.pack(stream_id)
+
+
+def message_key(stream_id: int, seq: int) -> bytes:
+    """The ``messages`` key of one message."""
+    return _u64.pack(stream_id) + _u64.pack(seq)
+
+
+def group_key(stream_id: int, group: str) -> bytes:
+    """The ``groups`` key of a consumer group's frontier."""
+    return _u64.pack(stream_id) + group.encode()
+
+
+def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
+    """The ``attempts`` key of a message budget."""
+    _, group, seq, node, parent = key
+    g, n = group.encode(), node.encode()
+    return b"".join(
+        (
+            _u64.pack(stream_id),
+            _u32.pack(len(g)),
+            g,
+            _u64.pack(seq),
+            _u32.pack(len(n)),
+            n,
+            parent.encode(),
+        )
+    )
+
+
+def decode_descriptor(key: bytes, value: bytes) -> StreamDescriptor:
+    return decode_record(value, _descriptor_decoder, db="streams", key=key)
+
+
+def decode_frontier(key: bytes, value: bytes) -> GroupFrontier:
+    return decode_record(value, _frontier_decoder, db="groups", key=key)
+
+
+class LmdbView:
+    """A :class:`~streams._store.RecordView` over one LMDB transaction.
+
+    ``known_ids`` maps streams to ids already committed; ids resolved or
+    allocated here are collected in :attr:`ids` for the caller to remember
+    once the transaction is durable. :attr:`reads` counts the records read.
+    """
+
+    __slots__ = (
+        "_attempts",
+        "_dbs",
+        "_descriptors",
+        "_dirty_descriptors",
+        "_dirty_groups",
+        "_groups",
+        "_known_ids",
+        "_txn",
+        "ids",
+        "reads",
+    )
+
+    def __init__(
+        self, txn: Any, dbs: Mapping[str, Any], known_ids: Mapping[StreamRef, int]
+    ) -> None:
+        self._txn = txn
+        self._dbs = dbs
+        self._known_ids = known_ids
+        self.ids: dict[StreamRef, int] = {}
+        self.reads = 0
+        self._descriptors: dict[StreamRef, StreamDescriptor | None] = {}
+        self._groups: dict[tuple[StreamRef, str], GroupFrontier | None] = {}
+        self._attempts: dict[AttemptKey, AttemptRecord | None] = {}
+        self._dirty_descriptors: dict[StreamRef, None] = {}
+        self._dirty_groups: dict[tuple[StreamRef, str], None] = {}
+
+    # -- ids -------------------------------------------------------------------------------
+
+    def _id(self, ref: StreamRef) -> int | None:
+        stream_id = self._known_ids.get(ref)
+        if stream_id is None:
+            stream_id = self.ids.get(ref)
+        if stream_id is None:
+            key = index_key(ref)
+            raw = self._txn.get(key, db=self._dbs["streams"])
+            self.reads += 1
+            if raw is None:
+                return None
+            stream_id = decode_record(raw, _int_decoder, db="streams", key=key)
+            self.ids[ref] = stream_id
+        return stream_id
+
+    def _allocate(self, ref: StreamRef) -> int:
+        streams = self._dbs["streams"]
+        raw = self._txn.get(COUNTER_KEY, db=streams)
+        last = 0 if raw is None else decode_record(raw, _int_decoder, db="streams", key=COUNTER_KEY)
+        stream_id = last + 1
+        value = seal(_encoder.encode(stream_id))
+        self._txn.put(COUNTER_KEY, value, db=streams)
+        self._txn.put(index_key(ref), value, db=streams)
+        self.ids[ref] = stream_id
+        return stream_id
+
+    def _require_id(self, ref: StreamRef) -> int:
+        stream_id = self._id(ref)
+        return self._allocate(ref) if stream_id is None else stream_id
+
+    # -- RecordView ------------------------------------------------------------------------
+
+    def get_descriptor(self, ref: StreamRef) -> StreamDescriptor | None:
+        try:
+            return self._descriptors[ref]
+        except KeyError:
+            pass
+        desc: StreamDescriptor | None = None
+        stream_id = self._id(ref)
+        if stream_id is not None:
+            key = descriptor_key(stream_id)
+            raw = self._txn.get(key, db=self._dbs["streams"])
+            self.reads += 1
+            if raw is None:
+                raise CorruptRecordError(
+                    f"stream {ref} has id {stream_id} but no descriptor; the ledger file is damaged"
+                )
+            desc = decode_descriptor(key, raw)
+        self._descriptors[ref] = desc
+        return desc
+
+    def put_descriptor(self, desc: StreamDescriptor) -> None:
+        self._descriptors[desc.ref] = desc
+        self._dirty_descriptors[desc.ref] = None
+
+    def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None:
+        cache_key = (ref, group)
+        try:
+            return self._groups[cache_key]
+        except KeyError:
+            pass
+        frontier: GroupFrontier | None = None
+        stream_id = self._id(ref)
+        if stream_id is not None:
+            key = group_key(stream_id, group)
+            raw = self._txn.get(key, db=self._dbs["groups"])
+            self.reads += 1
+            if raw is not None:
+                frontier = decode_frontier(key, raw)
+        self._groups[cache_key] = frontier
+        return frontier
+
+    def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None:
+        cache_key = (ref, frontier.group)
+        self._groups[cache_key] = frontier
+        self._dirty_groups[cache_key] = None
+
+    def get_attempt(self, key: AttemptKey) -> AttemptRecord | None:
+        try:
+            return self._attempts[key]
+        except KeyError:
+            pass
+        record: AttemptRecord | None = None
+        stream_id = self._id(key[0])
+        if stream_id is not None:
+            raw_key = attempt_key(stream_id, key)
+            raw = self._txn.get(raw_key, db=self._dbs["attempts"])
+            self.reads += 1
+            if raw is not None:
+                record = decode_record(raw, _attempt_decoder, db="attempts", key=raw_key)
+        self._attempts[key] = record
+        return record
+
+    def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None:
+        raw_key = attempt_key(self._require_id(key[0]), key)
+        self._txn.put(raw_key, seal(_encoder.encode(record)), db=self._dbs["attempts"])
+        self._attempts[key] = record
+
+    def delete_attempt(self, key: AttemptKey) -> None:
+        stream_id = self._id(key[0])
+        if stream_id is not None:
+            self._txn.delete(attempt_key(stream_id, key), db=self._dbs["attempts"])
+        self._attempts[key] = None
+
+    def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
+        prefix = _u64.pack(self._require_id(ref))
+        pack = _u64.pack
+        items = [(prefix + pack(first_seq + i), seal(p)) for i, p in enumerate(payloads)]
+        with self._txn.cursor(db=self._dbs["messages"]) as cursor:
+            cursor.putmulti(items)
+
+    def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:
+        stream_id = self._id(ref)
+        if stream_id is None:
+            return []
+        prefix = _u64.pack(stream_id)
+        found: list[StoredMessage] = []
+        with self._txn.cursor(db=self._dbs["messages"]) as cursor:
+            if not cursor.set_range(prefix + _u64.pack(seq + 1)):
+                return found
+            for key, value in cursor:
+                if key[:8] != prefix:
+                    break
+                found.append(
+                    StoredMessage(
+                        _u64.unpack_from(key, 8)[0], unseal(value, db="messages", key=key)
+                    )
+                )
+        self.reads += len(found)
+        return found
+
+    def compact(self, ref: StreamRef, through: int) -> None:
+        stream_id = self._id(ref)
+        if stream_id is None:
+            return
+        prefix = _u64.pack(stream_id)
+        last = prefix + _u64.pack(through)
+        with self._txn.cursor(db=self._dbs["messages"]) as cursor:
+            if not cursor.set_range(prefix):
+                return
+            while True:
+                key = cursor.key()
+                if not key or key > last:
+                    break
+                if not cursor.delete():
+                    break
+
+    # -- end of the call -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write each changed descriptor and frontier once."""
+        txn = self._txn
+        if self._dirty_descriptors:
+            streams = self._dbs["streams"]
+            for ref in self._dirty_descriptors:
+                desc = self._descriptors[ref]
+                key = descriptor_key(self._require_id(ref))
+                txn.put(key, seal(_encoder.encode(desc)), db=streams)
+            self._dirty_descriptors.clear()
+        if self._dirty_groups:
+            groups = self._dbs["groups"]
+            for cache_key in self._dirty_groups:
+                ref, group = cache_key
+                frontier = self._groups[cache_key]
+                txn.put(
+                    group_key(self._require_id(ref), group),
+                    seal(_encoder.encode(frontier)),
+                    db=groups,
+                )
+            self._dirty_groups.clear()
+
+
+class LmdbStreamHooks:
+    """:class:`~streams.StreamHooks` on an open :class:`~ledger.LedgerEnv`.
+
+    Every call but ``open_message`` is one write of the group committer, so
+    it is atomic and shares an fsync with every concurrent write. Obtain it as
+    ``ledger.streams``.
+    """
+
+    def __init__(self, env: LedgerEnv) -> None:
+        self.env = env
+        self._dbs = {name: env.db(name) for name in ("streams", "messages", "groups", "attempts")}
+        self._ids: dict[StreamRef, int] = {}
+
+    async def _write(self, op: Callable[[LmdbView], T]) -> tuple[T, int]:
+        dbs, known = self._dbs, self._ids
+
+        def run(txn: Any) -> tuple[T, int, dict[StreamRef, int]]:
+            view = LmdbView(txn, dbs, known)
+            result = op(view)
+            view.flush()
+            return result, view.reads, view.ids
+
+        result, reads, ids = await self.env.write(run)
+        if ids:
+            self._ids.update(ids)
+        return result, reads
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        """Open or reclaim a stream: descriptor, frontiers and unacknowledged tail only."""
+        tracer = trace.get_tracer("streamledger")
+        with tracer.start_as_current_span(
+            "streamledger.recover",
+            attributes={
+                "streamledger.stream.scope": request.ref.scope,
+                "streamledger.stream.node": request.ref.node,
+                "streamledger.stream.key": request.ref.key,
+            },
+        ) as span:
+            opened, reads = await self._write(lambda view: _store.open_stream(view, request))
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "streamledger.generation": opened.generation,
+                        "streamledger.appended": opened.appended,
+                        "streamledger.tail": len(opened.tail),
+                        "streamledger.created": opened.created,
+                        "streamledger.records_read": reads,
+                    }
+                )
+            return opened
+
+    async def append(self, batch: AppendBatch) -> None:
+        await self._write(lambda view: _store.append(view, batch))
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        with self.env.read() as txn:
+            view = LmdbView(txn, self._dbs, self._ids)
+            attempt = _store.open_message(view, request)
+        if view.ids:
+            self._ids.update(view.ids)
+        return attempt
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        attempt, _ = await self._write(lambda view: _store.fail_message(view, request))
+        return attempt
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        batch = tuple(commits)
+        await self._write(lambda view: _store.commit(view, batch))
+
+    async def finish(self, request: StreamFinish) -> None:
+        await self._write(lambda view: _store.finish(view, request))
