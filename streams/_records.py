@@ -57,6 +57,7 @@ class GroupFrontier(msgspec.Struct, frozen=True):
     results: dict[str, bytes] = msgspec.field(default_factory=dict)
     stopped: bool = False
     exhausted: tuple[int, ...] = ()  # seqs whose attempt budget is used up
+    failing: tuple[int, ...] = ()  # seqs with confirmed failed attempts, budget left
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True):

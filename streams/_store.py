@@ -165,11 +165,18 @@ def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
         )
     exhausted = failures + 1 >= request.limit
     view.put_attempt(key, AttemptRecord(failures + 1, exhausted))
-    if exhausted and message.seq not in frontier.exhausted:
+    failing = tuple(s for s in frontier.failing if s != message.seq)
+    if exhausted:
         frontier = msgspec.structs.replace(
-            frontier, exhausted=tuple(sorted((*frontier.exhausted, message.seq)))
+            frontier,
+            exhausted=tuple(sorted({*frontier.exhausted, message.seq})),
+            failing=failing,
         )
-        view.put_group(desc.ref, frontier)
+    else:
+        frontier = msgspec.structs.replace(
+            frontier, failing=tuple(sorted((*failing, message.seq)))
+        )
+    view.put_group(desc.ref, frontier)
     return MessageAttempt(index=failures + 1, exhausted=exhausted, state=frontier.state)
 
 
@@ -193,6 +200,8 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
             changes["results"] = {**frontier.results, **c.results}
         if c.stop:
             changes["stopped"] = True
+        if message.seq in frontier.failing:
+            changes["failing"] = tuple(s for s in frontier.failing if s != message.seq)
         if changes:
             frontier = msgspec.structs.replace(frontier, **changes)
         view.put_group(desc.ref, frontier)

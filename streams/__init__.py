@@ -1,0 +1,99 @@
+"""streamledger's engine: typed keys, managed stream endpoints, per-message transactions.
+
+Storage is behind the :class:`StreamHooks` protocol; :class:`MemoryStore` is
+the in-process reference store and ``ledger`` supplies the durable one.
+"""
+
+from ._codec import CODEC_ID as CODEC_ID
+from ._codec import CODEC_VERSION as CODEC_VERSION
+from ._errors import CheckpointError as CheckpointError
+from ._errors import GroupBusyError as GroupBusyError
+from ._errors import MessageExhaustedError as MessageExhaustedError
+from ._errors import OutputLimitError as OutputLimitError
+from ._errors import PayloadTypeError as PayloadTypeError
+from ._errors import SequenceError as SequenceError
+from ._errors import SourceNotResumableError as SourceNotResumableError
+from ._errors import StaleGenerationError as StaleGenerationError
+from ._errors import StreamClosedError as StreamClosedError
+from ._errors import StreamFailedError as StreamFailedError
+from ._errors import StreamFinishedError as StreamFinishedError
+from ._errors import StreamsError as StreamsError
+from ._errors import StreamStateError as StreamStateError
+from ._errors import UnknownStreamError as UnknownStreamError
+from ._handle import HandleResult as HandleResult
+from ._handle import MessageTx as MessageTx
+from ._handle import handle_messages as handle_messages
+from ._hooks import StreamHooks as StreamHooks
+from ._keys import Key as Key
+from ._keys import NoValue as NoValue
+from ._keys import Stream as Stream
+from ._memory import MemoryStore as MemoryStore
+from ._records import AppendBatch as AppendBatch
+from ._records import GroupFrontier as GroupFrontier
+from ._records import MessageAttempt as MessageAttempt
+from ._records import MessageCommit as MessageCommit
+from ._records import MessageFail as MessageFail
+from ._records import MessageOpen as MessageOpen
+from ._records import MessageRef as MessageRef
+from ._records import OutputBatch as OutputBatch
+from ._records import StoredMessage as StoredMessage
+from ._records import StreamFinish as StreamFinish
+from ._records import StreamOpen as StreamOpen
+from ._records import StreamOpened as StreamOpened
+from ._records import StreamRef as StreamRef
+from ._scope import StreamScope as StreamScope
+from ._scope import open_scope as open_scope
+from ._stream import GroupSnapshot as GroupSnapshot
+from ._stream import ManagedStream as ManagedStream
+from ._stream import Message as Message
+from ._stream import StreamReader as StreamReader
+from ._stream import StreamSnapshot as StreamSnapshot
+from ._stream import StreamWriter as StreamWriter
+
+__all__ = [
+    "CODEC_ID",
+    "CODEC_VERSION",
+    "AppendBatch",
+    "CheckpointError",
+    "GroupBusyError",
+    "GroupFrontier",
+    "GroupSnapshot",
+    "HandleResult",
+    "Key",
+    "ManagedStream",
+    "MemoryStore",
+    "Message",
+    "MessageAttempt",
+    "MessageCommit",
+    "MessageExhaustedError",
+    "MessageFail",
+    "MessageOpen",
+    "MessageRef",
+    "MessageTx",
+    "NoValue",
+    "OutputBatch",
+    "OutputLimitError",
+    "PayloadTypeError",
+    "SequenceError",
+    "SourceNotResumableError",
+    "StaleGenerationError",
+    "StoredMessage",
+    "Stream",
+    "StreamClosedError",
+    "StreamFailedError",
+    "StreamFinish",
+    "StreamFinishedError",
+    "StreamHooks",
+    "StreamOpen",
+    "StreamOpened",
+    "StreamReader",
+    "StreamRef",
+    "StreamScope",
+    "StreamSnapshot",
+    "StreamStateError",
+    "StreamWriter",
+    "StreamsError",
+    "UnknownStreamError",
+    "handle_messages",
+    "open_scope",
+]

@@ -1,0 +1,483 @@
+"""handle_messages: the per-message transaction, pipelined.
+
+For each message of a consumer group the handler reads the group's explicit
+state, may set a replacement, stage output messages to other streams and
+ordinary results, or stop. One store commit confirms the message's ack with
+all of it; only then are the outputs published locally and the message acked
+locally. The handler goes on to message k+1 from k's staged state while k's
+commit is in flight; commits land strictly in order, a window bounds the
+messages in flight, and the committer wakes readers once per committed batch.
+A failed commit fails everything staged after it: the call raises, and
+recovery starts from the last committed state, exactly as if every message
+had been handled one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar, overload
+
+import anyio
+import anyio.lowlevel
+
+from ._codec import Codec
+from ._errors import (
+    CheckpointError,
+    GroupBusyError,
+    MessageExhaustedError,
+    OutputLimitError,
+    PayloadTypeError,
+    StreamFailedError,
+    StreamStateError,
+)
+from ._keys import Key, NoValue
+from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
+from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
+from ._tracing import tracer
+
+__all__ = ["HandleResult", "MessageTx", "handle_messages"]
+
+S = TypeVar("S")
+T = TypeVar("T")
+U = TypeVar("U")
+
+#: Messages taken from the tail at a time before the handler yields to other tasks.
+_CHUNK = 64
+
+
+class MessageTx(Generic[S]):
+    """What a handler may do with one message; all of it is confirmed by one commit."""
+
+    __slots__ = ("_outputs", "_results", "_run", "_state", "_state_set", "_stopped", "attempt", "seq")
+
+    def __init__(self, run: _Run[Any, S], seq: int, attempt: int, state: S) -> None:
+        self._run = run
+        self.seq = seq
+        self.attempt = attempt
+        self._state = state
+        self._state_set = False
+        self._outputs: list[tuple[ManagedStream[Any], Any]] = []
+        self._results: dict[str, tuple[Codec[Any], Any]] = {}
+        self._stopped = False
+
+    @property
+    def state(self) -> S:
+        """The group's explicit state: the last committed (or staged) one, or the initial state."""
+        return self._state
+
+    def set_state(self, state: S) -> None:
+        """Replace the state; it is confirmed with this message's ack."""
+        self._run.state_codec.check(state, what="the handler state")
+        self._state = state
+        self._state_set = True
+
+    def send(self, writer: StreamWriter[U], value: U) -> None:
+        """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
+        stream = writer.stream
+        stream.codec.check(value, what=f"stream {stream.ref}")
+        if len(self._outputs) >= self._run.max_outputs:
+            raise OutputLimitError(
+                f"message {self.seq} of {self._run.stream.ref} staged more than "
+                f"{self._run.max_outputs} outputs; raise max_outputs or split the work"
+            )
+        self._outputs.append((stream, value))
+
+    def set(self, key: Key[U], value: U) -> None:
+        """Set an ordinary result; the last value set for a key wins."""
+        if key.is_stream:
+            raise TypeError(f"{key!r} is a stream key; send messages with tx.send(writer, value)")
+        codec: Codec[U] = Codec(key.type)
+        codec.check(value, what=f"result {key.name!r}")
+        self._results[key.name] = (codec, value)
+
+    def stop(self) -> None:
+        """Stop handling after this message; the stop is confirmed with its ack."""
+        self._stopped = True
+
+    @property
+    def message_id(self) -> str:
+        """A stable identity of this message for this group: an idempotency key for effects."""
+        run = self._run
+        return f"{run.stream.ref}/{run.group.name}/{self.seq}"
+
+
+class HandleResult(Generic[S]):
+    """What :func:`handle_messages` confirmed."""
+
+    def __init__(self, handled: int, stopped: bool, state: S, results: dict[str, bytes]) -> None:
+        self.handled = handled
+        self.stopped = stopped
+        self.state = state
+        self._results = results
+
+    def result(self, key: Key[U]) -> U | Any:
+        """The committed value of an ordinary result, or ``NoValue`` if none was set."""
+        raw = self._results.get(key.name)
+        return NoValue if raw is None else Codec(key.type).decode(raw)
+
+    def __repr__(self) -> str:
+        return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
+
+
+class _Staged:
+    __slots__ = ("commit", "outputs", "seq", "state")
+
+    def __init__(
+        self,
+        commit: MessageCommit,
+        seq: int,
+        outputs: list[tuple[ManagedStream[Any], int, list[Any]]],
+        state: bytes | None,
+    ) -> None:
+        self.commit = commit
+        self.seq = seq
+        self.outputs = outputs
+        self.state = state
+
+
+class _Run(Generic[T, S]):
+    """One call of handle_messages."""
+
+    def __init__(
+        self,
+        reader: StreamReader[T],
+        handler: Callable[[MessageTx[S], T], Awaitable[None]],
+        *,
+        initial_state: S,
+        state_codec: Codec[S],
+        node: str,
+        attempts: int,
+        max_outputs: int,
+        window: int,
+        parent_attempt: str,
+    ) -> None:
+        self.stream: ManagedStream[T] = reader.stream
+        self.group: _Group = reader._group
+        self.handler = handler
+        self.state_codec = state_codec
+        self.node = node
+        self.attempts = attempts
+        self.max_outputs = max_outputs
+        self.window = window
+        self.parent_attempt = parent_attempt
+        self.state: S = (
+            initial_state if self.group.state is None else state_codec.decode(self.group.state)
+        )
+        self.queue: list[_Staged] = []
+        self.in_flight = 0
+        self.committed = 0
+        self.committing = False
+        self.queued = anyio.Event()
+        self.progress = anyio.Event()
+        self.stopped = False
+
+    def _ref(self, seq: int) -> MessageRef:
+        s = self.stream
+        return MessageRef(ref=s.ref, group=self.group.name, generation=s.generation, seq=seq)
+
+    # -- the committer ------------------------------------------------------------------
+
+    async def committer(self) -> None:
+        stream, group = self.stream, self.group
+        while True:
+            while not self.queue:
+                await self.queued.wait()
+                self.queued = anyio.Event()
+            batch, self.queue = self.queue, []
+            self.committing = True
+            try:
+                await stream.hooks.commit([item.commit for item in batch])
+            except CheckpointError:
+                raise
+            except Exception as exc:
+                raise CheckpointError(
+                    f"commit of {len(batch)} messages of {stream.ref} (group {group.name!r}) "
+                    f"from sequence {batch[0].seq} failed; recover from the ledger"
+                ) from exc
+            finally:
+                self.committing = False
+            touched: dict[int, ManagedStream[Any]] = {id(stream): stream}
+            for item in batch:
+                for out, first, values in item.outputs:
+                    out._publish(first, values)
+                    touched[id(out)] = out
+                stream._local_ack(group, item.seq)
+                group.failing.discard(item.seq)
+                if item.state is not None:
+                    group.state = item.state
+                if item.commit.results:
+                    group.results.update(item.commit.results)
+                if item.commit.stop:
+                    group.stopped = True
+            self.committed += len(batch)
+            self.in_flight -= len(batch)
+            for s in touched.values():
+                s._notify()
+            self.progress.set()
+            self.progress = anyio.Event()
+
+    async def drain(self) -> None:
+        """Wait until every staged message is committed."""
+        while self.in_flight:
+            self.stream._check_healthy()
+            await self.progress.wait()
+
+    # -- the handler side ---------------------------------------------------------------
+
+    async def consume(self) -> None:
+        stream, group = self.stream, self.group
+        if group.stopped:
+            self.stopped = True
+            return
+        first = True
+        while not self.stopped:
+            room = min(self.window - self.in_flight, _CHUNK)
+            ready = stream._take_ready(group, room) if room > 0 else []
+            if not ready:
+                if room <= 0:
+                    await self.progress.wait()
+                elif stream._at_end(group):
+                    await self.drain()
+                    if stream.failed:
+                        raise StreamFailedError(
+                            f"the writer of stream {stream.ref} failed; group {group.name!r} "
+                            f"handled everything it confirmed"
+                        )
+                    return
+                else:
+                    await stream._wait_change()
+                continue
+            for seq, value in ready:
+                index = 0
+                if first or seq in group.failing or seq in group.exhausted:
+                    index = await self._open(seq, first)
+                    first = False
+                await self._handle(seq, value, index)
+                if self.stopped:
+                    break
+            if not self.committing:
+                await anyio.lowlevel.checkpoint()
+
+    async def _open(self, seq: int, first: bool) -> int:
+        if self.in_flight:
+            await self.drain()
+        attempt = await self.stream.hooks.open_message(
+            MessageOpen(
+                message=self._ref(seq),
+                node=self.node,
+                limit=self.attempts,
+                parent_attempt=self.parent_attempt,
+            )
+        )
+        if first and attempt.state is not None:
+            self.state = self.state_codec.decode(attempt.state)
+        if attempt.exhausted:
+            self._exhausted(seq, attempt.index, None)
+        return attempt.index
+
+    def _exhausted(self, seq: int, index: int, cause: BaseException | None) -> None:
+        message = self._ref(seq)
+        self.group.exhausted.add(seq)
+        error = MessageExhaustedError(
+            f"{message} failed all {self.attempts} attempt(s) of its budget in node {self.node!r}; "
+            "it is not skipped: fix the cause, then raise the budget or handle it by hand"
+        )
+        if cause is not None:
+            raise error from cause
+        raise error
+
+    async def _handle(self, seq: int, value: T, index: int) -> None:
+        while True:
+            tx: MessageTx[S] = MessageTx(self, seq, index, self.state)
+            try:
+                await self.handler(tx, value)
+            except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
+                raise
+            except Exception as exc:
+                index = await self._fail(seq, index, exc)
+                continue
+            await self._stage(tx)
+            return
+
+    async def _fail(self, seq: int, index: int, exc: Exception) -> int:
+        await self.drain()
+        attempt = await self.stream.hooks.fail_message(
+            MessageFail(
+                message=self._ref(seq),
+                node=self.node,
+                limit=self.attempts,
+                index=index,
+                parent_attempt=self.parent_attempt,
+            )
+        )
+        if attempt.exhausted:
+            span = tracer().start_span("streamledger.message_attempt")
+            span.add_event(
+                "streamledger.budget.exhausted",
+                {
+                    "streamledger.stream": str(self.stream.ref),
+                    "streamledger.group": self.group.name,
+                    "streamledger.seq": seq,
+                    "streamledger.attempts": attempt.index,
+                    "streamledger.error.type": type(exc).__qualname__,
+                },
+            )
+            span.end()
+            self._exhausted(seq, attempt.index, exc)
+        self.group.failing.add(seq)
+        return attempt.index
+
+    async def _stage(self, tx: MessageTx[S]) -> None:
+        by_stream: dict[int, tuple[ManagedStream[Any], list[Any]]] = {}
+        for out, value in tx._outputs:
+            by_stream.setdefault(id(out), (out, []))[1].append(value)
+        outputs: list[tuple[ManagedStream[Any], int, list[Any]]] = []
+        batches: list[OutputBatch] = []
+        for out, values in by_stream.values():
+            if len(values) > out.capacity:
+                raise OutputLimitError(
+                    f"message {tx.seq} of {self.stream.ref} staged {len(values)} messages for "
+                    f"{out.ref}, more than its capacity of {out.capacity}"
+                )
+            out._claim_writer("handler")
+            await out._wait_capacity(len(values))
+            first = out._reserve(len(values))
+            outputs.append((out, first, values))
+            batches.append(
+                OutputBatch(
+                    ref=out.ref,
+                    generation=out.generation,
+                    first_seq=first,
+                    payloads=tuple(out.codec.encode(v) for v in values),
+                )
+            )
+        state = self.state_codec.encode(tx._state) if tx._state_set else None
+        if tx._state_set:
+            self.state = tx._state
+        commit = MessageCommit(
+            message=self._ref(tx.seq),
+            node=self.node,
+            attempt=tx.attempt,
+            state=state,
+            results={name: codec.encode(v) for name, (codec, v) in tx._results.items()},
+            outputs=tuple(batches),
+            stop=tx._stopped,
+            parent_attempt=self.parent_attempt,
+        )
+        self.queue.append(_Staged(commit, tx.seq, outputs, state))
+        self.in_flight += 1
+        self.queued.set()
+        if tx._stopped:
+            self.stopped = True
+
+
+Handler = Callable[[MessageTx[S], T], Awaitable[None]]
+
+
+@overload
+async def handle_messages(
+    reader: StreamReader[T],
+    handler: Handler[None, T],
+    *,
+    node: str | None = None,
+    attempts: int = 1,
+    max_outputs: int = 64,
+    window: int = 256,
+    parent_attempt: str = "",
+) -> HandleResult[None]: ...
+
+
+@overload
+async def handle_messages(
+    reader: StreamReader[T],
+    handler: Handler[S, T],
+    *,
+    initial_state: S,
+    state_type: Any = None,
+    node: str | None = None,
+    attempts: int = 1,
+    max_outputs: int = 64,
+    window: int = 256,
+    parent_attempt: str = "",
+) -> HandleResult[S]: ...
+
+
+async def handle_messages(
+    reader: StreamReader[Any],
+    handler: Handler[Any, Any],
+    *,
+    initial_state: Any = None,
+    state_type: Any = None,
+    node: str | None = None,
+    attempts: int = 1,
+    max_outputs: int = 64,
+    window: int = 256,
+    parent_attempt: str = "",
+) -> HandleResult[Any]:
+    """Handle every message of ``reader``'s group, one confirmed transaction each.
+
+    ``handler(tx, value)`` reads ``tx.state``, may ``tx.set_state(...)``,
+    ``tx.send(writer, msg)``, ``tx.set(key, value)`` and ``tx.stop()``. If it
+    raises, the failure is confirmed before the next attempt; a message that
+    fails ``attempts`` times raises :class:`MessageExhaustedError`, here and
+    after every restart. Returns when the stream ends or the handler stops;
+    raises :class:`StreamFailedError` if the writer failed.
+
+    ``node`` names the processing node in message budgets (default: the
+    group). ``max_outputs`` bounds the messages one message may stage;
+    ``window`` bounds the messages staged but not yet committed.
+    """
+    if attempts < 1 or max_outputs < 0 or window < 1:
+        raise ValueError("attempts and window must be at least 1, max_outputs at least 0")
+    group = reader._group
+    stream = reader.stream
+    if group.claimed:
+        raise GroupBusyError(f"group {group.name!r} of stream {stream.ref} already has a handler")
+    if state_type is None:
+        state_type = Any if initial_state is None else type(initial_state)
+    state_codec: Codec[Any] = Codec(state_type)
+    if initial_state is not None:
+        state_codec.check(initial_state, what="the initial state")
+    run: _Run[Any, Any] = _Run(
+        reader,
+        handler,
+        initial_state=initial_state,
+        state_codec=state_codec,
+        node=node or group.name,
+        attempts=attempts,
+        max_outputs=max_outputs,
+        window=window,
+        parent_attempt=parent_attempt,
+    )
+    group.claimed = True
+    try:
+        with tracer().start_as_current_span(
+            "streamledger.handle_messages",
+            attributes={"streamledger.stream": str(stream.ref), "streamledger.group": group.name},
+        ) as span:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run.committer)
+                try:
+                    await run.consume()
+                    await run.drain()
+                finally:
+                    tg.cancel_scope.cancel()
+            span.set_attribute("streamledger.handled", run.committed)
+    except BaseExceptionGroup as errors:
+        raise _single(errors) from None
+    finally:
+        group.claimed = False
+        group.cursor = group.acked_through
+    return HandleResult(run.committed, run.stopped, run.state, dict(group.results))
+
+
+def _single(errors: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error behind a task-group failure, so callers can catch our error types.
+
+    The handler and the committer fail one at a time: whichever failed first
+    cancelled the other, so the group holds one real error.
+    """
+    first: BaseException = errors
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first

@@ -1,0 +1,107 @@
+"""StreamScope: where managed streams of one persistent scope are opened and shared."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+
+from ._errors import StreamStateError
+from ._hooks import StreamHooks
+from ._keys import Key, Stream, type_name
+from ._records import StreamOpen, StreamRef
+from ._stream import ManagedStream
+from ._tracing import tracer
+
+__all__ = ["StreamScope", "open_scope"]
+
+T = TypeVar("T")
+
+
+class StreamScope:
+    """Managed streams of one persistent scope, each opened once and shared.
+
+    A stream's identity is the scope, the writer node, the key and, per
+    consumer group, the group; its generation is raised on every open. Until
+    the graph engine supplies them, the caller names scope and node.
+    """
+
+    def __init__(self, hooks: StreamHooks, scope: str, task_group: anyio.abc.TaskGroup) -> None:
+        if not isinstance(scope, str) or not scope:
+            raise ValueError("a scope must be a non-empty string")
+        self.hooks = hooks
+        self.scope = scope
+        self._tg = task_group
+        self._streams: dict[StreamRef, ManagedStream[Any]] = {}
+
+    async def open_stream(
+        self,
+        key: Key[Stream[T]],
+        *,
+        node: str,
+        groups: Sequence[str] = ("default",),
+        capacity: int = 1024,
+        resumable: bool = False,
+    ) -> ManagedStream[T]:
+        """Open (or recover) the stream ``key`` written by ``node``.
+
+        ``groups`` are the consumer groups that must acknowledge each message
+        before it may be compacted. ``capacity`` bounds the messages not yet
+        acknowledged by every group; a writer waits while it is reached.
+        ``resumable=True`` is the writer's promise that it continues from
+        :attr:`StreamWriter.position` after a crash; only such a stream may be
+        recovered while still active.
+        """
+        if not key.is_stream:
+            raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        if not groups or len(set(groups)) != len(groups):
+            raise ValueError("groups must be distinct, and at least one")
+        ref = StreamRef(scope=self.scope, node=node, key=key.name)
+        existing = self._streams.get(ref)
+        if existing is not None:
+            if existing.key != key:
+                raise StreamStateError(f"stream {ref} is already open with {existing.key!r}")
+            return existing
+        request = StreamOpen(
+            ref=ref,
+            type_name=type_name(key.item_type),
+            capacity=capacity,
+            groups=tuple(groups),
+            resumable=resumable,
+        )
+        with tracer().start_as_current_span(
+            "streamledger.open_stream", attributes={"streamledger.stream": str(ref)}
+        ) as span:
+            opened = await self.hooks.open(request)
+            span.set_attribute("streamledger.generation", opened.generation)
+            span.set_attribute("streamledger.tail", len(opened.tail))
+            if not opened.created:
+                span.add_event("streamledger.stream.recovered")
+        stream: ManagedStream[T] = ManagedStream(
+            self, key, ref, opened, capacity=capacity, resumable=resumable
+        )
+        self._streams[ref] = stream
+        return stream
+
+    def streams(self) -> list[ManagedStream[Any]]:
+        """Every stream opened in this scope."""
+        return list(self._streams.values())
+
+    def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._tg.start_soon(fn)
+
+
+@asynccontextmanager
+async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamScope]:
+    """Open a :class:`StreamScope` on ``hooks``; its background appends end with the block.
+
+    Messages sent but not yet confirmed when the block exits are confirmed
+    before it returns; an error confirming them is raised from the block.
+    """
+    async with anyio.create_task_group() as tg:
+        yield StreamScope(hooks, scope, tg)

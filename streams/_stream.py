@@ -1,0 +1,467 @@
+"""Managed stream endpoints: one shared endpoint per stream, writers and readers on it.
+
+A :class:`ManagedStream` is the single in-process endpoint of a stream in a
+scope: one open, one tail, one delivery ledger, shared by every writer and
+reader handle. Messages become visible to readers only after the store
+confirmed their append (or the commit that staged them); readers in one
+consumer group share its messages, each group sees every message.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import anyio
+import msgspec
+
+from ._codec import Codec
+from ._errors import (
+    CheckpointError,
+    GroupBusyError,
+    StreamClosedError,
+    StreamFailedError,
+    StreamStateError,
+)
+from ._hooks import StreamHooks
+from ._keys import Key, Stream
+from ._records import AppendBatch, MessageCommit, MessageRef, StreamFinish, StreamOpened, StreamRef
+
+if TYPE_CHECKING:
+    from ._scope import StreamScope
+
+__all__ = ["GroupSnapshot", "ManagedStream", "Message", "StreamReader", "StreamSnapshot", "StreamWriter"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Message(Generic[T_co]):
+    """A delivered message: its sequence number in the stream and its value."""
+
+    __slots__ = ("group", "seq", "value")
+
+    def __init__(self, seq: int, value: T_co, group: str) -> None:
+        self.seq = seq
+        self.value = value
+        self.group = group
+
+    def __repr__(self) -> str:
+        return f"Message(seq={self.seq}, group={self.group!r})"
+
+
+class GroupSnapshot(msgspec.Struct, frozen=True):
+    group: str
+    acked_through: int
+    pending: int
+    exhausted: int
+    stopped: bool
+
+
+class StreamSnapshot(msgspec.Struct, frozen=True):
+    """A values-free view of a stream endpoint."""
+
+    key: str
+    scope: str
+    node: str
+    generation: int
+    capacity: int
+    appended: int
+    position: int | None
+    finished: bool
+    failed: bool
+    groups: tuple[GroupSnapshot, ...]
+
+
+class _Group:
+    """One consumer group's in-memory delivery ledger."""
+
+    __slots__ = (
+        "acked_above",
+        "acked_through",
+        "claimed",
+        "cursor",
+        "exhausted",
+        "failing",
+        "name",
+        "results",
+        "state",
+        "stopped",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.acked_through = 0
+        self.acked_above: list[int] = []
+        self.cursor = 0  # the last sequence handed to a reader
+        self.claimed = False
+        self.state: bytes | None = None
+        self.results: dict[str, bytes] = {}
+        self.stopped = False
+        self.exhausted: set[int] = set()
+        self.failing: set[int] = set()
+
+    def is_acked(self, seq: int) -> bool:
+        if seq <= self.acked_through:
+            return True
+        i = bisect.bisect_left(self.acked_above, seq)
+        return i < len(self.acked_above) and self.acked_above[i] == seq
+
+    def ack(self, seq: int) -> None:
+        if seq == self.acked_through + 1:
+            through = seq
+            above = self.acked_above
+            i = 0
+            while i < len(above) and above[i] == through + 1:
+                through += 1
+                i += 1
+            if i:
+                del above[:i]
+            self.acked_through = through
+        elif not self.is_acked(seq):
+            bisect.insort(self.acked_above, seq)
+
+
+class ManagedStream(Generic[T]):
+    """The shared endpoint of one stream. Obtain it from :meth:`StreamScope.open_stream`."""
+
+    def __init__(
+        self,
+        scope: StreamScope,
+        key: Key[Stream[T]],
+        ref: StreamRef,
+        opened: StreamOpened,
+        *,
+        capacity: int,
+        resumable: bool,
+    ) -> None:
+        self._scope = scope
+        self.key = key
+        self.ref = ref
+        self.hooks: StreamHooks = scope.hooks
+        self.codec: Codec[T] = Codec(key.item_type)
+        self.capacity = capacity
+        self.resumable = resumable
+        self.generation = opened.generation
+        self.finished = opened.finished
+        self.failed = opened.failed
+        self.position = opened.position
+        self._confirmed = opened.appended  # the last confirmed sequence
+        self._next_seq = opened.appended + 1  # the next sequence to assign
+        self._values: dict[int, T] = {m.seq: self.codec.decode(m.payload) for m in opened.tail}
+        self._evicted_through = min((f.acked_through for f in opened.groups), default=0)
+        self._groups: dict[str, _Group] = {}
+        for frontier in opened.groups:
+            group = _Group(frontier.group)
+            group.acked_through = frontier.acked_through
+            group.acked_above = list(frontier.acked_above)
+            group.cursor = frontier.acked_through
+            group.state = frontier.state
+            group.results = dict(frontier.results)
+            group.stopped = frontier.stopped
+            group.exhausted = set(frontier.exhausted)
+            group.failing = set(frontier.failing)
+            self._groups[group.name] = group
+        self._changed = anyio.Event()
+        self._pending: list[tuple[int, T, bytes]] = []
+        self._pending_position: int | None = None
+        self._flushing = False
+        self._broken: BaseException | None = None
+        self._writer_mode: str | None = None  # "direct" or "handler"
+        self._closing = False
+
+    # -- shared state -----------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+
+    def _group(self, name: str) -> _Group:
+        try:
+            return self._groups[name]
+        except KeyError:
+            raise StreamStateError(
+                f"stream {self.ref} has no consumer group {name!r}; declare it in open_stream(groups=...)"
+            ) from None
+
+    def _check_healthy(self) -> None:
+        if self._broken is not None:
+            raise CheckpointError(
+                f"stream {self.ref} stopped after a failed confirmation; reopen it to recover"
+            ) from self._broken
+
+    def _unacked(self) -> int:
+        """Messages assigned but not acknowledged by the slowest group."""
+        floor = min((g.acked_through for g in self._groups.values()), default=self._next_seq - 1)
+        return self._next_seq - 1 - floor
+
+    async def _wait_capacity(self, n: int) -> None:
+        while self._unacked() + n > self.capacity and self._unacked() > 0:
+            self._check_healthy()
+            await self._wait_change()
+
+    @property
+    def done(self) -> bool:
+        """Whether the writer finished or failed (readers may still hold unread messages)."""
+        return self.finished or self.failed
+
+    async def wait_done(self) -> None:
+        """Wait until the writer's terminal result is confirmed."""
+        while not self.done:
+            self._check_healthy()
+            await self._wait_change()
+
+    def snapshot(self) -> StreamSnapshot:
+        """A values-free view of the endpoint."""
+        return StreamSnapshot(
+            key=self.key.name,
+            scope=self.ref.scope,
+            node=self.ref.node,
+            generation=self.generation,
+            capacity=self.capacity,
+            appended=self._confirmed,
+            position=self.position,
+            finished=self.finished,
+            failed=self.failed,
+            groups=tuple(
+                GroupSnapshot(
+                    group=g.name,
+                    acked_through=g.acked_through,
+                    pending=self._confirmed - g.acked_through - len(g.acked_above),
+                    exhausted=len(g.exhausted),
+                    stopped=g.stopped,
+                )
+                for g in self._groups.values()
+            ),
+        )
+
+    def writer(self) -> StreamWriter[T]:
+        """The writer handle (the stream has one writer node; handles share its state)."""
+        return StreamWriter(self)
+
+    def reader(self, group: str) -> StreamReader[T]:
+        """A reader handle in consumer ``group``."""
+        self._group(group)
+        return StreamReader(self, group)
+
+    # -- the writer side --------------------------------------------------------------------
+
+    def _claim_writer(self, mode: str) -> None:
+        if self._writer_mode is None:
+            self._writer_mode = mode
+        elif self._writer_mode != mode:
+            raise StreamStateError(
+                f"stream {self.ref} is written by a message handler's staged outputs; "
+                "it cannot also take direct sends (and vice versa)"
+            )
+        if self.done:
+            raise StreamClosedError(f"stream {self.ref} already ended; it takes no more messages")
+
+    def _reserve(self, n: int) -> int:
+        first = self._next_seq
+        self._next_seq += n
+        return first
+
+    def _publish(self, first_seq: int, values: list[T] | tuple[T, ...]) -> None:
+        """Make confirmed messages visible to readers (after their commit)."""
+        for i, value in enumerate(values):
+            self._values[first_seq + i] = value
+        last = first_seq + len(values) - 1
+        if last > self._confirmed:
+            self._confirmed = last
+        self._notify()
+
+    async def _send(self, value: T, send_at: int | None) -> None:
+        self._check_healthy()
+        self._claim_writer("direct")
+        self.codec.check(value, what=f"stream {self.ref}")
+        await self._wait_capacity(1)
+        payload = self.codec.encode(value)
+        self._pending.append((self._reserve(1), value, payload))
+        if send_at is not None:
+            self._pending_position = send_at
+        if not self._flushing:
+            self._flushing = True
+            self._scope._spawn(self._flush_loop)
+
+    async def _flush_loop(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                position, self._pending_position = self._pending_position, None
+                try:
+                    await self.hooks.append(
+                        AppendBatch(
+                            ref=self.ref,
+                            generation=self.generation,
+                            first_seq=batch[0][0],
+                            payloads=tuple(p for _, _, p in batch),
+                            position=position,
+                        )
+                    )
+                except BaseException as exc:
+                    self._broken = exc
+                    self._notify()
+                    raise
+                if position is not None:
+                    self.position = position
+                self._publish(batch[0][0], [v for _, v, _ in batch])
+        finally:
+            self._flushing = False
+
+    async def _flush(self) -> None:
+        target = self._next_seq - 1
+        while self._confirmed < target:
+            self._check_healthy()
+            await self._wait_change()
+
+    async def _end(self, *, failed: bool) -> None:
+        if self.done:
+            if self.failed == failed:
+                return
+            raise StreamClosedError(f"stream {self.ref} already ended the other way")
+        await self._flush()
+        self._check_healthy()
+        await self.hooks.finish(StreamFinish(ref=self.ref, generation=self.generation, failed=failed))
+        self.finished = not failed
+        self.failed = failed
+        self._notify()
+
+    # -- the reader side --------------------------------------------------------------------
+
+    def _take_ready(self, group: _Group, limit: int) -> list[tuple[int, T]]:
+        """Hand out up to ``limit`` confirmed, unacknowledged messages in sequence order."""
+        taken: list[tuple[int, T]] = []
+        seq = group.cursor
+        while len(taken) < limit and seq < self._confirmed:
+            seq += 1
+            if group.acked_above and group.is_acked(seq):
+                continue
+            taken.append((seq, self._values[seq]))
+        group.cursor = seq
+        return taken
+
+    def _at_end(self, group: _Group) -> bool:
+        return self.done and group.cursor >= self._confirmed
+
+    def _raise_end(self) -> None:
+        if self.failed:
+            raise StreamFailedError(f"the writer of stream {self.ref} failed")
+        raise anyio.EndOfStream
+
+    def _local_ack(self, group: _Group, seq: int) -> None:
+        group.ack(seq)
+        floor = min(g.acked_through for g in self._groups.values())
+        if floor > self._evicted_through:
+            values = self._values
+            for s in range(self._evicted_through + 1, floor + 1):
+                values.pop(s, None)
+            self._evicted_through = floor
+
+    async def _ack(self, group: _Group, seq: int) -> None:
+        self._check_healthy()
+        if seq > self._confirmed or group.is_acked(seq):
+            raise StreamStateError(f"stream {self.ref} group {group.name!r}: nothing to ack at {seq}")
+        message = MessageRef(ref=self.ref, group=group.name, generation=self.generation, seq=seq)
+        await self.hooks.commit([MessageCommit(message=message)])
+        self._local_ack(group, seq)
+        self._notify()
+
+
+class StreamWriter(Generic[T_contra]):
+    """The send end of a managed stream."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: ManagedStream[Any]) -> None:
+        self._stream = stream
+
+    @property
+    def stream(self) -> ManagedStream[Any]:
+        return self._stream
+
+    @property
+    def position(self) -> int | None:
+        """The ``send_at`` cursor of the last confirmed message: where a source continues."""
+        return self._stream.position
+
+    @property
+    def done(self) -> bool:
+        return self._stream.done
+
+    async def send(self, value: T_contra, *, send_at: int | None = None) -> None:
+        """Queue ``value`` for the next group commit, waiting while the stream is at capacity.
+
+        ``send_at`` is the source's cursor after this message; once confirmed it
+        becomes :attr:`position`. Readers see the message only after the ledger
+        confirmed it; :meth:`flush` waits for that.
+        """
+        await self._stream._send(value, send_at)
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is confirmed."""
+        await self._stream._flush()
+
+    async def finish(self) -> None:
+        """Confirm every sent message, then the stream's successful end (``Done``)."""
+        await self._stream._end(failed=False)
+
+    async def fail(self) -> None:
+        """Confirm the writer's failure: readers get :class:`StreamFailedError` after the tail."""
+        await self._stream._end(failed=True)
+
+
+class StreamReader(Generic[T_co]):
+    """The receive end of a managed stream in one consumer group."""
+
+    __slots__ = ("_group", "_stream")
+
+    def __init__(self, stream: ManagedStream[Any], group: str) -> None:
+        self._stream = stream
+        self._group = stream._group(group)
+
+    @property
+    def stream(self) -> ManagedStream[Any]:
+        return self._stream
+
+    @property
+    def group(self) -> str:
+        return self._group.name
+
+    async def receive(self) -> Message[T_co]:
+        """The next message of the group; ``anyio.EndOfStream`` after the last one."""
+        stream, group = self._stream, self._group
+        if group.claimed:
+            raise GroupBusyError(
+                f"group {group.name!r} of stream {stream.ref} is consumed by handle_messages"
+            )
+        while True:
+            stream._check_healthy()
+            ready = stream._take_ready(group, 1)
+            if ready:
+                seq, value = ready[0]
+                return Message(seq, value, group.name)
+            if stream._at_end(group):
+                stream._raise_end()
+            await stream._wait_change()
+
+    async def ack(self, message: Message[Any] | int) -> None:
+        """Confirm that the group processed ``message``; the frontier advances contiguously."""
+        seq = message if isinstance(message, int) else message.seq
+        await self._stream._ack(self._group, seq)
+
+    def __aiter__(self) -> AsyncIterator[Message[T_co]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Message[T_co]]:
+        while True:
+            try:
+                message = await self.receive()
+            except anyio.EndOfStream:
+                return
+            yield message
