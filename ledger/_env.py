@@ -145,8 +145,7 @@ class LedgerEnv:
         Nothing is written to a path that is refused.
         """
         p = Path(path)
-        fresh = _check_path(p, create=create)
-        key = str(p.resolve()) if p.exists() else str(p.absolute())
+        key = str(p.resolve())
         with _open_paths_lock:
             if key in _open_paths:
                 raise LedgerInUseError(
@@ -154,6 +153,7 @@ class LedgerEnv:
                 )
             _open_paths.add(key)
         try:
+            fresh = _check_path(p, create=create)
             if fresh:
                 p.mkdir(parents=True, exist_ok=True)
             lock_fd = _take_owner_lock(p)
@@ -211,8 +211,7 @@ class LedgerEnv:
         self._check_open()
         if not self._serving:
             raise LedgerClosedError(
-                f"ledger {self.path} is not serving writes; "
-                "open it with `async with open_ledger(...)`"
+                f"ledger {self.path} is not serving writes; open it with `async with open_ledger(...)`"
             )
         ticket: WriteTicket[T] = WriteTicket(fn)
         self._pending.append(ticket)
@@ -224,9 +223,7 @@ class LedgerEnv:
         """Submit ``fn`` and wait until its batch is durable."""
         return await self.submit(fn).wait()
 
-    async def serve(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the committer until cancelled; pending writes are committed before it stops."""
         self._serving = True
         self._wakeup = anyio.Event()
@@ -253,9 +250,7 @@ class LedgerEnv:
             )
         except BaseException as exc:
             error = (
-                exc
-                if isinstance(exc, Exception)
-                else WriteFailedError(f"write batch interrupted: {exc!r}")
+                exc if isinstance(exc, Exception) else WriteFailedError(f"write batch interrupted: {exc!r}")
             )
             for ticket in batch:
                 ticket._error = error
@@ -292,54 +287,73 @@ class LedgerEnv:
     def _commit_batch(self, batch: list[WriteTicket[Any]]) -> tuple[list[tuple[bool, Any]], int]:
         """Writer thread: one write transaction and one fsync for the whole batch.
 
-        Returns each write's outcome and how many times the map grew.
+        Returns each write's outcome and how many times the map grew. When the
+        map cannot grow any more, each write is committed alone so that only
+        those that do not fit fail, with :class:`MapFullError`.
         """
         growths = 0
         while True:
-            txn = self._env.begin(write=True)
             try:
-                outcomes: list[tuple[bool, Any]] = []
-                for ticket in batch:
-                    child = self._env.begin(write=True, parent=txn)
-                    try:
-                        value = ticket._fn(child)
-                    except lmdb.MapFullError:
-                        child.abort()
-                        raise
-                    except Exception as exc:
-                        child.abort()
-                        outcomes.append((False, exc))
-                    else:
-                        child.commit()
-                        outcomes.append((True, value))
-                txn.commit()
+                return self._try_batch(batch), growths
             except lmdb.MapFullError:
-                txn.abort()
-                self._grow_map()
+                if not self._grow_map():
+                    break
                 growths += 1
-                continue
-            except lmdb.Error as exc:
-                txn.abort()
-                raise WriteFailedError(f"LMDB refused a write batch on {self.path}: {exc}") from exc
-            except BaseException:
-                txn.abort()
-                raise
-            self._batches += 1
-            if self._batches % 1024 == 0:
-                self._env.reader_check()
-            if self.batch_observer is not None:
-                self.batch_observer(len(batch), sum(1 for ok, _ in outcomes if ok))
-            return outcomes, growths
+        if len(batch) == 1:
+            error = MapFullError(
+                f"a write to ledger {self.path} does not fit in its map limit of "
+                f"{self._max_map_size} bytes; nothing of it was written. "
+                "Open the ledger with a larger max_map_size"
+            )
+            return [(False, error)], growths
+        outcomes: list[tuple[bool, Any]] = []
+        for ticket in batch:
+            outcome, _ = self._commit_batch([ticket])
+            outcomes.extend(outcome)
+        return outcomes, growths
 
-    def _grow_map(self) -> None:
+    def _try_batch(self, batch: list[WriteTicket[Any]]) -> list[tuple[bool, Any]]:
+        txn = self._env.begin(write=True)
+        try:
+            outcomes: list[tuple[bool, Any]] = []
+            for ticket in batch:
+                child = self._env.begin(write=True, parent=txn)
+                try:
+                    value = ticket._fn(child)
+                except lmdb.MapFullError:
+                    child.abort()
+                    raise
+                except Exception as exc:
+                    child.abort()
+                    outcomes.append((False, exc))
+                else:
+                    child.commit()
+                    outcomes.append((True, value))
+            txn.commit()
+        except lmdb.MapFullError:
+            txn.abort()
+            raise
+        except lmdb.Error as exc:
+            txn.abort()
+            raise WriteFailedError(f"LMDB refused a write batch on {self.path}: {exc}") from exc
+        except BaseException:
+            txn.abort()
+            raise
+        self._batches += 1
+        if self._batches % 1024 == 0:
+            self._env.reader_check()
+        if self.batch_observer is not None:
+            self.batch_observer(len(batch), sum(1 for ok, _ in outcomes if ok))
+        return outcomes
+
+    def _grow_map(self) -> bool:
+        """Double the map up to its limit; False if it is at the limit already."""
         current = self._env.info()["map_size"]
         if current >= self._max_map_size:
-            raise MapFullError(
-                f"ledger {self.path} reached its map limit of {self._max_map_size} bytes; "
-                "open it with a larger max_map_size"
-            )
+            return False
         with self._map_lock:
             self._env.set_mapsize(min(current * 2, self._max_map_size))
+        return True
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -399,9 +413,7 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     try:
         meta_db = env.open_db(b"meta", create=False)
     except lmdb.NotFoundError:
-        raise NotALedgerError(
-            f"{path} is an LMDB environment but not a streamledger ledger"
-        ) from None
+        raise NotALedgerError(f"{path} is an LMDB environment but not a streamledger ledger") from None
     with env.begin(db=meta_db) as txn:
         raw = txn.get(_META_KEY)
     if raw is None:
@@ -409,11 +421,7 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     meta = decode_record(raw, _meta_decoder, db="meta", key=_META_KEY)
     if meta.format != FORMAT:
         raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
-    if (
-        meta.schema_version != SCHEMA_VERSION
-        or meta.codec != CODEC
-        or meta.codec_version != CODEC_VERSION
-    ):
+    if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
         raise SchemaVersionError(
             f"{path} was written with schema {meta.schema_version} and codec "
             f"{meta.codec}/{meta.codec_version}; this build reads schema {SCHEMA_VERSION} and "

@@ -43,9 +43,7 @@ async def open_ledger(
     loses nothing, a power loss may lose the last batches. Everything written
     before the block exits is committed before the ledger closes.
     """
-    env = LedgerEnv.open(
-        path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size
-    )
+    env = LedgerEnv.open(path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(env.serve)

@@ -134,9 +134,7 @@ class LmdbView:
         "reads",
     )
 
-    def __init__(
-        self, txn: Any, dbs: Mapping[str, Any], known_ids: Mapping[StreamRef, int]
-    ) -> None:
+    def __init__(self, txn: Any, dbs: Mapping[str, Any], known_ids: Mapping[StreamRef, int]) -> None:
         self._txn = txn
         self._dbs = dbs
         self._known_ids = known_ids
@@ -273,9 +271,7 @@ class LmdbView:
                 if key[:8] != prefix:
                     break
                 found.append(
-                    StoredMessage(
-                        _u64.unpack_from(key, 8)[0], unseal(value, db="messages", key=key)
-                    )
+                    StoredMessage(_u64.unpack_from(key, 8)[0], unseal(value, db="messages", key=key))
                 )
         self.reads += len(found)
         return found

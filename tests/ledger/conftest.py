@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+_exporter = InMemorySpanExporter()
+_installed = False
+
+
+def _install() -> None:
+    """Route the process's spans to ``_exporter`` once, sharing an SDK provider if one is set."""
+    global _installed
+    if _installed:
+        return
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+        provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(SimpleSpanProcessor(_exporter))
+    _installed = True
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """An exporter holding the spans finished during the test."""
+    _install()
+    _exporter.clear()
+    yield _exporter
+    _exporter.clear()
