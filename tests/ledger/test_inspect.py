@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from ledger import CorruptRecordError, inspect_ledger, open_ledger
+from streams import (
+    AppendBatch,
+    MessageCommit,
+    MessageFail,
+    MessageRef,
+    StreamFinish,
+    StreamOpen,
+    StreamRef,
+)
+
+ORDERS = StreamRef("run", "source", "orders")
+INVOICES = StreamRef("run", "billing", "invoices")
+
+
+class Totals(msgspec.Struct):
+    total: int
+    count: int
+    digest: bytes
+
+
+async def test_an_empty_ledger_has_no_streams(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        assert inspect_ledger(ledger.env) == {"path": str(tmp_path / "l"), "streams": []}
+
+
+async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        hooks = ledger.streams
+        orders = await hooks.open(StreamOpen(ORDERS, "Order", 64, ("billing", "audit")))
+        invoices = await hooks.open(StreamOpen(INVOICES, "Invoice", 16, ("audit",)))
+        await hooks.append(AppendBatch(ORDERS, 1, 1, tuple(b"%d" % i for i in range(1, 11))))
+        await hooks.append(AppendBatch(INVOICES, 1, 1, (b"i",)))
+        state = msgspec.msgpack.encode(Totals(total=6, count=3, digest=b"\x00\xff"))
+        await hooks.commit(
+            [
+                MessageCommit(MessageRef(ORDERS, "billing", 1, 1)),
+                MessageCommit(MessageRef(ORDERS, "billing", 1, 2)),
+                MessageCommit(MessageRef(ORDERS, "billing", 1, 5), state=state),
+            ]
+        )
+        await hooks.fail_message(MessageFail(MessageRef(ORDERS, "audit", 1, 3), "auditor", 1, 0))
+        await hooks.commit([MessageCommit(MessageRef(INVOICES, "audit", 1, 1))])
+        await hooks.finish(StreamFinish(INVOICES, invoices.generation))
+        report = inspect_ledger(ledger.env)
+    assert orders.generation == 1
+    assert json.loads(json.dumps(report)) == report
+    assert report["path"] == str(tmp_path / "l")
+    assert report["streams"] == [
+        {
+            "key": "orders",
+            "scope": "run",
+            "node": "source",
+            "type": "Order",
+            "generation": 1,
+            "appended": 10,
+            "finished": False,
+            "failed": False,
+            "capacity": 64,
+            "groups": [
+                {
+                    "group": "audit",
+                    "acked_through": 0,
+                    "pending": 10,
+                    "exhausted": 1,
+                    "stopped": False,
+                    "state": None,
+                },
+                {
+                    "group": "billing",
+                    "acked_through": 2,
+                    "pending": 7,
+                    "exhausted": 0,
+                    "stopped": False,
+                    "state": {
+                        "total": 6,
+                        "count": 3,
+                        "digest": base64.b64encode(b"\x00\xff").decode(),
+                    },
+                },
+            ],
+        },
+        {
+            "key": "invoices",
+            "scope": "run",
+            "node": "billing",
+            "type": "Invoice",
+            "generation": 1,
+            "appended": 1,
+            "finished": True,
+            "failed": False,
+            "capacity": 16,
+            "groups": [
+                {
+                    "group": "audit",
+                    "acked_through": 1,
+                    "pending": 0,
+                    "exhausted": 0,
+                    "stopped": False,
+                    "state": None,
+                }
+            ],
+        },
+    ]
+
+
+async def test_inspect_writes_nothing(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        await ledger.streams.open(StreamOpen(ORDERS, "Order", 64, ("billing",)))
+        before = ledger.env.info()["last_txnid"]
+        inspect_ledger(ledger.env)
+        assert ledger.env.info()["last_txnid"] == before
+
+
+async def test_a_state_that_does_not_decode_is_a_corrupt_record(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        await ledger.streams.open(StreamOpen(ORDERS, "Order", 64, ("billing",)))
+        await ledger.streams.append(AppendBatch(ORDERS, 1, 1, (b"x",)))
+        await ledger.streams.commit([MessageCommit(MessageRef(ORDERS, "billing", 1, 1), state=b"\xc1")])
+        with pytest.raises(CorruptRecordError, match="committed state"):
+            inspect_ledger(ledger.env)
