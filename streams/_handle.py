@@ -199,16 +199,20 @@ class _Run(Generic[T, S]):
             touched: dict[int, ManagedStream[Any]] = {id(stream): stream}
             for item in batch:
                 for out, first, values in item.outputs:
-                    out._publish(first, values)
+                    out._publish(first, values, notify=False)
                     touched[id(out)] = out
-                stream._local_ack(group, item.seq)
-                group.failing.discard(item.seq)
                 if item.state is not None:
                     group.state = item.state
                 if item.commit.results:
                     group.results.update(item.commit.results)
                 if item.commit.stop:
                     group.stopped = True
+            seqs = [item.seq for item in batch]
+            stream._local_ack_many(group, seqs)
+            if group.failing:
+                group.failing.difference_update(seqs)
+            if group.exhausted:
+                group.exhausted.difference_update(seqs)
             self.committed += len(batch)
             self.in_flight -= len(batch)
             for s in touched.values():
@@ -328,12 +332,9 @@ class _Run(Generic[T, S]):
         return attempt.index
 
     async def _stage(self, tx: MessageTx[S]) -> None:
-        by_stream: dict[int, tuple[ManagedStream[Any], list[Any]]] = {}
-        for out, value in tx._outputs:
-            by_stream.setdefault(id(out), (out, []))[1].append(value)
         outputs: list[tuple[ManagedStream[Any], int, list[Any]]] = []
         batches: list[OutputBatch] = []
-        for out, values in by_stream.values():
+        for out, values in _by_stream(tx._outputs):
             if len(values) > out.capacity:
                 raise OutputLimitError(
                     f"message {tx.seq} of {self.stream.ref} staged {len(values)} messages for "
@@ -369,6 +370,21 @@ class _Run(Generic[T, S]):
         self.queued.set()
         if tx._stopped:
             self.stopped = True
+
+
+def _by_stream(
+    outputs: list[tuple[ManagedStream[Any], Any]],
+) -> list[tuple[ManagedStream[Any], list[Any]]]:
+    """Staged outputs grouped by stream, in order of first appearance."""
+    if not outputs:
+        return []
+    first = outputs[0][0]
+    if all(out is first for out, _ in outputs):
+        return [(first, [v for _, v in outputs])]
+    grouped: dict[int, tuple[ManagedStream[Any], list[Any]]] = {}
+    for out, value in outputs:
+        grouped.setdefault(id(out), (out, []))[1].append(value)
+    return list(grouped.values())
 
 
 Handler = Callable[[MessageTx[S], T], Awaitable[None]]

@@ -190,10 +190,13 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         frontier = _frontier(view, desc, message.group, what)
         if frontier.stopped:
             raise SequenceError(f"{what}: group {message.group!r} stopped handling this stream")
-        if message.seq in frontier.exhausted:
-            raise SequenceError(f"{what}: the message exhausted its attempt budget")
-        frontier = ack(desc, frontier, message)
         changes: dict[str, object] = {}
+        if message.seq in frontier.exhausted:
+            record = view.get_attempt(_attempt_key(message, c.node, c.parent_attempt))
+            if record is not None and record.exhausted:
+                raise SequenceError(f"{what}: the message exhausted its attempt budget in this node")
+            changes["exhausted"] = tuple(s for s in frontier.exhausted if s != message.seq)
+        frontier = ack(desc, frontier, message)
         if c.state is not None:
             changes["state"] = c.state
         if c.results:
@@ -205,7 +208,7 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         if changes:
             frontier = msgspec.structs.replace(frontier, **changes)
         view.put_group(desc.ref, frontier)
-        if c.attempt:
+        if c.attempt or "exhausted" in changes:
             view.delete_attempt(_attempt_key(message, c.node, c.parent_attempt))
         for out in c.outputs:
             out_desc = _descriptor(view, out.ref, f"output of {message}")

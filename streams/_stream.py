@@ -164,6 +164,7 @@ class ManagedStream(Generic[T]):
             group.exhausted = set(frontier.exhausted)
             group.failing = set(frontier.failing)
             self._groups[group.name] = group
+        self._group_list = list(self._groups.values())
         self._changed = anyio.Event()
         self._pending: list[tuple[int, T, bytes]] = []
         self._pending_position: int | None = None
@@ -195,10 +196,16 @@ class ManagedStream(Generic[T]):
                 f"stream {self.ref} stopped after a failed confirmation; reopen it to recover"
             ) from self._broken
 
+    def _floor(self) -> int:
+        """The largest sequence every group acknowledged."""
+        groups = self._group_list
+        if len(groups) == 1:
+            return groups[0].acked_through
+        return min(g.acked_through for g in groups)
+
     def _unacked(self) -> int:
         """Messages assigned but not acknowledged by the slowest group."""
-        floor = min((g.acked_through for g in self._groups.values()), default=self._next_seq - 1)
-        return self._next_seq - 1 - floor
+        return self._next_seq - 1 - self._floor()
 
     async def _wait_capacity(self, n: int) -> None:
         while self._unacked() + n > self.capacity and self._unacked() > 0:
@@ -267,14 +274,16 @@ class ManagedStream(Generic[T]):
         self._next_seq += n
         return first
 
-    def _publish(self, first_seq: int, values: list[T] | tuple[T, ...]) -> None:
+    def _publish(self, first_seq: int, values: list[T] | tuple[T, ...], *, notify: bool = True) -> None:
         """Make confirmed messages visible to readers (after their commit)."""
+        stored = self._values
         for i, value in enumerate(values):
-            self._values[first_seq + i] = value
+            stored[first_seq + i] = value
         last = first_seq + len(values) - 1
         if last > self._confirmed:
             self._confirmed = last
-        self._notify()
+        if notify:
+            self._notify()
 
     async def _send(self, value: T, send_at: int | None) -> None:
         self._check_healthy()
@@ -356,7 +365,21 @@ class ManagedStream(Generic[T]):
 
     def _local_ack(self, group: _Group, seq: int) -> None:
         group.ack(seq)
-        floor = min(g.acked_through for g in self._groups.values())
+        self._evict()
+
+    def _local_ack_many(self, group: _Group, seqs: list[int]) -> None:
+        """Acknowledge committed messages locally, in sequence order."""
+        if seqs[0] == group.acked_through + 1 and seqs[-1] - seqs[0] == len(seqs) - 1 and (
+            not group.acked_above or group.acked_above[0] > seqs[-1] + 1
+        ):
+            group.acked_through = seqs[-1]
+        else:
+            for seq in seqs:
+                group.ack(seq)
+        self._evict()
+
+    def _evict(self) -> None:
+        floor = self._floor()
         if floor > self._evicted_through:
             values = self._values
             for s in range(self._evicted_through + 1, floor + 1):

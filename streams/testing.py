@@ -1,0 +1,84 @@
+"""Fault injection for recovery tests: wrap a store and fail its Nth call.
+
+Pass the wrapper where the store would go; nothing global is patched::
+
+    faulty = FaultyHooks(store, fail={"commit": 3})
+    async with open_scope(faulty, scope="t") as scope: ...
+
+A call chosen to fail raises :class:`InjectedFault` either before reaching
+the store (``after=False``: nothing confirmed) or after the store confirmed
+it (``after=True``: the answer is lost, as when a process dies inside a
+commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+from ._hooks import StreamHooks
+from ._records import (
+    AppendBatch,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+)
+
+__all__ = ["FaultyHooks", "InjectedFault"]
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class InjectedFault(Exception):
+    """Raised by :class:`FaultyHooks` in place of a store's answer."""
+
+
+class FaultyHooks:
+    """A :class:`~streams.StreamHooks` wrapper that fails chosen calls.
+
+    ``fail`` maps a hook name to the 1-based number of the call that fails
+    (``{"commit": 3}`` fails the third commit). ``after=True`` lets the store
+    confirm the call first, then loses the answer.
+    """
+
+    def __init__(self, inner: StreamHooks, *, fail: Mapping[str, int], after: bool = False) -> None:
+        unknown = set(fail) - {"open", "append", "open_message", "fail_message", "commit", "finish"}
+        if unknown:
+            raise ValueError(f"no such hook: {sorted(unknown)}")
+        self.inner = inner
+        self.fail = dict(fail)
+        self.after = after
+        self.calls: dict[str, int] = {}
+
+    async def _call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        due = self.fail.get(name) == self.calls[name]
+        if due and not self.after:
+            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
+        result = await fn(arg)
+        if due:
+            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (answer lost)")
+        return result
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        return await self._call("open", self.inner.open, request)
+
+    async def append(self, batch: AppendBatch) -> None:
+        await self._call("append", self.inner.append, batch)
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        return await self._call("open_message", self.inner.open_message, request)
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        return await self._call("fail_message", self.inner.fail_message, request)
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        await self._call("commit", self.inner.commit, commits)
+
+    async def finish(self, request: StreamFinish) -> None:
+        await self._call("finish", self.inner.finish, request)

@@ -1,0 +1,375 @@
+"""Invariants 2, 4 and 7: one transaction per message, budgets, staged outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from streams import (
+    CheckpointError,
+    HandleResult,
+    Key,
+    MessageCommit,
+    MessageExhaustedError,
+    MessageTx,
+    NoValue,
+    OutputLimitError,
+    PayloadTypeError,
+    StreamFailedError,
+    StreamScope,
+    StreamWriter,
+    handle_messages,
+    open_scope,
+)
+from streams.testing import FaultyHooks, InjectedFault
+
+from .conftest import INVOICES, ORDERS, TOTAL, Invoice, Order, Totals, World
+
+
+async def _orders(scope: StreamScope, n: int, *, finish: bool = True) -> None:
+    stream = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+    writer = stream.writer()
+    for i in range((writer.position or 0) + 1, n + 1):
+        await writer.send(Order(i, i), send_at=i)
+    if finish:
+        await writer.finish()
+    else:
+        await writer.flush()
+
+
+async def _bill(scope: StreamScope, *, fail_on: int = 0, attempts: int = 1) -> HandleResult[Totals]:
+    orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+    invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), resumable=True)
+    out: StreamWriter[Invoice] = invoices.writer()
+
+    async def bill(tx: MessageTx[Totals], order: Order) -> None:
+        tx.set_state(Totals(tx.state.total + order.amount, tx.state.count + 1))
+        tx.send(out, Invoice(order.id, order.amount))
+        tx.set(TOTAL, tx.state.total)
+        if order.id == fail_on:
+            raise RuntimeError("business failure")
+
+    return await handle_messages(orders.reader("billing"), bill, initial_state=Totals(), attempts=attempts)
+
+
+async def _invoices(scope: StreamScope) -> list[Invoice]:
+    invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), resumable=True)
+    await invoices.writer().finish()
+    return [m.value async for m in invoices.reader("audit")]
+
+
+async def test_state_outputs_and_results_are_confirmed_with_each_ack(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 50)
+        result = await _bill(scope)
+        assert result.handled == 50
+        assert result.state == Totals(50 * 51 // 2, 50)
+        assert result.result(TOTAL) == 50 * 51 // 2
+        assert [i.order for i in await _invoices(scope)] == list(range(1, 51))
+
+
+async def test_a_failed_commit_confirms_nothing_and_recovery_resumes_from_the_last_commit(
+    world: World,
+) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 300)
+    async with world.session() as hooks:
+        faulty = FaultyHooks(hooks, fail={"commit": 2})
+        with pytest.raises(ExceptionGroup) as info:
+            async with open_scope(faulty, scope="s") as scope:
+                await _bill(scope)
+        assert info.group_contains(CheckpointError)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), resumable=True)
+        acked = orders.snapshot().groups[0].acked_through
+        assert 0 < acked < 300
+        assert invoices.snapshot().appended == acked
+        result = await _bill(scope)
+        assert result.state == Totals(300 * 301 // 2, 300)
+        assert [i.order for i in await _invoices(scope)] == list(range(1, 301))
+
+
+async def test_a_commit_whose_answer_was_lost_is_found_in_the_ledger(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 20)
+    async with world.session() as hooks:
+        faulty = FaultyHooks(hooks, fail={"commit": 1}, after=True)
+        with pytest.raises(ExceptionGroup):
+            async with open_scope(faulty, scope="s") as scope:
+                await _bill(scope)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        committed = orders.snapshot().groups[0].acked_through
+        assert committed >= 1
+        result = await _bill(scope)
+        assert result.handled == 20 - committed
+        assert result.state == Totals(210, 20)
+        assert len(await _invoices(scope)) == 20
+
+
+async def test_failed_attempt_publishes_no_outputs_and_retries_from_the_same_state(world: World) -> None:
+    attempts_seen: list[tuple[int, int]] = []
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 3)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), resumable=True)
+        out = invoices.writer()
+
+        async def flaky(tx: MessageTx[Totals], order: Order) -> None:
+            attempts_seen.append((order.id, tx.attempt))
+            tx.send(out, Invoice(order.id, order.amount))
+            tx.set_state(Totals(tx.state.total + order.amount, tx.state.count + 1))
+            if order.id == 2 and tx.attempt < 2:
+                raise RuntimeError("flaky")
+
+        result = await handle_messages(orders.reader("billing"), flaky, initial_state=Totals(), attempts=3)
+        assert result.state == Totals(6, 3)
+        assert attempts_seen == [(1, 0), (2, 0), (2, 1), (2, 2), (3, 0)]
+        assert [i.order for i in await _invoices(scope)] == [1, 2, 3]
+
+
+async def test_exhausted_message_fails_the_handler_here_and_after_every_restart(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 5)
+        with pytest.raises(MessageExhaustedError, match="#3"):
+            await _bill(scope, fail_on=3, attempts=2)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        group = orders.snapshot().groups[0]
+        assert (group.acked_through, group.exhausted) == (2, 1)
+    calls: list[int] = []
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+        async def never(tx: MessageTx[None], order: Order) -> None:
+            calls.append(order.id)
+
+        with pytest.raises(MessageExhaustedError):
+            await handle_messages(orders.reader("billing"), never, attempts=2)
+    assert calls == []
+
+
+async def test_crash_inside_an_attempt_reclaims_the_same_attempt(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 1)
+    seen: list[int] = []
+    for _ in range(2):
+        async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+            orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+            cancel = anyio.CancelScope()
+
+            async def crash(tx: MessageTx[None], order: Order) -> None:
+                seen.append(tx.attempt)
+                cancel.cancel()  # the process dies in the middle of the attempt
+                await anyio.lowlevel.checkpoint()
+
+            with cancel:
+                await handle_messages(orders.reader("billing"), crash, attempts=3)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        tries: list[int] = []
+
+        async def ok(tx: MessageTx[None], order: Order) -> None:
+            tries.append(tx.attempt)
+
+        result = await handle_messages(orders.reader("billing"), ok, attempts=3)
+        assert result.handled == 1
+    assert seen == [0, 0]
+    assert tries == [0]
+
+
+async def test_a_new_parent_attempt_has_a_budget_of_its_own(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 1)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+        async def boom(tx: MessageTx[None], order: Order) -> None:
+            raise RuntimeError("boom")
+
+        with pytest.raises(MessageExhaustedError):
+            await handle_messages(orders.reader("billing"), boom, parent_attempt="parent/0")
+
+        async def ok(tx: MessageTx[None], order: Order) -> None:
+            assert tx.attempt == 0
+
+        result = await handle_messages(orders.reader("billing"), ok, parent_attempt="parent/1")
+        assert result.handled == 1
+        assert orders.snapshot().groups[0].exhausted == 0
+
+
+async def test_raising_the_generation_never_replenishes_a_budget(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 1)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+        async def fail_once(tx: MessageTx[None], order: Order) -> None:
+            raise RuntimeError("boom")
+
+        with pytest.raises(MessageExhaustedError):
+            await handle_messages(orders.reader("billing"), fail_once, attempts=2)
+    attempts: list[int] = []
+    for _ in range(3):
+        async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+            orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+            async def record(tx: MessageTx[None], order: Order) -> None:
+                attempts.append(tx.attempt)
+                raise RuntimeError("boom")
+
+            with pytest.raises(MessageExhaustedError):
+                await handle_messages(orders.reader("billing"), record, attempts=2)
+    assert attempts == []
+
+
+async def test_budget_survives_restart_between_failures(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 1)
+    seen: list[int] = []
+    for _ in range(3):
+        async with world.session() as hooks:
+            faulty = FaultyHooks(hooks, fail={"open_message": 2})
+            async with open_scope(faulty, scope="s") as scope:
+                orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+                async def fail(tx: MessageTx[None], order: Order) -> None:
+                    seen.append(tx.attempt)
+                    raise RuntimeError("boom")
+
+                with pytest.raises((MessageExhaustedError, InjectedFault)):
+                    await handle_messages(orders.reader("billing"), fail, attempts=3)
+    assert seen == [0, 1, 2]
+
+
+async def test_more_than_max_outputs_is_refused_and_nothing_is_committed(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 2)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=1000)
+        out = invoices.writer()
+
+        async def spray(tx: MessageTx[None], order: Order) -> None:
+            for i in range(65):
+                tx.send(out, Invoice(order.id, i))
+
+        with pytest.raises(OutputLimitError, match="64"):
+            await handle_messages(orders.reader("billing"), spray)
+        assert orders.snapshot().groups[0].acked_through == 0
+        assert invoices.snapshot().appended == 0
+        result = await handle_messages(orders.reader("billing"), spray, max_outputs=65)
+        assert result.handled == 2
+        assert invoices.snapshot().appended == 130
+
+
+async def test_output_batch_larger_than_its_stream_capacity_is_refused(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 1)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=4)
+        out = invoices.writer()
+
+        async def five(tx: MessageTx[None], order: Order) -> None:
+            for i in range(5):
+                tx.send(out, Invoice(order.id, i))
+
+        with pytest.raises(OutputLimitError, match="capacity of 4"):
+            await handle_messages(orders.reader("billing"), five)
+        assert orders.snapshot().groups[0].acked_through == 0
+        assert invoices.snapshot().appended == 0
+
+
+async def test_wrong_output_type_is_refused_without_spending_the_budget(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 1)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",))
+        out = invoices.writer()
+
+        async def wrong(tx: MessageTx[None], order: Order) -> None:
+            tx.send(out, order)  # type: ignore[arg-type]
+
+        with pytest.raises(PayloadTypeError):
+            await handle_messages(orders.reader("billing"), wrong)
+        assert orders.snapshot().groups[0].exhausted == 0
+
+        async def right(tx: MessageTx[None], order: Order) -> None:
+            tx.send(out, Invoice(order.id, order.amount))
+
+        assert (await handle_messages(orders.reader("billing"), right)).handled == 1
+
+
+async def test_stop_is_confirmed_with_its_message(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 10)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+        async def until_four(tx: MessageTx[int], order: Order) -> None:
+            tx.set_state(tx.state + order.amount)
+            if order.id == 4:
+                tx.stop()
+
+        result = await handle_messages(orders.reader("billing"), until_four, initial_state=0)
+        assert (result.handled, result.stopped, result.state) == (4, True, 10)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        result = await handle_messages(orders.reader("billing"), until_four, initial_state=0)
+        assert (result.handled, result.stopped, result.state) == (0, True, 10)
+        assert orders.snapshot().groups[0].acked_through == 4
+
+
+async def test_handler_on_a_failed_stream_raises_after_the_tail(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",))
+        await orders.writer().send(Order(1, 1))
+        await orders.writer().fail()
+        handled: list[int] = []
+
+        async def h(tx: MessageTx[None], order: Order) -> None:
+            handled.append(order.id)
+
+        with pytest.raises(StreamFailedError):
+            await handle_messages(orders.reader("billing"), h)
+        assert handled == [1]
+        assert orders.snapshot().groups[0].acked_through == 1
+
+
+async def test_results_are_restored_after_restart(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 3, finish=False)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+
+        async def total(tx: MessageTx[int], order: Order) -> None:
+            tx.set_state(tx.state + order.amount)
+            tx.set(TOTAL, tx.state)
+            if order.id == 3:
+                tx.stop()
+
+        await handle_messages(orders.reader("billing"), total, initial_state=0)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        result = await handle_messages(orders.reader("billing"), total, initial_state=0)
+        assert result.result(TOTAL) == 6
+        assert result.result(Key("never_set", int)) is NoValue
+
+
+class _CountingHooks(FaultyHooks):
+    batches: list[int]
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        self.batches.append(len(commits))
+        await self.inner.commit(commits)
+
+
+async def test_commits_are_pipelined_and_land_in_order(world: World) -> None:
+    async with world.session() as hooks:
+        counting = _CountingHooks(hooks, fail={})
+        counting.batches = []
+        async with open_scope(counting, scope="s") as scope:
+            await _orders(scope, 400)
+            result = await _bill(scope)
+        assert result.state == Totals(400 * 401 // 2, 400)
+        assert sum(counting.batches) == 400
+        assert max(counting.batches) > 1

@@ -1,0 +1,253 @@
+"""Invariants 1, 3 and 6: append before delivery, the contiguous frontier, terminals."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from streams import (
+    AppendBatch,
+    Key,
+    MessageCommit,
+    MessageRef,
+    PayloadTypeError,
+    SequenceError,
+    SourceNotResumableError,
+    StaleGenerationError,
+    Stream,
+    StreamFailedError,
+    StreamOpen,
+    StreamRef,
+    open_scope,
+)
+from streams.testing import FaultyHooks, InjectedFault
+
+from .conftest import NUMBERS, ORDERS, Order, World
+
+
+async def test_messages_are_delivered_in_contiguous_sequence(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        writer = stream.writer()
+        for i in range(10):
+            await writer.send(i)
+        await writer.finish()
+        seen = [(m.seq, m.value) async for m in stream.reader("g")]
+    assert seen == [(i + 1, i) for i in range(10)]
+
+
+async def test_reader_never_sees_a_message_before_its_append_is_confirmed(world: World) -> None:
+    async with world.session() as hooks:
+        gate = anyio.Event()
+        entered = anyio.Event()
+
+        class GatedHooks(FaultyHooks):
+            async def append(self, batch: AppendBatch) -> None:
+                entered.set()
+                await gate.wait()
+                await self.inner.append(batch)
+
+        gated = GatedHooks(hooks, fail={})
+        async with open_scope(gated, scope="s") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+            reader = stream.reader("g")
+            await stream.writer().send(7)
+            await entered.wait()
+            assert stream.snapshot().appended == 0
+            received: list[int] = []
+
+            async def read() -> None:
+                received.append((await reader.receive()).value)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                await anyio.wait_all_tasks_blocked()
+                assert received == []
+                gate.set()
+            assert received == [7]
+
+
+async def test_failed_append_delivers_nothing_and_stops_the_scope(world: World) -> None:
+    async with world.session() as hooks:
+        faulty = FaultyHooks(hooks, fail={"append": 1})
+        with pytest.raises(ExceptionGroup) as info:
+            async with open_scope(faulty, scope="s") as scope:
+                stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+                await stream.writer().send(1)
+                await stream.writer().flush()
+        assert info.group_contains(InjectedFault)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        assert stream.snapshot().appended == 0
+
+
+async def test_wrong_payload_type_is_refused_and_nothing_is_written(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(ORDERS, node="src", groups=("g",))
+        with pytest.raises(PayloadTypeError, match="orders"):
+            await stream.writer().send("not an order")  # type: ignore[arg-type]
+        await stream.writer().flush()
+        assert stream.snapshot().appended == 0
+
+
+async def test_acked_through_is_the_contiguous_frontier_and_never_moves_back(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        writer = stream.writer()
+        for i in range(5):
+            await writer.send(i)
+        await writer.flush()
+        reader = stream.reader("g")
+        messages = [await reader.receive() for _ in range(5)]
+        await reader.ack(messages[2])
+        await reader.ack(messages[1])
+        assert stream.snapshot().groups[0].acked_through == 0
+        await reader.ack(messages[0])
+        assert stream.snapshot().groups[0].acked_through == 3
+        await reader.ack(messages[4])
+        assert stream.snapshot().groups[0].acked_through == 3
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        group = stream.snapshot().groups[0]
+        assert (group.acked_through, group.pending) == (3, 1)
+        reader = stream.reader("g")
+        message = await reader.receive()
+        assert message.seq == 4
+        await reader.ack(message)
+        assert stream.snapshot().groups[0].acked_through == 5
+
+
+async def test_acking_twice_is_refused_by_the_store(world: World) -> None:
+    async with world.session() as hooks:
+        ref = StreamRef("s", "src", "numbers")
+        opened = await hooks.open(StreamOpen(ref, "int", 16, ("g",)))
+        await hooks.append(AppendBatch(ref, opened.generation, 1, (b"\x01",)))
+        ack = MessageCommit(MessageRef(ref, "g", opened.generation, 1))
+        await hooks.commit([ack])
+        with pytest.raises(SequenceError):
+            await hooks.commit([ack])
+        with pytest.raises(SequenceError):
+            await hooks.append(AppendBatch(ref, opened.generation, 3, (b"\x01",)))
+
+
+async def test_each_group_sees_every_message(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"))
+        writer = stream.writer()
+        for i in range(3):
+            await writer.send(i)
+        await writer.finish()
+        for group in ("a", "b"):
+            reader = stream.reader(group)
+            assert [m.value async for m in reader] == [0, 1, 2]
+
+
+async def test_writer_waits_at_capacity_until_a_message_is_acked(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=2)
+        writer = stream.writer()
+        await writer.send(1)
+        await writer.send(2)
+        sent = anyio.Event()
+
+        async def third() -> None:
+            await writer.send(3)
+            sent.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(third)
+            await anyio.wait_all_tasks_blocked()
+            assert not sent.is_set()
+            reader = stream.reader("g")
+            await reader.ack(await reader.receive())
+            await sent.wait()
+        await writer.flush()
+        assert stream.snapshot().appended == 3
+
+
+async def test_generation_is_raised_on_every_open_and_fences_older_records(world: World) -> None:
+    async with world.session() as hooks:
+        ref = StreamRef("s", "src", "numbers")
+        first = await hooks.open(StreamOpen(ref, "int", 16, ("g",), resumable=True))
+        await hooks.append(AppendBatch(ref, first.generation, 1, (b"\x01", b"\x02")))
+        second = await hooks.open(StreamOpen(ref, "int", 16, ("g",), resumable=True))
+        assert second.generation == first.generation + 1
+        with pytest.raises(StaleGenerationError):
+            await hooks.commit([MessageCommit(MessageRef(ref, "g", first.generation, 1))])
+        with pytest.raises(StaleGenerationError):
+            await hooks.append(AppendBatch(ref, first.generation, 3, (b"\x03",)))
+    async with world.session() as hooks:
+        third = await hooks.open(StreamOpen(ref, "int", 16, ("g",), resumable=True))
+        assert third.generation == second.generation + 1
+        assert third.groups[0].acked_through == 0
+        assert [m.seq for m in third.tail] == [1, 2]
+
+
+async def test_finished_stream_stays_finished_and_replays_its_tail(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        writer = stream.writer()
+        for i in range(4):
+            await writer.send(i)
+        await writer.finish()
+        reader = stream.reader("g")
+        await reader.ack(await reader.receive())
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        assert stream.snapshot().finished
+        assert [m.value async for m in stream.reader("g")] == [1, 2, 3]
+        await stream.wait_done()
+
+
+async def test_active_stream_resumes_only_with_a_continuation_promise(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        for i in range(1, 4):
+            await stream.writer().send(i * 10, send_at=i)
+        await stream.writer().flush()
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        with pytest.raises(SourceNotResumableError, match="resumable"):
+            await scope.open_stream(NUMBERS, node="src", groups=("g",))
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        writer = stream.writer()
+        assert writer.position == 3
+        for i in range((writer.position or 0) + 1, 6):
+            await writer.send(i * 10, send_at=i)
+        await writer.finish()
+        assert [m.value async for m in stream.reader("g")] == [10, 20, 30, 40, 50]
+
+
+async def test_failed_writer_propagates_failure_to_readers_not_eof(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        await stream.writer().send(1)
+        await stream.writer().fail()
+        reader = stream.reader("g")
+        assert (await reader.receive()).value == 1
+        with pytest.raises(StreamFailedError):
+            await reader.receive()
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        assert stream.snapshot().failed
+
+
+async def test_snapshot_carries_no_values(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(ORDERS, node="src", groups=("g",))
+        await stream.writer().send(Order(1, 123456789))
+        await stream.writer().flush()
+        snapshot = stream.snapshot()
+        assert "123456789" not in repr(snapshot)
+        assert snapshot.appended == 1
+
+
+async def test_opening_the_same_stream_twice_shares_one_endpoint(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        a = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        b = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        assert a is b
+        assert a.snapshot().generation == 1
+        other = Key("numbers", Stream[str])
+        with pytest.raises(Exception, match="already open"):
+            await scope.open_stream(other, node="src", groups=("g",))
