@@ -162,7 +162,7 @@ async def test_crash_inside_an_attempt_reclaims_the_same_attempt(world: World) -
 
             cancel = anyio.CancelScope()
 
-            async def crash(tx: MessageTx[None], order: Order) -> None:
+            async def crash(tx: MessageTx[None], order: Order, cancel: anyio.CancelScope = cancel) -> None:
                 seen.append(tx.attempt)
                 cancel.cancel()  # the process dies in the middle of the attempt
                 await anyio.lowlevel.checkpoint()
@@ -289,7 +289,7 @@ async def test_wrong_output_type_is_refused_without_spending_the_budget(world: W
         out = invoices.writer()
 
         async def wrong(tx: MessageTx[None], order: Order) -> None:
-            tx.send(out, order)  # type: ignore[arg-type]
+            tx.send(out, order)  # type: ignore[misc]
 
         with pytest.raises(PayloadTypeError):
             await handle_messages(orders.reader("billing"), wrong)
