@@ -1,0 +1,268 @@
+"""The command line, ``python -m ledger``: ``demo`` and ``inspect``.
+
+Exit codes: 0 success, 1 a failure while running, 2 bad usage or input (a
+path that is not a ledger, a ledger of another version, a damaged record, a
+ledger another process owns), 130 interrupted with Ctrl-C. Errors are one
+line on stderr; the ledger is left as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, Final, TextIO
+
+import anyio
+
+from streams import StreamsError
+
+from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
+from ._env import LedgerEnv
+from ._errors import (
+    CorruptRecordError,
+    LedgerError,
+    LedgerInUseError,
+    LedgerLockedError,
+    NotALedgerError,
+    SchemaVersionError,
+)
+from ._inspect import inspect_ledger
+
+__all__ = ["main"]
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+
+#: Errors that mean the input was wrong, not that something broke while running.
+_BAD_INPUT: Final = (
+    NotALedgerError,
+    SchemaVersionError,
+    CorruptRecordError,
+    LedgerLockedError,
+    LedgerInUseError,
+    DemoMismatchError,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ledger", description="streamledger's LMDB ledger: run the demo, inspect a ledger."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run (or resume) the orders → billing → invoices → audit demo",
+        description=(
+            "Append N orders, bill each with a running total and send one invoice per order, "
+            "audit every invoice. Kill it at any moment and run it again to resume."
+        ),
+    )
+    demo.add_argument("path", metavar="PATH", help="ledger directory (created if missing)")
+    demo.add_argument(
+        "--messages", "-n", type=_positive_int, default=100_000, metavar="N", help="orders (default 100000)"
+    )
+    demo.add_argument(
+        "--progress-interval",
+        type=_positive_float,
+        default=0.25,
+        metavar="SECONDS",
+        help="seconds between progress reports on stderr (default 0.25)",
+    )
+    demo.add_argument(
+        "--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop (default asyncio)"
+    )
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show every stream and consumer group of a ledger",
+        description="Show every stream of a ledger and its groups; changes nothing.",
+    )
+    inspect.add_argument("path", metavar="PATH", help="ledger directory")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            return _demo(args)
+        return _inspect(args)
+    except _BAD_INPUT as exc:
+        _error(exc)
+        return EXIT_USAGE
+    except (LedgerError, StreamsError) as exc:
+        _error(exc)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        _interrupted()
+        return EXIT_INTERRUPTED
+
+
+def _error(exc: BaseException) -> None:
+    print(f"error: {exc}", file=sys.stderr)
+
+
+def _interrupted() -> None:
+    print("interrupted; run the same command again to resume", file=sys.stderr)
+
+
+# -- demo -----------------------------------------------------------------------------------
+
+
+class _ProgressLine:
+    """Writes progress to a stream: one rewritten line on a terminal, plain lines otherwise."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._tty = out.isatty()
+        self._open = False
+
+    def __call__(self, p: DemoProgress) -> None:
+        text = (
+            f"orders {p.orders:,}/{p.messages:,}  billed {p.billed:,}  invoices {p.invoices:,}  "
+            f"audited {p.audited:,}  {p.rate:,.0f} msgs/s"
+        )
+        if self._tty:
+            self._out.write(f"\r{text}\x1b[K")
+            self._open = True
+        else:
+            self._out.write(f"progress: {text}\n")
+        self._out.flush()
+
+    def end(self) -> None:
+        if self._open:
+            self._out.write("\n")
+            self._out.flush()
+            self._open = False
+
+
+def _demo(args: argparse.Namespace) -> int:
+    line = _ProgressLine(sys.stderr)
+    outcome: list[DemoSummary] = []
+    failure: list[Exception] = []
+
+    async def run() -> None:
+        with anyio.CancelScope() as cancel:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on_sigint, cancel)
+                try:
+                    outcome.append(
+                        await run_demo(
+                            args.path,
+                            args.messages,
+                            progress=line,
+                            progress_interval=args.progress_interval,
+                        )
+                    )
+                except Exception as exc:  # raised again outside the event loop, unwrapped
+                    failure.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(run, backend=args.backend)
+    finally:
+        line.end()
+    if failure:
+        raise failure[0]
+    if not outcome:
+        _interrupted()
+        return EXIT_INTERRUPTED
+    summary = outcome[0]
+    if summary.already_finished:
+        print(
+            f"the demo in {args.path} already finished; nothing changed: {_figures(summary)}",
+        )
+        return EXIT_OK
+    resumed = f" (resumed; {summary.handled:,} billed by this run)" if summary.resumed else ""
+    print(f"demo finished: {_figures(summary)}; {summary.elapsed:.2f} s, {summary.rate:,.0f} msgs/s{resumed}")
+    return EXIT_OK
+
+
+def _figures(s: DemoSummary) -> str:
+    return (
+        f"{s.orders} orders, billing total {s.billing_total}, "
+        f"{s.invoices} invoices, audit count {s.audit_count}"
+    )
+
+
+async def _cancel_on_sigint(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+# -- inspect --------------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    env = LedgerEnv.open(args.path, create=False)
+    try:
+        report = inspect_ledger(env)
+    finally:
+        env.close()
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(_table(report), end="")
+    return EXIT_OK
+
+
+def _table(report: dict[str, Any]) -> str:
+    lines = [f"ledger {report['path']}"]
+    streams = report["streams"]
+    if not streams:
+        lines.append("no streams")
+    for s in streams:
+        status = "failed" if s["failed"] else "finished" if s["finished"] else "active"
+        lines.append("")
+        lines.append(
+            f"stream {s['scope']}/{s['node']}/{s['key']}  generation {s['generation']}  "
+            f"appended {s['appended']}  {status}"
+        )
+        rows = [("group", "acked_through", "pending", "exhausted", "state")]
+        for g in s["groups"]:
+            rows.append(
+                (
+                    str(g["group"]),
+                    str(g["acked_through"]),
+                    str(g["pending"]),
+                    str(g["exhausted"]),
+                    json.dumps(g["state"]),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        for row in rows:
+            name, *numbers, state = row
+            cells = [name.ljust(widths[0])] + [n.rjust(w) for n, w in zip(numbers, widths[1:], strict=True)]
+            lines.append("  " + "  ".join([*cells, state]))
+    return "\n".join(lines) + "\n"
