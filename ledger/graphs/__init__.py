@@ -1,0 +1,41 @@
+"""Durable pydantic-graph runs: step-boundary checkpoints in the ledger (extra ``pydantic-graph``).
+
+Wrap a built ``pydantic_graph.Graph`` in :class:`DurableGraph` with an open
+ledger, and run it under a run id; after a crash or an exception, running the
+same run id again resumes from the latest checkpoint without repeating the
+steps it had completed. See ``docs/graphs.md``.
+"""
+
+from ._errors import GraphInputTypeError as GraphInputTypeError
+from ._errors import GraphRunActiveError as GraphRunActiveError
+from ._errors import GraphStateTypeError as GraphStateTypeError
+from ._errors import InvalidRunIdError as InvalidRunIdError
+from ._errors import NotInGraphStepError as NotInGraphStepError
+from ._errors import UnsupportedPydanticGraphError as UnsupportedPydanticGraphError
+from ._quiescence import VERIFIED_VERSIONS as VERIFIED_VERSIONS
+from ._runner import DurableGraph as DurableGraph
+from ._runner import GraphRunResult as GraphRunResult
+from ._runner import GraphRunStatus as GraphRunStatus
+from ._tracing import StepInfo as StepInfo
+from ._tracing import current_step as current_step
+
+__all__ = [
+    "VERIFIED_VERSIONS",
+    "DurableGraph",
+    "GraphInputTypeError",
+    "GraphRunActiveError",
+    "GraphRunResult",
+    "GraphRunStatus",
+    "GraphStateTypeError",
+    "InvalidRunIdError",
+    "NotInGraphStepError",
+    "StepInfo",
+    "UnsupportedPydanticGraphError",
+    "current_step",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__  # tracebacks and docs say ledger.graphs.DurableGraph
+del _name, _obj

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ledger import open_ledger
+
+from .graphs import Boom, Calls, Log, durable, events, run_spans, three_steps
+
+
+async def test_a_run_returns_the_graphs_output_and_state(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        calls = Calls()
+        result = await durable(three_steps(), ledger).run("r", state=Log(), inputs=5, deps=calls)
+    assert (result.output, result.state.steps) == (9, ["one", "two", "three"])
+    assert calls.ran == ["one", "two", "three"]
+    assert (result.attempt, result.resumed_from, result.already_finished) == (1, None, False)
+
+
+async def test_a_retry_resumes_after_the_last_completed_step(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        calls = Calls(fail_at={"three"})
+        graph = durable(three_steps(), ledger)
+        with pytest.raises(Boom):
+            await graph.run("r", state=Log(), inputs=5, deps=calls)
+        result = await graph.run("r", state=Log(), inputs=5, deps=calls)
+    assert calls.ran == ["one", "two", "three", "three"]
+    assert result.output == 9
+    assert result.state.steps == ["one", "two", "three"]
+    assert (result.attempt, result.resumed_from) == (2, 2)
+
+
+async def test_progress_is_recorded_with_every_checkpoint(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        graph = durable(three_steps(), ledger)
+        assert graph.status("r") is None
+        with pytest.raises(Boom):
+            await graph.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"two"}))
+        status = graph.status("r")
+        assert status is not None
+        assert (status.attempt, status.checkpoints, status.last_step, status.next_node, status.finished) == (
+            1,
+            1,
+            "one",
+            "two",
+            False,
+        )
+        await graph.run("r", state=Log(), inputs=5, deps=Calls())
+        status = graph.status("r")
+        assert status is not None
+        assert (status.attempt, status.checkpoints, status.next_node, status.finished) == (2, 4, None, True)
+
+
+async def test_a_finished_run_whose_result_was_not_recorded_does_not_run_again(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        await durable(three_steps(), ledger).run("r", state=Log(), inputs=5, deps=Calls())
+    # The caller died before recording the result; a new process runs the same run id.
+    async with open_ledger(tmp_path / "l") as ledger:
+        calls = Calls()
+        result = await durable(three_steps(), ledger).run("r", state=Log(), inputs=5, deps=calls)
+    assert calls.ran == []
+    assert (result.output, result.state.steps, result.already_finished) == (9, ["one", "two", "three"], True)
+
+
+async def test_forget_deletes_a_runs_records(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        graph = durable(three_steps(), ledger)
+        await graph.run("r", state=Log(), inputs=5, deps=Calls())
+        await graph.forget("r")
+        assert graph.status("r") is None
+        calls = Calls()
+        assert (await graph.run("r", state=Log(), inputs=5, deps=calls)).output == 9
+        assert calls.ran == ["one", "two", "three"]
+
+
+async def test_each_step_runs_in_an_execute_step_span_under_the_runs_span(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        await durable(three_steps(), ledger, tracer_provider=provider).run(
+            "r", state=Log(), inputs=5, deps=Calls()
+        )
+    (run,) = run_spans(exporter)
+    assert run.name == "invoke_graph three"
+    steps = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_step")]
+    assert [s.name for s in steps] == ["execute_step one", "execute_step two", "execute_step three"]
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in steps)
+    saved = events([run], "streamledger.checkpoint.saved")
+    assert [e["streamledger.checkpoint.next_node"] for e in saved] == ["two", "three", "__end__", ""]
