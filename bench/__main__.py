@@ -1,0 +1,341 @@
+"""Command line: ``python -m bench streams|recovery|writer [options]``.
+
+``streams``   the demo pipeline on LMDB against raw py-lmdb and sqlite3 loops
+``recovery``  opening a ledger of a million acknowledged messages vs. a thousand
+``writer``    the ledger writer's commit rate solo and beside a CPU-busy loop
+
+Every run verifies its result; a run that does not verify prints no figure
+and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._baselines import run_raw_lmdb, run_sqlite
+from ._recovery import time_recovery
+from ._shape import BenchError, median
+from ._streams import WINDOW, run_memory, run_streamledger
+from ._writer import run_writer
+
+__all__ = ["main"]
+
+#: The goals of the issue's "Speed" section.
+GOAL_DURABLE_MSGS_PER_S = 30_000
+GOAL_RAW_LMDB_RATIO = 0.5
+GOAL_SQLITE_RATIO = 5.0
+
+
+def _progress(quiet: bool, text: str) -> None:
+    if not quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# -- streams -------------------------------------------------------------------------------
+
+
+def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
+    n: int = args.messages
+    workdir: Path | None = args.workdir
+    quiet: bool = args.json
+    figures: dict[str, list[float]] = {}
+    runs: list[dict[str, Any]] = []
+
+    def record(name: str, rate: float, extra: dict[str, Any] | None = None) -> None:
+        figures.setdefault(name, []).append(rate)
+        runs.append({"figure": name, "msgs_per_s": rate, **(extra or {})})
+        _progress(quiet, f"  {name}: {_rate(rate)} msgs/s")
+
+    for k in range(args.repeat):
+        _progress(quiet, f"round {k + 1}/{args.repeat}, {n:,} orders")
+        for sync, suffix in ((True, ""), (False, "_nondurable")):
+            run = run_streamledger(n, sync=sync, backend=args.backend, workdir=workdir)
+            record(f"streamledger{suffix}", run.msgs_per_s, {"batches": run.stats()})
+        for sync, suffix in ((True, ""), (False, "_nondurable")):
+            raw = run_raw_lmdb(n, sync=sync, batch=args.batch, workdir=workdir)
+            record(f"raw_lmdb{suffix}", raw.msgs_per_s)
+        if not args.skip_sqlite:
+            for sync, suffix in ((True, ""), (False, "_nondurable")):
+                sq = run_sqlite(n, sync=sync, workdir=workdir)
+                record(f"sqlite{suffix}", sq.msgs_per_s)
+        memory = run_memory(n, backend=args.backend)
+        record("memory_store", memory.msgs_per_s, {"batches": memory.stats()})
+
+    med = {name: median(values) for name, values in figures.items()}
+    out: dict[str, Any] = {
+        "bench": "streams",
+        "messages": n,
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "window": WINDOW,
+        "raw_lmdb_batch": args.batch,
+        "verified": True,
+    }
+    for name, value in med.items():
+        out[f"{name}_msgs_per_s"] = value
+    sl, sl_nd = med["streamledger"], med["streamledger_nondurable"]
+    out["ratio_streamledger_to_raw_lmdb"] = sl / med["raw_lmdb"]
+    out["ratio_streamledger_to_raw_lmdb_nondurable"] = sl_nd / med["raw_lmdb_nondurable"]
+    goals: dict[str, bool] = {
+        "durable_at_least_30000_msgs_per_s": sl >= GOAL_DURABLE_MSGS_PER_S,
+        "at_least_half_of_raw_lmdb": out["ratio_streamledger_to_raw_lmdb"] >= GOAL_RAW_LMDB_RATIO,
+    }
+    if "sqlite" in med:
+        out["ratio_streamledger_to_sqlite"] = sl / med["sqlite"]
+        out["ratio_streamledger_to_sqlite_nondurable"] = sl_nd / med["sqlite_nondurable"]
+        goals["at_least_5x_sqlite"] = out["ratio_streamledger_to_sqlite"] >= GOAL_SQLITE_RATIO
+    out["goals_met"] = goals
+    out["runs"] = runs
+    return out
+
+
+def show_streams(out: dict[str, Any]) -> str:
+    def get(name: str) -> str:
+        value = out.get(f"{name}_msgs_per_s")
+        return "-" if value is None else _rate(value)
+
+    def ratio(name: str) -> str:
+        value = out.get(name)
+        return "-" if value is None else _ratio(value)
+
+    rows: list[tuple[str, ...]] = [
+        ("msgs/s (orders through the pipeline)", "durable", "non-durable"),
+        ("streamledger (handle_messages on LMDB)", get("streamledger"), get("streamledger_nondurable")),
+        (
+            f"raw py-lmdb loop ({out['raw_lmdb_batch']} orders/txn)",
+            get("raw_lmdb"),
+            get("raw_lmdb_nondurable"),
+        ),
+        ("sqlite3 WAL, one txn per step", get("sqlite"), get("sqlite_nondurable")),
+        ("streamledger on MemoryStore (no I/O)", "-", get("memory_store")),
+        (
+            "streamledger / raw_lmdb",
+            ratio("ratio_streamledger_to_raw_lmdb"),
+            ratio("ratio_streamledger_to_raw_lmdb_nondurable"),
+        ),
+        (
+            "streamledger / sqlite",
+            ratio("ratio_streamledger_to_sqlite"),
+            ratio("ratio_streamledger_to_sqlite_nondurable"),
+        ),
+    ]
+    goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
+    head = (
+        f"streams: {out['messages']:,} orders, median of {out['repeat']}, {out['backend']}, result verified"
+    )
+    return f"{head}\n{_table(rows)}\ngoals: {goals}"
+
+
+# -- recovery ------------------------------------------------------------------------------
+
+
+def bench_recovery(args: argparse.Namespace) -> dict[str, Any]:
+    quiet: bool = args.json
+    runs = {}
+    for label, acked in (("large", args.acked), ("small", args.small)):
+        _progress(quiet, f"building {label}: {acked:,} acknowledged + {args.pending:,} pending")
+        run = time_recovery(
+            acked=acked,
+            pending=args.pending,
+            repeat=args.repeat,
+            backend=args.backend,
+            workdir=args.workdir,
+        )
+        _progress(quiet, f"  built in {run.build_seconds:.1f} s; open {run.median_seconds * 1000:.2f} ms")
+        runs[label] = run
+    large, small = runs["large"], runs["small"]
+    return {
+        "bench": "recovery",
+        "pending": args.pending,
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "verified": True,
+        "large_acked": large.acked,
+        "small_acked": small.acked,
+        "large_open_s": large.median_seconds,
+        "small_open_s": small.median_seconds,
+        "ratio_large_to_small": large.median_seconds / small.median_seconds,
+        "large_open_samples_s": large.open_seconds,
+        "small_open_samples_s": small.open_seconds,
+        "large_build_s": large.build_seconds,
+        "small_build_s": small.build_seconds,
+        "large_data_bytes": large.data_bytes,
+        "small_data_bytes": small.data_bytes,
+    }
+
+
+def show_recovery(out: dict[str, Any]) -> str:
+    rows: list[tuple[str, ...]] = [
+        ("ledger", "acknowledged", "pending", "open+tail (median)", "data.mdb"),
+    ]
+    for label in ("large", "small"):
+        rows.append(
+            (
+                label,
+                f"{out[f'{label}_acked']:,}",
+                f"{out['pending']:,}",
+                f"{out[f'{label}_open_s'] * 1000:.2f} ms",
+                f"{out[f'{label}_data_bytes'] / 1024:,.0f} KiB",
+            )
+        )
+    head = f"recovery: open_ledger + open_stream + read the tail, median of {out['repeat']}"
+    return f"{head}\n{_table(rows)}\nlarge / small: {_ratio(out['ratio_large_to_small'])}"
+
+
+# -- writer --------------------------------------------------------------------------------
+
+
+def bench_writer(args: argparse.Namespace) -> dict[str, Any]:
+    quiet: bool = args.json
+    rates: dict[str, list[float]] = {}
+    batch_rates: dict[str, list[float]] = {}
+    interval = 0.0
+    for k in range(args.repeat):
+        run = run_writer(
+            batch=args.batch,
+            batches=args.batches,
+            seconds=args.seconds,
+            slice_ms=args.slice_ms,
+            switch_interval=args.switch_interval,
+            backend=args.backend,
+            workdir=args.workdir,
+        )
+        interval = run.switch_interval
+        for phase in run.phases:
+            rates.setdefault(phase.name, []).append(phase.msgs_per_s)
+            batch_rates.setdefault(phase.name, []).append(phase.batches_per_s)
+            _progress(
+                quiet,
+                f"round {k + 1}: {phase.name}: {_rate(phase.msgs_per_s)} msgs/s "
+                f"({phase.batches} batches in {phase.seconds:.2f} s)",
+            )
+    solo, busy = median(rates["solo"]), median(rates["busy_loop"])
+    return {
+        "bench": "writer",
+        "batch": args.batch,
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "slice_ms": args.slice_ms,
+        "switch_interval_s": interval,
+        "verified": True,
+        "solo_msgs_per_s": solo,
+        "busy_msgs_per_s": busy,
+        "solo_batches_per_s": median(batch_rates["solo"]),
+        "busy_batches_per_s": median(batch_rates["busy_loop"]),
+        "ratio_busy_to_solo": busy / solo,
+    }
+
+
+def show_writer(out: dict[str, Any]) -> str:
+    rows: list[tuple[str, ...]] = [
+        ("ledger.streams.commit", "msgs/s", "batches/s"),
+        ("solo", _rate(out["solo_msgs_per_s"]), f"{out['solo_batches_per_s']:,.1f}"),
+        (
+            f"beside a busy loop ({out['slice_ms']:g} ms slices)",
+            _rate(out["busy_msgs_per_s"]),
+            f"{out['busy_batches_per_s']:,.1f}",
+        ),
+    ]
+    head = (
+        f"writer: batches of {out['batch']} message commits (ack + state + 1 invoice), sync, "
+        f"switch interval {out['switch_interval_s'] * 1000:g} ms, median of {out['repeat']}"
+    )
+    return f"{head}\n{_table(rows)}\nbusy / solo: {_ratio(out['ratio_busy_to_solo'])}"
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, repeat: int) -> None:
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.add_argument("--repeat", type=int, default=repeat, help="runs to take the median of")
+        p.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+        p.add_argument("--workdir", type=Path, default=None, help="where temporary ledgers go")
+
+    p = sub.add_parser("streams", help="the demo pipeline vs. raw py-lmdb and sqlite3")
+    p.add_argument("--messages", type=int, default=100_000, help="orders through the pipeline")
+    p.add_argument("--batch", type=int, default=WINDOW, help="orders per raw py-lmdb transaction")
+    p.add_argument("--skip-sqlite", action="store_true", help="leave out the (slow) sqlite3 loops")
+    common(p, 1)
+
+    p = sub.add_parser("recovery", help="open time with 1,000,000 vs 1,000 acknowledged messages")
+    p.add_argument("--acked", type=int, default=1_000_000, help="acknowledged messages (large ledger)")
+    p.add_argument("--small", type=int, default=1_000, help="acknowledged messages (small ledger)")
+    p.add_argument("--pending", type=int, default=100, help="unacknowledged messages in both")
+    common(p, 7)
+
+    p = sub.add_parser("writer", help="ledger commit rate solo vs. beside a CPU-busy loop")
+    p.add_argument("--batch", type=int, default=WINDOW, help="message commits per commit call")
+    p.add_argument("--batches", type=int, default=100, help="commit calls per phase (at most)")
+    p.add_argument("--seconds", type=float, default=5.0, help="time limit per phase")
+    p.add_argument("--slice-ms", type=float, default=2.0, help="busy task's work between yields")
+    p.add_argument(
+        "--switch-interval", type=float, default=None, help="sys.setswitchinterval for the busy phase"
+    )
+    common(p, 3)
+    return parser
+
+
+Bench = Callable[[argparse.Namespace], dict[str, Any]]
+Show = Callable[[dict[str, Any]], str]
+
+_COMMANDS: dict[str, tuple[Bench, Show]] = {
+    "streams": (bench_streams, show_streams),
+    "recovery": (bench_recovery, show_recovery),
+    "writer": (bench_writer, show_writer),
+}
+
+
+def _bench_error(exc: BaseException) -> BenchError | None:
+    """The :class:`BenchError` behind ``exc`` (task groups wrap what their bodies raise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, BenchError) else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.repeat < 1:
+        print("bench: --repeat must be at least 1", file=sys.stderr)
+        return 2
+    run, show = _COMMANDS[args.command]
+    try:
+        out = run(args)
+    except (BenchError, BaseExceptionGroup) as exc:
+        error = _bench_error(exc)
+        if error is None:
+            raise
+        print(f"bench: verification failed, no figures reported: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=2) if args.json else show(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

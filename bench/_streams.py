@@ -1,0 +1,243 @@
+"""The demo pipeline's shape through ``handle_messages``, timed and verified.
+
+A source appends N orders (amounts 1..N) to ``orders`` (resumable, ``send_at=i``);
+group ``billing`` keeps a running total and count as explicit state and sends
+one invoice per order to ``invoices``; group ``audit`` counts invoices. The
+clock runs from the start of the three tasks until all three are done. A run
+whose result is not exactly the expected one raises :class:`BenchError`, so it
+never reports a figure.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from ledger import LedgerEnv, inspect_ledger, open_ledger
+from streams import (
+    AppendBatch,
+    HandleResult,
+    MemoryStore,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    MessageTx,
+    StreamFinish,
+    StreamHooks,
+    StreamOpen,
+    StreamOpened,
+    handle_messages,
+    open_scope,
+)
+
+from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
+
+__all__ = ["PipelineRun", "run_pipeline", "run_streamledger"]
+
+#: The handler window the demo uses (``handle_messages``' default).
+WINDOW = 256
+CAPACITY = 4096
+
+
+@dataclass
+class HookCounts:
+    """How the engine called the store: calls and the messages they carried."""
+
+    appends: int = 0
+    appended: int = 0
+    commits: int = 0
+    committed: int = 0
+    other: int = 0
+    commit_sizes: list[int] = field(default_factory=list)
+
+
+class CountingHooks:
+    """A :class:`~streams.StreamHooks` that counts calls and passes them on."""
+
+    def __init__(self, inner: StreamHooks) -> None:
+        self.inner = inner
+        self.counts = HookCounts()
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        self.counts.other += 1
+        return await self.inner.open(request)
+
+    async def append(self, batch: AppendBatch) -> None:
+        self.counts.appends += 1
+        self.counts.appended += len(batch.payloads)
+        await self.inner.append(batch)
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        self.counts.other += 1
+        return await self.inner.open_message(request)
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        self.counts.other += 1
+        return await self.inner.fail_message(request)
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        self.counts.commits += 1
+        self.counts.committed += len(commits)
+        self.counts.commit_sizes.append(len(commits))
+        await self.inner.commit(commits)
+
+    async def finish(self, request: StreamFinish) -> None:
+        self.counts.other += 1
+        await self.inner.finish(request)
+
+
+@dataclass
+class PipelineRun:
+    """One timed, verified run of the pipeline."""
+
+    store: str  # "lmdb" or "memory"
+    sync: bool
+    messages: int
+    seconds: float
+    hooks: HookCounts
+    txns: int = 0  # LMDB write transactions (commit batches) the ledger made
+    txn_writes: int = 0  # hook calls those transactions carried
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds
+
+    def stats(self) -> dict[str, float]:
+        """Batch sizes seen: per hook call and per LMDB transaction."""
+        h = self.hooks
+        out: dict[str, float] = {
+            "append_calls": h.appends,
+            "orders_per_append": h.appended / max(h.appends, 1),
+            "commit_calls": h.commits,
+            "messages_per_commit_call": h.committed / max(h.commits, 1),
+        }
+        if self.txns:
+            out["ledger_txns"] = self.txns
+            out["hook_calls_per_txn"] = self.txn_writes / self.txns
+            out["orders_per_txn"] = self.messages / self.txns
+        return out
+
+
+async def run_pipeline(hooks: StreamHooks, n: int, *, window: int = WINDOW) -> float:
+    """Run the pipeline on ``hooks``; return its seconds after checking its result."""
+    async with open_scope(hooks, scope="bench") as scope:
+        orders = await scope.open_stream(
+            ORDERS, node="source", groups=("billing",), capacity=CAPACITY, resumable=True
+        )
+        invoices = await scope.open_stream(
+            INVOICES, node="billing", groups=("audit",), capacity=CAPACITY, resumable=True
+        )
+        if orders.snapshot().appended or invoices.snapshot().appended:
+            raise BenchError("the bench ledger is not fresh")
+        orders_out = orders.writer()
+        invoices_out = invoices.writer()
+        results: dict[str, HandleResult[Totals] | HandleResult[int]] = {}
+
+        async def source() -> None:
+            for i in range(1, n + 1):
+                await orders_out.send(Order(i, i), send_at=i)
+            await orders_out.finish()
+
+        async def bill(tx: MessageTx[Totals], order: Order) -> None:
+            tx.set_state(Totals(tx.state.total + order.amount, tx.state.count + 1))
+            tx.send(invoices_out, Invoice(order.id, order.amount))
+
+        async def billing() -> None:
+            results["billing"] = await handle_messages(
+                orders.reader("billing"), bill, initial_state=Totals(), window=window
+            )
+            await invoices_out.finish()
+
+        async def count(tx: MessageTx[int], invoice: Invoice) -> None:
+            tx.set_state(tx.state + 1)
+
+        async def audit() -> None:
+            results["audit"] = await handle_messages(
+                invoices.reader("audit"), count, initial_state=0, window=window
+            )
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source)
+            tg.start_soon(billing)
+            tg.start_soon(audit)
+        seconds = time.perf_counter() - started
+
+    billed, audited = results["billing"], results["audit"]
+    want = Totals(expected_total(n), n)
+    if billed.state != want or billed.handled != n:
+        raise BenchError(f"billing ended with {billed.state!r} after {billed.handled}; want {want!r}")
+    if audited.state != n or audited.handled != n:
+        raise BenchError(f"audit counted {audited.state!r} invoices; want {n}")
+    for snap in (orders.snapshot(), invoices.snapshot()):
+        if snap.appended != n or not snap.finished or any(g.acked_through != n for g in snap.groups):
+            raise BenchError(f"stream {snap.key} ended unfinished or unacknowledged: {snap!r}")
+    return seconds
+
+
+def run_streamledger(
+    n: int, *, sync: bool, backend: str = "asyncio", workdir: Path | None = None
+) -> PipelineRun:
+    """One pipeline run on a fresh LMDB ledger in a temporary directory."""
+    batches: list[int] = []
+    counting: list[CountingHooks] = []
+
+    def observe(writes: int, _ok: int) -> None:
+        batches.append(writes)
+
+    with tempfile.TemporaryDirectory(prefix="streamledger-bench-", dir=workdir) as tmp:
+
+        async def main() -> float:
+            async with open_ledger(Path(tmp) / "ledger", sync=sync) as ledger:
+                hooks = CountingHooks(ledger.streams)
+                counting.append(hooks)
+                ledger.env.batch_observer = observe
+                try:
+                    return await run_pipeline(hooks, n)
+                finally:
+                    ledger.env.batch_observer = None
+
+        seconds = anyio.run(main, backend=backend)
+        verify_ledger(Path(tmp) / "ledger", n)
+    return PipelineRun(
+        "lmdb", sync, n, seconds, counting[0].counts, txns=len(batches), txn_writes=sum(batches)
+    )
+
+
+def verify_ledger(path: Path, n: int) -> None:
+    """Reopen the closed ledger and check what it holds, not what the run said."""
+    env = LedgerEnv.open(path, create=False)
+    try:
+        found = {s["key"]: s for s in inspect_ledger(env)["streams"]}
+    finally:
+        env.close()
+    try:
+        orders, invoices = found["orders"], found["invoices"]
+        (billing,) = orders["groups"]
+        (audit,) = invoices["groups"]
+    except (KeyError, ValueError) as exc:
+        raise BenchError(f"the ledger at {path} lacks the pipeline's streams ({exc!r})") from None
+    want_billing = {"total": expected_total(n), "count": n}
+    if (
+        orders["appended"] != n
+        or invoices["appended"] != n
+        or not (orders["finished"] and invoices["finished"])
+        or billing["acked_through"] != n
+        or audit["acked_through"] != n
+        or billing["state"] != want_billing
+        or audit["state"] != n
+    ):
+        raise BenchError(f"the ledger at {path} holds the wrong result: {found!r}")
+
+
+def run_memory(n: int, *, backend: str = "asyncio") -> PipelineRun:
+    """One pipeline run on :class:`~streams.MemoryStore`: the engine's own CPU ceiling."""
+    counting = CountingHooks(MemoryStore())
+    seconds = anyio.run(run_pipeline, counting, n, backend=backend)
+    return PipelineRun("memory", False, n, seconds, counting.counts)

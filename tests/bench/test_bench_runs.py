@@ -1,0 +1,112 @@
+"""Each bench command runs end to end on tiny sizes and reports verified figures.
+
+Speed is never asserted here; the figures only have to exist.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.__main__ import main
+
+
+def run_bench(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main([*argv, "--json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert out["verified"] is True
+    return out
+
+
+def test_streams_bench_reports_every_figure_and_ratio(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_bench(capsys, "streams", "--messages", "300", "--workdir", str(tmp_path))
+    for key in (
+        "streamledger_msgs_per_s",
+        "raw_lmdb_msgs_per_s",
+        "sqlite_msgs_per_s",
+        "streamledger_nondurable_msgs_per_s",
+        "raw_lmdb_nondurable_msgs_per_s",
+        "sqlite_nondurable_msgs_per_s",
+        "memory_store_msgs_per_s",
+        "ratio_streamledger_to_raw_lmdb",
+        "ratio_streamledger_to_raw_lmdb_nondurable",
+        "ratio_streamledger_to_sqlite",
+        "ratio_streamledger_to_sqlite_nondurable",
+    ):
+        assert out[key] > 0, key
+    assert out["messages"] == 300
+    assert set(out["goals_met"]) == {
+        "durable_at_least_30000_msgs_per_s",
+        "at_least_half_of_raw_lmdb",
+        "at_least_5x_sqlite",
+    }
+
+
+def test_streams_bench_takes_medians_over_repeats(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = run_bench(
+        capsys,
+        "streams",
+        *("--messages", "200", "--repeat", "3", "--skip-sqlite", "--workdir", str(tmp_path)),
+    )
+    durable = sorted(r["msgs_per_s"] for r in out["runs"] if r["figure"] == "streamledger")
+    assert len(durable) == 3
+    assert out["streamledger_msgs_per_s"] == durable[1]
+    assert "sqlite_msgs_per_s" not in out
+
+
+def test_streams_bench_runs_on_trio(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = run_bench(
+        capsys,
+        "streams",
+        *("--messages", "200", "--skip-sqlite", "--backend", "trio", "--workdir", str(tmp_path)),
+    )
+    assert out["backend"] == "trio"
+
+
+def test_recovery_bench_reports_both_open_times(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = run_bench(
+        capsys,
+        "recovery",
+        *("--acked", "2000", "--small", "100", "--pending", "10", "--repeat", "2"),
+        *("--workdir", str(tmp_path)),
+    )
+    assert (out["large_acked"], out["small_acked"], out["pending"]) == (2000, 100, 10)
+    assert out["large_open_s"] > 0 and out["small_open_s"] > 0
+    assert out["ratio_large_to_small"] > 0
+    assert len(out["large_open_samples_s"]) == 2
+
+
+def test_writer_bench_reports_solo_and_busy_rates(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = run_bench(
+        capsys,
+        "writer",
+        *("--batch", "16", "--batches", "5", "--repeat", "1", "--workdir", str(tmp_path)),
+    )
+    assert out["solo_msgs_per_s"] > 0 and out["busy_msgs_per_s"] > 0
+    assert out["ratio_busy_to_solo"] > 0
+
+
+def test_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["streams", "--messages", "100", "--skip-sqlite", "--workdir", str(tmp_path)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "streamledger / raw_lmdb" in text
+    assert "result verified" in text
+
+
+def test_a_run_that_does_not_verify_reports_no_figure(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench._streams
+
+    monkeypatch.setattr(bench._streams, "expected_total", lambda n: -1)
+    argv = ["streams", "--messages", "50", "--skip-sqlite", "--json", "--workdir", str(tmp_path)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "verification failed" in captured.err
