@@ -22,7 +22,7 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from streams import Key, ManagedStream, MessageTx, Stream, handle_messages, open_scope
+from streams import Key, ManagedStream, MessageTx, Stream, StreamHooks, handle_messages, open_scope
 
 from ._errors import LedgerError
 from ._inspect import inspect_ledger
@@ -42,6 +42,7 @@ __all__ = [
     "Invoice",
     "Order",
     "run_demo",
+    "run_demo_pipeline",
 ]
 
 
@@ -168,12 +169,8 @@ async def run_demo(
                     f"ledger {path} holds an unfinished demo of {found.orders} orders, "
                     f"not {messages}; run it again with --messages {wanted}, or use a new path"
                 )
-            return await _run_pipeline(
-                ledger.streams,
-                messages,
-                progress=progress,
-                progress_interval=progress_interval,
-                resumed=found.exists,
+            return await run_demo_pipeline(
+                ledger.streams, messages, progress=progress, progress_interval=progress_interval
             )
     except BaseExceptionGroup as errors:
         # open_ledger's task group wraps what its block raises; callers catch our types
@@ -183,7 +180,6 @@ async def run_demo(
 class _Found(msgspec.Struct, frozen=True):
     """What the ledger says about an earlier demo, read without opening any stream."""
 
-    exists: bool = False
     finished: bool = False
     orders_finished: bool = False
     orders: int = 0
@@ -200,7 +196,7 @@ def _read_demo(report: dict[str, Any]) -> _Found:
     }
     orders, invoices = streams.get(ORDERS.name), streams.get(INVOICES.name)
     if orders is None:
-        return _Found(exists=bool(streams))
+        return _Found()
     for s in streams.values():
         if s["failed"]:
             raise DemoMismatchError(
@@ -220,7 +216,6 @@ def _read_demo(report: dict[str, Any]) -> _Found:
     billing_state = billing["state"] if billing is not None else None
     audit_state = audit["state"] if audit is not None else None
     return _Found(
-        exists=True,
         finished=bool(finished),
         orders_finished=orders["finished"],
         orders=orders["appended"],
@@ -245,14 +240,18 @@ def _field(state: Any, name: str) -> int:
     return 0
 
 
-async def _run_pipeline(
-    hooks: Any,
+async def run_demo_pipeline(
+    hooks: StreamHooks,
     messages: int,
     *,
-    progress: ProgressCallback | None,
-    progress_interval: float,
-    resumed: bool,
+    progress: ProgressCallback | None = None,
+    progress_interval: float = 0.25,
 ) -> DemoSummary:
+    """Run (or resume) the demo's streams on any store, e.g. :class:`~streams.MemoryStore`.
+
+    :func:`run_demo` is this on the ledger at a path, plus the check for a
+    finished demo. Opening the streams raises their generations.
+    """
     started = anyio.current_time()
     async with open_scope(hooks, scope=DEMO_SCOPE) as scope:
         orders = await scope.open_stream(
@@ -321,7 +320,7 @@ async def _run_pipeline(
             audit_count=audited.count,
             handled=_acked(orders, BILLING) - billed_before,
             elapsed=elapsed,
-            resumed=resumed,
+            resumed=orders.generation > 1,
         )
 
 

@@ -1,0 +1,349 @@
+"""``python -m ledger``: the demo and inspect commands, in process and as a subprocess."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ledger import LedgerEnv, LedgerLockedError, NotALedgerError, inspect_ledger
+from ledger._cli import main
+from ledger._demo import DemoMismatchError, DemoProgress, run_demo, run_demo_pipeline
+from streams import MemoryStore
+
+N = 500
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ledger", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def inspect(path: Path) -> dict[str, Any]:
+    env = LedgerEnv.open(path, create=False)
+    try:
+        return inspect_ledger(env)
+    finally:
+        env.close()
+
+
+def streams_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["key"]: s for s in report["streams"]}
+
+
+def snapshot(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """What must not change: the ledger's data file and what inspect reads from it."""
+    return (path / "data.mdb").read_bytes(), inspect(path)
+
+
+def assert_demo_answer(report: dict[str, Any], n: int, *, generation: int) -> None:
+    streams = streams_of(report)
+    orders, invoices = streams["orders"], streams["invoices"]
+    assert orders["appended"] == n and orders["finished"] and not orders["failed"]
+    assert invoices["appended"] == n and invoices["finished"] and not invoices["failed"]
+    assert orders["generation"] == invoices["generation"] == generation
+    [billing] = orders["groups"]
+    [audit] = invoices["groups"]
+    assert billing["group"] == "billing" and audit["group"] == "audit"
+    assert billing["acked_through"] == audit["acked_through"] == n
+    assert billing["pending"] == audit["pending"] == 0
+    assert billing["exhausted"] == audit["exhausted"] == 0
+    assert billing["state"] == {"total": n * (n + 1) // 2, "count": n}
+    assert audit["state"] == {"count": n}
+
+
+# -- in process -------------------------------------------------------------------------------
+
+
+async def test_run_demo_gives_the_uninterrupted_answer_and_reports_progress(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    reports: list[DemoProgress] = []
+    summary = await run_demo(path, N, progress=reports.append, progress_interval=0.01)
+    assert (summary.orders, summary.billing_total, summary.invoices, summary.audit_count) == (
+        N,
+        N * (N + 1) // 2,
+        N,
+        N,
+    )
+    assert summary.handled == N and not summary.resumed and not summary.already_finished
+    assert len(reports) >= 2
+    assert reports[0].messages == N
+    assert (reports[-1].orders, reports[-1].billed, reports[-1].invoices, reports[-1].audited) == (N, N, N, N)
+    assert all(a.billed <= b.billed for a, b in itertools.pairwise(reports))
+    assert_demo_answer(inspect(path), N, generation=1)
+
+
+async def test_finished_demo_run_again_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    first = await run_demo(path, N)
+    before = snapshot(path)
+    again = await run_demo(path, N)
+    assert again.already_finished and again.handled == 0
+    assert (again.orders, again.billing_total, again.invoices, again.audit_count) == (
+        first.orders,
+        first.billing_total,
+        first.invoices,
+        first.audit_count,
+    )
+    assert snapshot(path) == before
+    assert_demo_answer(before[1], N, generation=1)
+
+
+async def test_cancelled_demo_resumes_to_the_same_answer(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    n = 3000
+    with anyio.CancelScope() as scope:
+
+        def stop_midway(p: DemoProgress) -> None:
+            if p.billed >= n // 3:
+                scope.cancel()
+
+        await run_demo(path, n, progress=stop_midway, progress_interval=0.001)
+    assert scope.cancelled_caught
+    partial = streams_of(inspect(path))
+    assert 0 < partial["orders"]["groups"][0]["acked_through"] < n
+    summary = await run_demo(path, n)
+    assert summary.resumed and 0 < summary.handled < n
+    assert (summary.billing_total, summary.invoices, summary.audit_count) == (n * (n + 1) // 2, n, n)
+    assert_demo_answer(inspect(path), n, generation=2)
+
+
+async def test_demo_pipeline_resumes_on_the_memory_store() -> None:
+    store = MemoryStore()
+    n = 2000
+    with anyio.CancelScope() as scope:
+
+        def stop_midway(p: DemoProgress) -> None:
+            if p.billed >= n // 2:
+                scope.cancel()
+
+        await run_demo_pipeline(store, n, progress=stop_midway, progress_interval=0.001)
+    summary = await run_demo_pipeline(store, n)
+    assert summary.resumed
+    assert (summary.orders, summary.billing_total, summary.invoices, summary.audit_count) == (
+        n,
+        n * (n + 1) // 2,
+        n,
+        n,
+    )
+
+
+async def test_demo_past_the_requested_messages_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    with anyio.CancelScope() as scope:
+
+        def stop_after_orders(p: DemoProgress) -> None:
+            if p.orders >= 200:
+                scope.cancel()
+
+        await run_demo(path, 20_000, progress=stop_after_orders, progress_interval=0.001)
+    before = snapshot(path)
+    appended = streams_of(before[1])["orders"]["appended"]
+    assert 200 <= appended < 20_000
+    with pytest.raises(DemoMismatchError, match=f"{appended} orders"):
+        await run_demo(path, 100)
+    assert snapshot(path) == before
+
+
+async def test_run_demo_on_a_path_that_is_not_a_ledger_raises_the_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a ledger")
+    with pytest.raises(NotALedgerError):
+        await run_demo(path, 10)
+    assert path.read_text() == "not a ledger"
+
+
+def test_inspect_in_process_prints_json_and_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ledger"
+    anyio.run(run_demo, path, 50)
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert_demo_answer(report, 50, generation=1)
+    assert main(["inspect", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "stream demo/source/orders  generation 1  appended 50  finished" in table
+    assert "stream demo/billing/invoices  generation 1  appended 50  finished" in table
+    assert '{"total": 1275, "count": 50}' in table
+    assert '{"count": 50}' in table
+
+
+# -- as a subprocess ---------------------------------------------------------------------------
+
+
+def test_cli_demo_prints_the_summary_then_a_rerun_says_finished_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    n = 2000
+    done = cli("demo", str(path), "--messages", str(n))
+    assert done.returncode == 0, done.stderr
+    [summary] = done.stdout.splitlines()
+    assert summary.startswith(
+        f"demo finished: {n} orders, billing total {n * (n + 1) // 2}, {n} invoices, audit count {n}; "
+    )
+    assert "msgs/s" in summary
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines(), "the demo shows progress on stderr"
+    assert all(line.startswith("progress: ") for line in done.stderr.splitlines())
+
+    before = snapshot(path)
+    assert_demo_answer(before[1], n, generation=1)
+    again = cli("demo", str(path), "--messages", str(n))
+    assert again.returncode == 0, again.stderr
+    assert "already finished; nothing changed" in again.stdout
+    assert f"billing total {n * (n + 1) // 2}" in again.stdout
+    assert snapshot(path) == before
+
+    shown = cli("inspect", str(path), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == before[1]
+    table = cli("inspect", str(path))
+    assert table.returncode == 0
+    assert f"appended {n}  finished" in table.stdout
+    assert snapshot(path) == before
+
+
+def test_cli_demo_runs_on_trio(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    done = cli("demo", str(path), "--messages", "300", "--backend", "trio")
+    assert done.returncode == 0, done.stderr
+    assert_demo_answer(inspect(path), 300, generation=1)
+
+
+def expected_error(path: Path, error: type[Exception]) -> str:
+    """The message the typed error gives for ``path`` when this process opens it."""
+    with pytest.raises(error) as caught:
+        LedgerEnv.open(path, create=False)
+    return f"error: {caught.value}"
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect"])
+def test_cli_refuses_a_file_that_is_not_a_ledger(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a ledger")
+    done = cli(command, str(path))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [expected_error(path, NotALedgerError)]
+    assert path.read_text() == "not a ledger"
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect"])
+def test_cli_refuses_a_directory_of_other_files(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "photos"
+    path.mkdir()
+    (path / "cat.jpg").write_bytes(b"\xff\xd8")
+    done = cli(command, str(path))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [expected_error(path, NotALedgerError)]
+    assert os.listdir(path) == ["cat.jpg"]
+
+
+def test_cli_inspect_does_not_create_a_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "missing"
+    done = cli("inspect", str(path))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [expected_error(path, NotALedgerError)]
+    assert not path.exists()
+
+
+HOLDER = """
+import sys, anyio
+from ledger import open_ledger
+
+async def hold() -> None:
+    async with open_ledger(sys.argv[1]):
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.read)
+
+anyio.run(hold)
+"""
+
+
+def test_cli_refuses_a_ledger_another_process_owns(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    anyio.run(run_demo, path, 100)
+    before = snapshot(path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        message = expected_error(path, LedgerLockedError)
+        for args in (["demo", str(path), "--messages", "100"], ["inspect", str(path), "--json"]):
+            done = cli(*args)
+            assert done.returncode == 2, done.stderr
+            assert done.stderr.splitlines() == [message]
+            assert done.stdout == ""
+    finally:
+        holder.communicate(input="", timeout=30)
+    assert holder.returncode == 0
+    assert snapshot(path) == before
+
+
+@pytest.mark.parametrize("args", [["demo"], ["demo", "x", "--messages", "0"], ["demo", "x", "-n", "ten"], []])
+def test_cli_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 2
+    assert "usage:" in done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_ctrl_c_exits_130_without_a_traceback_and_the_demo_resumes(tmp_path: Path, backend: str) -> None:
+    path = tmp_path / "ledger"
+    n = 30_000
+    run = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "ledger", "demo", str(path), "-n", str(n)),
+            *("--progress-interval", "0.05", "--backend", backend),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.stderr is not None
+    lines = [run.stderr.readline() for _ in range(3)]
+    assert all(line.startswith("progress: ") for line in lines), lines
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    if run.returncode == 0:
+        pytest.skip("the demo finished before the interrupt arrived")  # pragma: no cover
+    assert run.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "interrupted; run the same command again to resume"
+    assert out == ""
+    partial = streams_of(inspect(path))
+    assert partial["orders"]["groups"][0]["acked_through"] < n
+
+    done = cli("demo", str(path), "-n", str(n), "--backend", backend)
+    assert done.returncode == 0, done.stderr
+    assert "(resumed; " in done.stdout
+    assert_demo_answer(inspect(path), n, generation=2)
