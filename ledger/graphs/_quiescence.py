@@ -123,9 +123,7 @@ class Boundary:
     task: GraphTask
 
 
-def quiescent_boundary(
-    run: GraphRun, event: Sequence[GraphTask], regions: ForkRegions
-) -> Boundary | None:
+def quiescent_boundary(run: GraphRun, event: Sequence[GraphTask], regions: ForkRegions) -> Boundary | None:
     """The boundary this yield is, if it is a quiescent step boundary, else None."""
     if len(event) != 1:
         return None

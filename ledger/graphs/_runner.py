@@ -295,9 +295,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    async def _save(
-        self, span: Span, progress: _Progress, run: GraphRun, boundary: Boundary
-    ) -> None:
+    async def _save(self, span: Span, progress: _Progress, run: GraphRun, boundary: Boundary) -> None:
         task = boundary.task
         adapter = self._types.nodes.get(task.node_id)
         try:
@@ -313,9 +311,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             return
         await self._checkpoint(span, progress, boundary.step_id, state, (SavedTask.of(task, task_inputs),))
 
-    async def _save_end(
-        self, span: Span, progress: _Progress, run: GraphRun, end: EndMarker
-    ) -> None:
+    async def _save_end(self, span: Span, progress: _Progress, run: GraphRun, end: EndMarker) -> None:
         try:
             state = write_down(self._types.state, run.state)
             output = write_down(self._types.output, end.value)
@@ -438,4 +434,3 @@ def _claim(env: LedgerEnv, run_id: str) -> Iterator[None]:
         yield
     finally:
         running.discard(run_id)
-

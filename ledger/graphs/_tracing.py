@@ -98,9 +98,7 @@ def get_tracer(provider: TracerProvider | None) -> Tracer:
     return trace.get_tracer(_INSTRUMENTATION)
 
 
-def traced_graph(
-    graph: Graph, *, tracer: Tracer, run_id: str, attempt: int
-) -> Graph:
+def traced_graph(graph: Graph, *, tracer: Tracer, run_id: str, attempt: int) -> Graph:
     """A copy of ``graph`` whose steps run in ``execute_step`` spans with :func:`current_step` set.
 
     The copy shares everything but its step nodes with ``graph``; each step is a
@@ -174,4 +172,3 @@ async def _traced_stream(
 def _failed(span: Span, exc: BaseException) -> None:
     # The exception's type only: its message may hold values.
     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-

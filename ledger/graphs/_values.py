@@ -90,9 +90,7 @@ def describe_invalid(part: str, error: ValidationError, adapter: TypeAdapter[Any
     fields = _field_names(adapter)
     problems = []
     for detail in error.errors(include_url=False, include_input=False, include_context=False)[:_MAX_ERRORS]:
-        loc = ".".join(
-            str(seg) if isinstance(seg, int) or seg in fields else "*" for seg in detail["loc"]
-        )
+        loc = ".".join(str(seg) if isinstance(seg, int) or seg in fields else "*" for seg in detail["loc"])
         problems.append(f"{detail['type']} at {loc or '(root)'}")
     more = error.error_count() - len(problems)
     suffix = f"; and {more} more" if more > 0 else ""

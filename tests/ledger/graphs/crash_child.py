@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from typing import Any
 
 import anyio
 
@@ -19,8 +20,8 @@ from .graphs import Calls, Log, durable, three_steps
 
 
 class BlockAtTwo(Calls):
-    def enter(self, node: str) -> None:
-        super().enter(node)
+    def enter(self, node: str, inputs: Any = None) -> None:
+        super().enter(node, inputs)
         if node == "two":
             print("two started", flush=True)
             threading.Event().wait()  # until SIGKILL

@@ -6,15 +6,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
-from opentelemetry.sdk.trace import ReadableSpan
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
-from ledger import Ledger
+from ledger import Ledger, open_ledger
 from ledger.graphs import DurableGraph, GraphRunResult
 
 T = TypeVar("T")
@@ -30,9 +32,11 @@ class Calls:
 
     ran: list[str] = field(default_factory=list)
     fail_at: set[str] = field(default_factory=set)
+    seen: list[Any] = field(default_factory=list)
 
-    def enter(self, node: str) -> None:
+    def enter(self, node: str, inputs: Any = None) -> None:
         self.ran.append(node)
+        self.seen.append(inputs)
         if node in self.fail_at:
             self.fail_at.discard(node)
             raise Boom(node)
@@ -47,7 +51,7 @@ def enter(ctx: StepContext, node: str, result: T) -> T:
     """What every test step does first: record itself in deps and state (mypy sees neither's type)."""
     calls: Calls = ctx.deps
     log: Log = ctx.state
-    calls.enter(node)
+    calls.enter(node, ctx.inputs)
     log.steps.append(node)
     return result
 
@@ -75,6 +79,37 @@ def three_steps(name: str = "three") -> Graph:
         g.edge_from(three).to(g.end_node),
     )
     return g.build()
+
+
+@dataclass
+class Retried:
+    first: list[str]  # steps the failing attempt ran
+    retry: list[str]  # steps the retry ran
+    seen: list[Any]  # the inputs of the steps the retry ran
+    result: GraphRunResult[Any, Any]
+    spans: list[ReadableSpan]
+
+
+async def fail_then_retry(
+    path: Path,
+    graph: Graph,
+    fail_at: str,
+    *,
+    inputs: Any,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    state: Callable[[], Any] = Log,
+    **options: Any,
+) -> Retried:
+    """Run ``graph`` with step ``fail_at`` failing once, then retry it; say what each attempt ran."""
+    async with open_ledger(path) as ledger:
+        runner = durable(graph, ledger, tracer_provider=provider, **options)
+        calls = Calls(fail_at={fail_at})
+        with pytest.raises(Boom):
+            await runner.run("r", state=state(), inputs=inputs, deps=calls)
+        first, calls.ran, calls.seen = calls.ran, [], []
+        result = await runner.run("r", state=state(), inputs=inputs, deps=calls)
+    return Retried(first, calls.ran, calls.seen, result, run_spans(exporter))
 
 
 async def run_with_retry(
