@@ -1,0 +1,192 @@
+"""Kill ``python -m ledger demo`` with SIGKILL at random moments; it must end with the uninterrupted answer.
+
+Each kill moment is chosen from the demo's own progress: the test reads its
+progress lines from a pipe and kills it after a random number of them, plus
+a random fraction of a reporting interval, so the kill lands anywhere in a
+commit batch. After every kill the ledger must hold one transaction per
+message: billing's frontier, its committed state and the invoices it sent
+agree exactly, and audit is never ahead of the invoices.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from ledger import LedgerEnv, inspect_ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 30_000
+KILLS = 4
+INTERVAL = 0.05
+#: How long any one wait on the demo may take before the test gives up.
+PATIENCE = 60.0
+
+
+def inspect(path: Path) -> dict[str, dict[str, Any]]:
+    env = LedgerEnv.open(path, create=False)
+    try:
+        report = inspect_ledger(env)
+    finally:
+        env.close()
+    return {s["key"]: s for s in report["streams"]}
+
+
+def check_one_transaction_per_message(streams: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """The invariants a kill at any instant must leave; returns (billed, audited)."""
+    orders, invoices = streams["orders"], streams["invoices"]
+    [billing] = orders["groups"]
+    [audit] = invoices["groups"]
+    billed, audited = billing["acked_through"], audit["acked_through"]
+    assert billed <= orders["appended"] <= N
+    # one commit confirms billing's ack, its state and its invoice together
+    assert invoices["appended"] == billed
+    assert billing["state"] in (None, {"total": billed * (billed + 1) // 2, "count": billed})
+    assert billing["pending"] == orders["appended"] - billed
+    assert audited <= invoices["appended"]
+    assert audit["state"] in (None, {"count": audited})
+    assert billing["exhausted"] == audit["exhausted"] == 0
+    assert not orders["failed"] and not invoices["failed"]
+    assert orders["generation"] == invoices["generation"]
+    return billed, audited
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+class Demo:
+    """One ``python -m ledger demo`` process whose stderr lines arrive on a queue."""
+
+    def __init__(self, path: Path) -> None:
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ledger", "demo", str(path)),
+                *("--messages", str(N), "--progress-interval", str(INTERVAL)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert self.process.stderr is not None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr: list[str] = []
+        self._out = ""
+        self._reader = threading.Thread(target=_pump, args=(self.process.stderr, self.lines), daemon=True)
+        self._reader.start()
+
+    def wait_progress(self, count: int) -> bool:
+        """Wait for ``count`` more progress lines; False if the demo ended first."""
+        seen = 0
+        while seen < count:
+            line = self.lines.get(timeout=PATIENCE)
+            if line is None:
+                return False
+            self.stderr.append(line)
+            if line.startswith("progress: "):
+                seen += 1
+        return True
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=PATIENCE)
+        self._finish_reading()
+
+    def finish(self) -> tuple[int, str]:
+        """Wait for the demo to end by itself; its exit code and stdout."""
+        self._finish_reading()
+        self.process.wait(timeout=PATIENCE)
+        return self.process.returncode, self._out
+
+    def _finish_reading(self) -> None:
+        while True:
+            line = self.lines.get(timeout=PATIENCE)
+            if line is None:
+                break
+            self.stderr.append(line)
+        self._reader.join(timeout=PATIENCE)
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self._out = self.process.stdout.read()
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+@pytest.mark.slow
+def test_demo_killed_at_random_moments_ends_with_the_uninterrupted_answer(tmp_path: Path) -> None:
+    rng = random.Random(int.from_bytes(os.urandom(4), "big"))
+    path = tmp_path / "ledger"
+    opens = 0  # runs that opened the streams; each raises the generation once
+    kills = 0
+    last = (0, 0)
+    deadline = time.monotonic() + 45
+    while kills < KILLS and time.monotonic() < deadline:
+        demo = Demo(path)
+        reports = rng.randint(1, 12)
+        if demo.wait_progress(reports):
+            # anywhere within the next reporting interval, not on a report's boundary
+            time.sleep(rng.uniform(0, INTERVAL))
+            demo.kill()
+            assert demo.process.returncode == -signal.SIGKILL
+            kills += 1
+            opens += 1
+            streams = inspect(path)
+            assert streams["orders"]["generation"] == opens
+            billed, audited = check_one_transaction_per_message(streams)
+            assert billed >= last[0] and audited >= last[1], "a frontier moved back"
+            last = (billed, audited)
+            print(f"kill {kills}: after {reports} reports, billed {billed}, audited {audited}")
+            continue
+        # the demo ended before the chosen moment: it finished, so start over on a new ledger
+        code, out = demo.finish()
+        assert code == 0, "".join(demo.stderr)
+        assert out.startswith("demo finished: ")
+        opens += 1
+        check_one_transaction_per_message(inspect(path))
+        path = tmp_path / f"ledger-{kills}-{opens}"
+        opens = 0
+        last = (0, 0)
+    assert kills == KILLS, f"only {kills} kills landed before the demo finished each time"
+
+    demo = Demo(path)
+    code, out = demo.finish()
+    stderr = "".join(demo.stderr)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+    opens += 1
+    n = N
+    assert out == (
+        f"demo finished: {n} orders, billing total {n * (n + 1) // 2}, {n} invoices, audit count {n}; "
+        + out.split("; ", 1)[1]
+    )
+    assert "(resumed; " in out
+    streams = inspect(path)
+    orders, invoices = streams["orders"], streams["invoices"]
+    assert orders["appended"] == invoices["appended"] == N
+    assert orders["finished"] and invoices["finished"]
+    assert orders["generation"] == invoices["generation"] == opens
+    [billing] = orders["groups"]
+    [audit] = invoices["groups"]
+    assert billing["acked_through"] == audit["acked_through"] == N
+    assert billing["pending"] == audit["pending"] == 0
+    assert billing["state"] == {"total": N * (N + 1) // 2, "count": N}
+    assert audit["state"] == {"count": N}
+
+    before = (path / "data.mdb").read_bytes()
+    again = Demo(path)
+    code, out = again.finish()
+    assert code == 0 and "already finished; nothing changed" in out
+    assert (path / "data.mdb").read_bytes() == before
+    assert inspect(path)["orders"]["generation"] == opens
