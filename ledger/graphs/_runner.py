@@ -38,7 +38,7 @@ from ._quiescence import (
 )
 from ._tracing import ATTR, EVENT, get_tracer, traced_graph
 from ._types import graph_types
-from ._values import NotWritable, SkipReason, describe_invalid, write_down
+from ._values import NotWritable, SkipReason, describe_invalid, holds_one_shot, write_down
 
 __all__ = ["DurableGraph", "GraphRunResult", "GraphRunStatus"]
 
@@ -299,6 +299,8 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         task = boundary.task
         adapter = self._types.nodes.get(task.node_id)
         try:
+            if holds_one_shot(task.inputs):
+                raise NotWritable("one_shot")  # whatever its type: writing it would use it up
             if adapter is None:
                 raise NotWritable("untyped")
             if progress.inputs is None:
