@@ -1,0 +1,82 @@
+"""The private check behind quiescent boundaries, and the pydantic-graph versions it is pinned to."""
+
+# mypy: disable-error-code="type-arg"
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_graph import EndMarker, GraphBuilder, GraphTask, StepContext
+
+import ledger.graphs._runner
+from ledger import open_ledger
+from ledger.graphs import VERIFIED_VERSIONS, DurableGraph, UnsupportedPydanticGraphError
+from ledger.graphs._quiescence import check_pydantic_graph_version
+
+from .graphs import Calls, Log, durable, enter, events, run_spans, three_steps
+
+
+def test_the_installed_pydantic_graph_is_a_verified_version() -> None:
+    assert importlib.metadata.version("pydantic-graph") in VERIFIED_VERSIONS
+
+
+def test_an_unverified_pydantic_graph_is_refused() -> None:
+    with pytest.raises(UnsupportedPydanticGraphError, match=r"2\.99\.0 is installed.*2\.68\.0"):
+        check_pydantic_graph_version("2.99.0")
+
+
+async def test_registration_checks_the_installed_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ledger.graphs._runner, "installed_pydantic_graph_version", lambda: "3.0.0")
+    async with open_ledger(tmp_path / "l") as opened:
+        with pytest.raises(UnsupportedPydanticGraphError):
+            DurableGraph[Log, Calls, int, int](three_steps(), opened)
+
+
+async def test_the_private_fields_the_check_reads_have_the_verified_shape() -> None:
+    graph = three_steps()
+    async with graph.iter(state=Log(), deps=Calls(), inputs=5, infer_name=False) as run:
+        async for event in run:
+            iterator = run._iterator_instance
+            assert iterator is not None
+            assert isinstance(iterator.active_reducers, dict)
+            assert all(isinstance(task, GraphTask) for task in iterator.active_tasks.values())
+            if not isinstance(event, EndMarker):
+                # At a yield the finished task is still active; its successors are not yet.
+                assert len(iterator.active_tasks) == 1
+                assert not {t.task_id for t in event} & set(iterator.active_tasks)
+
+
+async def test_only_yields_after_a_step_are_boundaries(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    g = GraphBuilder(name="g", state_type=Log, deps_type=Calls, input_type=int, output_type=int)
+
+    @g.step
+    async def first(ctx: StepContext[Log, Calls, int]) -> int:
+        return enter(ctx, "first", ctx.inputs)
+
+    @g.step
+    async def second(ctx: StepContext[Log, Calls, int]) -> int:
+        return enter(ctx, "second", ctx.inputs)
+
+    decide = g.decision(node_id="decide").branch(g.match(int).to(second))
+    g.add(g.edge_from(g.start_node).to(first), g.edge_from(first).to(decide))
+    g.add(g.edge_from(second).to(g.end_node))
+    async with open_ledger(tmp_path / "l") as opened:
+        await durable(g.build(), opened, tracer_provider=provider).run(
+            "r", state=Log(), inputs=1, deps=Calls()
+        )
+    saved = events(run_spans(exporter), "streamledger.checkpoint.saved")
+    # Not after the start node, not after the decision: after each step, and at the end.
+    assert [(e["streamledger.graph.node_id"], e["streamledger.checkpoint.next_node"]) for e in saved] == [
+        ("first", "decide"),
+        ("second", "__end__"),
+        ("__end__", ""),
+    ]
+    assert [e["streamledger.checkpoint.sequence"] for e in saved] == [1, 2, 3]
