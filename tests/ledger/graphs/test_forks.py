@@ -18,7 +18,7 @@ from .graphs import Calls, Log, enter, events, fail_then_retry
 
 
 def mapped(items: int, parent: Literal["farthest", "closest"]) -> Graph:
-    """start -> spread -> map(double) -> collect -> total -> final -> end."""
+    """start -> spread -> map(double -> inc) -> collect -> total -> final -> end."""
     g = GraphBuilder(name="mapped", state_type=Log, deps_type=Calls, input_type=int, output_type=int)
 
     @g.step
@@ -28,6 +28,10 @@ def mapped(items: int, parent: Literal["farthest", "closest"]) -> Graph:
     @g.step
     async def double(ctx: StepContext[Log, Calls, int]) -> int:
         return enter(ctx, f"double {ctx.inputs}", 2 * ctx.inputs)
+
+    @g.step
+    async def inc(ctx: StepContext[Log, Calls, int]) -> int:
+        return enter(ctx, f"inc {ctx.inputs}", ctx.inputs + 1)
 
     @g.step
     async def total(ctx: StepContext[Log, Calls, list[int]]) -> int:
@@ -43,7 +47,8 @@ def mapped(items: int, parent: Literal["farthest", "closest"]) -> Graph:
     g.add(
         g.edge_from(g.start_node).to(spread),
         g.edge_from(spread).map(fork_id="fan").to(double),
-        g.edge_from(double).to(collect),
+        g.edge_from(double).to(inc),
+        g.edge_from(inc).to(collect),
         g.edge_from(collect).to(total),
         g.edge_from(total).to(final),
         g.edge_from(final).to(g.end_node),
@@ -51,18 +56,25 @@ def mapped(items: int, parent: Literal["farthest", "closest"]) -> Graph:
     return g.build()
 
 
+@pytest.mark.parametrize("failing", ["double 5", "inc 10"])
 @pytest.mark.parametrize("parent", ["farthest", "closest"])
 @pytest.mark.parametrize("items", [1, 2])
 async def test_a_run_failing_inside_a_map_resumes_from_before_the_fork(
-    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter, items: int, parent: str
+    tmp_path: Path,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    items: int,
+    parent: str,
+    failing: str,
 ) -> None:
     graph = mapped(items, parent)  # type: ignore[arg-type]
-    trail = await fail_then_retry(tmp_path, graph, "double 5", inputs=5, provider=provider, exporter=exporter)
+    trail = await fail_then_retry(tmp_path, graph, failing, inputs=5, provider=provider, exporter=exporter)
     assert "spread" not in trail.retry
-    assert sorted(trail.retry) == sorted([f"double {5 + i}" for i in range(items)] + ["total", "final"])
-    assert trail.result.output == 2 * sum(5 + i for i in range(items)) + 1
+    inside = [f"double {5 + i}" for i in range(items)] + [f"inc {2 * (5 + i)}" for i in range(items)]
+    assert sorted(trail.retry) == sorted([*inside, "total", "final"])
+    assert trail.result.output == sum(2 * (5 + i) + 1 for i in range(items)) + 1
     saved = events(trail.spans, "streamledger.checkpoint.saved")
-    assert not any(e["streamledger.graph.node_id"].startswith("double") for e in saved)
+    assert {e["streamledger.graph.node_id"] for e in saved} <= {"spread", "total", "final", "__end__"}
 
 
 @pytest.mark.parametrize("parent", ["farthest", "closest"])
@@ -72,8 +84,16 @@ async def test_boundaries_after_the_join_are_saved_again(
     graph = mapped(2, parent)  # type: ignore[arg-type]
     trail = await fail_then_retry(tmp_path, graph, "final", inputs=5, provider=provider, exporter=exporter)
     assert trail.retry == ["final"]
-    assert trail.result.output == 23
-    assert sorted(trail.result.state.steps) == ["double 5", "double 6", "final", "spread", "total"]
+    assert trail.result.output == 25
+    assert sorted(trail.result.state.steps) == [
+        "double 5",
+        "double 6",
+        "final",
+        "inc 10",
+        "inc 12",
+        "spread",
+        "total",
+    ]
 
 
 def broadcast() -> Graph:

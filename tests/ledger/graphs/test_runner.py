@@ -1,3 +1,5 @@
+# mypy: disable-error-code="type-arg"
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -5,10 +7,11 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import open_ledger
 
-from .graphs import Boom, Calls, Log, durable, events, run_spans, three_steps
+from .graphs import Boom, Calls, Log, durable, enter, events, fail_then_retry, run_spans, three_steps
 
 
 async def test_a_run_returns_the_graphs_output_and_state(tmp_path: Path) -> None:
@@ -90,3 +93,34 @@ async def test_each_step_runs_in_an_execute_step_span_under_the_runs_span(
     assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in steps)
     saved = events([run], "streamledger.checkpoint.saved")
     assert [e["streamledger.checkpoint.next_node"] for e in saved] == ["two", "three", "__end__", ""]
+
+
+def start_edge_transform() -> Graph:
+    g = GraphBuilder(name="g", state_type=Log, deps_type=Calls, input_type=int, output_type=int)
+
+    @g.step
+    async def one(ctx: StepContext[Log, Calls, int]) -> int:
+        return enter(ctx, "one", ctx.inputs + 1)
+
+    @g.step
+    async def two(ctx: StepContext[Log, Calls, int]) -> int:
+        return enter(ctx, "two", ctx.inputs * 2)
+
+    g.add(
+        g.edge_from(g.start_node).transform(lambda ctx: ctx.inputs * 10).to(one),
+        g.edge_from(one).to(two),
+        g.edge_from(two).to(g.end_node),
+    )
+    return g.build()
+
+
+async def test_a_resumed_run_is_given_the_original_graph_inputs(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    # A fresh Graph.iter runs the start node's edges (and their transforms) again before the
+    # saved task replaces their result, so they must see the inputs the run started with.
+    trail = await fail_then_retry(
+        tmp_path, start_edge_transform(), "two", inputs=4, provider=provider, exporter=exporter
+    )
+    assert trail.retry == ["two"]
+    assert trail.result.output == 82
