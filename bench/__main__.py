@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._baselines import run_raw_lmdb, run_sqlite
+from ._baselines import probe_fsync, run_raw_lmdb, run_sqlite
 from ._recovery import time_recovery
 from ._shape import BenchError, median
-from ._streams import WINDOW, run_memory, run_streamledger
+from ._streams import WINDOW, run_engine_only, run_memory, run_streamledger
 from ._writer import run_writer
 
 __all__ = ["main"]
@@ -62,6 +63,7 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
     quiet: bool = args.json
     figures: dict[str, list[float]] = {}
     runs: list[dict[str, Any]] = []
+    fsyncs: list[float] = []
 
     def record(name: str, rate: float, extra: dict[str, Any] | None = None) -> None:
         figures.setdefault(name, []).append(rate)
@@ -70,6 +72,8 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
 
     for k in range(args.repeat):
         _progress(quiet, f"round {k + 1}/{args.repeat}, {n:,} orders")
+        fsyncs.append(probe_fsync(workdir=workdir))
+        _progress(quiet, f"  disk: {fsyncs[-1]:,.0f} fsyncs/s")
         for sync, suffix in ((True, ""), (False, "_nondurable")):
             run = run_streamledger(n, sync=sync, backend=args.backend, workdir=workdir)
             record(f"streamledger{suffix}", run.msgs_per_s, {"batches": run.stats()})
@@ -82,6 +86,8 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
                 record(f"sqlite{suffix}", sq.msgs_per_s)
         memory = run_memory(n, backend=args.backend)
         record("memory_store", memory.msgs_per_s, {"batches": memory.stats()})
+        engine = run_engine_only(n, backend=args.backend)
+        record("engine_only", engine.msgs_per_s)
 
     med = {name: median(values) for name, values in figures.items()}
     out: dict[str, Any] = {
@@ -92,6 +98,9 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
         "window": WINDOW,
         "raw_lmdb_batch": args.batch,
         "verified": True,
+        "disk_fsyncs_per_s": median(fsyncs),
+        "load_average_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
     }
     for name, value in med.items():
         out[f"{name}_msgs_per_s"] = value
@@ -130,6 +139,7 @@ def show_streams(out: dict[str, Any]) -> str:
         ),
         ("sqlite3 WAL, one txn per step", get("sqlite"), get("sqlite_nondurable")),
         ("streamledger on MemoryStore (no I/O)", "-", get("memory_store")),
+        ("engine alone (a store that keeps nothing)", "-", get("engine_only")),
         (
             "streamledger / raw_lmdb",
             ratio("ratio_streamledger_to_raw_lmdb"),
@@ -143,7 +153,9 @@ def show_streams(out: dict[str, Any]) -> str:
     ]
     goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
     head = (
-        f"streams: {out['messages']:,} orders, median of {out['repeat']}, {out['backend']}, result verified"
+        f"streams: {out['messages']:,} orders, median of {out['repeat']}, {out['backend']}, "
+        f"result verified; disk: {out['disk_fsyncs_per_s']:,.0f} fsyncs/s, "
+        f"load average {out['load_average_1m']:.1f} on {out['cpus']} CPUs"
     )
     return f"{head}\n{_table(rows)}\ngoals: {goals}"
 

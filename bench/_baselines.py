@@ -16,6 +16,7 @@ update the audit count).
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import struct
 import tempfile
@@ -31,7 +32,7 @@ from streams import GroupFrontier
 
 from ._shape import BenchError, Invoice, Order, Totals, expected_total
 
-__all__ = ["BaselineRun", "run_raw_lmdb", "run_sqlite"]
+__all__ = ["BaselineRun", "probe_fsync", "run_raw_lmdb", "run_sqlite"]
 
 _u64 = struct.Struct(">Q")
 _encode = msgspec.msgpack.encode
@@ -59,6 +60,20 @@ def _unseal(value: bytes) -> bytes:
     if int.from_bytes(value[:4], "big") != crc32(value[4:]):
         raise BenchError("a raw LMDB record fails its checksum")
     return value[4:]
+
+
+def probe_fsync(*, count: int = 50, workdir: Path | None = None) -> float:
+    """Write-and-fsync rate of 100 bytes on the bench's disk, to judge the durable figures by."""
+    with tempfile.TemporaryDirectory(prefix="fsync-probe-", dir=workdir) as tmp:
+        fd = os.open(Path(tmp) / "probe", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            started = time.perf_counter()
+            for _ in range(count):
+                os.write(fd, b"x" * 100)
+                os.fsync(fd)
+            return count / (time.perf_counter() - started)
+        finally:
+            os.close(fd)
 
 
 def run_raw_lmdb(n: int, *, sync: bool, batch: int = 256, workdir: Path | None = None) -> BaselineRun:

@@ -21,6 +21,7 @@ import anyio
 from ledger import LedgerEnv, inspect_ledger, open_ledger
 from streams import (
     AppendBatch,
+    GroupFrontier,
     HandleResult,
     MemoryStore,
     MessageAttempt,
@@ -38,7 +39,14 @@ from streams import (
 
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
 
-__all__ = ["PipelineRun", "run_pipeline", "run_streamledger"]
+__all__ = [
+    "NullHooks",
+    "PipelineRun",
+    "run_engine_only",
+    "run_memory",
+    "run_pipeline",
+    "run_streamledger",
+]
 
 #: The handler window the demo uses (``handle_messages``' default).
 WINDOW = 256
@@ -90,6 +98,43 @@ class CountingHooks:
     async def finish(self, request: StreamFinish) -> None:
         self.counts.other += 1
         await self.inner.finish(request)
+
+
+class NullHooks:
+    """A store that confirms everything and keeps nothing: what the engine costs by itself.
+
+    A measuring device only: it makes the pipeline's figure the engine's
+    event-loop work alone, with no store logic, no thread and no I/O.
+    """
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        return StreamOpened(
+            ref=request.ref,
+            generation=1,
+            appended=0,
+            position=None,
+            finished=False,
+            failed=False,
+            groups=tuple(GroupFrontier(group=g) for g in request.groups),
+            tail=(),
+            created=True,
+        )
+
+    async def append(self, batch: AppendBatch) -> None:
+        pass
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        return MessageAttempt(index=0, exhausted=False, state=None)
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        index = request.index + 1
+        return MessageAttempt(index=index, exhausted=index >= request.limit, state=None)
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        pass
+
+    async def finish(self, request: StreamFinish) -> None:
+        pass
 
 
 @dataclass
@@ -241,3 +286,10 @@ def run_memory(n: int, *, backend: str = "asyncio") -> PipelineRun:
     counting = CountingHooks(MemoryStore())
     seconds = anyio.run(run_pipeline, counting, n, backend=backend)
     return PipelineRun("memory", False, n, seconds, counting.counts)
+
+
+def run_engine_only(n: int, *, backend: str = "asyncio") -> PipelineRun:
+    """One pipeline run on :class:`NullHooks`: the engine's event-loop work alone."""
+    counting = CountingHooks(NullHooks())
+    seconds = anyio.run(run_pipeline, counting, n, backend=backend)
+    return PipelineRun("null", False, n, seconds, counting.counts)

@@ -33,6 +33,8 @@ def test_streams_bench_reports_every_figure_and_ratio(
         "raw_lmdb_nondurable_msgs_per_s",
         "sqlite_nondurable_msgs_per_s",
         "memory_store_msgs_per_s",
+        "engine_only_msgs_per_s",
+        "disk_fsyncs_per_s",
         "ratio_streamledger_to_raw_lmdb",
         "ratio_streamledger_to_raw_lmdb_nondurable",
         "ratio_streamledger_to_sqlite",
