@@ -33,9 +33,11 @@ __all__ = [
     "SavedForkFrame",
     "SavedTask",
     "checkpoint_key",
+    "delete_run",
     "read_checkpoint",
     "read_run",
     "run_key",
+    "write_run",
 ]
 
 #: The version of :class:`GraphCheckpoint`'s layout and meaning.
@@ -115,7 +117,7 @@ class _Header(msgspec.Struct):
 _header_decoder: Final = msgspec.msgpack.Decoder(_Header)
 _checkpoint_decoder: Final = msgspec.msgpack.Decoder(GraphCheckpoint)
 _run_decoder: Final = msgspec.msgpack.Decoder(GraphRunRecord)
-encoder: Final = msgspec.msgpack.Encoder()
+_encoder: Final = msgspec.msgpack.Encoder()
 
 
 def run_key(run_id: str) -> bytes:
@@ -158,5 +160,35 @@ def read_checkpoint(env: LedgerEnv, run_id: str) -> GraphCheckpoint | str | None
         return "format"
 
 
-def put(txn: lmdb.Transaction, db: Any, key: bytes, record: msgspec.Struct) -> None:
-    txn.put(key, seal(encoder.encode(record)), db=db)
+async def write_run(
+    env: LedgerEnv,
+    record: GraphRunRecord,
+    *,
+    checkpoint: GraphCheckpoint | None = None,
+    delete_checkpoint: bool = False,
+) -> None:
+    """Write a run's record, with its new checkpoint or without its old one, in one durable commit."""
+    db = env.db(DB)
+    rkey, ckey = run_key(record.run_id), checkpoint_key(record.run_id)
+    rvalue = seal(_encoder.encode(record))
+    cvalue = None if checkpoint is None else seal(_encoder.encode(checkpoint))
+
+    def write(txn: lmdb.Transaction) -> None:
+        txn.put(rkey, rvalue, db=db)
+        if cvalue is not None:
+            txn.put(ckey, cvalue, db=db)
+        elif delete_checkpoint:
+            txn.delete(ckey, db=db)
+
+    await env.write(write)
+
+
+async def delete_run(env: LedgerEnv, run_id: str) -> None:
+    db = env.db(DB)
+    rkey, ckey = run_key(run_id), checkpoint_key(run_id)
+
+    def delete(txn: lmdb.Transaction) -> None:
+        txn.delete(rkey, db=db)
+        txn.delete(ckey, db=db)
+
+    await env.write(delete)

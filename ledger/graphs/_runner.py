@@ -8,24 +8,21 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 from weakref import WeakKeyDictionary
 
-import lmdb
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
-from pydantic import ValidationError
 from pydantic_graph import EndMarker, Graph, GraphRun
 
 from .._env import LedgerEnv
 from .._ledger import Ledger
 from ._checkpoint import (
-    DB,
     FORMAT_VERSION,
     GraphCheckpoint,
     GraphRunRecord,
     SavedTask,
-    checkpoint_key,
-    put,
+    delete_run,
     read_checkpoint,
     read_run,
     run_key,
+    write_run,
 )
 from ._errors import GraphRunActiveError
 from ._fingerprint import graph_fingerprint
@@ -36,9 +33,10 @@ from ._quiescence import (
     installed_pydantic_graph_version,
     quiescent_boundary,
 )
+from ._resume import Discard, Restore, restore_plan
 from ._tracing import ATTR, EVENT, get_tracer, traced_graph
 from ._types import graph_types
-from ._values import NotWritable, SkipReason, describe_invalid, holds_one_shot, write_down
+from ._values import NotWritable, SkipReason, holds_one_shot, write_down
 
 __all__ = ["DurableGraph", "GraphRunResult", "GraphRunStatus"]
 
@@ -76,21 +74,6 @@ class GraphRunStatus:
     last_step: str | None
     next_node: str | None
     finished: bool
-
-
-@dataclass(frozen=True)
-class _Restore:
-    checkpoint: GraphCheckpoint
-    state: Any
-    inputs: Any
-    task_inputs: Any
-    output: Any
-
-
-@dataclass(frozen=True)
-class _Discard:
-    reason: str
-    error: str | None = None
 
 
 _running: WeakKeyDictionary[LedgerEnv, set[str]] = WeakKeyDictionary()
@@ -173,12 +156,12 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         env = self.ledger.env
         record = read_run(env, run_id)
         saved = read_checkpoint(env, run_id)
-        restore: _Restore | None = None
+        restore: Restore | None = None
         discard = False
         if saved is not None:
-            outcome = self._restore(saved)
-            if isinstance(outcome, _Discard):
-                attributes = {ATTR.REASON: outcome.reason}
+            outcome = restore_plan(saved, fingerprint=self._fingerprint, types=self._types)
+            if isinstance(outcome, Discard):
+                attributes: dict[str, str] = {ATTR.REASON: outcome.reason}
                 if outcome.error is not None:
                     attributes[ATTR.ERROR] = outcome.error
                 span.add_event(EVENT.DISCARDED, attributes)
@@ -196,7 +179,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             last_step=restore.checkpoint.last_step if restore is not None else None,
             finished=restore is not None and restore.checkpoint.finished,
         )
-        await self._write(run_id, opened, delete_checkpoint=discard)
+        await write_run(self.ledger.env, opened, delete_checkpoint=discard)
 
         if restore is None:
             return await self._drive(span, run_id, attempt, state, inputs, deps, None)
@@ -213,39 +196,6 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             )
         return await self._drive(span, run_id, attempt, restore.state, restore.inputs, deps, restore)
 
-    def _restore(self, saved: GraphCheckpoint | str) -> _Restore | _Discard:
-        if not isinstance(saved, GraphCheckpoint) or (not saved.finished and len(saved.tasks) != 1):
-            return _Discard("format")
-        if saved.graph_fingerprint != self._fingerprint:
-            return _Discard("graph_changed")
-        types = self._types
-        adapter = None
-        if saved.tasks:
-            adapter = types.nodes.get(saved.tasks[0].node_id)
-            if adapter is None:
-                return _Discard("untyped")
-        part = "state"
-        try:
-            state = types.state.validate_json(saved.state)
-            part = "graph inputs"
-            inputs = types.inputs.validate_json(saved.inputs) if not saved.finished else None
-            task_inputs = output = None
-            if adapter is not None:
-                part = f"inputs of {saved.tasks[0].node_id}"
-                task_inputs = adapter.validate_json(saved.tasks[0].inputs)
-            if saved.finished:
-                part = "output"
-                output = types.output.validate_json(saved.output)
-        except ValidationError as exc:
-            which = {
-                "state": types.state,
-                "graph inputs": types.inputs,
-                "output": types.output,
-            }.get(part, adapter)
-            assert which is not None
-            return _Discard("invalid", describe_invalid(part, exc, which))
-        return _Restore(saved, state, inputs, task_inputs, output)
-
     async def _drive(
         self,
         span: Span,
@@ -254,7 +204,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         state: Any,
         inputs: Any,
         deps: Any,
-        restore: _Restore | None,
+        restore: Restore | None,
     ) -> GraphRunResult[StateT, OutputT]:
         tracer = get_tracer(self._tracer_provider)
         graph = traced_graph(self.graph, tracer=tracer, run_id=run_id, attempt=attempt)
@@ -349,7 +299,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         record = GraphRunRecord(
             FORMAT_VERSION, progress.run_id, progress.attempt, progress.sequence, step_id, finished
         )
-        await self._write(progress.run_id, record, checkpoint=checkpoint)
+        await write_run(self.ledger.env, record, checkpoint=checkpoint)
         span.add_event(
             EVENT.SAVED,
             {
@@ -358,27 +308,6 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                 ATTR.NEXT_NODE: tasks[0].node_id if tasks else "",
             },
         )
-
-    async def _write(
-        self,
-        run_id: str,
-        record: GraphRunRecord,
-        *,
-        checkpoint: GraphCheckpoint | None = None,
-        delete_checkpoint: bool = False,
-    ) -> None:
-        env = self.ledger.env
-        db = env.db(DB)
-        rkey, ckey = run_key(run_id), checkpoint_key(run_id)
-
-        def write(txn: lmdb.Transaction) -> None:
-            put(txn, db, rkey, record)
-            if checkpoint is not None:
-                put(txn, db, ckey, checkpoint)
-            elif delete_checkpoint:
-                txn.delete(ckey, db=db)
-
-        await env.write(write)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -398,16 +327,8 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
     async def forget(self, run_id: str) -> None:
         """Delete a run's record and checkpoint, e.g. once its result is recorded elsewhere."""
-        env = self.ledger.env
-        db = env.db(DB)
-        rkey, ckey = run_key(run_id), checkpoint_key(run_id)
-        with _claim(env, run_id):
-
-            def delete(txn: lmdb.Transaction) -> None:
-                txn.delete(rkey, db=db)
-                txn.delete(ckey, db=db)
-
-            await env.write(delete)
+        with _claim(self.ledger.env, run_id):
+            await delete_run(self.ledger.env, run_id)
 
 
 class _Progress:
