@@ -150,8 +150,10 @@ class _Run(Generic[T, S]):
         max_outputs: int,
         window: int,
         parent_attempt: str,
+        limit: int | None,
     ) -> None:
         self.stream: ManagedStream[T] = reader.stream
+        self.remaining = limit
         self.group: _Group = reader._group
         self.handler = handler
         self.state_codec = state_codec
@@ -235,7 +237,11 @@ class _Run(Generic[T, S]):
             return
         first = True
         while not self.stopped:
+            if self.remaining is not None and self.remaining <= 0:
+                return
             room = min(self.window - self.in_flight, _CHUNK)
+            if self.remaining is not None:
+                room = min(room, self.remaining)
             ready = stream._take_ready(group, room) if room > 0 else []
             if not ready:
                 if room <= 0:
@@ -367,6 +373,8 @@ class _Run(Generic[T, S]):
         )
         self.queue.append(_Staged(commit, tx.seq, outputs, state))
         self.in_flight += 1
+        if self.remaining is not None:
+            self.remaining -= 1
         self.queued.set()
         if tx._stopped:
             self.stopped = True
@@ -400,6 +408,7 @@ async def handle_messages(
     max_outputs: int = 64,
     window: int = 256,
     parent_attempt: str = "",
+    limit: int | None = None,
 ) -> HandleResult[None]: ...
 
 
@@ -415,6 +424,7 @@ async def handle_messages(
     max_outputs: int = 64,
     window: int = 256,
     parent_attempt: str = "",
+    limit: int | None = None,
 ) -> HandleResult[S]: ...
 
 
@@ -429,6 +439,7 @@ async def handle_messages(
     max_outputs: int = 64,
     window: int = 256,
     parent_attempt: str = "",
+    limit: int | None = None,
 ) -> HandleResult[Any]:
     """Handle every message of ``reader``'s group, one confirmed transaction each.
 
@@ -441,10 +452,11 @@ async def handle_messages(
 
     ``node`` names the processing node in message budgets (default: the
     group). ``max_outputs`` bounds the messages one message may stage;
-    ``window`` bounds the messages staged but not yet committed.
+    ``window`` bounds the messages staged but not yet committed. ``limit``
+    returns after that many messages (a pause, not a confirmed stop).
     """
-    if attempts < 1 or max_outputs < 0 or window < 1:
-        raise ValueError("attempts and window must be at least 1, max_outputs at least 0")
+    if attempts < 1 or max_outputs < 0 or window < 1 or (limit is not None and limit < 0):
+        raise ValueError("attempts and window must be at least 1, max_outputs and limit at least 0")
     group = reader._group
     stream = reader.stream
     if group.claimed:
@@ -464,6 +476,7 @@ async def handle_messages(
         max_outputs=max_outputs,
         window=window,
         parent_attempt=parent_attempt,
+        limit=limit,
     )
     group.claimed = True
     try:
