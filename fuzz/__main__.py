@@ -1,0 +1,65 @@
+"""``python -m fuzz --minutes N``: run the ledger's stateful machines for N minutes.
+
+It imports the machines of the test suite (``tests/ledger/stateful.py``) and
+runs them in rounds with fresh seeds and longer programs than the suite
+does, cycling through the stores and event loops, until the time is up. A
+failure prints hypothesis's shrunk program and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.ledger.stateful import LedgerMachine
+
+
+def machines() -> list[type[LedgerMachine]]:
+    found: list[type[LedgerMachine]] = []
+    for kind, backend in (("lmdb", "asyncio"), ("lmdb", "trio"), ("memory", "asyncio")):
+        found.append(type(f"Fuzz_{kind}_{backend}", (LedgerMachine,), {"kind": kind, "backend": backend}))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fuzz", description="Run the ledger's stateful machines for a while."
+    )
+    parser.add_argument("--minutes", type=float, default=5.0, help="how long to run (default 5)")
+    parser.add_argument("--steps", type=int, default=60, help="rules per program (default 60)")
+    parser.add_argument("--examples", type=int, default=25, help="programs per round (default 25)")
+    args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.minutes * 60
+    rounds = 0
+    for machine in itertools.cycle(machines()):
+        if time.monotonic() >= deadline:
+            break
+        rounds += 1
+        started = time.monotonic()
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=args.examples,
+                stateful_step_count=args.steps,
+                deadline=None,
+                database=None,
+                phases=[Phase.generate, Phase.shrink],
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+        print(
+            f"round {rounds}: {machine.kind} on {machine.backend}, {args.examples} programs of up to "
+            f"{args.steps} rules, {time.monotonic() - started:.1f}s, no counterexample",
+            flush=True,
+        )
+    print(f"fuzz: {rounds} rounds in {args.minutes} minutes, no counterexample")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The public surface: everything in __all__ exists, nothing private leaks, layering holds."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["streams", "ledger"])
+def test_all_names_are_public_and_exist(name: str) -> None:
+    module = importlib.import_module(name)
+    assert sorted(module.__all__) == sorted(set(module.__all__))
+    for attr in module.__all__:
+        assert not attr.startswith("_")
+        assert hasattr(module, attr), f"{name}.{attr} is listed in __all__ but missing"
+    public = {a for a in vars(module) if not a.startswith("_")}
+    modules = {a for a in public if type(getattr(module, a)).__name__ == "module"}
+    assert public - modules - set(module.__all__) == set(), "public names missing from __all__"
+
+
+def test_streams_never_imports_ledger() -> None:
+    for path in (ROOT / "streams").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n == "ledger" or n.startswith("ledger.") for n in names), path
+
+
+def test_library_code_uses_anyio_not_asyncio() -> None:
+    for package in ("streams", "ledger"):
+        for path in (ROOT / package).rglob("*.py"):
+            assert "import asyncio" not in path.read_text(), path
