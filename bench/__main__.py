@@ -115,6 +115,13 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
         out["ratio_streamledger_to_sqlite"] = sl / med["sqlite"]
         out["ratio_streamledger_to_sqlite_nondurable"] = sl_nd / med["sqlite_nondurable"]
         goals["at_least_5x_sqlite"] = out["ratio_streamledger_to_sqlite"] >= GOAL_SQLITE_RATIO
+    for suffix in ("", "_nondurable"):
+        stats = [r["batches"] for r in runs if r["figure"] == f"streamledger{suffix}"]
+        out[f"streamledger{suffix}_per_order_us"] = {
+            part: median([st[f"{part}_us_per_order"] for st in stats])
+            for part in ("loop_cpu", "writer_cpu", "wall")
+        }
+        out[f"streamledger{suffix}_orders_per_txn"] = median([st["orders_per_txn"] for st in stats])
     out["goals_met"] = goals
     out["runs"] = runs
     return out
@@ -152,12 +159,20 @@ def show_streams(out: dict[str, Any]) -> str:
         ),
     ]
     goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
+    cost = []
+    for suffix, label in (("", "durable"), ("_nondurable", "non-durable")):
+        c = out[f"streamledger{suffix}_per_order_us"]
+        cost.append(
+            f"  {label}: loop thread {c['loop_cpu']:.1f} + writer thread {c['writer_cpu']:.1f} CPU "
+            f"of {c['wall']:.1f} wall; {out[f'streamledger{suffix}_orders_per_txn']:.0f} orders per LMDB txn"
+        )
     head = (
         f"streams: {out['messages']:,} orders, median of {out['repeat']}, {out['backend']}, "
         f"result verified; disk: {out['disk_fsyncs_per_s']:,.0f} fsyncs/s, "
         f"load average {out['load_average_1m']:.1f} on {out['cpus']} CPUs"
     )
-    return f"{head}\n{_table(rows)}\ngoals: {goals}"
+    per_order = "\n".join(cost)
+    return f"{head}\n{_table(rows)}\nstreamledger µs per order:\n{per_order}\ngoals: {goals}"
 
 
 # -- recovery ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ never reports a figure.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,8 @@ class PipelineRun:
     hooks: HookCounts
     txns: int = 0  # LMDB write transactions (commit batches) the ledger made
     txn_writes: int = 0  # hook calls those transactions carried
+    loop_cpu: float | None = None  # CPU seconds of the event-loop thread during the run
+    writer_cpu: float | None = None  # CPU seconds of the writer thread, first to last batch
 
     @property
     def msgs_per_s(self) -> float:
@@ -166,6 +169,11 @@ class PipelineRun:
             out["ledger_txns"] = self.txns
             out["hook_calls_per_txn"] = self.txn_writes / self.txns
             out["orders_per_txn"] = self.messages / self.txns
+        if self.loop_cpu is not None and self.writer_cpu is not None:
+            # Both threads run Python under one GIL: their CPU adds up, it does not overlap.
+            out["loop_cpu_us_per_order"] = self.loop_cpu / self.messages * 1e6
+            out["writer_cpu_us_per_order"] = self.writer_cpu / self.messages * 1e6
+            out["wall_us_per_order"] = self.seconds / self.messages * 1e6
         return out
 
 
@@ -229,12 +237,21 @@ async def run_pipeline(hooks: StreamHooks, n: int, *, window: int = WINDOW) -> f
 def run_streamledger(
     n: int, *, sync: bool, backend: str = "asyncio", workdir: Path | None = None
 ) -> PipelineRun:
-    """One pipeline run on a fresh LMDB ledger in a temporary directory."""
+    """One pipeline run on a fresh LMDB ledger in a temporary directory.
+
+    Besides the time it records the CPU time of the event-loop thread and of
+    the ledger's writer thread (read at the end of each commit batch, on that
+    thread), and the size of every commit batch.
+    """
     batches: list[int] = []
+    writer_cpu: dict[int, list[float]] = {}
+    loop_cpu: list[float] = []
     counting: list[CountingHooks] = []
 
     def observe(writes: int, _ok: int) -> None:
         batches.append(writes)
+        now = time.thread_time()
+        writer_cpu.setdefault(threading.get_ident(), [now, now])[1] = now
 
     with tempfile.TemporaryDirectory(prefix="streamledger-bench-", dir=workdir) as tmp:
 
@@ -243,15 +260,25 @@ def run_streamledger(
                 hooks = CountingHooks(ledger.streams)
                 counting.append(hooks)
                 ledger.env.batch_observer = observe
+                started = time.thread_time()
                 try:
                     return await run_pipeline(hooks, n)
                 finally:
+                    loop_cpu.append(time.thread_time() - started)
                     ledger.env.batch_observer = None
 
         seconds = anyio.run(main, backend=backend)
         verify_ledger(Path(tmp) / "ledger", n)
     return PipelineRun(
-        "lmdb", sync, n, seconds, counting[0].counts, txns=len(batches), txn_writes=sum(batches)
+        "lmdb",
+        sync,
+        n,
+        seconds,
+        counting[0].counts,
+        txns=len(batches),
+        txn_writes=sum(batches),
+        loop_cpu=loop_cpu[0],
+        writer_cpu=sum(last - first for first, last in writer_cpu.values()),
     )
 
 

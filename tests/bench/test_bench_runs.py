@@ -42,6 +42,7 @@ def test_streams_bench_reports_every_figure_and_ratio(
     ):
         assert out[key] > 0, key
     assert out["messages"] == 300
+    assert set(out["streamledger_per_order_us"]) == {"loop_cpu", "writer_cpu", "wall"}
     assert set(out["goals_met"]) == {
         "durable_at_least_30000_msgs_per_s",
         "at_least_half_of_raw_lmdb",
