@@ -253,9 +253,13 @@ class LmdbView:
 
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
         prefix = _u64.pack(self._require_id(ref))
+        db = self._dbs["messages"]
+        if len(payloads) == 1:
+            self._txn.put(prefix + _u64.pack(first_seq), seal(payloads[0]), db=db)
+            return
         pack = _u64.pack
         items = [(prefix + pack(first_seq + i), seal(p)) for i, p in enumerate(payloads)]
-        with self._txn.cursor(db=self._dbs["messages"]) as cursor:
+        with self._txn.cursor(db=db) as cursor:
             cursor.putmulti(items)
 
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:

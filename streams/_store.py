@@ -32,6 +32,7 @@ from ._records import (
 from ._rules import (
     AttemptRecord,
     StreamDescriptor,
+    Subject,
     ack,
     check_appendable,
     check_generation,
@@ -72,14 +73,14 @@ class RecordView(Protocol):
         ...
 
 
-def _descriptor(view: RecordView, ref: StreamRef, what: str) -> StreamDescriptor:
+def _descriptor(view: RecordView, ref: StreamRef, what: object) -> StreamDescriptor:
     desc = view.get_descriptor(ref)
     if desc is None:
         raise UnknownStreamError(f"{what}: stream {ref} was never opened in this store")
     return desc
 
 
-def _frontier(view: RecordView, desc: StreamDescriptor, group: str, what: str) -> GroupFrontier:
+def _frontier(view: RecordView, desc: StreamDescriptor, group: str, what: object) -> GroupFrontier:
     frontier = view.get_group(desc.ref, group)
     if frontier is None:
         raise UnknownStreamError(f"{what}: stream {desc.ref} has no consumer group {group!r}")
@@ -185,7 +186,7 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
     touched: dict[StreamRef, None] = {}
     for c in commits:
         message = c.message
-        what = f"commit of {message}"
+        what = Subject("commit of", message)
         desc = _descriptor(view, message.ref, what)
         frontier = _frontier(view, desc, message.group, what)
         if frontier.stopped:
@@ -211,8 +212,9 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         if c.attempt or "exhausted" in changes:
             view.delete_attempt(_attempt_key(message, c.node, c.parent_attempt))
         for out in c.outputs:
-            out_desc = _descriptor(view, out.ref, f"output of {message}")
-            check_appendable(out_desc, out.generation, out.first_seq, f"output of {message}")
+            output = Subject("output of", message)
+            out_desc = _descriptor(view, out.ref, output)
+            check_appendable(out_desc, out.generation, out.first_seq, output)
             view.put_messages(out.ref, out.first_seq, out.payloads)
             view.put_descriptor(
                 msgspec.structs.replace(out_desc, appended=out_desc.appended + len(out.payloads))

@@ -183,7 +183,7 @@ async def test_budgets_persist_across_reopen_and_are_not_replenished_by_a_genera
         after = await ledger.streams.open_message(MessageOpen(message(3), "billing-node", 3))
         assert (after.index, after.exhausted) == (3, True)
         with pytest.raises(SequenceError, match="exhausted"):
-            await ledger.streams.commit(acks(opened, "billing", [2]))
+            await ledger.streams.commit([MessageCommit(message(3), node="billing-node", attempt=3)])
 
 
 async def test_a_commit_batch_with_a_stale_record_in_position_3_confirms_nothing(tmp_path: Path) -> None:
