@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -15,7 +16,7 @@ import anyio
 import pytest
 
 from ledger import LedgerEnv, LedgerLockedError, NotALedgerError, inspect_ledger
-from ledger._cli import main
+from ledger._cli import _ProgressLine, main
 from ledger._demo import DemoMismatchError, DemoProgress, run_demo, run_demo_pipeline
 from streams import MemoryStore
 
@@ -347,3 +348,31 @@ def test_ctrl_c_exits_130_without_a_traceback_and_the_demo_resumes(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert "(resumed; " in done.stdout
     assert_demo_answer(inspect(path), n, generation=2)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_rewrites_one_line_on_a_terminal_and_writes_plain_lines_elsewhere() -> None:
+    report = DemoProgress(messages=100, orders=50, billed=40, invoices=40, audited=30, elapsed=1.0, rate=40.0)
+    terminal = _Terminal()
+    line = _ProgressLine(terminal)
+    line(report)
+    line(report)
+    line.end()
+    text = terminal.getvalue()
+    assert text.count("\r") == 2 and text.count("\n") == 1 and text.endswith("\n")
+    assert "orders 50/100  billed 40  invoices 40  audited 30  40 msgs/s" in text
+
+    plain = io.StringIO()
+    line = _ProgressLine(plain)
+    line(report)
+    line(report)
+    line.end()
+    assert "\r" not in plain.getvalue()
+    assert (
+        plain.getvalue().splitlines()
+        == ["progress: orders 50/100  billed 40  invoices 40  audited 30  40 msgs/s"] * 2
+    )
