@@ -13,6 +13,10 @@ wholly inside one worker-thread call, serialised by a capacity limiter of one:
 write transactions begin, commit and abort on the thread that owns them, and
 the event loop never blocks on LMDB. Reads are memory-mapped lookups of a
 microsecond or two and run inline on the caller's thread.
+
+Each batch is one ``streamledger.commit_batch`` span (writes, failed writes,
+map growths), started and ended on the event loop so the writer thread does
+no tracing work.
 """
 
 from __future__ import annotations

@@ -373,9 +373,11 @@ class LmdbStreamHooks:
             return opened
 
     async def append(self, batch: AppendBatch) -> None:
+        """Save messages and their cursor in one write."""
         await self._write(lambda view: _store.append(view, batch))
 
     async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        """Read the message's budget and the group's state inline; never waits on the writer."""
         with self.env.read() as txn:
             view = LmdbView(txn, self._dbs, self._ids)
             attempt = _store.open_message(view, request)
@@ -384,12 +386,15 @@ class LmdbStreamHooks:
         return attempt
 
     async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        """Confirm a failed attempt in one write and return the next attempt."""
         attempt, _ = await self._write(lambda view: _store.fail_message(view, request))
         return attempt
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        """Confirm every commit in one write: all of them or none."""
         batch = tuple(commits)
         await self._write(lambda view: _store.commit(view, batch))
 
     async def finish(self, request: StreamFinish) -> None:
+        """Confirm the writer's terminal in one write."""
         await self._write(lambda view: _store.finish(view, request))
