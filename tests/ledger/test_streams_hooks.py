@@ -8,11 +8,13 @@ ledger has.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import lmdb
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -213,6 +215,28 @@ async def test_a_commit_batch_with_a_stale_record_in_position_3_confirms_nothing
     assert orders.groups[0].acked_through == 2
     assert orders.groups[0].state == b"2"
     assert [m.payload for m in invoices.tail] == [b"invoice-1", b"invoice-2"]
+
+
+async def test_open_message_answers_while_the_writer_is_busy(tmp_path: Path) -> None:
+    async with ledger_at(tmp_path / "l") as ledger:
+        opened = await ledger.streams.open(opening())
+        await append(ledger.streams, opened, 1)
+        started, release = threading.Event(), threading.Event()
+
+        def busy(txn: lmdb.Transaction) -> bool:
+            started.set()
+            return release.wait(timeout=30)
+
+        ticket = ledger.env.submit(busy)
+        await anyio.to_thread.run_sync(started.wait)
+        try:
+            attempt = await ledger.streams.open_message(
+                MessageOpen(MessageRef(ORDERS, "billing", opened.generation, 1), "n", 1)
+            )
+            assert (attempt.index, attempt.exhausted, attempt.state) == (0, False, None)
+        finally:
+            release.set()
+        assert await ticket.wait() is True
 
 
 # -- compaction and the cost of opening ------------------------------------------------------
