@@ -9,6 +9,8 @@ from pathlib import Path
 
 import anyio
 
+from streams._unwrap import single_error
+
 from ._env import LedgerEnv
 from ._streams import LmdbStreamHooks
 
@@ -45,9 +47,10 @@ async def open_ledger(
     """
     env = LedgerEnv.open(path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size)
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(env.serve)
-            yield Ledger(env)
-            tg.cancel_scope.cancel()
+        with single_error():
+            async with anyio.create_task_group() as tg:
+                await tg.start(env.serve)
+                yield Ledger(env)
+                tg.cancel_scope.cancel()
     finally:
         env.close()

@@ -34,6 +34,7 @@ from ._keys import Key, NoValue
 from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
 from ._tracing import tracer
+from ._unwrap import single_error
 
 __all__ = ["HandleResult", "MessageTx", "handle_messages"]
 
@@ -480,7 +481,7 @@ async def handle_messages(
     )
     group.claimed = True
     try:
-        with tracer().start_as_current_span(
+        with single_error(), tracer().start_as_current_span(
             "streamledger.handle_messages",
             attributes={"streamledger.stream": str(stream.ref), "streamledger.group": group.name},
         ) as span:
@@ -492,21 +493,7 @@ async def handle_messages(
                 finally:
                     tg.cancel_scope.cancel()
             span.set_attribute("streamledger.handled", run.committed)
-    except BaseExceptionGroup as errors:
-        raise _single(errors) from None
     finally:
         group.claimed = False
         group.cursor = group.acked_through
     return HandleResult(run.committed, run.stopped, run.state, dict(group.results))
-
-
-def _single(errors: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The error behind a task-group failure, so callers can catch our error types.
-
-    The handler and the committer fail one at a time: whichever failed first
-    cancelled the other, so the group holds one real error.
-    """
-    first: BaseException = errors
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first

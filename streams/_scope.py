@@ -15,6 +15,7 @@ from ._keys import Key, Stream, type_name
 from ._records import StreamOpen, StreamRef
 from ._stream import ManagedStream
 from ._tracing import tracer
+from ._unwrap import single_error
 
 __all__ = ["StreamScope", "open_scope"]
 
@@ -102,6 +103,9 @@ async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamS
 
     Messages sent but not yet confirmed when the block exits are confirmed
     before it returns; an error confirming them is raised from the block.
+    A single error, from the block or a background append, is raised as
+    itself rather than inside an exception group.
     """
-    async with anyio.create_task_group() as tg:
-        yield StreamScope(hooks, scope, tg)
+    with single_error():
+        async with anyio.create_task_group() as tg:
+            yield StreamScope(hooks, scope, tg)
