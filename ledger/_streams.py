@@ -5,16 +5,20 @@ The store logic lives once in :mod:`streams._store`; this module supplies its
 hook call as one write of the group committer (``open_message`` only reads and
 runs inline on a read transaction).
 
-Record layout (every value framed by :func:`~ledger._seal.seal`)::
+Record layout (every value framed by :func:`~ledger._seal.seal`; ``id`` is a
+stream's 8-byte big-endian id, ``seq`` an 8-byte big-endian sequence)::
 
-    streams   b"c"                          next stream id (msgpack int)
-              b"r" + msgpack([scope, node, key])   stream id (msgpack int)
-              b"d" + id (8 bytes, big endian)     StreamDescriptor
-    messages  id + seq (8 + 8 bytes)            the payload bytes
-    groups    id + group name (utf-8)           GroupFrontier
-    attempts  id + len(group) (4) + group + seq (8) + len(node) (4) + node + parent attempt
-                                                AttemptRecord
+    db        key                                       value
+    streams   b"c"                                      last stream id (msgpack int)
+    streams   b"r" + msgpack([scope, node, key])        stream id (msgpack int)
+    streams   b"d" + id                                 StreamDescriptor
+    messages  id + seq                                  payload bytes
+    groups    id + group (utf-8)                        GroupFrontier
+    attempts  id + len(group) (4 bytes) + group + seq   AttemptRecord
+                 + len(node) (4 bytes) + node + parent attempt
 
+A key part that would make a key longer than ``MAX_KEY`` bytes is replaced
+by ``0xff`` and its 32-byte BLAKE2b digest; the full names stay in the values.
 Keys are big-endian, so a stream's messages are contiguous and appended in
 key order: a batch touches few pages. A view caches every record it reads or
 writes and puts each changed descriptor and frontier once, when the call
@@ -23,12 +27,12 @@ ends, so a commit of many messages on one group writes its frontier once.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import msgspec
-from opentelemetry import trace
 
 from streams import _store
 from streams._records import (
@@ -46,6 +50,7 @@ from streams._records import (
 )
 from streams._rules import AttemptRecord, StreamDescriptor
 from streams._store import AttemptKey
+from streams._tracing import span
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
@@ -58,6 +63,10 @@ T = TypeVar("T")
 COUNTER_KEY: Final = b"c"
 INDEX_PREFIX: Final = b"r"
 DESCRIPTOR_PREFIX: Final = b"d"
+#: Longer keys keep their fixed prefix and a 32-byte digest of the rest (LMDB keys end at 511 bytes).
+MAX_KEY: Final = 256
+#: Marks a digested key part; 0xff never starts UTF-8, msgpack arrays or the length prefixes.
+_DIGESTED: Final = b"\xff"
 
 _u64 = struct.Struct(">Q")
 _u32 = struct.Struct(">I")
@@ -68,9 +77,16 @@ _attempt_decoder = msgspec.msgpack.Decoder(AttemptRecord)
 _int_decoder = msgspec.msgpack.Decoder(int)
 
 
+def _bounded(prefix: bytes, rest: bytes) -> bytes:
+    """``prefix + rest``, or ``prefix`` and a digest of ``rest`` when that is longer than MAX_KEY."""
+    if len(prefix) + len(rest) <= MAX_KEY:
+        return prefix + rest
+    return prefix + _DIGESTED + hashlib.blake2b(rest, digest_size=32).digest()
+
+
 def index_key(ref: StreamRef) -> bytes:
     """The ``streams`` key mapping a stream's identity to its id."""
-    return INDEX_PREFIX + _encoder.encode((ref.scope, ref.node, ref.key))
+    return _bounded(INDEX_PREFIX, _encoder.encode((ref.scope, ref.node, ref.key)))
 
 
 def descriptor_key(stream_id: int) -> bytes:
@@ -85,24 +101,15 @@ def message_key(stream_id: int, seq: int) -> bytes:
 
 def group_key(stream_id: int, group: str) -> bytes:
     """The ``groups`` key of a consumer group's frontier."""
-    return _u64.pack(stream_id) + group.encode()
+    return _bounded(_u64.pack(stream_id), group.encode())
 
 
 def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
     """The ``attempts`` key of a message budget."""
     _, group, seq, node, parent = key
     g, n = group.encode(), node.encode()
-    return b"".join(
-        (
-            _u64.pack(stream_id),
-            _u32.pack(len(g)),
-            g,
-            _u64.pack(seq),
-            _u32.pack(len(n)),
-            n,
-            parent.encode(),
-        )
-    )
+    rest = b"".join((_u32.pack(len(g)), g, _u64.pack(seq), _u32.pack(len(n)), n, parent.encode()))
+    return _bounded(_u64.pack(stream_id), rest)
 
 
 def decode_descriptor(key: bytes, value: bytes) -> StreamDescriptor:
@@ -195,6 +202,11 @@ class LmdbView:
                     f"stream {ref} has id {stream_id} but no descriptor; the ledger file is damaged"
                 )
             desc = decode_descriptor(key, raw)
+            if desc.ref != ref:
+                raise CorruptRecordError(
+                    f"stream {ref} maps to id {stream_id}, whose descriptor is for {desc.ref}; "
+                    "the ledger file is damaged"
+                )
         self._descriptors[ref] = desc
         return desc
 
@@ -350,18 +362,17 @@ class LmdbStreamHooks:
 
     async def open(self, request: StreamOpen) -> StreamOpened:
         """Open or reclaim a stream: descriptor, frontiers and unacknowledged tail only."""
-        tracer = trace.get_tracer("streamledger")
-        with tracer.start_as_current_span(
+        with span(
             "streamledger.recover",
-            attributes={
+            {
                 "streamledger.stream.scope": request.ref.scope,
                 "streamledger.stream.node": request.ref.node,
                 "streamledger.stream.key": request.ref.key,
             },
-        ) as span:
+        ) as current:
             opened, reads = await self._write(lambda view: _store.open_stream(view, request))
-            if span.is_recording():
-                span.set_attributes(
+            if current.is_recording():
+                current.set_attributes(
                     {
                         "streamledger.generation": opened.generation,
                         "streamledger.appended": opened.appended,

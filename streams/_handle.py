@@ -33,7 +33,7 @@ from ._errors import (
 from ._keys import Key, NoValue
 from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
-from ._tracing import tracer
+from ._tracing import span, tracer
 from ._unwrap import single_error
 
 __all__ = ["HandleResult", "MessageTx", "handle_messages"]
@@ -322,8 +322,8 @@ class _Run(Generic[T, S]):
             )
         )
         if attempt.exhausted:
-            span = tracer().start_span("streamledger.message_attempt")
-            span.add_event(
+            attempt_span = tracer().start_span("streamledger.message_attempt")
+            attempt_span.add_event(
                 "streamledger.budget.exhausted",
                 {
                     "streamledger.stream": str(self.stream.ref),
@@ -333,7 +333,7 @@ class _Run(Generic[T, S]):
                     "streamledger.error.type": type(exc).__qualname__,
                 },
             )
-            span.end()
+            attempt_span.end()
             self._exhausted(seq, attempt.index, exc)
         self.group.failing.add(seq)
         return attempt.index
@@ -481,10 +481,10 @@ async def handle_messages(
     )
     group.claimed = True
     try:
-        with single_error(), tracer().start_as_current_span(
+        with single_error(), span(
             "streamledger.handle_messages",
-            attributes={"streamledger.stream": str(stream.ref), "streamledger.group": group.name},
-        ) as span:
+            {"streamledger.stream": str(stream.ref), "streamledger.group": group.name},
+        ) as current:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run.committer)
                 try:
@@ -492,7 +492,7 @@ async def handle_messages(
                     await run.drain()
                 finally:
                     tg.cancel_scope.cancel()
-            span.set_attribute("streamledger.handled", run.committed)
+            current.set_attribute("streamledger.handled", run.committed)
     finally:
         group.claimed = False
         group.cursor = group.acked_through

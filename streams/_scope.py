@@ -14,7 +14,7 @@ from ._hooks import StreamHooks
 from ._keys import Key, Stream, type_name
 from ._records import StreamOpen, StreamRef
 from ._stream import ManagedStream
-from ._tracing import tracer
+from ._tracing import span
 from ._unwrap import single_error
 
 __all__ = ["StreamScope", "open_scope"]
@@ -75,14 +75,12 @@ class StreamScope:
             groups=tuple(groups),
             resumable=resumable,
         )
-        with tracer().start_as_current_span(
-            "streamledger.open_stream", attributes={"streamledger.stream": str(ref)}
-        ) as span:
+        with span("streamledger.open_stream", {"streamledger.stream": str(ref)}) as current:
             opened = await self.hooks.open(request)
-            span.set_attribute("streamledger.generation", opened.generation)
-            span.set_attribute("streamledger.tail", len(opened.tail))
+            current.set_attribute("streamledger.generation", opened.generation)
+            current.set_attribute("streamledger.tail", len(opened.tail))
             if not opened.created:
-                span.add_event("streamledger.stream.recovered")
+                current.add_event("streamledger.stream.recovered")
         stream: ManagedStream[T] = ManagedStream(
             self, key, ref, opened, capacity=capacity, resumable=resumable
         )
