@@ -19,8 +19,8 @@ import lmdb
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, open_ledger
-from ledger._streams import LmdbView, descriptor_key, group_key, index_key
+from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, inspect_ledger, open_ledger
+from ledger._streams import MAX_KEY, LmdbView, descriptor_key, group_key, index_key
 from streams import (
     AppendBatch,
     MessageCommit,
@@ -332,6 +332,34 @@ async def test_records_use_small_stream_ids_and_big_endian_sequence_keys(tmp_pat
     streams = dict(records["streams"])
     assert {index_key(ORDERS), index_key(INVOICES), descriptor_key(1), descriptor_key(2)} <= set(streams)
     assert {k for k, _ in records["groups"]} == {group_key(1, "billing"), group_key(2, "audit")}
+
+
+async def test_names_longer_than_an_lmdb_key_work_and_read_back_in_full(tmp_path: Path) -> None:
+    ref = StreamRef("scope/" * 200, "node-" * 120, "k" * 300)
+    group, node, parent = "g" * 700, "n" * 600, "p" * 900
+    message = MessageRef(ref, group, 1, 1)
+    async with ledger_at(tmp_path / "l") as ledger:
+        opened = await ledger.streams.open(StreamOpen(ref, "int", 8, (group, "short")))
+        await append(ledger.streams, opened, 2)
+        failed = await ledger.streams.fail_message(MessageFail(message, node, 3, 0, parent))
+        assert failed.index == 1
+        await ledger.streams.commit(
+            [MessageCommit(message, node=node, attempt=1, state=b"\x01", parent_attempt=parent)]
+        )
+        records = dump(ledger)
+        report = inspect_ledger(ledger.env)
+    assert max(len(k) for keys in records.values() for k, _ in keys) <= MAX_KEY + 33
+    assert records["attempts"] == []  # the commit removed the budget it used
+    assert report["streams"][0]["key"] == ref.key
+    assert {g["group"] for g in report["streams"][0]["groups"]} == {group, "short"}
+    async with ledger_at(tmp_path / "l") as ledger:
+        again = await ledger.streams.open(StreamOpen(ref, "int", 8, (group, "short"), resumable=True))
+    assert again.ref == ref
+    assert [(g.group, g.acked_through, g.state) for g in again.groups] == [
+        (group, 1, b"\x01"),
+        ("short", 0, None),
+    ]
+    assert [m.seq for m in again.tail] == [1, 2]
 
 
 class CountingTxn:
