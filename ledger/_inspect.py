@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 
 from streams._codec import to_plain
-from streams._rules import pending
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
@@ -46,7 +45,7 @@ def inspect_ledger(env: LedgerEnv) -> dict[str, Any]:
                         {
                             "group": frontier.group,
                             "acked_through": frontier.acked_through,
-                            "pending": pending(desc, frontier),
+                            "pending": desc.appended - frontier.acked_through - len(frontier.acked_above),
                             "exhausted": len(frontier.exhausted),
                             "stopped": frontier.stopped,
                             "state": _state(frontier.state, gkey),
