@@ -34,6 +34,8 @@ import lmdb
 import msgspec
 from opentelemetry import trace
 
+from streams._tracing import tracer
+
 from ._errors import (
     LedgerClosedError,
     LedgerInUseError,
@@ -247,7 +249,7 @@ class LedgerEnv:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        span = trace.get_tracer("streamledger").start_span("streamledger.commit_batch")
+        span = tracer().start_span("streamledger.commit_batch")
         try:
             outcomes, growths = await anyio.to_thread.run_sync(
                 self._commit_batch, batch, limiter=self._limiter
@@ -266,8 +268,9 @@ class LedgerEnv:
                         "streamledger.batch.failed": len(batch),
                     }
                 )
-                span.record_exception(error)
-                span.set_status(trace.StatusCode.ERROR, type(error).__name__)
+                kind = type(error).__qualname__  # never the message: it may quote a payload
+                span.set_attribute("streamledger.error.type", kind)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
             span.end()
             raise
         failed = 0
