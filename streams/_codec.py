@@ -35,8 +35,8 @@ class Codec(Generic[T]):
         plain = isinstance(tp, type) and get_origin(tp) is None and tp is not float
         self._class: type | None = tp if plain else None
 
-    def check(self, value: object, *, what: str) -> None:
-        """Raise :class:`PayloadTypeError` unless ``value`` is a ``T``."""
+    def check(self, value: object, *, what: object) -> None:
+        """Raise :class:`PayloadTypeError` unless ``value`` is a ``T``; ``what`` names the target."""
         if self._class is not None:
             if isinstance(value, self._class):
                 return

@@ -44,6 +44,8 @@ U = TypeVar("U")
 
 #: Messages taken from the tail at a time before the handler yields to other tasks.
 _CHUNK = 64
+#: The results of a message that set none (never mutated).
+_NO_RESULTS: dict[str, bytes] = {}
 
 
 class MessageTx(Generic[S]):
@@ -75,7 +77,7 @@ class MessageTx(Generic[S]):
     def send(self, writer: StreamWriter[U], value: U) -> None:
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
         stream = writer.stream
-        stream.codec.check(value, what=f"stream {stream.ref}")
+        stream.codec.check(value, what=stream._what)
         if len(self._outputs) >= self._run.max_outputs:
             raise OutputLimitError(
                 f"message {self.seq} of {self._run.stream.ref} staged more than "
@@ -171,8 +173,13 @@ class _Run(Generic[T, S]):
         self.committed = 0
         self.committing = False
         self.queued = anyio.Event()
+        self.committer_idle = False
         self.progress = anyio.Event()
         self.stopped = False
+        self.writes: set[ManagedStream[Any]] = set()
+        self.ref = self.stream.ref
+        self.group_name = self.group.name
+        self.generation = self.stream.generation
 
     def _ref(self, seq: int) -> MessageRef:
         s = self.stream
@@ -184,6 +191,7 @@ class _Run(Generic[T, S]):
         stream, group = self.stream, self.group
         while True:
             while not self.queue:
+                self.committer_idle = True
                 await self.queued.wait()
                 self.queued = anyio.Event()
             batch, self.queue = self.queue, []
@@ -340,35 +348,46 @@ class _Run(Generic[T, S]):
 
     async def _stage(self, tx: MessageTx[S]) -> None:
         outputs: list[tuple[ManagedStream[Any], int, list[Any]]] = []
-        batches: list[OutputBatch] = []
-        for out, values in _by_stream(tx._outputs):
-            if len(values) > out.capacity:
-                raise OutputLimitError(
-                    f"message {tx.seq} of {self.stream.ref} staged {len(values)} messages for "
-                    f"{out.ref}, more than its capacity of {out.capacity}"
+        batches: tuple[OutputBatch, ...] = ()
+        if tx._outputs:
+            staged = []
+            for out, values in _by_stream(tx._outputs):
+                n = len(values)
+                if n > out.capacity:
+                    raise OutputLimitError(
+                        f"message {tx.seq} of {self.stream.ref} staged {n} messages for "
+                        f"{out.ref}, more than its capacity of {out.capacity}"
+                    )
+                if out not in self.writes:
+                    out._claim_writer("handler")
+                    self.writes.add(out)
+                if out._next_seq - 1 - out._floor() + n > out.capacity:
+                    await out._wait_capacity(n)
+                first = out._reserve(n)
+                outputs.append((out, first, values))
+                encode = out.codec.encode
+                staged.append(
+                    OutputBatch(
+                        ref=out.ref,
+                        generation=out.generation,
+                        first_seq=first,
+                        payloads=tuple([encode(v) for v in values]),
+                    )
                 )
-            out._claim_writer("handler")
-            await out._wait_capacity(len(values))
-            first = out._reserve(len(values))
-            outputs.append((out, first, values))
-            batches.append(
-                OutputBatch(
-                    ref=out.ref,
-                    generation=out.generation,
-                    first_seq=first,
-                    payloads=tuple(out.codec.encode(v) for v in values),
-                )
-            )
-        state = self.state_codec.encode(tx._state) if tx._state_set else None
+            batches = tuple(staged)
+        state = None
         if tx._state_set:
+            state = self.state_codec.encode(tx._state)
             self.state = tx._state
         commit = MessageCommit(
-            message=self._ref(tx.seq),
+            message=MessageRef(self.ref, self.group_name, self.generation, tx.seq),
             node=self.node,
             attempt=tx.attempt,
             state=state,
-            results={name: codec.encode(v) for name, (codec, v) in tx._results.items()},
-            outputs=tuple(batches),
+            results={name: codec.encode(v) for name, (codec, v) in tx._results.items()}
+            if tx._results
+            else _NO_RESULTS,
+            outputs=batches,
             stop=tx._stopped,
             parent_attempt=self.parent_attempt,
         )
@@ -376,7 +395,9 @@ class _Run(Generic[T, S]):
         self.in_flight += 1
         if self.remaining is not None:
             self.remaining -= 1
-        self.queued.set()
+        if self.committer_idle:
+            self.committer_idle = False
+            self.queued.set()
         if tx._stopped:
             self.stopped = True
 
@@ -385,9 +406,9 @@ def _by_stream(
     outputs: list[tuple[ManagedStream[Any], Any]],
 ) -> list[tuple[ManagedStream[Any], list[Any]]]:
     """Staged outputs grouped by stream, in order of first appearance."""
-    if not outputs:
-        return []
     first = outputs[0][0]
+    if len(outputs) == 1:
+        return [(first, [outputs[0][1]])]
     if all(out is first for out, _ in outputs):
         return [(first, [v for _, v in outputs])]
     grouped: dict[int, tuple[ManagedStream[Any], list[Any]]] = {}

@@ -20,13 +20,13 @@ from ._errors import (
     StaleGenerationError,
     StreamFinishedError,
 )
-from ._records import GroupFrontier, MessageRef, StreamOpen, StreamRef
+from ._records import GroupFrontier, StreamOpen, StreamRef
 
 __all__ = [
     "AttemptRecord",
+    "FrontierDraft",
     "StreamDescriptor",
     "Subject",
-    "ack",
     "check_appendable",
     "check_generation",
     "is_acked",
@@ -125,25 +125,70 @@ def is_acked(frontier: GroupFrontier, seq: int) -> bool:
     return i < len(frontier.acked_above) and frontier.acked_above[i] == seq
 
 
-def ack(desc: StreamDescriptor, frontier: GroupFrontier, message: MessageRef) -> GroupFrontier:
-    """The group's frontier after acknowledging ``message``; it never moves back."""
-    seq = message.seq
-    check_generation(desc, message.generation, Subject("ack of", message))
-    if seq < 1 or seq > desc.appended:
-        raise SequenceError(f"ack of {message}: sequence {seq} was never appended")
-    if is_acked(frontier, seq):
-        raise SequenceError(f"ack of {message}: already acknowledged")
-    if seq != frontier.acked_through + 1:
-        higher = list(frontier.acked_above)
-        bisect.insort(higher, seq)
-        return msgspec.structs.replace(frontier, acked_above=tuple(higher))
-    through = seq
-    above = frontier.acked_above
-    i = 0
-    while i < len(above) and above[i] == through + 1:
-        through += 1
-        i += 1
-    return msgspec.structs.replace(frontier, acked_through=through, acked_above=above[i:])
+class FrontierDraft:
+    """A consumer group's frontier being changed: mutable, turned back into a record at the end.
+
+    The store applies a whole commit batch to one draft per group and writes
+    the record once; the engine keeps one per group as its in-memory view.
+    """
+
+    __slots__ = (
+        "acked_above",
+        "acked_through",
+        "exhausted",
+        "failing",
+        "name",
+        "results",
+        "state",
+        "stopped",
+    )
+
+    def __init__(self, frontier: GroupFrontier) -> None:
+        self.name = frontier.group
+        self.acked_through = frontier.acked_through
+        self.acked_above: list[int] = list(frontier.acked_above)
+        self.state = frontier.state
+        self.results: dict[str, bytes] = dict(frontier.results)
+        self.stopped = frontier.stopped
+        self.exhausted: set[int] = set(frontier.exhausted)
+        self.failing: set[int] = set(frontier.failing)
+
+    def is_acked(self, seq: int) -> bool:
+        if seq <= self.acked_through:
+            return True
+        above = self.acked_above
+        if not above:
+            return False
+        i = bisect.bisect_left(above, seq)
+        return i < len(above) and above[i] == seq
+
+    def ack(self, seq: int) -> None:
+        """Acknowledge ``seq``: the frontier advances over every contiguous ack; it never moves back."""
+        if seq != self.acked_through + 1:
+            if not self.is_acked(seq):
+                bisect.insort(self.acked_above, seq)
+            return
+        through = seq
+        above = self.acked_above
+        if above:
+            i = 0
+            while i < len(above) and above[i] == through + 1:
+                through += 1
+                i += 1
+            del above[:i]
+        self.acked_through = through
+
+    def record(self) -> GroupFrontier:
+        return GroupFrontier(
+            group=self.name,
+            acked_through=self.acked_through,
+            acked_above=tuple(self.acked_above),
+            state=self.state,
+            results=dict(self.results),
+            stopped=self.stopped,
+            exhausted=tuple(sorted(self.exhausted)),
+            failing=tuple(sorted(self.failing)),
+        )
 
 
 def min_frontier(frontiers: list[GroupFrontier]) -> int:

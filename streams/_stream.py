@@ -9,7 +9,6 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -26,7 +25,16 @@ from ._errors import (
 )
 from ._hooks import StreamHooks
 from ._keys import Key, Stream
-from ._records import AppendBatch, MessageCommit, MessageRef, StreamFinish, StreamOpened, StreamRef
+from ._records import (
+    AppendBatch,
+    GroupFrontier,
+    MessageCommit,
+    MessageRef,
+    StreamFinish,
+    StreamOpened,
+    StreamRef,
+)
+from ._rules import FrontierDraft
 
 if TYPE_CHECKING:
     from ._scope import StreamScope
@@ -75,53 +83,15 @@ class StreamSnapshot(msgspec.Struct, frozen=True):
     groups: tuple[GroupSnapshot, ...]
 
 
-class _Group:
-    """One consumer group's in-memory delivery ledger."""
+class _Group(FrontierDraft):
+    """One consumer group's in-memory delivery ledger: its frontier plus a delivery cursor."""
 
-    __slots__ = (
-        "acked_above",
-        "acked_through",
-        "claimed",
-        "cursor",
-        "exhausted",
-        "failing",
-        "name",
-        "results",
-        "state",
-        "stopped",
-    )
+    __slots__ = ("claimed", "cursor")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.acked_through = 0
-        self.acked_above: list[int] = []
-        self.cursor = 0  # the last sequence handed to a reader
+    def __init__(self, frontier: GroupFrontier) -> None:
+        super().__init__(frontier)
+        self.cursor = frontier.acked_through  # the last sequence handed to a reader
         self.claimed = False
-        self.state: bytes | None = None
-        self.results: dict[str, bytes] = {}
-        self.stopped = False
-        self.exhausted: set[int] = set()
-        self.failing: set[int] = set()
-
-    def is_acked(self, seq: int) -> bool:
-        if seq <= self.acked_through:
-            return True
-        i = bisect.bisect_left(self.acked_above, seq)
-        return i < len(self.acked_above) and self.acked_above[i] == seq
-
-    def ack(self, seq: int) -> None:
-        if seq == self.acked_through + 1:
-            through = seq
-            above = self.acked_above
-            i = 0
-            while i < len(above) and above[i] == through + 1:
-                through += 1
-                i += 1
-            if i:
-                del above[:i]
-            self.acked_through = through
-        elif not self.is_acked(seq):
-            bisect.insort(self.acked_above, seq)
 
 
 class ManagedStream(Generic[T]):
@@ -142,6 +112,7 @@ class ManagedStream(Generic[T]):
         self.ref = ref
         self.hooks: StreamHooks = scope.hooks
         self.codec: Codec[T] = Codec(key.item_type)
+        self._what = f"stream {ref}"
         self.capacity = capacity
         self.resumable = resumable
         self.generation = opened.generation
@@ -154,15 +125,7 @@ class ManagedStream(Generic[T]):
         self._evicted_through = min((f.acked_through for f in opened.groups), default=0)
         self._groups: dict[str, _Group] = {}
         for frontier in opened.groups:
-            group = _Group(frontier.group)
-            group.acked_through = frontier.acked_through
-            group.acked_above = list(frontier.acked_above)
-            group.cursor = frontier.acked_through
-            group.state = frontier.state
-            group.results = dict(frontier.results)
-            group.stopped = frontier.stopped
-            group.exhausted = set(frontier.exhausted)
-            group.failing = set(frontier.failing)
+            group = _Group(frontier)
             self._groups[group.name] = group
         self._group_list = list(self._groups.values())
         self._changed = anyio.Event()
@@ -288,8 +251,9 @@ class ManagedStream(Generic[T]):
     async def _send(self, value: T, send_at: int | None) -> None:
         self._check_healthy()
         self._claim_writer("direct")
-        self.codec.check(value, what=f"stream {self.ref}")
-        await self._wait_capacity(1)
+        self.codec.check(value, what=self._what)
+        if self._next_seq - 1 - self._floor() >= self.capacity:
+            await self._wait_capacity(1)
         payload = self.codec.encode(value)
         self._pending.append((self._reserve(1), value, payload))
         if send_at is not None:
