@@ -246,6 +246,7 @@ def bench_writer(args: argparse.Namespace) -> dict[str, Any]:
             seconds=args.seconds,
             slice_ms=args.slice_ms,
             switch_interval=args.switch_interval,
+            sync=not args.no_sync,
             backend=args.backend,
             workdir=args.workdir,
         )
@@ -266,6 +267,7 @@ def bench_writer(args: argparse.Namespace) -> dict[str, Any]:
         "backend": args.backend,
         "slice_ms": args.slice_ms,
         "switch_interval_s": interval,
+        "sync": not args.no_sync,
         "verified": True,
         "solo_msgs_per_s": solo,
         "busy_msgs_per_s": busy,
@@ -286,7 +288,8 @@ def show_writer(out: dict[str, Any]) -> str:
         ),
     ]
     head = (
-        f"writer: batches of {out['batch']} message commits (ack + state + 1 invoice), sync, "
+        f"writer: batches of {out['batch']} message commits (ack + state + 1 invoice), "
+        f"{'durable' if out['sync'] else 'non-durable'}, "
         f"switch interval {out['switch_interval_s'] * 1000:g} ms, median of {out['repeat']}"
     )
     return f"{head}\n{_table(rows)}\nbusy / solo: {_ratio(out['ratio_busy_to_solo'])}"
@@ -325,6 +328,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--switch-interval", type=float, default=None, help="sys.setswitchinterval for the busy phase"
     )
+    p.add_argument("--no-sync", action="store_true", help="a non-durable ledger (no fsync per batch)")
     common(p, 3)
     return parser
 

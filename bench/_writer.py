@@ -58,6 +58,7 @@ class WriterRun:
     batch: int
     slice_ms: float
     switch_interval: float
+    sync: bool
     phases: list[WriterPhase]
 
 
@@ -131,10 +132,17 @@ async def _phase(
 
 
 async def _run(
-    path: Path, *, batch: int, batches: int, seconds: float, slice_s: float, switch_interval: float
+    path: Path,
+    *,
+    batch: int,
+    batches: int,
+    seconds: float,
+    slice_s: float,
+    switch_interval: float,
+    sync: bool,
 ) -> list[WriterPhase]:
     total = 2 * batch * batches
-    async with open_ledger(path, sync=True) as ledger, open_scope(ledger.streams, scope="bench") as scope:
+    async with open_ledger(path, sync=sync) as ledger, open_scope(ledger.streams, scope="bench") as scope:
         orders = await scope.open_stream(ORDERS, node="source", groups=("billing",), capacity=total)
         invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=total)
         writer = orders.writer()
@@ -176,6 +184,7 @@ def run_writer(
     seconds: float = 3.0,
     slice_ms: float = 2.0,
     switch_interval: float | None = None,
+    sync: bool = True,
     backend: str = "asyncio",
     workdir: Path | None = None,
 ) -> WriterRun:
@@ -191,7 +200,8 @@ def run_writer(
                 seconds=seconds,
                 slice_s=slice_ms / 1000,
                 switch_interval=interval,
+                sync=sync,
             )
 
         phases = anyio.run(main, backend=backend)
-    return WriterRun(batch, slice_ms, interval, phases)
+    return WriterRun(batch, slice_ms, interval, sync, phases)

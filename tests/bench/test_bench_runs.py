@@ -84,12 +84,17 @@ def test_recovery_bench_reports_both_open_times(capsys: pytest.CaptureFixture[st
     assert len(out["large_open_samples_s"]) == 2
 
 
-def test_writer_bench_reports_solo_and_busy_rates(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", [(), ("--no-sync",)], ids=["durable", "non-durable"])
+def test_writer_bench_reports_solo_and_busy_rates(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, durability: tuple[str, ...]
+) -> None:
     out = run_bench(
         capsys,
         "writer",
         *("--batch", "16", "--batches", "5", "--repeat", "1", "--workdir", str(tmp_path)),
+        *durability,
     )
+    assert out["sync"] is not bool(durability)
     assert out["solo_msgs_per_s"] > 0 and out["busy_msgs_per_s"] > 0
     assert out["ratio_busy_to_solo"] > 0
 
