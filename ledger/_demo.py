@@ -20,13 +20,14 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from streams import Key, ManagedStream, MessageTx, Stream, StreamHooks, handle_messages, open_scope
 
 from ._errors import LedgerError
 from ._inspect import inspect_ledger
-from ._ledger import open_ledger
+from ._ledger import Ledger, open_ledger
 
 __all__ = [
     "AUDIT",
@@ -149,32 +150,63 @@ async def run_demo(
         raise ValueError("the demo needs at least one message")
     if progress_interval <= 0:
         raise ValueError("progress_interval must be positive")
+    outcome: list[DemoSummary] = []
     try:
-        async with open_ledger(path, sync=sync) as ledger:
-            found = _read_demo(inspect_ledger(ledger.env))
-            if found.finished:
-                return DemoSummary(
-                    orders=found.orders,
-                    billing_total=found.billing_total,
-                    invoices=found.invoices,
-                    audit_count=found.audit_count,
-                    handled=0,
-                    elapsed=0.0,
-                    already_finished=True,
-                    resumed=True,
-                )
-            if found.orders > messages or (found.orders_finished and found.orders != messages):
-                wanted = f"{found.orders}" if found.orders_finished else f"{found.orders} or more"
-                raise DemoMismatchError(
-                    f"ledger {path} holds an unfinished demo of {found.orders} orders, "
-                    f"not {messages}; run it again with --messages {wanted}, or use a new path"
-                )
-            return await run_demo_pipeline(
-                ledger.streams, messages, progress=progress, progress_interval=progress_interval
-            )
+        # An outer cancellation must stop the pipeline before the ledger's
+        # committer: the ledger is shielded and the cancellation is forwarded
+        # to the pipeline alone, so writes made while it unwinds still land.
+        async with anyio.create_task_group() as guard:
+            work = anyio.CancelScope()
+            guard.start_soon(_forward_cancellation, work)
+            with anyio.CancelScope(shield=True):
+                async with open_ledger(path, sync=sync) as ledger:
+                    with work:
+                        outcome.append(await _run_on(ledger, path, messages, progress, progress_interval))
+            guard.cancel_scope.cancel()
     except BaseExceptionGroup as errors:
-        # open_ledger's task group wraps what its block raises; callers catch our types
+        # task groups wrap what their blocks raise; callers catch our error types
         raise _single(errors) from None
+    if not outcome:  # cancelled from outside: the caller's scope takes it from here
+        await anyio.lowlevel.checkpoint()
+        raise RuntimeError("the demo was cancelled")  # pragma: no cover - the checkpoint raises
+    return outcome[0]
+
+
+async def _forward_cancellation(work: anyio.CancelScope) -> None:
+    try:
+        await anyio.sleep_forever()
+    finally:
+        work.cancel()
+
+
+async def _run_on(
+    ledger: Ledger,
+    path: str | os.PathLike[str],
+    messages: int,
+    progress: ProgressCallback | None,
+    progress_interval: float,
+) -> DemoSummary:
+    found = _read_demo(inspect_ledger(ledger.env))
+    if found.finished:
+        return DemoSummary(
+            orders=found.orders,
+            billing_total=found.billing_total,
+            invoices=found.invoices,
+            audit_count=found.audit_count,
+            handled=0,
+            elapsed=0.0,
+            already_finished=True,
+            resumed=True,
+        )
+    if found.orders > messages or (found.orders_finished and found.orders != messages):
+        wanted = f"{found.orders}" if found.orders_finished else f"{found.orders} or more"
+        raise DemoMismatchError(
+            f"ledger {path} holds an unfinished demo of {found.orders} orders, "
+            f"not {messages}; run it again with --messages {wanted}, or use a new path"
+        )
+    return await run_demo_pipeline(
+        ledger.streams, messages, progress=progress, progress_interval=progress_interval
+    )
 
 
 class _Found(msgspec.Struct, frozen=True):
