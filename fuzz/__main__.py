@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         rounds += 1
         started = time.monotonic()
-        run_state_machine_as_test(  # type: ignore[no-untyped-call]
+        run_state_machine_as_test(
             machine,
             settings=settings(
                 max_examples=args.examples,
