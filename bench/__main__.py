@@ -75,18 +75,18 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
         fsyncs.append(probe_fsync(workdir=workdir))
         _progress(quiet, f"  disk: {fsyncs[-1]:,.0f} fsyncs/s")
         for sync, suffix in ((True, ""), (False, "_nondurable")):
-            run = run_streamledger(n, sync=sync, backend=args.backend, workdir=workdir)
+            run = run_streamledger(n, sync=sync, window=args.window, backend=args.backend, workdir=workdir)
             record(f"streamledger{suffix}", run.msgs_per_s, {"batches": run.stats()})
         for sync, suffix in ((True, ""), (False, "_nondurable")):
-            raw = run_raw_lmdb(n, sync=sync, batch=args.batch, workdir=workdir)
+            raw = run_raw_lmdb(n, sync=sync, batch=args.batch or args.window, workdir=workdir)
             record(f"raw_lmdb{suffix}", raw.msgs_per_s)
         if not args.skip_sqlite:
             for sync, suffix in ((True, ""), (False, "_nondurable")):
                 sq = run_sqlite(n, sync=sync, workdir=workdir)
                 record(f"sqlite{suffix}", sq.msgs_per_s)
-        memory = run_memory(n, backend=args.backend)
+        memory = run_memory(n, window=args.window, backend=args.backend)
         record("memory_store", memory.msgs_per_s, {"batches": memory.stats()})
-        engine = run_engine_only(n, backend=args.backend)
+        engine = run_engine_only(n, window=args.window, backend=args.backend)
         record("engine_only", engine.msgs_per_s)
 
     med = {name: median(values) for name, values in figures.items()}
@@ -95,8 +95,8 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
         "messages": n,
         "repeat": args.repeat,
         "backend": args.backend,
-        "window": WINDOW,
-        "raw_lmdb_batch": args.batch,
+        "window": args.window,
+        "raw_lmdb_batch": args.batch or args.window,
         "verified": True,
         "disk_fsyncs_per_s": median(fsyncs),
         "load_average_1m": os.getloadavg()[0],
@@ -310,7 +310,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("streams", help="the demo pipeline vs. raw py-lmdb and sqlite3")
     p.add_argument("--messages", type=int, default=100_000, help="orders through the pipeline")
-    p.add_argument("--batch", type=int, default=WINDOW, help="orders per raw py-lmdb transaction")
+    p.add_argument("--window", type=int, default=WINDOW, help="handle_messages window")
+    p.add_argument(
+        "--batch", type=int, default=0, help="orders per raw py-lmdb transaction (default: the window)"
+    )
     p.add_argument("--skip-sqlite", action="store_true", help="leave out the (slow) sqlite3 loops")
     common(p, 1)
 

@@ -10,6 +10,7 @@ never reports a figure.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import threading
 import time
@@ -235,7 +236,12 @@ async def run_pipeline(hooks: StreamHooks, n: int, *, window: int = WINDOW) -> f
 
 
 def run_streamledger(
-    n: int, *, sync: bool, backend: str = "asyncio", workdir: Path | None = None
+    n: int,
+    *,
+    sync: bool,
+    window: int = WINDOW,
+    backend: str = "asyncio",
+    workdir: Path | None = None,
 ) -> PipelineRun:
     """One pipeline run on a fresh LMDB ledger in a temporary directory.
 
@@ -262,7 +268,7 @@ def run_streamledger(
                 ledger.env.batch_observer = observe
                 started = time.thread_time()
                 try:
-                    return await run_pipeline(hooks, n)
+                    return await run_pipeline(hooks, n, window=window)
                 finally:
                     loop_cpu.append(time.thread_time() - started)
                     ledger.env.batch_observer = None
@@ -308,15 +314,15 @@ def verify_ledger(path: Path, n: int) -> None:
         raise BenchError(f"the ledger at {path} holds the wrong result: {found!r}")
 
 
-def run_memory(n: int, *, backend: str = "asyncio") -> PipelineRun:
+def run_memory(n: int, *, window: int = WINDOW, backend: str = "asyncio") -> PipelineRun:
     """One pipeline run on :class:`~streams.MemoryStore`: the engine's own CPU ceiling."""
     counting = CountingHooks(MemoryStore())
-    seconds = anyio.run(run_pipeline, counting, n, backend=backend)
+    seconds = anyio.run(functools.partial(run_pipeline, counting, n, window=window), backend=backend)
     return PipelineRun("memory", False, n, seconds, counting.counts)
 
 
-def run_engine_only(n: int, *, backend: str = "asyncio") -> PipelineRun:
+def run_engine_only(n: int, *, window: int = WINDOW, backend: str = "asyncio") -> PipelineRun:
     """One pipeline run on :class:`NullHooks`: the engine's event-loop work alone."""
     counting = CountingHooks(NullHooks())
-    seconds = anyio.run(run_pipeline, counting, n, backend=backend)
+    seconds = anyio.run(functools.partial(run_pipeline, counting, n, window=window), backend=backend)
     return PipelineRun("null", False, n, seconds, counting.counts)
