@@ -110,8 +110,8 @@ def _positive_float(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    args = _parser().parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         if args.command == "demo":
             return _demo(args)
         return _inspect(args)
@@ -122,6 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(exc)
         return EXIT_FAILURE
     except KeyboardInterrupt:
+        _interrupted()
+        return EXIT_INTERRUPTED
+    except BaseExceptionGroup as errors:
+        # a second Ctrl-C while the demo shuts down can arrive inside a task group
+        interrupts, others = errors.split(KeyboardInterrupt)
+        if interrupts is None or others is not None:
+            raise
         _interrupted()
         return EXIT_INTERRUPTED
 
