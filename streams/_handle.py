@@ -428,7 +428,7 @@ async def handle_messages(
     node: str | None = None,
     attempts: int = 1,
     max_outputs: int = 64,
-    window: int = 256,
+    window: int = 1024,
     parent_attempt: str = "",
     limit: int | None = None,
 ) -> HandleResult[None]: ...
@@ -444,7 +444,7 @@ async def handle_messages(
     node: str | None = None,
     attempts: int = 1,
     max_outputs: int = 64,
-    window: int = 256,
+    window: int = 1024,
     parent_attempt: str = "",
     limit: int | None = None,
 ) -> HandleResult[S]: ...
@@ -459,7 +459,7 @@ async def handle_messages(
     node: str | None = None,
     attempts: int = 1,
     max_outputs: int = 64,
-    window: int = 256,
+    window: int = 1024,
     parent_attempt: str = "",
     limit: int | None = None,
 ) -> HandleResult[Any]:
