@@ -114,13 +114,15 @@ class LedgerEnv:
         lock_fd: int,
         *,
         max_map_size: int,
+        readonly: bool = False,
     ) -> None:
         self.path = path
         self._path_key = str(path)
         self._env = env
         self._lock_fd = lock_fd
         self._max_map_size = max_map_size
-        self._dbs = {name: env.open_db(name.encode()) for name in DATABASES}
+        self.readonly = readonly
+        self._dbs = _open_databases(env, readonly=readonly)
         self._pending: list[WriteTicket[Any]] = []
         self._wakeup: anyio.Event | None = None
         self._limiter = anyio.CapacityLimiter(1)
@@ -190,18 +192,68 @@ class LedgerEnv:
         self._path_key = key
         return self
 
+    @classmethod
+    def open_readonly(cls, path: str | os.PathLike[str]) -> LedgerEnv:
+        """Open an existing ledger for reading, beside the process that owns it.
+
+        Takes no owner lock and writes nothing: readers register in LMDB's
+        reader table like any other. Raises the same errors as :meth:`open`
+        for a path that is not a ledger or of another version.
+        """
+        p = Path(path)
+        key = str(p.resolve())
+        with _open_paths_lock:
+            if key in _open_paths:
+                raise LedgerInUseError(
+                    f"ledger {p} is already open in this process; share the open Ledger instead"
+                )
+            _open_paths.add(key)
+        try:
+            _check_path(p, create=False)
+            try:
+                env = lmdb.open(
+                    str(p), readonly=True, max_dbs=len(DATABASES) + 4, readahead=False, max_readers=256
+                )
+            except lmdb.Error as exc:
+                raise NotALedgerError(f"{p} cannot be opened for reading: {exc}") from None
+            try:
+                self = cls(p, env, -1, max_map_size=0, readonly=True)
+            except BaseException:
+                env.close()
+                raise
+        except BaseException:
+            with _open_paths_lock:
+                _open_paths.discard(key)
+            raise
+        self._path_key = key
+        return self
+
     # -- reads ---------------------------------------------------------------------------
 
     def db(self, name: str) -> Any:
-        """The handle of a named database from :data:`DATABASES`."""
+        """The handle of a named database from :data:`DATABASES`.
+
+        A read-only ledger written by an older build may lack a database;
+        :meth:`has_db` tells.
+        """
         return self._dbs[name]
+
+    def has_db(self, name: str) -> bool:
+        return name in self._dbs
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
         """A read transaction on the caller's thread, seeing the last committed batch."""
         self._check_open()
-        with self._map_lock, self._env.begin(buffers=False) as txn:
-            yield txn
+        with self._map_lock:
+            try:
+                txn = self._env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                # the owning process grew the map; adopt its size (read-only ledgers only)
+                self._env.set_mapsize(0)
+                txn = self._env.begin(buffers=False)
+            with txn:
+                yield txn
 
     # -- writes --------------------------------------------------------------------------
 
@@ -215,6 +267,8 @@ class LedgerEnv:
         grows) and must not touch event-loop state.
         """
         self._check_open()
+        if self.readonly:
+            raise LedgerClosedError(f"ledger {self.path} was opened read-only; it takes no writes")
         if not self._serving:
             raise LedgerClosedError(
                 f"ledger {self.path} is not serving writes; open it with `async with open_ledger(...)`"
@@ -379,7 +433,8 @@ class LedgerEnv:
             return
         self._closed = True
         self._env.close()
-        os.close(self._lock_fd)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
         with _open_paths_lock:
             _open_paths.discard(self._path_key)
 
@@ -390,6 +445,18 @@ class LedgerEnv:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosedError(f"ledger {self.path} is closed")
+
+
+def _open_databases(env: lmdb.Environment, *, readonly: bool) -> dict[str, Any]:
+    if not readonly:
+        return {name: env.open_db(name.encode()) for name in DATABASES}
+    found: dict[str, Any] = {}
+    for name in DATABASES:
+        try:
+            found[name] = env.open_db(name.encode(), create=False)
+        except lmdb.NotFoundError:
+            continue
+    return found
 
 
 def _check_path(path: Path, *, create: bool) -> bool:

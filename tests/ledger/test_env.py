@@ -7,7 +7,9 @@ import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import anyio
 import lmdb
 import msgspec
 import pytest
@@ -370,3 +372,35 @@ def test_opening_clears_readers_left_by_killed_processes(tmp_path: Path) -> None
             env.close()
         holder.stdin.close()
         assert holder.wait() == 0
+
+
+async def test_a_ledger_can_be_read_beside_the_process_that_owns_it(tmp_path: Path) -> None:
+    path = tmp_path / "shared"
+    async with open_ledger(path) as ledger:
+        db = ledger.env.db("messages")
+
+        def put(txn: Any) -> None:
+            txn.put(b"k", b"v", db=db)
+
+        await ledger.env.write(put)
+        reader = await anyio.run_process(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from ledger import LedgerEnv\n"
+                "env = LedgerEnv.open_readonly(sys.argv[1])\n"
+                "with env.read() as txn: print(txn.get(b'k', db=env.db('messages')).decode())\n"
+                "try:\n    env.submit(lambda txn: None)\nexcept Exception as e: print(type(e).__name__)\n"
+                "env.close()",
+                str(path),
+            ],
+            check=False,
+        )
+        assert reader.stdout.decode().split() == ["v", "LedgerClosedError"], reader.stderr.decode()
+        await ledger.env.write(put)
+
+
+def test_read_only_open_of_a_path_that_is_not_a_ledger_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NotALedgerError):
+        LedgerEnv.open_readonly(tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
