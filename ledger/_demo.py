@@ -161,7 +161,12 @@ async def run_demo(
             with anyio.CancelScope(shield=True):
                 async with open_ledger(path, sync=sync) as ledger:
                     with work:
-                        outcome.append(await _run_on(ledger, path, messages, progress, progress_interval))
+                        try:
+                            outcome.append(await _run_on(ledger, path, messages, progress, progress_interval))
+                        except BaseException as exc:
+                            # an error the cancellation itself caused is the cancellation
+                            if not (work.cancel_called and _caused_by_cancellation(exc)):
+                                raise
             guard.cancel_scope.cancel()
     except BaseExceptionGroup as errors:
         # task groups wrap what their blocks raise; callers catch our error types
@@ -170,6 +175,25 @@ async def run_demo(
         await anyio.lowlevel.checkpoint()
         raise RuntimeError("the demo was cancelled")  # pragma: no cover - the checkpoint raises
     return outcome[0]
+
+
+def _caused_by_cancellation(error: BaseException) -> bool:
+    """Whether every error in ``error`` is a cancellation or was raised because of one.
+
+    A stream whose append was cancelled reports itself broken to the tasks
+    still sending; that error means "cancelled", not "the ledger failed".
+    """
+    cancelled = anyio.get_cancelled_exc_class()
+    found = _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+    for leaf in found:
+        seen: set[int] = set()
+        link: BaseException | None = leaf
+        while link is not None and id(link) not in seen and not isinstance(link, cancelled):
+            seen.add(id(link))
+            link = link.__cause__ or link.__context__
+        if link is None or id(link) in seen:
+            return False
+    return True
 
 
 async def _forward_cancellation(work: anyio.CancelScope) -> None:
@@ -385,18 +409,16 @@ def _progress(
     )
 
 
+def _leaves(errors: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in errors.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
 def _single(errors: BaseExceptionGroup[BaseException]) -> BaseException:
     """The one real error behind nested task-group failures, else the group itself."""
-    leaves: list[BaseException] = []
-
-    def collect(group: BaseExceptionGroup[BaseException]) -> None:
-        for exc in group.exceptions:
-            if isinstance(exc, BaseExceptionGroup):
-                collect(exc)
-            else:
-                leaves.append(exc)
-
-    collect(errors)
-    if len(leaves) == 1 and isinstance(leaves[0], Exception):
-        return leaves[0]
+    found = _leaves(errors)
+    if len(found) == 1 and isinstance(found[0], Exception):
+        return found[0]
     return errors

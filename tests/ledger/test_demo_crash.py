@@ -26,7 +26,7 @@ import pytest
 from ledger import LedgerEnv, inspect_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
-N = 30_000
+N = 50_000
 KILLS = 4
 INTERVAL = 0.05
 #: How long any one wait on the demo may take before the test gives up.
@@ -146,6 +146,7 @@ def test_demo_killed_at_random_moments_ends_with_the_uninterrupted_answer(tmp_pa
     print(f"seed {seed}")
     rng = random.Random(seed)
     deadline = time.monotonic() + 45
+    most_reports = 6  # halved whenever a demo finishes first, so faster machines still get their kills
     for attempt in range(100):
         # a fresh ledger each time a demo finished before it was killed KILLS times
         path = tmp_path / f"ledger-{attempt}"
@@ -155,7 +156,7 @@ def test_demo_killed_at_random_moments_ends_with_the_uninterrupted_answer(tmp_pa
         while True:
             assert time.monotonic() < deadline, f"the kills did not land in time (seed {seed})"
             demo = Demo(path)
-            reports = rng.randint(1, 12)
+            reports = rng.randint(1, most_reports)
             if kills < KILLS and demo.wait_progress(reports):
                 # anywhere within the next reporting interval, not on a report's boundary
                 time.sleep(rng.uniform(0, INTERVAL))
@@ -186,6 +187,7 @@ def test_demo_killed_at_random_moments_ends_with_the_uninterrupted_answer(tmp_pa
             break
         if kills == KILLS:
             break
+        most_reports = max(1, most_reports // 2)
         print(f"the demo finished after {kills} kills; starting over")
 
     before = (path / "data.mdb").read_bytes()
