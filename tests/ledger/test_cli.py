@@ -9,15 +9,27 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import lmdb
+import msgspec
 import pytest
 
-from ledger import LedgerEnv, LedgerLockedError, NotALedgerError, inspect_ledger
+from ledger import (
+    CorruptRecordError,
+    LedgerEnv,
+    LedgerLockedError,
+    NotALedgerError,
+    SchemaVersionError,
+    inspect_ledger,
+)
 from ledger._cli import _ProgressLine, main
 from ledger._demo import DemoMismatchError, DemoProgress, run_demo, run_demo_pipeline
+from ledger._env import LedgerMeta
+from ledger._seal import seal
 from streams import MemoryStore
 
 N = 500
@@ -384,3 +396,45 @@ def test_progress_rewrites_one_line_on_a_terminal_and_writes_plain_lines_elsewhe
         plain.getvalue().splitlines()
         == ["progress: orders 50/100  billed 40  invoices 40  audited 30  40 msgs/s"] * 2
     )
+
+
+def _rewrite(path: Path, db: str, change: Callable[[bytes, bytes], bytes | None]) -> None:
+    """Replace values of one database straight through LMDB, as damage or another build would."""
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        handle = env.open_db(db.encode())
+        with env.begin(write=True, db=handle) as txn:
+            for key, value in list(txn.cursor()):
+                new = change(bytes(key), bytes(value))
+                if new is not None:
+                    txn.put(key, new)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect"])
+def test_cli_refuses_a_ledger_of_another_schema_version(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "ledger"
+    anyio.run(run_demo, path, 20)
+    meta = LedgerMeta("streamledger", 99, "msgpack", 1)
+    _rewrite(path, "meta", lambda key, value: seal(msgspec.msgpack.encode(meta)))
+    before = (path / "data.mdb").read_bytes()
+    done = cli(command, str(path))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [expected_error(path, SchemaVersionError)]
+    assert (path / "data.mdb").read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect"])
+def test_cli_refuses_a_ledger_with_a_corrupted_record(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "ledger"
+    anyio.run(run_demo, path, 20)
+    _rewrite(path, "groups", lambda key, value: value[:-1] + bytes([value[-1] ^ 0xFF]))
+    before = (path / "data.mdb").read_bytes()
+    done = cli(command, str(path))
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: record ") and "database 'groups'" in line, line
+    with pytest.raises(CorruptRecordError, match="database 'groups'"):
+        inspect(path)
+    assert (path / "data.mdb").read_bytes() == before
