@@ -8,10 +8,11 @@ Writes go through :meth:`LedgerEnv.submit`: each write is a function of an
 LMDB write transaction. The committer task gathers every write submitted while
 the previous batch was committing into one LMDB write transaction and one
 fsync (group commit). Each write runs in its own nested transaction, so one
-that raises is rolled back alone and the others still commit. The batch runs
-wholly inside one worker-thread call, serialised by a capacity limiter of one:
-write transactions begin, commit and abort on the thread that owns them, and
-the event loop never blocks on LMDB. Reads are memory-mapped lookups of a
+that raises is rolled back alone and the others still commit. One writer
+thread, started while the ledger serves writes, owns every write
+transaction (LMDB ties them to the thread that began them); the committer
+hands it a batch and is woken once when it is durable, so the event loop
+never blocks on LMDB. Reads are memory-mapped lookups of a
 microsecond or two and run inline on the caller's thread.
 
 Each batch is one ``streamledger.commit_batch`` span (writes, failed writes,
@@ -21,8 +22,12 @@ no tracing work.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import fcntl
 import os
+import queue
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -125,7 +130,8 @@ class LedgerEnv:
         self._dbs = _open_databases(env, readonly=readonly)
         self._pending: list[WriteTicket[Any]] = []
         self._wakeup: anyio.Event | None = None
-        self._limiter = anyio.CapacityLimiter(1)
+        self._writer: _WriterThread | None = None
+        self._stopping = False
         self._map_lock = threading.Lock()
         self._closed = False
         self._serving = False
@@ -284,20 +290,35 @@ class LedgerEnv:
         return await self.submit(fn).wait()
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the committer until cancelled; pending writes are committed before it stops."""
+        """Commit submitted writes until :meth:`stop_serving`; then commit what is pending and return.
+
+        The loop is shielded from cancellation: code that unwinds after a
+        cancellation (a handler confirming what it finished, a shielded
+        cleanup) can still write until the owner of the ledger stops it.
+        """
         self._serving = True
+        self._stopping = False
         self._wakeup = anyio.Event()
+        self._writer = _WriterThread(self._commit_batch, name=f"streamledger-writer {self.path.name}")
         task_status.started()
         try:
-            while True:
-                await self._wakeup.wait()
-                self._wakeup = anyio.Event()
-                await self._commit_pending()
+            with anyio.CancelScope(shield=True):
+                while True:
+                    await self._wakeup.wait()
+                    self._wakeup = anyio.Event()
+                    await self._commit_pending()
+                    if self._stopping and not self._pending:
+                        break
         finally:
             self._serving = False
-            with anyio.CancelScope(shield=True):
-                while self._pending:
-                    await self._commit_pending()
+            self._writer.stop()
+            self._writer = None
+
+    def stop_serving(self) -> None:
+        """Let :meth:`serve` return once every write submitted so far is committed."""
+        self._stopping = True
+        if self._wakeup is not None:
+            self._wakeup.set()
 
     async def _commit_pending(self) -> None:
         batch, self._pending = self._pending, []
@@ -305,9 +326,8 @@ class LedgerEnv:
             return
         span = tracer().start_span("streamledger.commit_batch")
         try:
-            outcomes, growths = await anyio.to_thread.run_sync(
-                self._commit_batch, batch, limiter=self._limiter
-            )
+            assert self._writer is not None
+            outcomes, growths = await self._writer.commit(batch)
         except BaseException as exc:
             error = (
                 exc if isinstance(exc, Exception) else WriteFailedError(f"write batch interrupted: {exc!r}")
@@ -445,6 +465,55 @@ class LedgerEnv:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosedError(f"ledger {self.path} is closed")
+
+
+class _WriterThread:
+    """The one thread that owns the ledger's write transactions.
+
+    The committer hands it a batch through a queue and waits, without
+    blocking the event loop, for one byte on a socket pair: one wake-up of
+    the loop per committed batch, on asyncio and trio alike.
+    """
+
+    def __init__(self, commit: Callable[[list[WriteTicket[Any]]], Any], *, name: str) -> None:
+        self._commit = commit
+        self._requests: queue.SimpleQueue[list[WriteTicket[Any]] | None] = queue.SimpleQueue()
+        self._results: collections.deque[tuple[bool, Any]] = collections.deque()
+        self._receive, self._send = socket.socketpair()
+        self._receive.setblocking(False)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            batch = self._requests.get()
+            if batch is None:
+                return
+            try:
+                result: tuple[bool, Any] = (True, self._commit(batch))
+            except BaseException as exc:
+                result = (False, exc)
+            self._results.append(result)
+            self._send.send(b"\0")
+
+    async def commit(self, batch: list[WriteTicket[Any]]) -> Any:
+        """Commit ``batch`` on the writer thread; a batch handed over always finishes."""
+        self._requests.put(batch)
+        with anyio.CancelScope(shield=True):
+            while not self._results:
+                await anyio.wait_readable(self._receive)
+                with contextlib.suppress(BlockingIOError):
+                    self._receive.recv(4096)
+        ok, value = self._results.popleft()
+        if ok:
+            return value
+        raise value
+
+    def stop(self) -> None:
+        self._requests.put(None)
+        self._thread.join()
+        self._receive.close()
+        self._send.close()
 
 
 def _open_databases(env: lmdb.Environment, *, readonly: bool) -> dict[str, Any]:

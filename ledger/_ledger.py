@@ -50,7 +50,10 @@ async def open_ledger(
         with single_error():
             async with anyio.create_task_group() as tg:
                 await tg.start(env.serve)
-                yield Ledger(env)
-                tg.cancel_scope.cancel()
+                try:
+                    yield Ledger(env)
+                finally:
+                    # serve() ignores cancellation: the block may still write while it unwinds
+                    env.stop_serving()
     finally:
         env.close()

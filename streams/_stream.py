@@ -277,7 +277,9 @@ class ManagedStream(Generic[T]):
                             position=position,
                         )
                     )
-                except BaseException as exc:
+                except Exception as exc:
+                    # A real failure: the outcome is unknown, the stream takes no more sends.
+                    # A cancellation is not one: the scope is going down, the append may land.
                     self._broken = exc
                     self._notify()
                     raise
