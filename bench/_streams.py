@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: The handler window the demo uses (``handle_messages``' default).
-WINDOW = 256
+WINDOW = 1024
 CAPACITY = 4096
 
 
