@@ -232,7 +232,8 @@ async def _cancel_on_sigint(scope: anyio.CancelScope) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    env = LedgerEnv.open(args.path, create=False)
+    # read-only: no owner lock, so a ledger can be inspected while its owner runs
+    env = LedgerEnv.open_readonly(args.path)
     try:
         report = inspect_ledger(env)
     finally:
