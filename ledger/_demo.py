@@ -24,6 +24,7 @@ import anyio.lowlevel
 import msgspec
 
 from streams import Key, ManagedStream, MessageTx, Stream, StreamHooks, handle_messages, open_scope
+from streams._unwrap import single_error
 
 from ._errors import LedgerError
 from ._inspect import inspect_ledger
@@ -150,57 +151,8 @@ async def run_demo(
         raise ValueError("the demo needs at least one message")
     if progress_interval <= 0:
         raise ValueError("progress_interval must be positive")
-    outcome: list[DemoSummary] = []
-    try:
-        # An outer cancellation must stop the pipeline before the ledger's
-        # committer: the ledger is shielded and the cancellation is forwarded
-        # to the pipeline alone, so writes made while it unwinds still land.
-        async with anyio.create_task_group() as guard:
-            work = anyio.CancelScope()
-            guard.start_soon(_forward_cancellation, work)
-            with anyio.CancelScope(shield=True):
-                async with open_ledger(path, sync=sync) as ledger:
-                    with work:
-                        try:
-                            outcome.append(await _run_on(ledger, path, messages, progress, progress_interval))
-                        except BaseException as exc:
-                            # an error the cancellation itself caused is the cancellation
-                            if not (work.cancel_called and _caused_by_cancellation(exc)):
-                                raise
-            guard.cancel_scope.cancel()
-    except BaseExceptionGroup as errors:
-        # task groups wrap what their blocks raise; callers catch our error types
-        raise _single(errors) from None
-    if not outcome:  # cancelled from outside: the caller's scope takes it from here
-        await anyio.lowlevel.checkpoint()
-        raise RuntimeError("the demo was cancelled")  # pragma: no cover - the checkpoint raises
-    return outcome[0]
-
-
-def _caused_by_cancellation(error: BaseException) -> bool:
-    """Whether every error in ``error`` is a cancellation or was raised because of one.
-
-    A stream whose append was cancelled reports itself broken to the tasks
-    still sending; that error means "cancelled", not "the ledger failed".
-    """
-    cancelled = anyio.get_cancelled_exc_class()
-    found = _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
-    for leaf in found:
-        seen: set[int] = set()
-        link: BaseException | None = leaf
-        while link is not None and id(link) not in seen and not isinstance(link, cancelled):
-            seen.add(id(link))
-            link = link.__cause__ or link.__context__
-        if link is None or id(link) in seen:
-            return False
-    return True
-
-
-async def _forward_cancellation(work: anyio.CancelScope) -> None:
-    try:
-        await anyio.sleep_forever()
-    finally:
-        work.cancel()
+    async with open_ledger(path, sync=sync) as ledger:
+        return await _run_on(ledger, path, messages, progress, progress_interval)
 
 
 async def _run_on(
@@ -357,7 +309,7 @@ async def run_demo_pipeline(
                 report()
                 await anyio.sleep(progress_interval)
 
-        try:
+        with single_error():
             async with anyio.create_task_group() as pipeline:
                 async with anyio.create_task_group() as workers:
                     workers.start_soon(source)
@@ -365,8 +317,6 @@ async def run_demo_pipeline(
                     workers.start_soon(audit)
                     pipeline.start_soon(reporter)
                 pipeline.cancel_scope.cancel()
-        except BaseExceptionGroup as errors:
-            raise _single(errors) from None
         report()
         elapsed = anyio.current_time() - started
         return DemoSummary(
@@ -407,18 +357,3 @@ def _progress(
         elapsed=elapsed,
         rate=(billed - billed_before) / elapsed if elapsed > 0 else 0.0,
     )
-
-
-def _leaves(errors: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    found: list[BaseException] = []
-    for exc in errors.exceptions:
-        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return found
-
-
-def _single(errors: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one real error behind nested task-group failures, else the group itself."""
-    found = _leaves(errors)
-    if len(found) == 1 and isinstance(found[0], Exception):
-        return found[0]
-    return errors
