@@ -33,3 +33,9 @@ __all__ = [
     "inspect_ledger",
     "open_ledger",
 ]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__  # tracebacks and docs name the public module
+del _name, _obj

@@ -97,3 +97,9 @@ __all__ = [
     "handle_messages",
     "open_scope",
 ]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__  # tracebacks and docs name the public module
+del _name, _obj

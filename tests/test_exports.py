@@ -40,3 +40,12 @@ def test_library_code_uses_anyio_not_asyncio() -> None:
     for package in ("streams", "ledger"):
         for path in (ROOT / package).rglob("*.py"):
             assert "import asyncio" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("name", ["streams", "ledger"])
+def test_public_objects_say_they_live_in_their_package(name: str) -> None:
+    module = importlib.import_module(name)
+    for attr in module.__all__:
+        obj = getattr(module, attr)
+        if isinstance(obj, type) or callable(obj):
+            assert obj.__module__ == name, f"{name}.{attr} says it lives in {obj.__module__}"
