@@ -282,7 +282,7 @@ def show_writer(out: dict[str, Any]) -> str:
         ("ledger.streams.commit", "msgs/s", "batches/s"),
         ("solo", _rate(out["solo_msgs_per_s"]), f"{out['solo_batches_per_s']:,.1f}"),
         (
-            f"beside a busy loop ({out['slice_ms']:g} ms slices)",
+            f"beside a busy loop ({out['slice_ms']:g} ms slices, 0.5 ms idle)",
             _rate(out["busy_msgs_per_s"]),
             f"{out['busy_batches_per_s']:,.1f}",
         ),

@@ -313,6 +313,14 @@ class LedgerEnv:
             self._serving = False
             self._writer.stop()
             self._writer = None
+            # serve() ended on an error: writes queued behind it are answered, never left waiting
+            pending, self._pending = self._pending, []
+            for ticket in pending:
+                ticket._error = WriteFailedError(
+                    f"ledger {self.path} stopped serving writes after a failed batch; "
+                    "this write was not made: reopen the ledger to recover"
+                )
+                ticket._done.set()
 
     def stop_serving(self) -> None:
         """Let :meth:`serve` return once every write submitted so far is committed."""
@@ -533,7 +541,8 @@ def _check_path(path: Path, *, create: bool) -> bool:
     if path.exists() and not path.is_dir():
         raise NotALedgerError(f"{path} is a file, not a ledger directory")
     names = set(os.listdir(path)) if path.exists() else set()
-    if not names:
+    if not names or ("data.mdb" not in names and names <= _CREATION_FILES):
+        # empty, or a creation that was interrupted before LMDB wrote its data file
         if not create:
             raise NotALedgerError(f"{path} holds no ledger (create=False)")
         return True
@@ -546,10 +555,25 @@ def _check_path(path: Path, *, create: bool) -> bool:
     except lmdb.Error as exc:
         raise NotALedgerError(f"{path}/data.mdb is not an LMDB file: {exc}") from None
     try:
+        if names <= _CREATION_FILES and _is_empty(probe):
+            # a creation interrupted after LMDB made its files, before the schema was written
+            if not create:
+                raise NotALedgerError(f"{path} holds no ledger (create=False)")
+            return True
         _read_schema(probe, path)
     finally:
         probe.close()
     return False
+
+
+#: The files a ledger's creation makes; a directory holding only these and no data is a fresh one.
+_CREATION_FILES: Final = frozenset({"owner.lock", "lock.mdb", "data.mdb"})
+
+
+def _is_empty(env: lmdb.Environment) -> bool:
+    """Whether an LMDB environment holds nothing at all (not even a named database)."""
+    with env.begin() as txn:
+        return int(txn.stat()["entries"]) == 0
 
 
 def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
@@ -581,10 +605,10 @@ def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
     else:
         _read_schema(env, path)
         return
-    meta_db = env.open_db(b"meta")
     record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
-    with env.begin(write=True, db=meta_db) as txn:
-        txn.put(_META_KEY, seal(msgspec.msgpack.encode(record)))
+    with env.begin(write=True) as txn:  # the database and its record in one transaction
+        meta_db = env.open_db(b"meta", txn=txn)
+        txn.put(_META_KEY, seal(msgspec.msgpack.encode(record)), db=meta_db)
 
 
 def _take_owner_lock(path: Path) -> int:

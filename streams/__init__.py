@@ -11,6 +11,7 @@ from ._errors import GroupBusyError as GroupBusyError
 from ._errors import MessageExhaustedError as MessageExhaustedError
 from ._errors import OutputLimitError as OutputLimitError
 from ._errors import PayloadTypeError as PayloadTypeError
+from ._errors import RecordDecodeError as RecordDecodeError
 from ._errors import SequenceError as SequenceError
 from ._errors import SourceNotResumableError as SourceNotResumableError
 from ._errors import StaleGenerationError as StaleGenerationError
@@ -74,6 +75,7 @@ __all__ = [
     "OutputBatch",
     "OutputLimitError",
     "PayloadTypeError",
+    "RecordDecodeError",
     "SequenceError",
     "SourceNotResumableError",
     "StaleGenerationError",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Generic, TypeVar, get_origin
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from ._errors import PayloadTypeError
+from ._errors import PayloadTypeError, RecordDecodeError
 from ._keys import type_name
 
 __all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "to_plain"]
@@ -21,9 +21,16 @@ _plain_decoder = msgspec.msgpack.Decoder()
 
 
 class Codec(Generic[T]):
-    """Validates, encodes and decodes values of one type with msgspec msgpack."""
+    """Validates, encodes and decodes values of one type with msgspec msgpack.
 
-    __slots__ = ("_class", "_decoder", "name", "type")
+    A value is checked by reading back what was written: :meth:`prepare`
+    encodes it and decodes the bytes as ``T``. That catches what an
+    ``isinstance`` check cannot (a Struct field of the wrong type, ``True``
+    for an ``int``), and the decoded copy is what readers and handlers get,
+    so a run that was restarted sees exactly what an uninterrupted one saw.
+    """
+
+    __slots__ = ("_decoder", "name", "type")
 
     def __init__(self, tp: Any) -> None:
         self.type = tp
@@ -32,29 +39,30 @@ class Codec(Generic[T]):
             self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(tp)
         except TypeError as exc:
             raise PayloadTypeError(f"type {self.name} cannot be stored: {exc}") from None
-        plain = isinstance(tp, type) and get_origin(tp) is None and tp is not float
-        self._class: type | None = tp if plain else None
 
-    def check(self, value: object, *, what: object) -> None:
-        """Raise :class:`PayloadTypeError` unless ``value`` is a ``T``; ``what`` names the target."""
-        if self._class is not None:
-            if isinstance(value, self._class):
-                return
-            raise PayloadTypeError(
-                f"{what} takes {self.name}, got a {type(value).__qualname__}; nothing was written"
-            )
+    def prepare(self, value: object, *, what: object) -> tuple[T, bytes]:
+        """``value`` as it reads back, and its bytes; :class:`PayloadTypeError` if it is not a ``T``."""
         try:
-            msgspec.convert(value, self.type, strict=True)
-        except (msgspec.ValidationError, TypeError) as exc:
+            payload = _encoder.encode(value)
+            return self._decoder.decode(payload), payload
+        except (msgspec.ValidationError, msgspec.EncodeError, TypeError, ValueError) as exc:
             raise PayloadTypeError(
-                f"{what} takes {self.name}, got a {type(value).__qualname__} ({exc}); nothing was written"
+                f"{what} takes {self.name}, got a {type(value).__qualname__} that does not read back "
+                f"as one ({exc}); nothing was written"
             ) from None
 
     def encode(self, value: T) -> bytes:
         return _encoder.encode(value)
 
-    def decode(self, data: bytes) -> T:
-        return self._decoder.decode(data)
+    def decode(self, data: bytes, *, what: object = "a stored value") -> T:
+        """Decode stored bytes; :class:`RecordDecodeError` if they no longer read as ``T``."""
+        try:
+            return self._decoder.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise RecordDecodeError(
+                f"{what} does not read back as {self.name} ({exc}); its type changed since it was "
+                "written: keep the old type readable, or start a new scope"
+            ) from None
 
 
 def to_plain(data: bytes) -> Any:

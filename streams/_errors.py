@@ -20,7 +20,8 @@ Messages name the stream, group and sequence involved, never a payload.
         ├── StaleGenerationError                a record from an older generation
         ├── SequenceError                       a gap, a repeat or an unknown sequence number
         ├── UnknownStreamError                  a record for a stream never opened
-        └── StreamFinishedError                 a write to a stream the ledger knows finished
+        ├── StreamFinishedError                 a write to a stream the ledger knows finished
+        └── RecordDecodeError                   a stored payload or state no longer reads as its type
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "MessageExhaustedError",
     "OutputLimitError",
     "PayloadTypeError",
+    "RecordDecodeError",
     "SequenceError",
     "SourceNotResumableError",
     "StaleGenerationError",
@@ -97,3 +99,7 @@ class UnknownStreamError(CheckpointError):
 
 class StreamFinishedError(CheckpointError):
     """A record would write to a stream the ledger knows is finished."""
+
+
+class RecordDecodeError(CheckpointError):
+    """A stored payload, state or result no longer decodes as its type; recovery stops."""

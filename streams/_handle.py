@@ -30,7 +30,7 @@ from ._errors import (
     StreamFailedError,
     StreamStateError,
 )
-from ._keys import Key, NoValue
+from ._keys import Key, NoValue, check_name
 from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
 from ._tracing import span, tracer
@@ -51,16 +51,16 @@ _NO_RESULTS: dict[str, bytes] = {}
 class MessageTx(Generic[S]):
     """What a handler may do with one message; all of it is confirmed by one commit."""
 
-    __slots__ = ("_outputs", "_results", "_run", "_state", "_state_set", "_stopped", "attempt", "seq")
+    __slots__ = ("_outputs", "_results", "_run", "_state", "_state_payload", "_stopped", "attempt", "seq")
 
     def __init__(self, run: _Run[Any, S], seq: int, attempt: int, state: S) -> None:
         self._run = run
         self.seq = seq
         self.attempt = attempt
         self._state = state
-        self._state_set = False
-        self._outputs: list[tuple[ManagedStream[Any], Any]] = []
-        self._results: dict[str, tuple[Codec[Any], Any]] = {}
+        self._state_payload: bytes | None = None
+        self._outputs: list[tuple[ManagedStream[Any], Any, bytes]] = []
+        self._results: dict[str, bytes] = {}
         self._stopped = False
 
     @property
@@ -69,29 +69,30 @@ class MessageTx(Generic[S]):
         return self._state
 
     def set_state(self, state: S) -> None:
-        """Replace the state; it is confirmed with this message's ack."""
-        self._run.state_codec.check(state, what="the handler state")
-        self._state = state
-        self._state_set = True
+        """Replace the state; it is confirmed with this message's ack.
+
+        :attr:`state` then returns the value as it reads back from the ledger
+        (a copy), exactly what a restarted run would get.
+        """
+        self._state, self._state_payload = self._run.state_codec.prepare(state, what="the handler state")
 
     def send(self, writer: StreamWriter[U], value: U) -> None:
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
         stream = writer.stream
-        stream.codec.check(value, what=stream._what)
         if len(self._outputs) >= self._run.max_outputs:
             raise OutputLimitError(
                 f"message {self.seq} of {self._run.stream.ref} staged more than "
                 f"{self._run.max_outputs} outputs; raise max_outputs or split the work"
             )
-        self._outputs.append((stream, value))
+        read_back, payload = stream.codec.prepare(value, what=stream._what)
+        self._outputs.append((stream, read_back, payload))
 
     def set(self, key: Key[U], value: U) -> None:
         """Set an ordinary result; the last value set for a key wins."""
         if key.is_stream:
             raise TypeError(f"{key!r} is a stream key; send messages with tx.send(writer, value)")
         codec: Codec[U] = Codec(key.type)
-        codec.check(value, what=f"result {key.name!r}")
-        self._results[key.name] = (codec, value)
+        self._results[key.name] = codec.prepare(value, what=f"result {key.name!r}")[1]
 
     def stop(self) -> None:
         """Stop handling after this message; the stop is confirmed with its ack."""
@@ -116,7 +117,7 @@ class HandleResult(Generic[S]):
     def result(self, key: Key[U]) -> U | Any:
         """The committed value of an ordinary result, or ``NoValue`` if none was set."""
         raw = self._results.get(key.name)
-        return NoValue if raw is None else Codec(key.type).decode(raw)
+        return NoValue if raw is None else Codec(key.type).decode(raw, what=f"result {key.name!r}")
 
     def __repr__(self) -> str:
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
@@ -166,7 +167,9 @@ class _Run(Generic[T, S]):
         self.window = window
         self.parent_attempt = parent_attempt
         self.state: S = (
-            initial_state if self.group.state is None else state_codec.decode(self.group.state)
+            initial_state
+            if self.group.state is None
+            else state_codec.decode(self.group.state, what=f"the state of group {self.group.name!r}")
         )
         self.queue: list[_Staged] = []
         self.in_flight = 0
@@ -197,14 +200,25 @@ class _Run(Generic[T, S]):
             batch, self.queue = self.queue, []
             self.committing = True
             try:
-                await stream.hooks.commit([item.commit for item in batch])
-            except CheckpointError:
-                raise
+                # Shielded: a commit handed to the store finishes and is applied
+                # locally, so the endpoint never disagrees with the ledger.
+                with anyio.CancelScope(shield=True):
+                    await stream.hooks.commit([item.commit for item in batch])
             except Exception as exc:
-                raise CheckpointError(
-                    f"commit of {len(batch)} messages of {stream.ref} (group {group.name!r}) "
-                    f"from sequence {batch[0].seq} failed; recover from the ledger"
-                ) from exc
+                # The outcome is unknown: latch the failure on every stream it touched.
+                error = (
+                    exc
+                    if isinstance(exc, CheckpointError)
+                    else CheckpointError(
+                        f"commit of {len(batch)} messages of {stream.ref} (group {group.name!r}) "
+                        f"from sequence {batch[0].seq} failed; recover from the ledger"
+                    )
+                )
+                if error is not exc:
+                    error.__cause__ = exc
+                for touched_stream in (stream, *self.writes):
+                    touched_stream._break(error)
+                raise error  # noqa: B904 - its cause is set above
             finally:
                 self.committing = False
             touched: dict[int, ManagedStream[Any]] = {id(stream): stream}
@@ -289,7 +303,9 @@ class _Run(Generic[T, S]):
             )
         )
         if first and attempt.state is not None:
-            self.state = self.state_codec.decode(attempt.state)
+            self.state = self.state_codec.decode(
+                attempt.state, what=f"the state of group {self.group_name!r}"
+            )
         if attempt.exhausted:
             self._exhausted(seq, attempt.index, None)
         return attempt.index
@@ -298,8 +314,9 @@ class _Run(Generic[T, S]):
         message = self._ref(seq)
         self.group.exhausted.add(seq)
         error = MessageExhaustedError(
-            f"{message} failed all {self.attempts} attempt(s) of its budget in node {self.node!r}; "
-            "it is not skipped: fix the cause, then raise the budget or handle it by hand"
+            f"{message} used its whole budget of {self.attempts} attempt(s) in node {self.node!r} "
+            f"({index} confirmed failures); it is not skipped: fix the cause, then handle it under "
+            "a new parent_attempt, which has a budget of its own"
         )
         if cause is not None:
             raise error from cause
@@ -311,6 +328,7 @@ class _Run(Generic[T, S]):
             try:
                 await self.handler(tx, value)
             except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
+                await self.drain()  # what was staged before this message still commits
                 raise
             except Exception as exc:
                 index = await self._fail(seq, index, exc)
@@ -320,15 +338,19 @@ class _Run(Generic[T, S]):
 
     async def _fail(self, seq: int, index: int, exc: Exception) -> int:
         await self.drain()
-        attempt = await self.stream.hooks.fail_message(
-            MessageFail(
-                message=self._ref(seq),
-                node=self.node,
-                limit=self.attempts,
-                index=index,
-                parent_attempt=self.parent_attempt,
-            )
+        request = MessageFail(
+            message=self._ref(seq),
+            node=self.node,
+            limit=self.attempts,
+            index=index,
+            parent_attempt=self.parent_attempt,
         )
+        try:
+            with anyio.CancelScope(shield=True):
+                attempt = await self.stream.hooks.fail_message(request)
+        except Exception as error:
+            self.stream._break(error)
+            raise
         if attempt.exhausted:
             attempt_span = tracer().start_span("streamledger.message_attempt")
             attempt_span.add_event(
@@ -351,7 +373,7 @@ class _Run(Generic[T, S]):
         batches: tuple[OutputBatch, ...] = ()
         if tx._outputs:
             staged = []
-            for out, values in _by_stream(tx._outputs):
+            for out, values, payloads in _by_stream(tx._outputs):
                 n = len(values)
                 if n > out.capacity:
                     raise OutputLimitError(
@@ -359,34 +381,25 @@ class _Run(Generic[T, S]):
                         f"{out.ref}, more than its capacity of {out.capacity}"
                     )
                 if out not in self.writes:
-                    out._claim_writer("handler")
+                    out._claim_for_handler(self)
                     self.writes.add(out)
                 if out._next_seq - 1 - out._floor() + n > out.capacity:
                     await out._wait_capacity(n)
                 first = out._reserve(n)
                 outputs.append((out, first, values))
-                encode = out.codec.encode
                 staged.append(
-                    OutputBatch(
-                        ref=out.ref,
-                        generation=out.generation,
-                        first_seq=first,
-                        payloads=tuple([encode(v) for v in values]),
-                    )
+                    OutputBatch(ref=out.ref, generation=out.generation, first_seq=first, payloads=payloads)
                 )
             batches = tuple(staged)
-        state = None
-        if tx._state_set:
-            state = self.state_codec.encode(tx._state)
+        state = tx._state_payload
+        if state is not None:
             self.state = tx._state
         commit = MessageCommit(
             message=MessageRef(self.ref, self.group_name, self.generation, tx.seq),
             node=self.node,
             attempt=tx.attempt,
             state=state,
-            results={name: codec.encode(v) for name, (codec, v) in tx._results.items()}
-            if tx._results
-            else _NO_RESULTS,
+            results=tx._results or _NO_RESULTS,
             outputs=batches,
             stop=tx._stopped,
             parent_attempt=self.parent_attempt,
@@ -403,18 +416,18 @@ class _Run(Generic[T, S]):
 
 
 def _by_stream(
-    outputs: list[tuple[ManagedStream[Any], Any]],
-) -> list[tuple[ManagedStream[Any], list[Any]]]:
-    """Staged outputs grouped by stream, in order of first appearance."""
+    outputs: list[tuple[ManagedStream[Any], Any, bytes]],
+) -> list[tuple[ManagedStream[Any], list[Any], tuple[bytes, ...]]]:
+    """Staged outputs grouped by stream, in order of first appearance: values and payloads."""
     first = outputs[0][0]
     if len(outputs) == 1:
-        return [(first, [outputs[0][1]])]
-    if all(out is first for out, _ in outputs):
-        return [(first, [v for _, v in outputs])]
-    grouped: dict[int, tuple[ManagedStream[Any], list[Any]]] = {}
-    for out, value in outputs:
-        grouped.setdefault(id(out), (out, []))[1].append(value)
-    return list(grouped.values())
+        return [(first, [outputs[0][1]], (outputs[0][2],))]
+    grouped: dict[int, tuple[ManagedStream[Any], list[Any], list[bytes]]] = {}
+    for out, value, payload in outputs:
+        entry = grouped.setdefault(id(out), (out, [], []))
+        entry[1].append(value)
+        entry[2].append(payload)
+    return [(out, values, tuple(payloads)) for out, values, payloads in grouped.values()]
 
 
 Handler = Callable[[MessageTx[S], T], Awaitable[None]]
@@ -477,6 +490,12 @@ async def handle_messages(
     ``window`` bounds the messages staged but not yet committed. ``limit``
     returns after that many messages (a pause, not a confirmed stop).
     """
+    if node is not None:
+        check_name(node, "a node name")
+    try:
+        parent_attempt.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"parent_attempt must be valid UTF-8 text, got {parent_attempt!r}") from None
     if attempts < 1 or max_outputs < 0 or window < 1 or (limit is not None and limit < 0):
         raise ValueError("attempts and window must be at least 1, max_outputs and limit at least 0")
     group = reader._group
@@ -487,7 +506,7 @@ async def handle_messages(
         state_type = Any if initial_state is None else type(initial_state)
     state_codec: Codec[Any] = Codec(state_type)
     if initial_state is not None:
-        state_codec.check(initial_state, what="the initial state")
+        initial_state = state_codec.prepare(initial_state, what="the initial state")[0]
     run: _Run[Any, Any] = _Run(
         reader,
         handler,
@@ -501,6 +520,7 @@ async def handle_messages(
         limit=limit,
     )
     group.claimed = True
+    group.cursor = group.acked_through  # messages received but not acked are handled too, in order
     try:
         with single_error(), span(
             "streamledger.handle_messages",
@@ -517,4 +537,6 @@ async def handle_messages(
     finally:
         group.claimed = False
         group.cursor = group.acked_through
+        for out in run.writes:
+            out._release_handler(run)
     return HandleResult(run.committed, run.stopped, run.state, dict(group.results))

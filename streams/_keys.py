@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar, get_args, get_origin
 
-__all__ = ["Key", "NoValue", "Stream", "type_name"]
+__all__ = ["Key", "NoValue", "Stream", "check_name", "type_name"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -50,8 +50,7 @@ class Key(Generic[T]):
     __slots__ = ("item_type", "name", "type")
 
     def __init__(self, name: str, type_: type[T]) -> None:
-        if not isinstance(name, str) or not name or "/" in name or "\x00" in name:
-            raise ValueError(f"a key name must be a non-empty string without '/' or NUL, got {name!r}")
+        check_name(name, "a key name")
         self.name = name
         self.type: Any = type_
         self.item_type: Any = get_args(type_)[0] if get_origin(type_) is Stream else None
@@ -69,6 +68,20 @@ class Key(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Key({self.name!r}, {type_name(self.type)})"
+
+
+def check_name(name: object, what: str) -> None:
+    """Names of keys, scopes, nodes and groups: non-empty UTF-8 text without '/' or NUL.
+
+    They form identities and idempotency keys joined by '/', and every store
+    must be able to keep them.
+    """
+    if not isinstance(name, str) or not name or "/" in name or "\x00" in name:
+        raise ValueError(f"{what} must be a non-empty string without '/' or NUL, got {name!r}")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} must be valid UTF-8 text, got {name!r}") from None
 
 
 def type_name(tp: Any) -> str:

@@ -1,6 +1,8 @@
 """MemoryStore: the in-process reference implementation of :class:`StreamHooks`.
 
 It proves in-process contracts only: its records live as long as the object.
+Like the LMDB ledger, a call that was made is applied even if its caller is
+cancelled while waiting for the answer.
 Dropping every endpoint and opening them again on the same store is how the
 tests model a crash. Each call applies to a private overlay of the records and
 is merged only if the whole call succeeded, exactly as a store transaction.
@@ -108,40 +110,41 @@ class MemoryStore:
         self._messages: dict[StreamRef, dict[int, bytes]] = {}
 
     async def open(self, request: StreamOpen) -> StreamOpened:
-        await checkpoint()
         overlay = _Overlay(self)
         opened = _store.open_stream(overlay, request)
         overlay.merge()
+        await checkpoint()
         return opened
 
     async def append(self, batch: AppendBatch) -> None:
-        await checkpoint()
         overlay = _Overlay(self)
         _store.append(overlay, batch)
         overlay.merge()
+        await checkpoint()
 
     async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        attempt = _store.open_message(_Overlay(self), request)
         await checkpoint()
-        return _store.open_message(_Overlay(self), request)
+        return attempt
 
     async def fail_message(self, request: MessageFail) -> MessageAttempt:
-        await checkpoint()
         overlay = _Overlay(self)
         attempt = _store.fail_message(overlay, request)
         overlay.merge()
+        await checkpoint()
         return attempt
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
-        await checkpoint()
         overlay = _Overlay(self)
         _store.commit(overlay, commits)
         overlay.merge()
+        await checkpoint()
 
     async def finish(self, request: StreamFinish) -> None:
-        await checkpoint()
         overlay = _Overlay(self)
         _store.finish(overlay, request)
         overlay.merge()
+        await checkpoint()
 
     # -- inspection ------------------------------------------------------------------------
 

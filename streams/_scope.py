@@ -11,7 +11,7 @@ import anyio.abc
 
 from ._errors import StreamStateError
 from ._hooks import StreamHooks
-from ._keys import Key, Stream, type_name
+from ._keys import Key, Stream, check_name, type_name
 from ._records import StreamOpen, StreamRef
 from ._stream import ManagedStream
 from ._tracing import span
@@ -31,12 +31,12 @@ class StreamScope:
     """
 
     def __init__(self, hooks: StreamHooks, scope: str, task_group: anyio.abc.TaskGroup) -> None:
-        if not isinstance(scope, str) or not scope:
-            raise ValueError("a scope must be a non-empty string")
+        check_name(scope, "a scope")
         self.hooks = hooks
         self.scope = scope
         self._tg = task_group
         self._streams: dict[StreamRef, ManagedStream[Any]] = {}
+        self._opening: dict[StreamRef, anyio.Event] = {}
 
     async def open_stream(
         self,
@@ -62,12 +62,27 @@ class StreamScope:
             raise ValueError("capacity must be at least 1")
         if not groups or len(set(groups)) != len(groups):
             raise ValueError("groups must be distinct, and at least one")
+        check_name(node, "a node name")
+        for group in groups:
+            check_name(group, "a group name")
         ref = StreamRef(scope=self.scope, node=node, key=key.name)
+        while (opening := self._opening.get(ref)) is not None:
+            await opening.wait()  # one open per stream: a concurrent caller shares its endpoint
         existing = self._streams.get(ref)
         if existing is not None:
             if existing.key != key:
                 raise StreamStateError(f"stream {ref} is already open with {existing.key!r}")
             return existing
+        done = self._opening[ref] = anyio.Event()
+        try:
+            return await self._open(key, ref, groups, capacity, resumable)
+        finally:
+            del self._opening[ref]
+            done.set()
+
+    async def _open(
+        self, key: Key[Stream[T]], ref: StreamRef, groups: Sequence[str], capacity: int, resumable: bool
+    ) -> ManagedStream[T]:
         request = StreamOpen(
             ref=ref,
             type_name=type_name(key.item_type),

@@ -121,7 +121,9 @@ class ManagedStream(Generic[T]):
         self.position = opened.position
         self._confirmed = opened.appended  # the last confirmed sequence
         self._next_seq = opened.appended + 1  # the next sequence to assign
-        self._values: dict[int, T] = {m.seq: self.codec.decode(m.payload) for m in opened.tail}
+        self._values: dict[int, T] = {
+            m.seq: self.codec.decode(m.payload, what=f"message {m.seq} of {self._what}") for m in opened.tail
+        }
         self._evicted_through = min((f.acked_through for f in opened.groups), default=0)
         self._groups: dict[str, _Group] = {}
         for frontier in opened.groups:
@@ -134,6 +136,7 @@ class ManagedStream(Generic[T]):
         self._flushing = False
         self._broken: BaseException | None = None
         self._writer_mode: str | None = None  # "direct" or "handler"
+        self._handler_owner: object | None = None  # the handle_messages run writing it
         self._closing = False
 
     # -- shared state -----------------------------------------------------------------------
@@ -153,18 +156,31 @@ class ManagedStream(Generic[T]):
                 f"stream {self.ref} has no consumer group {name!r}; declare it in open_stream(groups=...)"
             ) from None
 
+    def _break(self, cause: BaseException) -> None:
+        """Latch a failure of the reliable layer: every later operation raises."""
+        if self._broken is None:
+            self._broken = cause
+        self._notify()
+
     def _check_healthy(self) -> None:
-        if self._broken is not None:
+        broken = self._broken
+        if broken is not None:
+            if isinstance(broken, CheckpointError):
+                raise broken  # the same error the failed operation raised, not a second one
             raise CheckpointError(
                 f"stream {self.ref} stopped after a failed confirmation; reopen it to recover"
-            ) from self._broken
+            ) from broken
 
     def _floor(self) -> int:
-        """The largest sequence every group acknowledged."""
+        """The largest sequence every group still reading acknowledged.
+
+        A stopped group reads no more; it holds back neither the writer nor compaction.
+        """
         groups = self._group_list
         if len(groups) == 1:
-            return groups[0].acked_through
-        return min(g.acked_through for g in groups)
+            group = groups[0]
+            return self._next_seq - 1 if group.stopped else group.acked_through
+        return min((g.acked_through for g in groups if not g.stopped), default=self._next_seq - 1)
 
     def _unacked(self) -> int:
         """Messages assigned but not acknowledged by the slowest group."""
@@ -232,6 +248,25 @@ class ManagedStream(Generic[T]):
         if self.done:
             raise StreamClosedError(f"stream {self.ref} already ended; it takes no more messages")
 
+    def _claim_for_handler(self, run: object) -> None:
+        """Make ``run`` the one handler run whose staged outputs write this stream."""
+        self._check_healthy()
+        self._claim_writer("handler")
+        if self._handler_owner is not None and self._handler_owner is not run:
+            raise StreamStateError(
+                f"stream {self.ref} is already written by another running message handler; "
+                "a stream has one writer node"
+            )
+        self._handler_owner = run
+
+    def _release_handler(self, run: object) -> None:
+        """``run`` ended: give back sequence numbers it reserved but never committed."""
+        if self._handler_owner is run:
+            self._handler_owner = None
+            if self._broken is None:
+                self._next_seq = self._confirmed + 1
+                self._notify()
+
     def _reserve(self, n: int) -> int:
         first = self._next_seq
         self._next_seq += n
@@ -251,10 +286,9 @@ class ManagedStream(Generic[T]):
     async def _send(self, value: T, send_at: int | None) -> None:
         self._check_healthy()
         self._claim_writer("direct")
-        self.codec.check(value, what=self._what)
+        value, payload = self.codec.prepare(value, what=self._what)
         if self._next_seq - 1 - self._floor() >= self.capacity:
             await self._wait_capacity(1)
-        payload = self.codec.encode(value)
         self._pending.append((self._reserve(1), value, payload))
         if send_at is not None:
             self._pending_position = send_at
@@ -268,20 +302,21 @@ class ManagedStream(Generic[T]):
                 batch, self._pending = self._pending, []
                 position, self._pending_position = self._pending_position, None
                 try:
-                    await self.hooks.append(
-                        AppendBatch(
-                            ref=self.ref,
-                            generation=self.generation,
-                            first_seq=batch[0][0],
-                            payloads=tuple(p for _, _, p in batch),
-                            position=position,
+                    # Shielded: once handed to the store an append finishes, so the
+                    # endpoint never disagrees with the ledger about what was appended.
+                    with anyio.CancelScope(shield=True):
+                        await self.hooks.append(
+                            AppendBatch(
+                                ref=self.ref,
+                                generation=self.generation,
+                                first_seq=batch[0][0],
+                                payloads=tuple(p for _, _, p in batch),
+                                position=position,
+                            )
                         )
-                    )
                 except Exception as exc:
-                    # A real failure: the outcome is unknown, the stream takes no more sends.
-                    # A cancellation is not one: the scope is going down, the append may land.
-                    self._broken = exc
-                    self._notify()
+                    # the outcome is unknown: the stream takes no more sends until reopened
+                    self._break(exc)
                     raise
                 if position is not None:
                     self.position = position
@@ -302,7 +337,13 @@ class ManagedStream(Generic[T]):
             raise StreamClosedError(f"stream {self.ref} already ended the other way")
         await self._flush()
         self._check_healthy()
-        await self.hooks.finish(StreamFinish(ref=self.ref, generation=self.generation, failed=failed))
+        request = StreamFinish(ref=self.ref, generation=self.generation, failed=failed)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.hooks.finish(request)
+        except Exception as exc:
+            self._break(exc)
+            raise
         self.finished = not failed
         self.failed = failed
         self._notify()
@@ -312,7 +353,7 @@ class ManagedStream(Generic[T]):
     def _take_ready(self, group: _Group, limit: int) -> list[tuple[int, T]]:
         """Hand out up to ``limit`` confirmed, unacknowledged messages in sequence order."""
         taken: list[tuple[int, T]] = []
-        seq = group.cursor
+        seq = max(group.cursor, group.acked_through)
         while len(taken) < limit and seq < self._confirmed:
             seq += 1
             if group.acked_above and group.is_acked(seq):
@@ -322,7 +363,7 @@ class ManagedStream(Generic[T]):
         return taken
 
     def _at_end(self, group: _Group) -> bool:
-        return self.done and group.cursor >= self._confirmed
+        return self.done and max(group.cursor, group.acked_through) >= self._confirmed
 
     def _raise_end(self) -> None:
         if self.failed:
@@ -356,8 +397,17 @@ class ManagedStream(Generic[T]):
         self._check_healthy()
         if seq > self._confirmed or group.is_acked(seq):
             raise StreamStateError(f"stream {self.ref} group {group.name!r}: nothing to ack at {seq}")
+        if group.claimed:
+            raise GroupBusyError(
+                f"group {group.name!r} of stream {self.ref} is consumed by handle_messages; it acks itself"
+            )
         message = MessageRef(ref=self.ref, group=group.name, generation=self.generation, seq=seq)
-        await self.hooks.commit([MessageCommit(message=message)])
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.hooks.commit([MessageCommit(message=message)])
+        except Exception as exc:
+            self._break(exc)
+            raise
         self._local_ack(group, seq)
         self._notify()
 

@@ -32,7 +32,7 @@ def single_error() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as errors:
-        found = leaves(errors)
+        found = list({id(e): e for e in leaves(errors)}.values())  # one error raised in several tasks
         causes = {id(e.__cause__) for e in found if e.__cause__ is not None}
         found = [e for e in found if id(e) not in causes] or found
         if len(found) == 1:

@@ -404,3 +404,27 @@ def test_read_only_open_of_a_path_that_is_not_a_ledger_is_refused(tmp_path: Path
     with pytest.raises(NotALedgerError):
         LedgerEnv.open_readonly(tmp_path / "nothing")
     assert not (tmp_path / "nothing").exists()
+
+
+@pytest.mark.parametrize("stage", ["owner_lock", "lmdb_files"])
+def test_a_creation_killed_half_way_is_finished_by_the_next_open(tmp_path: Path, stage: str) -> None:
+    path = tmp_path / "ledger"
+    path.mkdir()
+    (path / "owner.lock").touch()
+    if stage == "lmdb_files":
+        lmdb.open(str(path), max_dbs=4).close()  # LMDB made its files, no schema yet
+    env = LedgerEnv.open(path)
+    env.close()
+    LedgerEnv.open(path).close()
+
+
+def test_an_lmdb_environment_holding_data_is_still_not_a_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "other"
+    env = lmdb.open(str(path), max_dbs=4)
+    with env.begin(write=True) as txn:
+        txn.put(b"theirs", b"x")
+    env.close()
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(NotALedgerError):
+        LedgerEnv.open(path)
+    assert (path / "data.mdb").read_bytes() == before

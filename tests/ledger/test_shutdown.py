@@ -42,7 +42,7 @@ async def test_a_cancelled_append_does_not_break_the_stream(tmp_path: Path) -> N
             with anyio.CancelScope(shield=True):
                 await anyio.lowlevel.checkpoint()
                 await stream.writer().send(2, send_at=2)
-    assert outer.cancelled_caught
+    assert outer.cancel_called
     async with open_ledger(tmp_path / "l") as ledger, open_scope(ledger.streams, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
         appended = stream.snapshot().appended

@@ -1,0 +1,223 @@
+"""Endpoints under cancellation, early exits, concurrent opens and stopped groups."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from streams import (
+    CheckpointError,
+    GroupBusyError,
+    Key,
+    MessageTx,
+    PayloadTypeError,
+    Stream,
+    StreamStateError,
+    handle_messages,
+    open_scope,
+)
+from streams.testing import FaultyHooks
+
+from .conftest import NUMBERS, World
+
+OUT = Key("out", Stream[int])
+
+
+async def test_a_shielded_finish_after_a_cancelled_append_completes(world: World) -> None:
+    async with world.session() as hooks:
+        with anyio.CancelScope() as outer:
+            async with open_scope(hooks, scope="s") as scope:
+                writer = (await scope.open_stream(NUMBERS, node="src", groups=("g",))).writer()
+                try:
+                    await writer.send(1)
+                    await anyio.lowlevel.checkpoint()
+                    outer.cancel()
+                    await anyio.sleep(1)
+                finally:
+                    with anyio.CancelScope(shield=True), anyio.fail_after(10):
+                        await writer.finish()
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        assert (stream.snapshot().finished, stream.snapshot().appended) == (True, 1)
+
+
+async def test_a_handler_error_commits_what_was_staged_and_leaves_the_output_writable(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        out = await scope.open_stream(OUT, node="h", groups=("o",))
+        for i in range(1, 6):
+            await numbers.writer().send(i)
+        await numbers.writer().finish()
+
+        async def h(tx: MessageTx[None], value: int) -> None:
+            tx.send(out.writer(), "bad" if value == 3 else value)  # type: ignore[misc]
+
+        with pytest.raises(PayloadTypeError):
+            await handle_messages(numbers.reader("g"), h)
+        assert numbers.snapshot().groups[0].acked_through == 2
+        with anyio.fail_after(10):
+            await out.writer().fail()
+        assert out.snapshot().appended == 2
+
+
+async def test_a_failed_commit_latches_the_failure_and_the_output_does_not_hang(world: World) -> None:
+    async with world.session() as hooks:
+        faulty = FaultyHooks(hooks, fail={"commit": 1})
+        with pytest.raises(CheckpointError):
+            async with open_scope(faulty, scope="s") as scope:
+                numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+                out = await scope.open_stream(OUT, node="h", groups=("o",))
+                await numbers.writer().send(1)
+                await numbers.writer().finish()
+
+                async def h(tx: MessageTx[None], value: int) -> None:
+                    tx.send(out.writer(), value)
+
+                try:
+                    await handle_messages(numbers.reader("g"), h)
+                finally:
+                    with anyio.fail_after(10), pytest.raises(CheckpointError):
+                        await out.writer().fail()
+
+
+async def test_a_cancelled_handler_leaves_the_endpoint_agreeing_with_the_ledger(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        out = await scope.open_stream(OUT, node="h", groups=("o",))
+        for i in range(1, 201):
+            await numbers.writer().send(i)
+        await numbers.writer().finish()
+        seen: list[int] = []
+
+        async def h(tx: MessageTx[int], value: int) -> None:
+            seen.append(value)
+            tx.set_state(tx.state + value)
+            tx.send(out.writer(), value)
+            if len(seen) == 50:
+                await anyio.lowlevel.checkpoint()
+
+        with anyio.move_on_after(0):
+            await handle_messages(numbers.reader("g"), h, initial_state=0)
+        result = await handle_messages(numbers.reader("g"), h, initial_state=0)
+        assert result.state == sum(range(1, 201))
+        assert out.snapshot().appended == 200
+        await out.writer().finish()
+        assert [m.value async for m in out.reader("o")] == list(range(1, 201))
+
+
+async def test_concurrent_opens_of_a_stream_share_one_endpoint_and_one_generation(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        opened = []
+
+        async def open_one() -> None:
+            opened.append(await scope.open_stream(NUMBERS, node="src", groups=("g",)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(open_one)
+            tg.start_soon(open_one)
+        assert opened[0] is opened[1]
+        assert opened[0].generation == 1
+        await opened[0].writer().send(1)
+        await opened[0].writer().flush()
+
+
+async def test_acking_by_sequence_before_receiving_skips_that_message(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        for i in range(1, 4):
+            await stream.writer().send(i)
+        await stream.writer().finish()
+        reader = stream.reader("g")
+        await reader.ack(1)
+        assert [m.seq async for m in reader] == [2, 3]
+
+
+async def test_a_handler_takes_over_messages_a_reader_received_but_did_not_ack(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        for i in range(1, 4):
+            await stream.writer().send(i)
+        await stream.writer().finish()
+        assert (await stream.reader("g").receive()).seq == 1
+        order: list[int] = []
+
+        async def h(tx: MessageTx[None], value: int) -> None:
+            order.append(value)
+
+        await handle_messages(stream.reader("g"), h)
+        assert order == [1, 2, 3]
+        assert stream.snapshot().groups[0].acked_through == 3
+
+
+async def test_a_stopped_group_holds_back_neither_the_writer_nor_compaction(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4)
+        await stream.writer().send(1)
+
+        async def stop(tx: MessageTx[None], value: int) -> None:
+            tx.stop()
+
+        await handle_messages(stream.reader("g"), stop)
+        with anyio.fail_after(10):
+            for i in range(2, 12):
+                await stream.writer().send(i)
+            await stream.writer().flush()
+        assert stream.snapshot().appended == 11
+
+
+async def test_two_handlers_cannot_write_one_output_stream(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"))
+        out = await scope.open_stream(OUT, node="h", groups=("o",))
+        for i in range(1, 5):
+            await numbers.writer().send(i)
+        await numbers.writer().finish()
+        first_staged = anyio.Event()
+        release = anyio.Event()
+
+        async def slow(tx: MessageTx[None], value: int) -> None:
+            tx.send(out.writer(), value)
+            if value == 2:  # message 1 is staged: this run writes `out` now
+                first_staged.set()
+                await release.wait()
+
+        async def other(tx: MessageTx[None], value: int) -> None:
+            tx.send(out.writer(), value)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(handle_messages, numbers.reader("a"), slow)
+            await first_staged.wait()
+            with pytest.raises(StreamStateError, match="another running message handler"):
+                await handle_messages(numbers.reader("b"), other)
+            release.set()
+        assert out.snapshot().appended == 4
+
+
+async def test_a_plain_ack_on_a_group_a_handler_consumes_is_refused(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        await stream.writer().send(1)
+        await stream.writer().flush()
+        acked = anyio.Event()
+
+        async def h(tx: MessageTx[None], value: int) -> None:
+            with pytest.raises(GroupBusyError):
+                await stream.reader("g").ack(1)
+            acked.set()
+
+        await handle_messages(stream.reader("g"), h, limit=1)
+        assert acked.is_set()
+
+
+@pytest.mark.parametrize("name", ["a/b", "", "bad\udc80"])
+async def test_names_that_could_collide_or_not_be_stored_are_refused(world: World, name: str) -> None:
+    async with world.session() as hooks:
+        with pytest.raises(ValueError):
+            async with open_scope(hooks, scope=name):
+                pass
+        async with open_scope(hooks, scope="s") as scope:
+            with pytest.raises(ValueError):
+                await scope.open_stream(NUMBERS, node=name, groups=("g",))
+            with pytest.raises(ValueError):
+                await scope.open_stream(NUMBERS, node="src", groups=(name,))
