@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from ledger import (
     MapFullError,
     NotALedgerError,
     SchemaVersionError,
+    WriteFailedError,
     open_ledger,
 )
 from ledger._env import CODEC, CODEC_VERSION, FORMAT, SCHEMA_VERSION, LedgerMeta
@@ -428,3 +430,25 @@ def test_an_lmdb_environment_holding_data_is_still_not_a_ledger(tmp_path: Path) 
     with pytest.raises(NotALedgerError):
         LedgerEnv.open(path)
     assert (path / "data.mdb").read_bytes() == before
+
+
+async def test_writes_queued_behind_a_failed_batch_are_answered(tmp_path: Path) -> None:
+    with pytest.raises(WriteFailedError):
+        async with open_ledger(tmp_path / "l") as ledger:
+            env = ledger.env
+            gate = threading.Event()
+            assert env._writer is not None
+
+            def failing(batch: object) -> object:
+                gate.wait(10)  # hold the first batch until the second write is queued
+                raise WriteFailedError("the disk is gone")
+
+            env._writer._commit = failing
+            first = env.submit(lambda txn: None)
+            await anyio.wait_all_tasks_blocked()
+            second = env.submit(lambda txn: None)
+            gate.set()
+            with anyio.fail_after(10):
+                for ticket in (first, second):
+                    with pytest.raises(WriteFailedError):
+                        await ticket.wait()
