@@ -159,14 +159,7 @@ class LedgerEnv:
         Nothing is written to a path that is refused.
         """
         p = Path(path)
-        key = str(p.resolve())
-        with _open_paths_lock:
-            if key in _open_paths:
-                raise LedgerInUseError(
-                    f"ledger {p} is already open in this process; share the open Ledger instead"
-                )
-            _open_paths.add(key)
-        try:
+        with _registered(p) as key:
             fresh = _check_path(p, create=create)
             if fresh:
                 p.mkdir(parents=True, exist_ok=True)
@@ -191,10 +184,6 @@ class LedgerEnv:
             except BaseException:
                 os.close(lock_fd)
                 raise
-        except BaseException:
-            with _open_paths_lock:
-                _open_paths.discard(key)
-            raise
         self._path_key = key
         return self
 
@@ -207,14 +196,7 @@ class LedgerEnv:
         for a path that is not a ledger or of another version.
         """
         p = Path(path)
-        key = str(p.resolve())
-        with _open_paths_lock:
-            if key in _open_paths:
-                raise LedgerInUseError(
-                    f"ledger {p} is already open in this process; share the open Ledger instead"
-                )
-            _open_paths.add(key)
-        try:
+        with _registered(p) as key:
             _check_path(p, create=False)
             try:
                 env = lmdb.open(
@@ -227,10 +209,6 @@ class LedgerEnv:
             except BaseException:
                 env.close()
                 raise
-        except BaseException:
-            with _open_paths_lock:
-                _open_paths.discard(key)
-            raise
         self._path_key = key
         return self
 
@@ -522,6 +500,28 @@ class _WriterThread:
         self._thread.join()
         self._receive.close()
         self._send.close()
+
+
+@contextmanager
+def _registered(path: Path) -> Iterator[str]:
+    """Claim ``path`` for this process (LMDB opens an environment once per process).
+
+    The claim is kept when the block succeeds (:meth:`LedgerEnv.close` gives it
+    back) and dropped when it raises.
+    """
+    key = str(path.resolve())
+    with _open_paths_lock:
+        if key in _open_paths:
+            raise LedgerInUseError(
+                f"ledger {path} is already open in this process; share the open Ledger instead"
+            )
+        _open_paths.add(key)
+    try:
+        yield key
+    except BaseException:
+        with _open_paths_lock:
+            _open_paths.discard(key)
+        raise
 
 
 def _open_databases(env: lmdb.Environment, *, readonly: bool) -> dict[str, Any]:

@@ -11,30 +11,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from ledger import open_ledger
+from ledger._demo import INVOICES, ORDERS, BillingState, Invoice, Order
 from streams import Key, MemoryStore, Stream, StreamHooks
 
+# The demo's records and keys: orders in, invoices out, a running total as state.
+Totals = BillingState
+__all__ = ["INVOICES", "NUMBERS", "ORDERS", "TOTAL", "Invoice", "Order", "Totals", "World"]
 
-class Order(msgspec.Struct, frozen=True):
-    id: int
-    amount: int
-
-
-class Invoice(msgspec.Struct, frozen=True):
-    order: int
-    amount: int
-
-
-class Totals(msgspec.Struct, frozen=True):
-    total: int = 0
-    count: int = 0
-
-
-ORDERS = Key("orders", Stream[Order])
-INVOICES = Key("invoices", Stream[Invoice])
 NUMBERS = Key("numbers", Stream[int])
 TOTAL = Key("total", int)
 
