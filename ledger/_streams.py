@@ -12,7 +12,8 @@ stream's 8-byte big-endian id, ``seq`` an 8-byte big-endian sequence)::
     streams   b"c"                                      last stream id (msgpack int)
     streams   b"r" + msgpack([scope, node, key])        stream id (msgpack int)
     streams   b"d" + id                                 StreamDescriptor
-    messages  id + seq                                  payload bytes
+    messages  id + first seq                            msgpack list of payloads: a run of
+                                                        up to CHUNK messages from first seq
     groups    id + group (utf-8)                        GroupFrontier
     attempts  id + len(group) (4 bytes) + group + seq   AttemptRecord
                  + len(node) (4 bytes) + node + parent attempt
@@ -20,7 +21,9 @@ stream's 8-byte big-endian id, ``seq`` an 8-byte big-endian sequence)::
 A key part that would make a key longer than ``MAX_KEY`` bytes is replaced
 by ``0xff`` and its 32-byte BLAKE2b digest; the full names stay in the values.
 Keys are big-endian, so a stream's messages are contiguous and appended in
-key order: a batch touches few pages. A view caches every record it reads or
+key order. A batch of messages is stored as runs of up to ``CHUNK``
+messages, one LMDB value each: the writer thread makes one put per run
+instead of one per message, and compaction deletes one key per run. A view caches every record it reads or
 writes and puts each changed descriptor and frontier once, when the call
 ends, so a commit of many messages on one group writes its frontier once.
 """
@@ -54,7 +57,7 @@ from streams._tracing import span
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
-from ._seal import decode_record, seal, unseal
+from ._seal import decode_record, seal
 
 __all__ = ["LmdbStreamHooks"]
 
@@ -94,9 +97,19 @@ def descriptor_key(stream_id: int) -> bytes:
     return DESCRIPTOR_PREFIX + _u64.pack(stream_id)
 
 
-def message_key(stream_id: int, seq: int) -> bytes:
-    """The ``messages`` key of one message."""
-    return _u64.pack(stream_id) + _u64.pack(seq)
+def message_key(stream_id: int, first_seq: int) -> bytes:
+    """The ``messages`` key of the run of messages starting at ``first_seq``."""
+    return _u64.pack(stream_id) + _u64.pack(first_seq)
+
+
+#: The most messages one stored run holds (bounds what compaction must keep of a run).
+CHUNK: Final = 256
+_payloads_decoder = msgspec.msgpack.Decoder(list[bytes])
+
+
+def decode_run(key: bytes, value: bytes) -> list[bytes]:
+    """The payloads of one stored run of messages."""
+    return decode_record(value, _payloads_decoder, db="messages", key=key)
 
 
 def group_key(stream_id: int, group: str) -> bytes:
@@ -118,6 +131,21 @@ def decode_descriptor(key: bytes, value: bytes) -> StreamDescriptor:
 
 def decode_frontier(key: bytes, value: bytes) -> GroupFrontier:
     return decode_record(value, _frontier_decoder, db="groups", key=key)
+
+
+def _at_run_holding(cursor: Any, prefix: bytes, seq: int) -> bool:
+    """Put ``cursor`` on the stream's run holding ``seq``, or the first run after it."""
+    if cursor.set_range(prefix + _u64.pack(seq)):
+        key = cursor.key()
+        if key[:8] == prefix and _u64.unpack_from(key, 8)[0] == seq:
+            return True
+        if not cursor.prev():  # the run after seq is the first record: start there
+            return bool(cursor.first()) and cursor.key()[:8] == prefix
+    elif not cursor.last():
+        return False
+    if cursor.key()[:8] == prefix:
+        return True  # the last run that starts before seq, which may hold it
+    return bool(cursor.next()) and cursor.key()[:8] == prefix
 
 
 class LmdbView:
@@ -266,13 +294,10 @@ class LmdbView:
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
         prefix = _u64.pack(self._require_id(ref))
         db = self._dbs["messages"]
-        if len(payloads) == 1:
-            self._txn.put(prefix + _u64.pack(first_seq), seal(payloads[0]), db=db)
-            return
-        pack = _u64.pack
-        items = [(prefix + pack(first_seq + i), seal(p)) for i, p in enumerate(payloads)]
-        with self._txn.cursor(db=db) as cursor:
-            cursor.putmulti(items)
+        put = self._txn.put
+        for start in range(0, len(payloads), CHUNK):
+            run = payloads[start : start + CHUNK]
+            put(prefix + _u64.pack(first_seq + start), seal(_encoder.encode(run)), db=db)
 
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:
         stream_id = self._id(ref)
@@ -281,32 +306,35 @@ class LmdbView:
         prefix = _u64.pack(stream_id)
         found: list[StoredMessage] = []
         with self._txn.cursor(db=self._dbs["messages"]) as cursor:
-            if not cursor.set_range(prefix + _u64.pack(seq + 1)):
+            # the run holding seq + 1 starts at or before it: step back one run from there
+            if not _at_run_holding(cursor, prefix, seq + 1):
                 return found
             for key, value in cursor:
                 if key[:8] != prefix:
                     break
-                found.append(
-                    StoredMessage(_u64.unpack_from(key, 8)[0], unseal(value, db="messages", key=key))
-                )
+                first = _u64.unpack_from(key, 8)[0]
+                for i, payload in enumerate(decode_run(key, value)):
+                    if first + i > seq:
+                        found.append(StoredMessage(first + i, payload))
         self.reads += len(found)
         return found
 
     def compact(self, ref: StreamRef, through: int) -> None:
+        """Delete every run whose messages are all at or below ``through``."""
         stream_id = self._id(ref)
         if stream_id is None:
             return
         prefix = _u64.pack(stream_id)
-        last = prefix + _u64.pack(through)
         with self._txn.cursor(db=self._dbs["messages"]) as cursor:
             if not cursor.set_range(prefix):
                 return
             while True:
                 key = cursor.key()
-                if not key or key > last:
-                    break
-                if not cursor.delete():
-                    break
+                if not key or key[:8] != prefix or _u64.unpack_from(key, 8)[0] > through:
+                    return
+                last = _u64.unpack_from(key, 8)[0] + len(decode_run(key, cursor.value())) - 1
+                if last > through or not cursor.delete():
+                    return
 
     # -- end of the call -------------------------------------------------------------------
 

@@ -20,7 +20,16 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, inspect_ledger, open_ledger
-from ledger._streams import MAX_KEY, LmdbView, descriptor_key, group_key, index_key
+from ledger._streams import (
+    CHUNK,
+    MAX_KEY,
+    LmdbView,
+    decode_run,
+    descriptor_key,
+    group_key,
+    index_key,
+    message_key,
+)
 from streams import (
     AppendBatch,
     MessageCommit,
@@ -82,8 +91,11 @@ def dump(ledger: Ledger) -> dict[str, list[tuple[bytes, bytes]]]:
 
 
 def entries(ledger: Ledger, name: str) -> int:
+    """Records in a database; for ``messages``, the messages its runs hold."""
     with ledger.env.read() as txn:
-        return int(txn.stat(ledger.env.db(name))["entries"])
+        if name != "messages":
+            return int(txn.stat(ledger.env.db(name))["entries"])
+        return sum(len(decode_run(bytes(k), bytes(v))) for k, v in txn.cursor(db=ledger.env.db(name)))
 
 
 def recover_spans(spans: InMemorySpanExporter) -> list[dict[str, Any]]:
@@ -325,13 +337,38 @@ async def test_records_use_small_stream_ids_and_big_endian_sequence_keys(tmp_pat
         await append(ledger.streams, orders, 300)
         await append(ledger.streams, invoices, 2)
         records = dump(ledger)
-    keys = [k for k, _ in records["messages"]]
-    assert keys == [_u64.pack(1) + _u64.pack(s) for s in range(1, 301)] + [
-        _u64.pack(2) + _u64.pack(s) for s in (1, 2)
+    runs = [(k, len(decode_run(k, v))) for k, v in records["messages"]]
+    # runs of at most CHUNK messages, keyed by stream id and first sequence
+    assert runs == [
+        (message_key(1, 1), CHUNK),
+        (message_key(1, CHUNK + 1), 300 - CHUNK),
+        (message_key(2, 1), 2),
     ]
     streams = dict(records["streams"])
     assert {index_key(ORDERS), index_key(INVOICES), descriptor_key(1), descriptor_key(2)} <= set(streams)
     assert {k for k, _ in records["groups"]} == {group_key(1, "billing"), group_key(2, "audit")}
+
+
+@pytest.mark.parametrize("acked", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 7, 3 * CHUNK])
+async def test_the_tail_starts_inside_a_run_and_never_strays_into_another_stream(
+    tmp_path: Path, acked: int
+) -> None:
+    total = 3 * CHUNK
+    async with ledger_at(tmp_path / "l") as ledger:
+        before = await ledger.streams.open(opening(INVOICES, "audit"))  # stream 1, keys before
+        orders = await ledger.streams.open(opening())  # stream 2
+        after = await ledger.streams.open(opening(StreamRef("run", "z", "later"), "g"))  # stream 3, after
+        await append(ledger.streams, before, 5)
+        await append(ledger.streams, after, 5)
+        for first in range(1, total + 1, 100):  # runs that do not line up with CHUNK
+            count = min(100, total + 1 - first)
+            await ledger.streams.append(AppendBatch(ORDERS, orders.generation, first, payloads(first, count)))
+        if acked:
+            await ledger.streams.commit(acks(orders, "billing", range(1, acked + 1)))
+    async with ledger_at(tmp_path / "l") as ledger:
+        again = await ledger.streams.open(opening())
+        assert [m.seq for m in again.tail] == list(range(acked + 1, total + 1))
+        assert [m.payload for m in again.tail] == list(payloads(acked + 1, total - acked))
 
 
 async def test_names_longer_than_an_lmdb_key_work_and_read_back_in_full(tmp_path: Path) -> None:
@@ -431,7 +468,7 @@ async def test_a_commit_of_256_messages_writes_each_frontier_and_descriptor_once
             for s in range(1, 257)
         ]
         puts = await run_counted(ledger, lambda view: _store.commit(view, commits))
-        assert puts == {"groups": 1, "streams": 1, "messages": 256}
+        assert puts == {"groups": 1, "streams": 1, "messages": 1}  # the 256 invoices are one run
         again = await ledger.streams.open(opening(INVOICES, "audit"))
         assert again.appended == 256
 
