@@ -55,7 +55,7 @@ from ._seal import decode_record, seal
 __all__ = ["CODEC", "CODEC_VERSION", "DATABASES", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket"]
 
 FORMAT: Final = "streamledger"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: messages stored as runs
 CODEC: Final = "msgpack"
 CODEC_VERSION: Final = 1
 
