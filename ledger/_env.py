@@ -76,6 +76,25 @@ T = TypeVar("T")
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
+_lock_fds: set[int] = set()  # owner-lock descriptors of this process's open ledgers
+
+
+def _after_fork_in_child() -> None:
+    """A forked child owns no ledger: it drops its copies of the owner locks.
+
+    ``flock`` locks belong to the open file, which a fork shares: a child
+    keeping its copy would keep the parent's ledger locked after the parent
+    closed it. The child's LMDB environments are unusable anyway (LMDB must
+    never be used across a fork); it may open the ledger afresh.
+    """
+    for fd in list(_lock_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _lock_fds.clear()
+    _open_paths.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class LedgerMeta(msgspec.Struct, frozen=True):
@@ -182,6 +201,7 @@ class LedgerEnv:
                     env.close()
                     raise
             except BaseException:
+                _lock_fds.discard(lock_fd)
                 os.close(lock_fd)
                 raise
         self._path_key = key
@@ -439,7 +459,8 @@ class LedgerEnv:
             return
         self._closed = True
         self._env.close()
-        if self._lock_fd >= 0:
+        if self._lock_fd >= 0 and self._lock_fd in _lock_fds:
+            _lock_fds.discard(self._lock_fd)
             os.close(self._lock_fd)
         with _open_paths_lock:
             _open_paths.discard(self._path_key)
@@ -620,4 +641,5 @@ def _take_owner_lock(path: Path) -> int:
         raise LedgerLockedError(
             f"ledger {path} is owned by another process; stop it or use another path"
         ) from None
+    _lock_fds.add(fd)
     return fd

@@ -45,7 +45,7 @@ class Codec(Generic[T]):
         try:
             payload = _encoder.encode(value)
             return self._decoder.decode(payload), payload
-        except (msgspec.ValidationError, msgspec.EncodeError, TypeError, ValueError) as exc:
+        except (msgspec.MsgspecError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
             raise PayloadTypeError(
                 f"{what} takes {self.name}, got a {type(value).__qualname__} that does not read back "
                 f"as one ({exc}); nothing was written"

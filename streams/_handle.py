@@ -166,11 +166,14 @@ class _Run(Generic[T, S]):
         self.max_outputs = max_outputs
         self.window = window
         self.parent_attempt = parent_attempt
-        self.state: S = (
-            initial_state
+        # The state is kept as the bytes last staged or committed: every attempt gets its
+        # own decoded copy, so an attempt that mutates it and fails leaves nothing behind.
+        self.state_payload: bytes = (
+            state_codec.prepare(initial_state, what="the initial state")[1]
             if self.group.state is None
-            else state_codec.decode(self.group.state, what=f"the state of group {self.group.name!r}")
+            else self.group.state
         )
+        self.state: S = self._fresh_state()
         self.queue: list[_Staged] = []
         self.in_flight = 0
         self.committed = 0
@@ -183,6 +186,9 @@ class _Run(Generic[T, S]):
         self.ref = self.stream.ref
         self.group_name = self.group.name
         self.generation = self.stream.generation
+
+    def _fresh_state(self) -> S:
+        return self.state_codec.decode(self.state_payload, what=f"the state of group {self.group.name!r}")
 
     def _ref(self, seq: int) -> MessageRef:
         s = self.stream
@@ -260,6 +266,7 @@ class _Run(Generic[T, S]):
             return
         first = True
         while not self.stopped:
+            stream._check_healthy()
             if self.remaining is not None and self.remaining <= 0:
                 return
             room = min(self.window - self.in_flight, _CHUNK)
@@ -303,9 +310,8 @@ class _Run(Generic[T, S]):
             )
         )
         if first and attempt.state is not None:
-            self.state = self.state_codec.decode(
-                attempt.state, what=f"the state of group {self.group_name!r}"
-            )
+            self.state_payload = attempt.state
+            self.state = self._fresh_state()
         if attempt.exhausted:
             self._exhausted(seq, attempt.index, None)
         return attempt.index
@@ -324,7 +330,7 @@ class _Run(Generic[T, S]):
 
     async def _handle(self, seq: int, value: T, index: int) -> None:
         while True:
-            tx: MessageTx[S] = MessageTx(self, seq, index, self.state)
+            tx: MessageTx[S] = MessageTx(self, seq, index, self._fresh_state())
             try:
                 await self.handler(tx, value)
             except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
@@ -349,8 +355,7 @@ class _Run(Generic[T, S]):
             with anyio.CancelScope(shield=True):
                 attempt = await self.stream.hooks.fail_message(request)
         except Exception as error:
-            self.stream._break(error)
-            raise
+            raise self.stream._break(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
         if attempt.exhausted:
             attempt_span = tracer().start_span("streamledger.message_attempt")
             attempt_span.add_event(
@@ -394,6 +399,7 @@ class _Run(Generic[T, S]):
         state = tx._state_payload
         if state is not None:
             self.state = tx._state
+            self.state_payload = state
         commit = MessageCommit(
             message=MessageRef(self.ref, self.group_name, self.generation, tx.seq),
             node=self.node,
@@ -505,8 +511,7 @@ async def handle_messages(
     if state_type is None:
         state_type = Any if initial_state is None else type(initial_state)
     state_codec: Codec[Any] = Codec(state_type)
-    if initial_state is not None:
-        initial_state = state_codec.prepare(initial_state, what="the initial state")[0]
+    stream._check_healthy()  # a stream whose confirmation failed is recovered by reopening it
     run: _Run[Any, Any] = _Run(
         reader,
         handler,

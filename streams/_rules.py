@@ -191,9 +191,13 @@ class FrontierDraft:
         )
 
 
-def min_frontier(frontiers: list[GroupFrontier]) -> int:
-    """The largest sequence every group has acknowledged (what may be compacted)."""
-    return min((f.acked_through for f in frontiers), default=0)
+def min_frontier(frontiers: list[GroupFrontier], appended: int) -> int:
+    """The largest sequence every group still reading has acknowledged (what may be compacted).
+
+    A stopped group reads no more: it holds back neither compaction nor the
+    tail a recovery loads. With no group reading, everything appended may go.
+    """
+    return min((f.acked_through for f in frontiers if not f.stopped), default=appended)
 
 
 def pending(desc: StreamDescriptor, frontier: GroupFrontier) -> int:

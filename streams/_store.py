@@ -102,11 +102,10 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
             frontier = GroupFrontier(group=group, acked_through=desc.compacted_through)
             view.put_group(desc.ref, frontier)
         frontiers.append(frontier)
-    floor = min_frontier(frontiers)
+    floor = min_frontier(frontiers, desc.appended)
+    reading = [f for f in frontiers if not f.stopped]
     tail = tuple(
-        m
-        for m in view.messages_after(desc.ref, floor)
-        if not all(is_acked(f, m.seq) for f in frontiers)
+        m for m in view.messages_after(desc.ref, floor) if not all(is_acked(f, m.seq) for f in reading)
     )
     return StreamOpened(
         ref=desc.ref,
@@ -278,7 +277,7 @@ def _maybe_compact(view: RecordView, ref: StreamRef) -> None:
     if desc is None:
         return
     frontiers = [view.get_group(desc.ref, g) for g in desc.groups]
-    floor = min_frontier([f for f in frontiers if f is not None])
+    floor = min_frontier([f for f in frontiers if f is not None], desc.appended)
     if floor - desc.compacted_through >= COMPACT_CHUNK or (
         floor > desc.compacted_through and floor == desc.appended and (desc.finished or desc.failed)
     ):

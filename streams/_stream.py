@@ -34,7 +34,7 @@ from ._records import (
     StreamOpened,
     StreamRef,
 )
-from ._rules import FrontierDraft
+from ._rules import FrontierDraft, min_frontier
 
 if TYPE_CHECKING:
     from ._scope import StreamScope
@@ -124,7 +124,7 @@ class ManagedStream(Generic[T]):
         self._values: dict[int, T] = {
             m.seq: self.codec.decode(m.payload, what=f"message {m.seq} of {self._what}") for m in opened.tail
         }
-        self._evicted_through = min((f.acked_through for f in opened.groups), default=0)
+        self._evicted_through = min_frontier(list(opened.groups), opened.appended)
         self._groups: dict[str, _Group] = {}
         for frontier in opened.groups:
             group = _Group(frontier)
@@ -134,7 +134,7 @@ class ManagedStream(Generic[T]):
         self._pending: list[tuple[int, T, bytes]] = []
         self._pending_position: int | None = None
         self._flushing = False
-        self._broken: BaseException | None = None
+        self._broken: CheckpointError | None = None
         self._writer_mode: str | None = None  # "direct" or "handler"
         self._handler_owner: object | None = None  # the handle_messages run writing it
         self._closing = False
@@ -156,20 +156,24 @@ class ManagedStream(Generic[T]):
                 f"stream {self.ref} has no consumer group {name!r}; declare it in open_stream(groups=...)"
             ) from None
 
-    def _break(self, cause: BaseException) -> None:
-        """Latch a failure of the reliable layer: every later operation raises."""
+    def _break(self, cause: BaseException, what: str = "a confirmation") -> CheckpointError:
+        """Latch a failure of the reliable layer: every later operation raises the same error."""
         if self._broken is None:
-            self._broken = cause
+            if isinstance(cause, CheckpointError):
+                self._broken = cause
+            else:
+                error = CheckpointError(
+                    f"{what} on stream {self.ref} failed; its outcome is unknown: reopen to recover"
+                )
+                error.__cause__ = cause
+                self._broken = error
         self._notify()
+        assert isinstance(self._broken, CheckpointError)
+        return self._broken
 
     def _check_healthy(self) -> None:
-        broken = self._broken
-        if broken is not None:
-            if isinstance(broken, CheckpointError):
-                raise broken  # the same error the failed operation raised, not a second one
-            raise CheckpointError(
-                f"stream {self.ref} stopped after a failed confirmation; reopen it to recover"
-            ) from broken
+        if self._broken is not None:
+            raise self._broken  # the same error the failed operation raised, not a second one
 
     def _floor(self) -> int:
         """The largest sequence every group still reading acknowledged.
@@ -179,8 +183,8 @@ class ManagedStream(Generic[T]):
         groups = self._group_list
         if len(groups) == 1:
             group = groups[0]
-            return self._next_seq - 1 if group.stopped else group.acked_through
-        return min((g.acked_through for g in groups if not g.stopped), default=self._next_seq - 1)
+            return self._confirmed if group.stopped else group.acked_through
+        return min((g.acked_through for g in groups if not g.stopped), default=self._confirmed)
 
     def _unacked(self) -> int:
         """Messages assigned but not acknowledged by the slowest group."""
@@ -280,6 +284,8 @@ class ManagedStream(Generic[T]):
         last = first_seq + len(values) - 1
         if last > self._confirmed:
             self._confirmed = last
+        if self._floor() > self._evicted_through:
+            self._evict()  # no group still reading needs them (every group stopped)
         if notify:
             self._notify()
 
@@ -316,8 +322,7 @@ class ManagedStream(Generic[T]):
                         )
                 except Exception as exc:
                     # the outcome is unknown: the stream takes no more sends until reopened
-                    self._break(exc)
-                    raise
+                    raise self._break(exc, "an append")  # noqa: B904 - the latched error keeps its cause
                 if position is not None:
                     self.position = position
                 self._publish(batch[0][0], [v for _, v, _ in batch])
@@ -342,8 +347,7 @@ class ManagedStream(Generic[T]):
             with anyio.CancelScope(shield=True):
                 await self.hooks.finish(request)
         except Exception as exc:
-            self._break(exc)
-            raise
+            raise self._break(exc, "finishing")  # noqa: B904 - the latched error keeps its cause
         self.finished = not failed
         self.failed = failed
         self._notify()
@@ -406,8 +410,7 @@ class ManagedStream(Generic[T]):
             with anyio.CancelScope(shield=True):
                 await self.hooks.commit([MessageCommit(message=message)])
         except Exception as exc:
-            self._break(exc)
-            raise
+            raise self._break(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
         self._local_ack(group, seq)
         self._notify()
 
@@ -475,11 +478,15 @@ class StreamReader(Generic[T_co]):
     async def receive(self) -> Message[T_co]:
         """The next message of the group; ``anyio.EndOfStream`` after the last one."""
         stream, group = self._stream, self._group
-        if group.claimed:
-            raise GroupBusyError(
-                f"group {group.name!r} of stream {stream.ref} is consumed by handle_messages"
-            )
         while True:
+            if group.claimed:
+                raise GroupBusyError(
+                    f"group {group.name!r} of stream {stream.ref} is consumed by handle_messages"
+                )
+            if group.stopped:
+                raise StreamStateError(
+                    f"group {group.name!r} of stream {stream.ref} stopped handling it (a confirmed stop)"
+                )
             stream._check_healthy()
             ready = stream._take_ready(group, 1)
             if ready:

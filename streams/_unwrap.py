@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import anyio
+
 __all__ = ["leaves", "single_error"]
 
 
@@ -33,6 +35,10 @@ def single_error() -> Iterator[None]:
         yield
     except BaseExceptionGroup as errors:
         found = list({id(e): e for e in leaves(errors)}.values())  # one error raised in several tasks
+        cancelled = anyio.get_cancelled_exc_class()
+        real = [e for e in found if not isinstance(e, cancelled)]
+        if real and len(real) < len(found):
+            found = real  # a cancellation that met a real error is that error's consequence
         causes = {id(e.__cause__) for e in found if e.__cause__ is not None}
         found = [e for e in found if id(e) not in causes] or found
         if len(found) == 1:

@@ -452,3 +452,21 @@ async def test_writes_queued_behind_a_failed_batch_are_answered(tmp_path: Path) 
                 for ticket in (first, second):
                     with pytest.raises(WriteFailedError):
                         await ticket.wait()
+
+
+def test_a_forked_child_does_not_keep_the_ledger_locked(tmp_path: Path) -> None:
+    env = LedgerEnv.open(tmp_path / "l")
+    release, hold = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker process that never touches the ledger, alive until told
+        os.close(hold)
+        os.read(release, 1)
+        os._exit(0)
+    os.close(release)
+    try:
+        env.close()
+        LedgerEnv.open(tmp_path / "l").close()  # the owner opens its ledger again
+    finally:
+        os.write(hold, b"x")
+        os.close(hold)
+        os.waitpid(pid, 0)

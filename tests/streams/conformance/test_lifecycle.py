@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -10,6 +12,7 @@ from streams import (
     CheckpointError,
     GroupBusyError,
     Key,
+    MessageCommit,
     MessageTx,
     PayloadTypeError,
     Stream,
@@ -221,3 +224,144 @@ async def test_names_that_could_collide_or_not_be_stored_are_refused(world: Worl
                 await scope.open_stream(NUMBERS, node=name, groups=("g",))
             with pytest.raises(ValueError):
                 await scope.open_stream(NUMBERS, node="src", groups=(name,))
+
+
+async def test_a_waiting_reader_never_takes_messages_from_a_handler(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        handled: list[int] = []
+        refused = anyio.Event()
+
+        async def plain_reader() -> None:
+            with pytest.raises(GroupBusyError):
+                await stream.reader("g").receive()
+            refused.set()
+
+        async def h(tx: MessageTx[None], value: int) -> None:
+            handled.append(value)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(plain_reader)
+            await anyio.wait_all_tasks_blocked()  # the reader waits in receive()
+            tg.start_soon(handle_messages, stream.reader("g"), h)
+            await anyio.wait_all_tasks_blocked()  # the handler claimed the group
+            for i in range(1, 4):
+                await stream.writer().send(i)
+            await stream.writer().finish()
+        assert refused.is_set()
+        assert handled == [1, 2, 3]
+
+
+async def test_a_latched_failure_stops_the_next_handler_run_before_its_handler(world: World) -> None:
+    async with world.session() as hooks:
+        faulty = FaultyHooks(hooks, fail={"commit": 1})
+        with pytest.raises(CheckpointError):
+            async with open_scope(faulty, scope="s") as scope:
+                stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+                for i in range(3):
+                    await stream.writer().send(i)
+                await stream.writer().finish()
+                calls: list[int] = []
+
+                async def h(tx: MessageTx[None], value: int) -> None:
+                    calls.append(value)
+
+                with pytest.raises(CheckpointError) as first:
+                    await handle_messages(stream.reader("g"), h)
+                calls.clear()
+                with pytest.raises(CheckpointError) as second:
+                    await handle_messages(stream.reader("g"), h)
+                assert calls == []
+                assert second.value is first.value
+                raise first.value
+
+
+async def test_a_stopped_group_keeps_no_values_and_its_reader_is_refused(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4, resumable=True)
+        await stream.writer().send(1)
+
+        async def stop(tx: MessageTx[None], value: int) -> None:
+            tx.stop()
+
+        await handle_messages(stream.reader("g"), stop)
+        for i in range(100):
+            await stream.writer().send(i)
+        await stream.writer().flush()
+        assert len(stream._values) <= stream.capacity
+        with pytest.raises(StreamStateError, match="stopped"):
+            await stream.reader("g").receive()
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4, resumable=True)
+        assert stream._values == {}  # a recovery loads no tail for a group that reads no more
+
+
+async def test_a_failed_attempt_leaves_no_trace_in_the_state_of_the_retry(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        await stream.writer().send(5)
+        await stream.writer().finish()
+        seen: list[dict[str, int]] = []
+
+        async def h(tx: MessageTx[dict[str, int]], value: int) -> None:
+            seen.append(dict(tx.state))
+            tx.state["total"] += value  # in place: outside the transaction
+            if tx.attempt == 0:
+                raise RuntimeError("transient")
+            tx.set_state(tx.state)
+
+        result = await handle_messages(stream.reader("g"), h, initial_state={"total": 0}, attempts=2)
+        assert seen == [{"total": 0}, {"total": 0}]
+        assert result.state == {"total": 5}
+
+
+async def test_a_value_too_large_for_its_type_is_a_payload_error_not_a_failed_attempt(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        out = await scope.open_stream(OUT, node="h", groups=("o",))
+        await numbers.writer().send(1)
+        await numbers.writer().finish()
+
+        async def h(tx: MessageTx[None], value: int) -> None:
+            tx.send(out.writer(), 2**70)
+
+        with pytest.raises(PayloadTypeError):
+            await handle_messages(numbers.reader("g"), h, attempts=3)
+        assert numbers.snapshot().groups[0].exhausted == 0
+
+
+async def test_a_failed_append_surfaces_as_a_checkpoint_error(world: World) -> None:
+    async with world.session() as hooks:
+        faulty = FaultyHooks(hooks, fail={"append": 1})
+        with pytest.raises(CheckpointError):
+            async with open_scope(faulty, scope="s") as scope:
+                stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+                await stream.writer().send(1)
+                await anyio.sleep_forever()
+
+
+async def test_a_commit_error_that_meets_a_cancellation_is_raised_as_itself(world: World) -> None:
+    gate = anyio.Event()
+
+    class SlowFailingCommit(FaultyHooks):
+        async def commit(self, commits: Sequence[MessageCommit]) -> None:
+            await gate.wait()
+            raise CheckpointError("commit refused")
+
+    async with world.session() as hooks:
+        refusing = SlowFailingCommit(hooks, fail={})
+        async with open_scope(refusing, scope="s") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+            for i in range(3):
+                await stream.writer().send(i)
+            await stream.writer().flush()
+            outer = anyio.CancelScope()
+
+            async def h(tx: MessageTx[None], value: int) -> None:
+                if value == 1:  # message 0's commit is in flight: cancel, then let it fail
+                    outer.cancel()
+                    gate.set()
+                    await anyio.sleep_forever()
+
+            with pytest.raises(CheckpointError, match="commit refused"), outer:
+                await handle_messages(stream.reader("g"), h)
