@@ -166,6 +166,7 @@ class _Run(Generic[T, S]):
         self.max_outputs = max_outputs
         self.window = window
         self.parent_attempt = parent_attempt
+        self.state_what = f"the state of group {self.group.name!r}"
         # The state is kept as the bytes last staged or committed: every attempt gets its
         # own decoded copy, so an attempt that mutates it and fails leaves nothing behind.
         self.state_payload: bytes = (
@@ -188,7 +189,7 @@ class _Run(Generic[T, S]):
         self.generation = self.stream.generation
 
     def _fresh_state(self) -> S:
-        return self.state_codec.decode(self.state_payload, what=f"the state of group {self.group.name!r}")
+        return self.state_codec.decode(self.state_payload, what=self.state_what)
 
     def _ref(self, seq: int) -> MessageRef:
         s = self.stream
