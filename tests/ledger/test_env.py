@@ -457,16 +457,21 @@ async def test_writes_queued_behind_a_failed_batch_are_answered(tmp_path: Path) 
 def test_a_forked_child_does_not_keep_the_ledger_locked(tmp_path: Path) -> None:
     env = LedgerEnv.open(tmp_path / "l")
     release, hold = os.pipe()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # a worker process that never touches the ledger, alive until told
         os.close(hold)
+        os.write(ready_write, b"r")  # the fork handlers have run
         os.read(release, 1)
         os._exit(0)
     os.close(release)
+    os.close(ready_write)
     try:
+        assert os.read(ready_read, 1) == b"r"
         env.close()
         LedgerEnv.open(tmp_path / "l").close()  # the owner opens its ledger again
     finally:
         os.write(hold, b"x")
         os.close(hold)
+        os.close(ready_read)
         os.waitpid(pid, 0)
