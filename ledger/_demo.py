@@ -48,28 +48,28 @@ __all__ = [
 ]
 
 
-class Order(msgspec.Struct, frozen=True):
+class Order(msgspec.Struct, frozen=True, gc=False):
     """One order of the demo; order ``i`` has amount ``i``."""
 
     id: int
     amount: int
 
 
-class Invoice(msgspec.Struct, frozen=True):
+class Invoice(msgspec.Struct, frozen=True, gc=False):
     """The invoice billing sends for one order."""
 
     order: int
     amount: int
 
 
-class BillingState(msgspec.Struct, frozen=True):
+class BillingState(msgspec.Struct, frozen=True, gc=False):
     """Billing's explicit state: what it has billed so far."""
 
     total: int = 0
     count: int = 0
 
 
-class AuditState(msgspec.Struct, frozen=True):
+class AuditState(msgspec.Struct, frozen=True, gc=False):
     """Audit's explicit state: how many invoices it has seen."""
 
     count: int = 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 
 from ._errors import PayloadTypeError, RecordDecodeError
 from ._keys import type_name
 
-__all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "to_plain"]
+__all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "is_immutable", "to_plain"]
 
 CODEC_ID: Final = "msgpack"
 CODEC_VERSION: Final = 1
@@ -30,7 +31,7 @@ class Codec(Generic[T]):
     so a run that was restarted sees exactly what an uninterrupted one saw.
     """
 
-    __slots__ = ("_decoder", "name", "type")
+    __slots__ = ("_decoder", "immutable", "name", "type")
 
     def __init__(self, tp: Any) -> None:
         self.type = tp
@@ -39,6 +40,8 @@ class Codec(Generic[T]):
             self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(tp)
         except TypeError as exc:
             raise PayloadTypeError(f"type {self.name} cannot be stored: {exc}") from None
+        #: Whether a decoded value can never change: copies of it need not be made.
+        self.immutable = is_immutable(tp)
 
     def prepare(self, value: object, *, what: object) -> tuple[T, bytes]:
         """``value`` as it reads back, and its bytes; :class:`PayloadTypeError` if it is not a ``T``."""
@@ -63,6 +66,57 @@ class Codec(Generic[T]):
                 f"{what} does not read back as {self.name} ({exc}); its type changed since it was "
                 "written: keep the old type readable, or start a new scope"
             ) from None
+
+
+_ATOMS: Final = (
+    mi.NoneType,
+    mi.BoolType,
+    mi.IntType,
+    mi.FloatType,
+    mi.StrType,
+    mi.BytesType,
+    mi.DateTimeType,
+    mi.DateType,
+    mi.TimeType,
+    mi.TimeDeltaType,
+    mi.UUIDType,
+    mi.DecimalType,
+    mi.LiteralType,
+    mi.EnumType,
+)
+
+
+def is_immutable(tp: Any) -> bool:
+    """Whether every value of ``tp`` msgspec decodes is deeply immutable.
+
+    True for scalars, enums, literals, and tuples, frozensets, unions and
+    frozen Structs built only of those; False for anything else (lists,
+    dicts, ``Any``, mutable Structs, dataclasses), so the answer is safe.
+    """
+    try:
+        info = mi.type_info(tp)
+    except (TypeError, ValueError):
+        return False
+    return _immutable(info, set())
+
+
+def _immutable(info: mi.Type, seen: set[type]) -> bool:
+    if isinstance(info, _ATOMS):
+        return True
+    if isinstance(info, mi.UnionType):
+        return all(_immutable(t, seen) for t in info.types)
+    if isinstance(info, mi.TupleType):
+        return all(_immutable(t, seen) for t in info.item_types)
+    if isinstance(info, (mi.VarTupleType, mi.FrozenSetType)):
+        return _immutable(info.item_type, seen)
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:  # a recursive type: immutable if the rest of it is
+            return True
+        if not info.cls.__struct_config__.frozen:
+            return False
+        seen.add(info.cls)
+        return all(_immutable(field.type, seen) for field in info.fields)
+    return False
 
 
 def to_plain(data: bytes) -> Any:

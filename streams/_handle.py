@@ -46,6 +46,8 @@ U = TypeVar("U")
 _CHUNK = 64
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
+#: No state decoded yet.
+_UNSET: Any = object()
 
 
 class MessageTx(Generic[S]):
@@ -123,20 +125,15 @@ class HandleResult(Generic[S]):
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
 
 
-class _Staged:
-    __slots__ = ("commit", "outputs", "seq", "state")
+class _Outputs:
+    """The messages staged for one output stream since the last commit batch was cut."""
 
-    def __init__(
-        self,
-        commit: MessageCommit,
-        seq: int,
-        outputs: list[tuple[ManagedStream[Any], int, list[Any]]],
-        state: bytes | None,
-    ) -> None:
-        self.commit = commit
-        self.seq = seq
-        self.outputs = outputs
-        self.state = state
+    __slots__ = ("first", "stream", "values")
+
+    def __init__(self, stream: ManagedStream[Any], first: int) -> None:
+        self.stream = stream
+        self.first = first
+        self.values: list[Any] = []
 
 
 class _Run(Generic[T, S]):
@@ -174,8 +171,16 @@ class _Run(Generic[T, S]):
             if self.group.state is None
             else self.group.state
         )
-        self.state: S = self._fresh_state()
-        self.queue: list[_Staged] = []
+        self.state: S = _UNSET  # set on the next line
+        self.state = self._fresh_state()
+        # What is staged but not yet handed to the store. The committer cuts all of it at
+        # once, with no await in between, so a batch's outputs, state and results are
+        # exactly those of its commits.
+        self.queue: list[MessageCommit] = []
+        self.staged_outputs: dict[int, _Outputs] = {}
+        self.staged_state: bytes | None = None
+        self.staged_results: dict[str, bytes] = {}
+        self.staged_stop = False
         self.in_flight = 0
         self.committed = 0
         self.committing = False
@@ -189,6 +194,8 @@ class _Run(Generic[T, S]):
         self.generation = self.stream.generation
 
     def _fresh_state(self) -> S:
+        if self.state_codec.immutable and self.state is not _UNSET:
+            return self.state  # nothing an attempt does can change it: no copy needed
         return self.state_codec.decode(self.state_payload, what=self.state_what)
 
     def _ref(self, seq: int) -> MessageRef:
@@ -205,12 +212,16 @@ class _Run(Generic[T, S]):
                 await self.queued.wait()
                 self.queued = anyio.Event()
             batch, self.queue = self.queue, []
+            outputs, self.staged_outputs = self.staged_outputs, {}
+            state, self.staged_state = self.staged_state, None
+            results, self.staged_results = self.staged_results, {}
+            stop, self.staged_stop = self.staged_stop, False
             self.committing = True
             try:
                 # Shielded: a commit handed to the store finishes and is applied
                 # locally, so the endpoint never disagrees with the ledger.
                 with anyio.CancelScope(shield=True):
-                    await stream.hooks.commit([item.commit for item in batch])
+                    await stream.hooks.commit(batch)
             except Exception as exc:
                 # The outcome is unknown: latch the failure on every stream it touched.
                 error = (
@@ -218,7 +229,7 @@ class _Run(Generic[T, S]):
                     if isinstance(exc, CheckpointError)
                     else CheckpointError(
                         f"commit of {len(batch)} messages of {stream.ref} (group {group.name!r}) "
-                        f"from sequence {batch[0].seq} failed; recover from the ledger"
+                        f"from sequence {batch[0].message.seq} failed; recover from the ledger"
                     )
                 )
                 if error is not exc:
@@ -228,18 +239,15 @@ class _Run(Generic[T, S]):
                 raise error  # noqa: B904 - its cause is set above
             finally:
                 self.committing = False
-            touched: dict[int, ManagedStream[Any]] = {id(stream): stream}
-            for item in batch:
-                for out, first, values in item.outputs:
-                    out._publish(first, values, notify=False)
-                    touched[id(out)] = out
-                if item.state is not None:
-                    group.state = item.state
-                if item.commit.results:
-                    group.results.update(item.commit.results)
-                if item.commit.stop:
-                    group.stopped = True
-            seqs = [item.seq for item in batch]
+            for staged in outputs.values():
+                staged.stream._publish(staged.first, staged.values, notify=False)
+            if state is not None:
+                group.state = state
+            if results:
+                group.results.update(results)
+            if stop:
+                group.stopped = True
+            seqs = [c.message.seq for c in batch]
             stream._local_ack_many(group, seqs)
             if group.failing:
                 group.failing.difference_update(seqs)
@@ -247,8 +255,9 @@ class _Run(Generic[T, S]):
                 group.exhausted.difference_update(seqs)
             self.committed += len(batch)
             self.in_flight -= len(batch)
-            for s in touched.values():
-                s._notify()
+            stream._notify()
+            for staged in outputs.values():
+                staged.stream._notify()
             self.progress.set()
             self.progress = anyio.Event()
 
@@ -375,43 +384,30 @@ class _Run(Generic[T, S]):
         return attempt.index
 
     async def _stage(self, tx: MessageTx[S]) -> None:
-        outputs: list[tuple[ManagedStream[Any], int, list[Any]]] = []
         batches: tuple[OutputBatch, ...] = ()
         if tx._outputs:
-            staged = []
-            for out, values, payloads in _by_stream(tx._outputs):
-                n = len(values)
-                if n > out.capacity:
-                    raise OutputLimitError(
-                        f"message {tx.seq} of {self.stream.ref} staged {n} messages for "
-                        f"{out.ref}, more than its capacity of {out.capacity}"
-                    )
-                if out not in self.writes:
-                    out._claim_for_handler(self)
-                    self.writes.add(out)
-                if out._next_seq - 1 - out._floor() + n > out.capacity:
-                    await out._wait_capacity(n)
-                first = out._reserve(n)
-                outputs.append((out, first, values))
-                staged.append(
-                    OutputBatch(ref=out.ref, generation=out.generation, first_seq=first, payloads=payloads)
-                )
-            batches = tuple(staged)
+            batches = await self._stage_outputs(tx)
         state = tx._state_payload
         if state is not None:
             self.state = tx._state
-            self.state_payload = state
-        commit = MessageCommit(
-            message=MessageRef(self.ref, self.group_name, self.generation, tx.seq),
-            node=self.node,
-            attempt=tx.attempt,
-            state=state,
-            results=tx._results or _NO_RESULTS,
-            outputs=batches,
-            stop=tx._stopped,
-            parent_attempt=self.parent_attempt,
+            self.state_payload = self.staged_state = state
+        results = tx._results
+        if results:
+            self.staged_results.update(results)
+        else:
+            results = _NO_RESULTS
+        self.queue.append(
+            MessageCommit(
+                MessageRef(self.ref, self.group_name, self.generation, tx.seq),
+                self.node,
+                tx.attempt,
+                state,
+                results,
+                batches,
+                tx._stopped,
+                self.parent_attempt,
+            )
         )
-        self.queue.append(_Staged(commit, tx.seq, outputs, state))
         self.in_flight += 1
         if self.remaining is not None:
             self.remaining -= 1
@@ -419,7 +415,35 @@ class _Run(Generic[T, S]):
             self.committer_idle = False
             self.queued.set()
         if tx._stopped:
-            self.stopped = True
+            self.stopped = self.staged_stop = True
+
+    async def _stage_outputs(self, tx: MessageTx[S]) -> tuple[OutputBatch, ...]:
+        """Reserve sequence numbers for ``tx``'s outputs, waiting for room in their streams."""
+        staged: list[OutputBatch] = []
+        reserved: list[tuple[ManagedStream[Any], int, list[Any]]] = []
+        for out, values, payloads in _by_stream(tx._outputs):
+            n = len(values)
+            if n > out.capacity:
+                raise OutputLimitError(
+                    f"message {tx.seq} of {self.stream.ref} staged {n} messages for "
+                    f"{out.ref}, more than its capacity of {out.capacity}"
+                )
+            if out not in self.writes:
+                out._claim_for_handler(self)
+                self.writes.add(out)
+            if out._next_seq - 1 - out._floor() + n > out.capacity:
+                await out._wait_capacity(n)
+            first = out._reserve(n)
+            reserved.append((out, first, values))
+            staged.append(OutputBatch(out.ref, out.generation, first, payloads))
+        # Only now, with no await left before the commit is queued: the committer
+        # publishes what staged_outputs holds with the batch it cuts.
+        for out, first, values in reserved:
+            pending = self.staged_outputs.get(id(out))
+            if pending is None:
+                pending = self.staged_outputs[id(out)] = _Outputs(out, first)
+            pending.values.extend(values)
+        return tuple(staged)
 
 
 def _by_stream(

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-class StreamRef(msgspec.Struct, frozen=True):
+class StreamRef(msgspec.Struct, frozen=True, gc=False):
     """A stream's identity: the scope and writer node that own it and its key's name."""
 
     scope: str
@@ -37,7 +37,7 @@ class StreamRef(msgspec.Struct, frozen=True):
         return f"{self.scope}/{self.node}/{self.key}"
 
 
-class StreamOpen(msgspec.Struct, frozen=True):
+class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     """Open a stream, or reclaim it with a raised generation."""
 
     ref: StreamRef
@@ -47,7 +47,7 @@ class StreamOpen(msgspec.Struct, frozen=True):
     resumable: bool = False  # the writer promised to continue from its position
 
 
-class GroupFrontier(msgspec.Struct, frozen=True):
+class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
     """A consumer group's confirmed progress on one stream."""
 
     group: str
@@ -60,12 +60,12 @@ class GroupFrontier(msgspec.Struct, frozen=True):
     failing: tuple[int, ...] = ()  # seqs with confirmed failed attempts, budget left
 
 
-class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
+class StoredMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
     seq: int
     payload: bytes
 
 
-class StreamOpened(msgspec.Struct, frozen=True):
+class StreamOpened(msgspec.Struct, frozen=True, gc=False):
     """What a store confirms on open: descriptor, frontiers and unacknowledged tail."""
 
     ref: StreamRef
@@ -79,7 +79,7 @@ class StreamOpened(msgspec.Struct, frozen=True):
     created: bool  # True when this open created the stream
 
 
-class AppendBatch(msgspec.Struct, frozen=True):
+class AppendBatch(msgspec.Struct, frozen=True, gc=False):
     """Messages ``first_seq..`` appended by a writer, with the cursor after the last one."""
 
     ref: StreamRef
@@ -89,7 +89,7 @@ class AppendBatch(msgspec.Struct, frozen=True):
     position: int | None = None
 
 
-class MessageRef(msgspec.Struct, frozen=True):
+class MessageRef(msgspec.Struct, frozen=True, gc=False):
     """One message as seen by one consumer group, in one generation."""
 
     ref: StreamRef
@@ -101,7 +101,7 @@ class MessageRef(msgspec.Struct, frozen=True):
         return f"{self.ref}#{self.seq} (group {self.group!r}, generation {self.generation})"
 
 
-class MessageOpen(msgspec.Struct, frozen=True):
+class MessageOpen(msgspec.Struct, frozen=True, gc=False):
     """Reclaim a message's attempt budget and the group's last committed state.
 
     A budget is keyed by the logical source, group, sequence, processing node
@@ -114,13 +114,13 @@ class MessageOpen(msgspec.Struct, frozen=True):
     parent_attempt: str = ""
 
 
-class MessageAttempt(msgspec.Struct, frozen=True):
+class MessageAttempt(msgspec.Struct, frozen=True, gc=False):
     index: int  # attempts already confirmed failed
     exhausted: bool
     state: bytes | None
 
 
-class MessageFail(msgspec.Struct, frozen=True):
+class MessageFail(msgspec.Struct, frozen=True, gc=False):
     """Confirm that attempt ``index`` of a message failed."""
 
     message: MessageRef
@@ -130,7 +130,7 @@ class MessageFail(msgspec.Struct, frozen=True):
     parent_attempt: str = ""
 
 
-class OutputBatch(msgspec.Struct, frozen=True):
+class OutputBatch(msgspec.Struct, frozen=True, gc=False):
     """Output messages staged by one handled message for one stream."""
 
     ref: StreamRef
@@ -139,7 +139,7 @@ class OutputBatch(msgspec.Struct, frozen=True):
     payloads: tuple[bytes, ...]
 
 
-class MessageCommit(msgspec.Struct, frozen=True):
+class MessageCommit(msgspec.Struct, frozen=True, gc=False):
     """Everything one handled message confirms: ack, state, results, outputs, stop."""
 
     message: MessageRef
@@ -152,7 +152,7 @@ class MessageCommit(msgspec.Struct, frozen=True):
     parent_attempt: str = ""
 
 
-class StreamFinish(msgspec.Struct, frozen=True):
+class StreamFinish(msgspec.Struct, frozen=True, gc=False):
     """Confirm the writer's terminal: finished, or failed."""
 
     ref: StreamRef

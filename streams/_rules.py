@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-class StreamDescriptor(msgspec.Struct, frozen=True):
+class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
     """A stream's persistent descriptor."""
 
     ref: StreamRef
@@ -50,7 +50,7 @@ class StreamDescriptor(msgspec.Struct, frozen=True):
     format: int = 1
 
 
-class AttemptRecord(msgspec.Struct, frozen=True, array_like=True):
+class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     failures: int
     exhausted: bool
 

@@ -18,6 +18,7 @@ from streams import (
     NoValue,
     OutputLimitError,
     PayloadTypeError,
+    Stream,
     StreamFailedError,
     StreamScope,
     StreamWriter,
@@ -373,3 +374,66 @@ async def test_commits_are_pipelined_and_land_in_order(world: World) -> None:
         assert result.state == Totals(400 * 401 // 2, 400)
         assert sum(counting.batches) == 400
         assert max(counting.batches) > 1
+
+
+RECEIPTS = Key("receipts", Stream[Invoice])
+
+
+async def test_outputs_of_a_message_waiting_for_room_are_not_published_with_an_earlier_batch(
+    world: World,
+) -> None:
+    """Message 2 reserves its invoice, then waits for room in ``receipts`` while message 1
+    commits: the invoice must stay unpublished until message 2 itself is committed."""
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 2)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=10)
+        receipts = await scope.open_stream(RECEIPTS, node="billing", groups=("archive",), capacity=1)
+        to_invoices, to_receipts = invoices.writer(), receipts.writer()
+        seen: list[tuple[int, int]] = []
+
+        async def bill(tx: MessageTx[None], order: Order) -> None:
+            tx.send(to_invoices, Invoice(order.id, order.amount))
+            tx.send(to_receipts, Invoice(order.id, order.amount))
+
+        async def audit() -> None:
+            reader = invoices.reader("audit")
+            for _ in range(2):
+                message = await reader.receive()
+                # published only once the message that staged it is acknowledged
+                seen.append((message.value.order, orders.snapshot().groups[0].acked_through))
+                await reader.ack(message)
+
+        async def archive() -> None:
+            reader = receipts.reader("archive")
+            for _ in range(2):
+                await reader.ack(await reader.receive())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(audit)
+            tg.start_soon(archive)
+            result = await handle_messages(orders.reader("billing"), bill)
+        assert result.handled == 2
+        assert [order for order, _ in seen] == [1, 2]
+        assert all(acked >= order for order, acked in seen), seen
+
+
+async def test_a_mutated_state_that_was_not_set_reaches_no_other_attempt(world: World) -> None:
+    """Each attempt gets its own copy of a mutable state: in-place changes are not staged."""
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 3)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        seen: list[tuple[int, int, list[int]]] = []
+
+        async def mutate(tx: MessageTx[list[int]], order: Order) -> None:
+            seen.append((order.id, tx.attempt, list(tx.state)))
+            tx.state.append(order.id)  # never set: must not survive this attempt
+            if order.id == 1 and tx.attempt == 0:
+                raise RuntimeError("first attempt fails")
+            if order.id == 2:
+                tx.set_state([*tx.state])  # set: [2] is confirmed with message 2
+
+        empty: list[int] = []
+        result = await handle_messages(orders.reader("billing"), mutate, initial_state=empty, attempts=2)
+        assert seen == [(1, 0, []), (1, 1, []), (2, 0, []), (3, 0, [2])]
+        assert result.state == [2]
