@@ -46,8 +46,6 @@ U = TypeVar("U")
 _CHUNK = 64
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
-#: No state decoded yet.
-_UNSET: Any = object()
 
 
 class MessageTx(Generic[S]):
@@ -171,8 +169,9 @@ class _Run(Generic[T, S]):
             if self.group.state is None
             else self.group.state
         )
-        self.state: S = _UNSET  # set on the next line
-        self.state = self._fresh_state()
+        #: Whether every attempt may see the same state object: only if it can never change.
+        self.share_state = state_codec.immutable
+        self.state: S = self._decode_state()
         # What is staged but not yet handed to the store. The committer cuts all of it at
         # once, with no await in between, so a batch's outputs, state and results are
         # exactly those of its commits.
@@ -193,9 +192,7 @@ class _Run(Generic[T, S]):
         self.group_name = self.group.name
         self.generation = self.stream.generation
 
-    def _fresh_state(self) -> S:
-        if self.state_codec.immutable and self.state is not _UNSET:
-            return self.state  # nothing an attempt does can change it: no copy needed
+    def _decode_state(self) -> S:
         return self.state_codec.decode(self.state_payload, what=self.state_what)
 
     def _ref(self, seq: int) -> MessageRef:
@@ -297,12 +294,30 @@ class _Run(Generic[T, S]):
                 else:
                     await stream._wait_change()
                 continue
+            failing, exhausted, handler = group.failing, group.exhausted, self.handler
             for seq, value in ready:
                 index = 0
-                if first or seq in group.failing or seq in group.exhausted:
+                if first or (failing and seq in failing) or (exhausted and seq in exhausted):
                     index = await self._open(seq, first)
                     first = False
-                await self._handle(seq, value, index)
+                # the first attempt inline; failures and their retries in _retry
+                tx = MessageTx(self, seq, index, self.state if self.share_state else self._decode_state())
+                try:
+                    await handler(tx, value)
+                except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
+                    await self.drain()  # what was staged before this message still commits
+                    raise
+                except Exception as exc:
+                    tx = await self._retry(seq, value, index, exc)
+                if tx._outputs:
+                    batches = self._reserve_outputs(tx)
+                    if batches is None:
+                        await self._wait_for_room(tx)
+                        batches = self._reserve_outputs(tx)
+                        assert batches is not None  # only this run reserves in these streams
+                else:
+                    batches = ()
+                self._stage(tx, batches)
                 if self.stopped:
                     break
             if not self.committing:
@@ -321,7 +336,7 @@ class _Run(Generic[T, S]):
         )
         if first and attempt.state is not None:
             self.state_payload = attempt.state
-            self.state = self._fresh_state()
+            self.state = self._decode_state()
         if attempt.exhausted:
             self._exhausted(seq, attempt.index, None)
         return attempt.index
@@ -338,19 +353,23 @@ class _Run(Generic[T, S]):
             raise error from cause
         raise error
 
-    async def _handle(self, seq: int, value: T, index: int) -> None:
+    async def _retry(self, seq: int, value: T, index: int, exc: Exception) -> MessageTx[S]:
+        """Confirm the failure ``exc`` of attempt ``index``, then retry until one succeeds."""
         while True:
-            tx: MessageTx[S] = MessageTx(self, seq, index, self._fresh_state())
+            index = await self._fail(seq, index, exc)
+            tx: MessageTx[S] = MessageTx(
+                # its own copy of the state, unless the state can never change
+                self, seq, index, self.state if self.share_state else self._decode_state()
+            )
             try:
                 await self.handler(tx, value)
             except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
                 await self.drain()  # what was staged before this message still commits
                 raise
-            except Exception as exc:
-                index = await self._fail(seq, index, exc)
+            except Exception as error:
+                exc = error
                 continue
-            await self._stage(tx)
-            return
+            return tx
 
     async def _fail(self, seq: int, index: int, exc: Exception) -> int:
         await self.drain()
@@ -383,10 +402,8 @@ class _Run(Generic[T, S]):
         self.group.failing.add(seq)
         return attempt.index
 
-    async def _stage(self, tx: MessageTx[S]) -> None:
-        batches: tuple[OutputBatch, ...] = ()
-        if tx._outputs:
-            batches = await self._stage_outputs(tx)
+    def _stage(self, tx: MessageTx[S], batches: tuple[OutputBatch, ...]) -> None:
+        """Queue ``tx``'s commit; from here on it is the committer's."""
         state = tx._state_payload
         if state is not None:
             self.state = tx._state
@@ -417,11 +434,14 @@ class _Run(Generic[T, S]):
         if tx._stopped:
             self.stopped = self.staged_stop = True
 
-    async def _stage_outputs(self, tx: MessageTx[S]) -> tuple[OutputBatch, ...]:
-        """Reserve sequence numbers for ``tx``'s outputs, waiting for room in their streams."""
-        staged: list[OutputBatch] = []
-        reserved: list[tuple[ManagedStream[Any], int, list[Any]]] = []
-        for out, values, payloads in _by_stream(tx._outputs):
+    def _reserve_outputs(self, tx: MessageTx[S]) -> tuple[OutputBatch, ...] | None:
+        """Reserve sequence numbers for all of ``tx``'s outputs, or none if a stream lacks room.
+
+        Synchronous, so the outputs join the staged set in the same step as the
+        commit is queued: the committer publishes them with their own batch.
+        """
+        grouped = _by_stream(tx._outputs)
+        for out, values, _ in grouped:
             n = len(values)
             if n > out.capacity:
                 raise OutputLimitError(
@@ -432,18 +452,25 @@ class _Run(Generic[T, S]):
                 out._claim_for_handler(self)
                 self.writes.add(out)
             if out._next_seq - 1 - out._floor() + n > out.capacity:
-                await out._wait_capacity(n)
-            first = out._reserve(n)
-            reserved.append((out, first, values))
-            staged.append(OutputBatch(out.ref, out.generation, first, payloads))
-        # Only now, with no await left before the commit is queued: the committer
-        # publishes what staged_outputs holds with the batch it cuts.
-        for out, first, values in reserved:
+                return None
+        staged: list[OutputBatch] = []
+        for out, values, payloads in grouped:
+            first = out._reserve(len(values))
             pending = self.staged_outputs.get(id(out))
             if pending is None:
                 pending = self.staged_outputs[id(out)] = _Outputs(out, first)
             pending.values.extend(values)
+            staged.append(OutputBatch(out.ref, out.generation, first, payloads))
         return tuple(staged)
+
+    async def _wait_for_room(self, tx: MessageTx[S]) -> None:
+        """Wait until every stream ``tx`` writes has room for its outputs.
+
+        Only this run reserves sequence numbers in these streams, so room
+        found for one stream is still there after waiting for the next.
+        """
+        for out, values, _ in _by_stream(tx._outputs):
+            await out._wait_capacity(len(values))
 
 
 def _by_stream(

@@ -207,15 +207,23 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
             draft = streams[ref] = _StreamDraft(_descriptor(view, ref, Subject(what, message)))
         return draft
 
+    # A batch usually holds the messages of one group writing one output stream: the
+    # drafts of the last message are reused when its stream objects are the same.
+    last_ref: StreamRef | None = None
+    last_group = ""
+    last_out: StreamRef | None = None
+    target: _StreamDraft | None = None
     for c in commits:
         message = c.message
-        key = (message.ref, message.group)
-        entry = groups.get(key)
-        if entry is None:
-            source = stream(message.ref, "commit of", message)
-            frontier = _frontier(view, source.desc, message.group, Subject("commit of", message))
-            entry = groups[key] = (source, FrontierDraft(frontier))
-        source, group = entry
+        if message.ref is not last_ref or message.group != last_group:
+            key = (message.ref, message.group)
+            entry = groups.get(key)
+            if entry is None:
+                source = stream(message.ref, "commit of", message)
+                frontier = _frontier(view, source.desc, message.group, Subject("commit of", message))
+                entry = groups[key] = (source, FrontierDraft(frontier))
+            source, group = entry
+            last_ref, last_group = message.ref, message.group
         seq = message.seq
         if message.generation != source.desc.generation:
             check_generation(source.desc, message.generation, Subject("commit of", message))
@@ -223,10 +231,10 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
             raise SequenceError(f"commit of {message}: group {message.group!r} stopped handling this stream")
         if seq < 1 or seq > source.appended:
             raise SequenceError(f"ack of {message}: sequence {seq} was never appended")
-        if group.is_acked(seq):
+        if seq <= group.acked_through or (group.acked_above and group.is_acked(seq)):
             raise SequenceError(f"ack of {message}: already acknowledged")
         forget_attempt = c.attempt > 0
-        if seq in group.exhausted:
+        if group.exhausted and seq in group.exhausted:
             record = view.get_attempt(_attempt_key(message, c.node, c.parent_attempt))
             if record is not None and record.exhausted:
                 raise SequenceError(
@@ -234,18 +242,24 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
                 )
             group.exhausted.discard(seq)
             forget_attempt = True
-        group.ack(seq)
+        if seq == group.acked_through + 1 and not group.acked_above:
+            group.acked_through = seq  # the contiguous case of group.ack(seq)
+        else:
+            group.ack(seq)
         if c.state is not None:
             group.state = c.state
         if c.results:
             group.results.update(c.results)
         if c.stop:
             group.stopped = True
-        group.failing.discard(seq)
+        if group.failing:
+            group.failing.discard(seq)
         if forget_attempt:
             view.delete_attempt(_attempt_key(message, c.node, c.parent_attempt))
         for out in c.outputs:
-            target = streams.get(out.ref) or stream(out.ref, "output of", message)
+            if out.ref is not last_out or target is None:
+                target = streams.get(out.ref) or stream(out.ref, "output of", message)
+                last_out = out.ref
             if not target.payloads:
                 check_appendable(target.desc, out.generation, out.first_seq, Subject("output of", message))
                 target.first = out.first_seq

@@ -9,7 +9,7 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
@@ -131,7 +131,9 @@ class ManagedStream(Generic[T]):
             self._groups[group.name] = group
         self._group_list = list(self._groups.values())
         self._changed = anyio.Event()
-        self._pending: list[tuple[int, T, bytes]] = []
+        # Sent, not yet handed to the store: the last sequence numbers assigned.
+        self._pending_values: list[T] = []
+        self._pending_payloads: list[bytes] = []
         self._pending_position: int | None = None
         self._flushing = False
         self._broken: CheckpointError | None = None
@@ -290,12 +292,18 @@ class ManagedStream(Generic[T]):
             self._notify()
 
     async def _send(self, value: T, send_at: int | None) -> None:
-        self._check_healthy()
-        self._claim_writer("direct")
+        if self._broken is not None:
+            raise self._broken
+        if self._writer_mode != "direct" or self.finished or self.failed:
+            self._claim_writer("direct")
         value, payload = self.codec.prepare(value, what=self._what)
-        if self._next_seq - 1 - self._floor() >= self.capacity:
+        seq = self._next_seq
+        if seq - 1 - self._floor() >= self.capacity:
             await self._wait_capacity(1)
-        self._pending.append((self._reserve(1), value, payload))
+            seq = self._next_seq
+        self._next_seq = seq + 1
+        self._pending_values.append(value)
+        self._pending_payloads.append(payload)
         if send_at is not None:
             self._pending_position = send_at
         if not self._flushing:
@@ -304,28 +312,24 @@ class ManagedStream(Generic[T]):
 
     async def _flush_loop(self) -> None:
         try:
-            while self._pending:
-                batch, self._pending = self._pending, []
+            while self._pending_values:
+                values, self._pending_values = self._pending_values, []
+                payloads, self._pending_payloads = self._pending_payloads, []
                 position, self._pending_position = self._pending_position, None
+                first = self._next_seq - len(values)  # the pending sends are the last assigned
                 try:
                     # Shielded: once handed to the store an append finishes, so the
                     # endpoint never disagrees with the ledger about what was appended.
                     with anyio.CancelScope(shield=True):
                         await self.hooks.append(
-                            AppendBatch(
-                                ref=self.ref,
-                                generation=self.generation,
-                                first_seq=batch[0][0],
-                                payloads=tuple(p for _, _, p in batch),
-                                position=position,
-                            )
+                            AppendBatch(self.ref, self.generation, first, tuple(payloads), position)
                         )
                 except Exception as exc:
                     # the outcome is unknown: the stream takes no more sends until reopened
                     raise self._break(exc, "an append")  # noqa: B904 - the latched error keeps its cause
                 if position is not None:
                     self.position = position
-                self._publish(batch[0][0], [v for _, v, _ in batch])
+                self._publish(first, values)
         finally:
             self._flushing = False
 
@@ -436,14 +440,14 @@ class StreamWriter(Generic[T_contra]):
     def done(self) -> bool:
         return self._stream.done
 
-    async def send(self, value: T_contra, *, send_at: int | None = None) -> None:
+    def send(self, value: T_contra, *, send_at: int | None = None) -> Coroutine[Any, Any, None]:
         """Queue ``value`` for the next group commit, waiting while the stream is at capacity.
 
         ``send_at`` is the source's cursor after this message; once confirmed it
         becomes :attr:`position`. Readers see the message only after the ledger
-        confirmed it; :meth:`flush` waits for that.
+        confirmed it; :meth:`flush` waits for that. Await it: ``await writer.send(v)``.
         """
-        await self._stream._send(value, send_at)
+        return self._stream._send(value, send_at)  # the endpoint's coroutine, not a wrapper
 
     async def flush(self) -> None:
         """Wait until every message sent so far is confirmed."""
