@@ -10,7 +10,7 @@ import msgspec.inspect as mi
 from ._errors import PayloadTypeError, RecordDecodeError
 from ._keys import type_name
 
-__all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "is_immutable", "to_plain"]
+__all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "codec_for", "is_immutable", "to_plain"]
 
 CODEC_ID: Final = "msgpack"
 CODEC_VERSION: Final = 1
@@ -66,6 +66,20 @@ class Codec(Generic[T]):
                 f"{what} does not read back as {self.name} ({exc}); its type changed since it was "
                 "written: keep the old type readable, or start a new scope"
             ) from None
+
+
+_codecs: dict[Any, Codec[Any]] = {}
+
+
+def codec_for(tp: Any) -> Codec[Any]:
+    """The shared codec of ``tp``: building a msgspec decoder per value would cost more than using it."""
+    try:
+        return _codecs[tp]
+    except KeyError:
+        codec = _codecs[tp] = Codec(tp)
+        return codec
+    except TypeError:  # an unhashable type expression: nothing to share it under
+        return Codec(tp)
 
 
 _ATOMS: Final = (

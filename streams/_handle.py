@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar, overload
 import anyio
 import anyio.lowlevel
 
-from ._codec import Codec
+from ._codec import Codec, codec_for
 from ._errors import (
     CheckpointError,
     GroupBusyError,
@@ -59,8 +59,9 @@ class MessageTx(Generic[S]):
         self.attempt = attempt
         self._state = state
         self._state_payload: bytes | None = None
-        self._outputs: list[tuple[ManagedStream[Any], Any, bytes]] = []
-        self._results: dict[str, bytes] = {}
+        # created on first use: most messages stage no results and few outputs
+        self._outputs: list[tuple[ManagedStream[Any], Any, bytes]] | None = None
+        self._results: dict[str, bytes] = _NO_RESULTS
         self._stopped = False
 
     @property
@@ -78,21 +79,26 @@ class MessageTx(Generic[S]):
 
     def send(self, writer: StreamWriter[U], value: U) -> None:
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
-        stream = writer.stream
-        if len(self._outputs) >= self._run.max_outputs:
+        stream = writer._stream
+        outputs = self._outputs
+        if outputs is None:
+            outputs = self._outputs = []
+        if len(outputs) >= self._run.max_outputs:
             raise OutputLimitError(
                 f"message {self.seq} of {self._run.stream.ref} staged more than "
                 f"{self._run.max_outputs} outputs; raise max_outputs or split the work"
             )
         read_back, payload = stream.codec.prepare(value, what=stream._what)
-        self._outputs.append((stream, read_back, payload))
+        outputs.append((stream, read_back, payload))
 
     def set(self, key: Key[U], value: U) -> None:
         """Set an ordinary result; the last value set for a key wins."""
         if key.is_stream:
             raise TypeError(f"{key!r} is a stream key; send messages with tx.send(writer, value)")
-        codec: Codec[U] = Codec(key.type)
-        self._results[key.name] = codec.prepare(value, what=f"result {key.name!r}")[1]
+        payload = codec_for(key.type).prepare(value, what=f"result {key.name!r}")[1]
+        if self._results is _NO_RESULTS:
+            self._results = {}
+        self._results[key.name] = payload
 
     def stop(self) -> None:
         """Stop handling after this message; the stop is confirmed with its ack."""
@@ -117,7 +123,7 @@ class HandleResult(Generic[S]):
     def result(self, key: Key[U]) -> U | Any:
         """The committed value of an ordinary result, or ``NoValue`` if none was set."""
         raw = self._results.get(key.name)
-        return NoValue if raw is None else Codec(key.type).decode(raw, what=f"result {key.name!r}")
+        return NoValue if raw is None else codec_for(key.type).decode(raw, what=f"result {key.name!r}")
 
     def __repr__(self) -> str:
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
@@ -244,7 +250,10 @@ class _Run(Generic[T, S]):
                 group.results.update(results)
             if stop:
                 group.stopped = True
-            seqs = [c.message.seq for c in batch]
+            # ascending, as the handler took them: a range unless some were acked out of order
+            first, last = batch[0].message.seq, batch[-1].message.seq
+            contiguous = last - first == len(batch) - 1
+            seqs = range(first, last + 1) if contiguous else [c.message.seq for c in batch]
             stream._local_ack_many(group, seqs)
             if group.failing:
                 group.failing.difference_update(seqs)
@@ -279,8 +288,8 @@ class _Run(Generic[T, S]):
             room = min(self.window - self.in_flight, _CHUNK)
             if self.remaining is not None:
                 room = min(room, self.remaining)
-            ready = stream._take_ready(group, room) if room > 0 else []
-            if not ready:
+            seqs, values = stream._take_ready(group, room) if room > 0 else ((), [])
+            if not seqs:
                 if room <= 0:
                     await self.progress.wait()
                 elif stream._at_end(group):
@@ -295,7 +304,7 @@ class _Run(Generic[T, S]):
                     await stream._wait_change()
                 continue
             failing, exhausted, handler = group.failing, group.exhausted, self.handler
-            for seq, value in ready:
+            for seq, value in zip(seqs, values, strict=True):
                 index = 0
                 if first or (failing and seq in failing) or (exhausted and seq in exhausted):
                     index = await self._open(seq, first)
@@ -440,17 +449,25 @@ class _Run(Generic[T, S]):
         Synchronous, so the outputs join the staged set in the same step as the
         commit is queued: the committer publishes them with their own batch.
         """
-        grouped = _by_stream(tx._outputs)
+        outputs = tx._outputs
+        assert outputs
+        if len(outputs) == 1:
+            out, value, payload = outputs[0]
+            if out not in self.writes:
+                self._claim(out, tx, 1)
+            if out._next_seq - out._floor() > out.capacity:
+                return None
+            first = out._reserve(1)
+            pending = self.staged_outputs.get(id(out))
+            if pending is None:
+                pending = self.staged_outputs[id(out)] = _Outputs(out, first)
+            pending.values.append(value)
+            return (OutputBatch(out.ref, out.generation, first, (payload,)),)
+        grouped = _by_stream(outputs)
         for out, values, _ in grouped:
             n = len(values)
-            if n > out.capacity:
-                raise OutputLimitError(
-                    f"message {tx.seq} of {self.stream.ref} staged {n} messages for "
-                    f"{out.ref}, more than its capacity of {out.capacity}"
-                )
-            if out not in self.writes:
-                out._claim_for_handler(self)
-                self.writes.add(out)
+            if n > out.capacity or out not in self.writes:
+                self._claim(out, tx, n)
             if out._next_seq - 1 - out._floor() + n > out.capacity:
                 return None
         staged: list[OutputBatch] = []
@@ -463,12 +480,24 @@ class _Run(Generic[T, S]):
             staged.append(OutputBatch(out.ref, out.generation, first, payloads))
         return tuple(staged)
 
+    def _claim(self, out: ManagedStream[Any], tx: MessageTx[S], n: int) -> None:
+        """Check that ``n`` outputs fit ``out`` at all, and make this run its writer."""
+        if n > out.capacity:
+            raise OutputLimitError(
+                f"message {tx.seq} of {self.stream.ref} staged {n} messages for "
+                f"{out.ref}, more than its capacity of {out.capacity}"
+            )
+        if out not in self.writes:
+            out._claim_for_handler(self)
+            self.writes.add(out)
+
     async def _wait_for_room(self, tx: MessageTx[S]) -> None:
         """Wait until every stream ``tx`` writes has room for its outputs.
 
         Only this run reserves sequence numbers in these streams, so room
         found for one stream is still there after waiting for the next.
         """
+        assert tx._outputs
         for out, values, _ in _by_stream(tx._outputs):
             await out._wait_capacity(len(values))
 

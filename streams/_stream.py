@@ -9,7 +9,9 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine
+import collections
+import itertools
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["GroupSnapshot", "ManagedStream", "Message", "StreamReader", "StreamSnapshot", "StreamWriter"]
 
 T = TypeVar("T")
+
+#: The default for every dict.pop of an eviction.
+_NONES = itertools.repeat(None)
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -280,10 +285,8 @@ class ManagedStream(Generic[T]):
 
     def _publish(self, first_seq: int, values: list[T] | tuple[T, ...], *, notify: bool = True) -> None:
         """Make confirmed messages visible to readers (after their commit)."""
-        stored = self._values
-        for i, value in enumerate(values):
-            stored[first_seq + i] = value
         last = first_seq + len(values) - 1
+        self._values.update(zip(range(first_seq, last + 1), values, strict=True))
         if last > self._confirmed:
             self._confirmed = last
         if self._floor() > self._evicted_through:
@@ -358,17 +361,26 @@ class ManagedStream(Generic[T]):
 
     # -- the reader side --------------------------------------------------------------------
 
-    def _take_ready(self, group: _Group, limit: int) -> list[tuple[int, T]]:
-        """Hand out up to ``limit`` confirmed, unacknowledged messages in sequence order."""
-        taken: list[tuple[int, T]] = []
+    def _take_ready(self, group: _Group, limit: int) -> tuple[Sequence[int], list[T]]:
+        """Hand out up to ``limit`` confirmed, unacknowledged messages in sequence order.
+
+        Returns their sequence numbers and values, as two sequences of equal length.
+        """
         seq = max(group.cursor, group.acked_through)
+        if not group.acked_above:  # nothing acked out of order: a contiguous range
+            end = min(seq + limit, self._confirmed)
+            if end <= seq:
+                return (), []
+            seqs = range(seq + 1, end + 1)
+            group.cursor = end
+            return seqs, list(map(self._values.__getitem__, seqs))
+        taken: list[int] = []
         while len(taken) < limit and seq < self._confirmed:
             seq += 1
-            if group.acked_above and group.is_acked(seq):
-                continue
-            taken.append((seq, self._values[seq]))
+            if not group.is_acked(seq):
+                taken.append(seq)
         group.cursor = seq
-        return taken
+        return taken, [self._values[s] for s in taken]
 
     def _at_end(self, group: _Group) -> bool:
         return self.done and max(group.cursor, group.acked_through) >= self._confirmed
@@ -382,12 +394,13 @@ class ManagedStream(Generic[T]):
         group.ack(seq)
         self._evict()
 
-    def _local_ack_many(self, group: _Group, seqs: list[int]) -> None:
-        """Acknowledge committed messages locally, in sequence order."""
-        if seqs[0] == group.acked_through + 1 and seqs[-1] - seqs[0] == len(seqs) - 1 and (
-            not group.acked_above or group.acked_above[0] > seqs[-1] + 1
+    def _local_ack_many(self, group: _Group, seqs: Sequence[int]) -> None:
+        """Acknowledge committed messages locally, in ascending sequence order."""
+        first, last = seqs[0], seqs[-1]
+        if first == group.acked_through + 1 and last - first == len(seqs) - 1 and (
+            not group.acked_above or group.acked_above[0] > last + 1
         ):
-            group.acked_through = seqs[-1]
+            group.acked_through = last
         else:
             for seq in seqs:
                 group.ack(seq)
@@ -396,9 +409,10 @@ class ManagedStream(Generic[T]):
     def _evict(self) -> None:
         floor = self._floor()
         if floor > self._evicted_through:
-            values = self._values
-            for s in range(self._evicted_through + 1, floor + 1):
-                values.pop(s, None)
+            # pop each evicted sequence, in C: this runs once per committed batch
+            collections.deque(
+                map(self._values.pop, range(self._evicted_through + 1, floor + 1), _NONES), maxlen=0
+            )
             self._evicted_through = floor
 
     async def _ack(self, group: _Group, seq: int) -> None:
@@ -492,10 +506,9 @@ class StreamReader(Generic[T_co]):
                     f"group {group.name!r} of stream {stream.ref} stopped handling it (a confirmed stop)"
                 )
             stream._check_healthy()
-            ready = stream._take_ready(group, 1)
-            if ready:
-                seq, value = ready[0]
-                return Message(seq, value, group.name)
+            seqs, values = stream._take_ready(group, 1)
+            if seqs:
+                return Message(seqs[0], values[0], group.name)
             if stream._at_end(group):
                 stream._raise_end()
             await stream._wait_change()
