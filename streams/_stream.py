@@ -9,10 +9,8 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
-import collections
-import itertools
 from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import anyio
 import msgspec
@@ -45,8 +43,8 @@ __all__ = ["GroupSnapshot", "ManagedStream", "Message", "StreamReader", "StreamS
 
 T = TypeVar("T")
 
-#: The default for every dict.pop of an eviction.
-_NONES = itertools.repeat(None)
+#: Holds the place of a recovered message that every group reading acknowledged already.
+_GAP: Final = object()
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -126,10 +124,15 @@ class ManagedStream(Generic[T]):
         self.position = opened.position
         self._confirmed = opened.appended  # the last confirmed sequence
         self._next_seq = opened.appended + 1  # the next sequence to assign
-        self._values: dict[int, T] = {
-            m.seq: self.codec.decode(m.payload, what=f"message {m.seq} of {self._what}") for m in opened.tail
-        }
+        # The values of sequences _evicted_through + 1 .. _confirmed, in order: what some
+        # group still reading has not acknowledged (a recovered tail leaves _GAP for the
+        # messages every such group acknowledged out of order).
         self._evicted_through = min_frontier(list(opened.groups), opened.appended)
+        self._values: list[Any] = [_GAP] * (opened.appended - self._evicted_through)
+        for m in opened.tail:
+            self._values[m.seq - self._evicted_through - 1] = self.codec.decode(
+                m.payload, what=f"message {m.seq} of {self._what}"
+            )
         self._groups: dict[str, _Group] = {}
         for frontier in opened.groups:
             group = _Group(frontier)
@@ -286,7 +289,13 @@ class ManagedStream(Generic[T]):
     def _publish(self, first_seq: int, values: list[T] | tuple[T, ...], *, notify: bool = True) -> None:
         """Make confirmed messages visible to readers (after their commit)."""
         last = first_seq + len(values) - 1
-        self._values.update(zip(range(first_seq, last + 1), values, strict=True))
+        stored = self._values
+        offset = first_seq - self._evicted_through - 1
+        if offset == len(stored):  # always, as sequences are confirmed in order
+            stored.extend(values)
+        else:
+            stored.extend([_GAP] * (offset - len(stored)))
+            stored[offset : offset + len(values)] = values
         if last > self._confirmed:
             self._confirmed = last
         if self._floor() > self._evicted_through:
@@ -371,16 +380,17 @@ class ManagedStream(Generic[T]):
             end = min(seq + limit, self._confirmed)
             if end <= seq:
                 return (), []
-            seqs = range(seq + 1, end + 1)
             group.cursor = end
-            return seqs, list(map(self._values.__getitem__, seqs))
+            base = self._evicted_through + 1
+            return range(seq + 1, end + 1), self._values[seq + 1 - base : end + 1 - base]
         taken: list[int] = []
         while len(taken) < limit and seq < self._confirmed:
             seq += 1
             if not group.is_acked(seq):
                 taken.append(seq)
         group.cursor = seq
-        return taken, [self._values[s] for s in taken]
+        base = self._evicted_through + 1
+        return taken, [self._values[s - base] for s in taken]
 
     def _at_end(self, group: _Group) -> bool:
         return self.done and max(group.cursor, group.acked_through) >= self._confirmed
@@ -409,10 +419,7 @@ class ManagedStream(Generic[T]):
     def _evict(self) -> None:
         floor = self._floor()
         if floor > self._evicted_through:
-            # pop each evicted sequence, in C: this runs once per committed batch
-            collections.deque(
-                map(self._values.pop, range(self._evicted_through + 1, floor + 1), _NONES), maxlen=0
-            )
+            del self._values[: floor - self._evicted_through]
             self._evicted_through = floor
 
     async def _ack(self, group: _Group, seq: int) -> None:

@@ -293,7 +293,7 @@ async def test_a_stopped_group_keeps_no_values_and_its_reader_is_refused(world: 
             await stream.reader("g").receive()
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4, resumable=True)
-        assert stream._values == {}  # a recovery loads no tail for a group that reads no more
+        assert stream._values == []  # a recovery loads no tail for a group that reads no more
 
 
 async def test_a_failed_attempt_leaves_no_trace_in_the_state_of_the_retry(world: World) -> None:

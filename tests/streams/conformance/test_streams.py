@@ -118,6 +118,35 @@ async def test_acked_through_is_the_contiguous_frontier_and_never_moves_back(wor
         assert stream.snapshot().groups[0].acked_through == 5
 
 
+async def test_a_recovered_tail_with_messages_acked_out_of_order_delivers_the_right_values(
+    world: World,
+) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        writer = stream.writer()
+        for i in range(1, 6):
+            await writer.send(i * 10, send_at=i)
+        await writer.flush()
+        reader = stream.reader("g")
+        messages = [await reader.receive() for _ in range(5)]
+        await reader.ack(messages[1])
+        await reader.ack(messages[3])
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        writer, reader = stream.writer(), stream.reader("g")
+        first = await reader.receive()
+        assert (first.seq, first.value) == (1, 10)
+        await reader.ack(first)  # the frontier jumps over 2, acked before the restart
+        assert stream.snapshot().groups[0].acked_through == 2
+        await writer.send(60, send_at=6)
+        await writer.flush()
+        received = [await reader.receive() for _ in range(3)]
+        assert [(m.seq, m.value) for m in received] == [(3, 30), (5, 50), (6, 60)]
+        for message in received:
+            await reader.ack(message)
+        assert stream.snapshot().groups[0].acked_through == 6
+
+
 async def test_acking_twice_is_refused_by_the_store(world: World) -> None:
     async with world.session() as hooks:
         ref = StreamRef("s", "src", "numbers")
