@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from ._codec import Codec, codec_for
 from ._errors import (
@@ -48,21 +49,26 @@ _CHUNK = 64
 _NO_RESULTS: dict[str, bytes] = {}
 
 
-class MessageTx(Generic[S]):
-    """What a handler may do with one message; all of it is confirmed by one commit."""
+class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
+    """What a handler may do with one message; all of it is confirmed by one commit.
 
-    __slots__ = ("_outputs", "_results", "_run", "_state", "_state_payload", "_stopped", "attempt", "seq")
+    The engine creates one per attempt (a Struct: built in C, as it is made for
+    every message); handlers only use its methods and ``seq``, ``attempt`` and
+    ``state``.
+    """
 
-    def __init__(self, run: _Run[Any, S], seq: int, attempt: int, state: S) -> None:
-        self._run = run
-        self.seq = seq
-        self.attempt = attempt
-        self._state = state
-        self._state_payload: bytes | None = None
-        # created on first use: most messages stage no results and few outputs
-        self._outputs: list[tuple[ManagedStream[Any], Any, bytes]] | None = None
-        self._results: dict[str, bytes] = _NO_RESULTS
-        self._stopped = False
+    _run: _Run[Any, S]
+    seq: int
+    attempt: int
+    _state: S
+    _state_payload: bytes | None = None
+    # created on first use: most messages stage no results and few outputs
+    _outputs: list[tuple[ManagedStream[Any], Any, bytes]] | None = None
+    _results: dict[str, bytes] | None = None
+    _stopped: bool = False
+
+    def __repr__(self) -> str:
+        return f"MessageTx(seq={self.seq}, attempt={self.attempt})"
 
     @property
     def state(self) -> S:
@@ -96,7 +102,7 @@ class MessageTx(Generic[S]):
         if key.is_stream:
             raise TypeError(f"{key!r} is a stream key; send messages with tx.send(writer, value)")
         payload = codec_for(key.type).prepare(value, what=f"result {key.name!r}")[1]
-        if self._results is _NO_RESULTS:
+        if self._results is None:
             self._results = {}
         self._results[key.name] = payload
 
