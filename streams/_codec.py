@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, get_origin
 
 import msgspec
 import msgspec.inspect as mi
@@ -108,10 +108,9 @@ def is_immutable(tp: Any) -> bool:
     dicts, ``Any``, mutable Structs, dataclasses), so the answer is safe.
     """
     try:
-        info = mi.type_info(tp)
-    except (TypeError, ValueError):
+        return _immutable(mi.type_info(tp), set())
+    except Exception:  # a type msgspec or this check cannot look into: copy, to be safe
         return False
-    return _immutable(info, set())
 
 
 def _immutable(info: mi.Type, seen: set[type]) -> bool:
@@ -124,11 +123,13 @@ def _immutable(info: mi.Type, seen: set[type]) -> bool:
     if isinstance(info, (mi.VarTupleType, mi.FrozenSetType)):
         return _immutable(info.item_type, seen)
     if isinstance(info, mi.StructType):
-        if info.cls in seen:  # a recursive type: immutable if the rest of it is
+        cls = get_origin(info.cls) or info.cls  # Box[int] is described by class Box
+        if cls in seen:  # a recursive type: immutable if the rest of it is
             return True
-        if not info.cls.__struct_config__.frozen:
+        config = cls.__struct_config__
+        if not config.frozen or config.dict:  # dict=True instances take new attributes
             return False
-        seen.add(info.cls)
+        seen.add(cls)
         return all(_immutable(field.type, seen) for field in info.fields)
     return False
 

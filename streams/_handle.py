@@ -317,13 +317,18 @@ class _Run(Generic[T, S]):
                     first = False
                 # the first attempt inline; failures and their retries in _retry
                 tx = MessageTx(self, seq, index, self.state if self.share_state else self._decode_state())
+                failure: Exception | None = None
                 try:
                     await handler(tx, value)
                 except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
                     await self.drain()  # what was staged before this message still commits
                     raise
                 except Exception as exc:
-                    tx = await self._retry(seq, value, index, exc)
+                    failure = exc
+                if failure is not None:
+                    # outside the except block: retries do not run inside this failure
+                    tx = await self._retry(seq, value, index, failure)
+                    failure = None
                 if tx._outputs:
                     batches = self._reserve_outputs(tx)
                     if batches is None:
@@ -470,11 +475,11 @@ class _Run(Generic[T, S]):
             pending.values.append(value)
             return (OutputBatch(out.ref, out.generation, first, (payload,)),)
         grouped = _by_stream(outputs)
+        for out, values, _ in grouped:  # errors first: they must not wait for room elsewhere
+            if len(values) > out.capacity or out not in self.writes:
+                self._claim(out, tx, len(values))
         for out, values, _ in grouped:
-            n = len(values)
-            if n > out.capacity or out not in self.writes:
-                self._claim(out, tx, n)
-            if out._next_seq - 1 - out._floor() + n > out.capacity:
+            if out._next_seq - 1 - out._floor() + len(values) > out.capacity:
                 return None
         staged: list[OutputBatch] = []
         for out, values, payloads in grouped:

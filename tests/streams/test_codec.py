@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import enum
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import pytest
@@ -27,6 +27,17 @@ class Node(msgspec.Struct, frozen=True):
     next: Node | None = None
 
 
+V = TypeVar("V")
+
+
+class Box(msgspec.Struct, Generic[V], frozen=True):
+    x: V
+
+
+class FrozenWithDict(msgspec.Struct, frozen=True, dict=True):
+    total: int
+
+
 class Mutable(msgspec.Struct):
     total: int
 
@@ -38,7 +49,7 @@ class FrozenHoldingList(msgspec.Struct, frozen=True):
 @pytest.mark.parametrize(
     "tp",
     [int, str, bytes, float, bool, None, Color, Literal["a", "b"], int | None, tuple[int, str],
-     tuple[int, ...], frozenset[str], Frozen, Node, tuple[Frozen, ...]],
+     tuple[int, ...], frozenset[str], Frozen, Node, tuple[Frozen, ...], Box[int], Box[Frozen]],
 )
 def test_deeply_immutable_types_are_shared(tp: Any) -> None:
     assert is_immutable(tp)
@@ -48,7 +59,7 @@ def test_deeply_immutable_types_are_shared(tp: Any) -> None:
 @pytest.mark.parametrize(
     "tp",
     [list[int], dict[str, int], set[int], bytearray, Any, Mutable, FrozenHoldingList, tuple[list[int], ...],
-     int | list[int], tuple[Mutable]],
+     int | list[int], tuple[Mutable], Box[list[int]], FrozenWithDict],
 )
 def test_anything_that_could_change_is_copied(tp: Any) -> None:
     assert not is_immutable(tp)

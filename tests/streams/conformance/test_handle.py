@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import anyio
@@ -12,6 +13,7 @@ from streams import (
     CheckpointError,
     HandleResult,
     Key,
+    ManagedStream,
     MessageCommit,
     MessageExhaustedError,
     MessageTx,
@@ -21,13 +23,14 @@ from streams import (
     Stream,
     StreamFailedError,
     StreamScope,
+    StreamStateError,
     StreamWriter,
     handle_messages,
     open_scope,
 )
 from streams.testing import FaultyHooks, InjectedFault
 
-from .conftest import INVOICES, ORDERS, TOTAL, Invoice, Order, Totals, World
+from .conftest import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals, World
 
 
 async def _orders(scope: StreamScope, n: int, *, finish: bool = True) -> None:
@@ -437,3 +440,88 @@ async def test_a_mutated_state_that_was_not_set_reaches_no_other_attempt(world: 
         result = await handle_messages(orders.reader("billing"), mutate, initial_state=empty, attempts=2)
         assert seen == [(1, 0, []), (1, 1, []), (2, 0, []), (3, 0, [2])]
         assert result.state == [2]
+
+
+A = Key("a", Stream[int])
+B = Key("b", Stream[int])
+
+
+async def _two_outputs(scope: StreamScope, *, capacity_b: int) -> tuple[ManagedStream[int], ...]:
+    numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+    for i in (1, 2):
+        await numbers.writer().send(i)
+    await numbers.writer().finish()
+    a = await scope.open_stream(A, node="h", groups=("r",), capacity=1)
+    b = await scope.open_stream(B, node="h", groups=("r",), capacity=capacity_b)
+    return numbers, a, b
+
+
+async def _read_forever(stream: ManagedStream[int]) -> None:
+    reader = stream.reader("r")
+    while True:
+        await reader.ack(await reader.receive())
+
+
+async def test_an_output_batch_over_capacity_is_refused_without_waiting_for_room_elsewhere(
+    world: World,
+) -> None:
+    """Message 2 finds ``a`` full until message 1's output is read, and stages 3 > 2 for
+    ``b``, which nobody reads: the error comes at once, not after ``b`` empties (never)."""
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers, a, b = await _two_outputs(scope, capacity_b=2)
+        to_a, to_b = a.writer(), b.writer()
+
+        async def handler(tx: MessageTx[None], value: int) -> None:
+            tx.send(to_a, value)
+            for _ in range(1 if value == 1 else 3):
+                tx.send(to_b, value)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_read_forever, a)
+                with pytest.raises(OutputLimitError, match="capacity of 2"):
+                    await handle_messages(numbers.reader("g"), handler)
+                tg.cancel_scope.cancel()
+        assert numbers.snapshot().groups[0].acked_through == 1
+        assert b.snapshot().appended == 1
+
+
+async def test_a_stream_the_handler_may_not_write_is_refused_without_waiting_for_room_elsewhere(
+    world: World,
+) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers, a, b = await _two_outputs(scope, capacity_b=1)
+        await b.writer().send(0)  # written directly, so no handler may write it; and full
+        await b.writer().flush()
+        to_a, to_b = a.writer(), b.writer()
+
+        async def handler(tx: MessageTx[None], value: int) -> None:
+            tx.send(to_a, value)
+            if value == 2:
+                tx.send(to_b, value)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_read_forever, a)
+                with pytest.raises(StreamStateError, match="direct sends"):
+                    await handle_messages(numbers.reader("g"), handler)
+                tg.cancel_scope.cancel()
+
+
+async def test_a_retry_does_not_run_inside_the_failure_before_it(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        await numbers.writer().send(1)
+        await numbers.writer().finish()
+        handling: list[BaseException | None] = []
+
+        async def handler(tx: MessageTx[None], value: int) -> None:
+            handling.append(sys.exc_info()[1])
+            raise RuntimeError(f"attempt {tx.attempt}")
+
+        with pytest.raises(MessageExhaustedError) as info:
+            await handle_messages(numbers.reader("g"), handler, attempts=2)
+        assert handling == [None, None]
+        last = info.value.__cause__
+        assert isinstance(last, RuntimeError) and str(last) == "attempt 1"
+        assert last.__context__ is None

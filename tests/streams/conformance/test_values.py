@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import pytest
@@ -27,6 +27,16 @@ class Order(msgspec.Struct):
 
 ORDERS = Key("orders", Stream[Order])
 INTS = Key("ints", Stream[int])
+
+V = TypeVar("V")
+
+
+class Box(msgspec.Struct, Generic[V], frozen=True):
+    x: V
+
+
+BOXES = Key("boxes", Stream[Box[int]])
+BOXED = Key("boxed", Box[int])
 ANYTHING = Key("anything", Stream[Any])
 
 
@@ -108,3 +118,18 @@ async def test_a_stored_value_of_a_changed_type_stops_recovery_with_a_typed_erro
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         with pytest.raises(SourceNotResumableError, match="holds int messages"):
             await scope.open_stream(Key("ints", Stream[str]), node="src", groups=("g",))
+
+
+async def test_a_parameterized_generic_struct_is_a_message_a_state_and_a_result(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        boxes = await scope.open_stream(BOXES, node="src", groups=("g",))
+        for i in range(3):
+            await boxes.writer().send(Box(i))
+        await boxes.writer().finish()
+
+        async def add(tx: MessageTx[Box[int]], box: Box[int]) -> None:
+            tx.set_state(Box(tx.state.x + box.x))
+            tx.set(BOXED, box)
+
+        result = await handle_messages(boxes.reader("g"), add, initial_state=Box(0), state_type=Box[int])
+        assert (result.state, result.result(BOXED)) == (Box(3), Box(2))
