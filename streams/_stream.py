@@ -289,13 +289,9 @@ class ManagedStream(Generic[T]):
     def _publish(self, first_seq: int, values: list[T] | tuple[T, ...], *, notify: bool = True) -> None:
         """Make confirmed messages visible to readers (after their commit)."""
         last = first_seq + len(values) - 1
-        stored = self._values
-        offset = first_seq - self._evicted_through - 1
-        if offset == len(stored):  # always, as sequences are confirmed in order
-            stored.extend(values)
-        else:
-            stored.extend([_GAP] * (offset - len(stored)))
-            stored[offset : offset + len(values)] = values
+        # sequences are confirmed in order: these follow the last value held
+        assert first_seq == self._evicted_through + 1 + len(self._values), (first_seq, self._confirmed)
+        self._values.extend(values)
         if last > self._confirmed:
             self._confirmed = last
         if self._floor() > self._evicted_through:
