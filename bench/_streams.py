@@ -92,9 +92,10 @@ class CountingHooks:
         return await self.inner.fail_message(request)
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        messages = sum(c.count for c in commits)  # a commit may confirm a run of messages
         self.counts.commits += 1
-        self.counts.committed += len(commits)
-        self.counts.commit_sizes.append(len(commits))
+        self.counts.committed += messages
+        self.counts.commit_sizes.append(messages)
         await self.inner.commit(commits)
 
     async def finish(self, request: StreamFinish) -> None:

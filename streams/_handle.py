@@ -14,7 +14,7 @@ had been handled one by one.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 import anyio
@@ -33,6 +33,7 @@ from ._errors import (
 )
 from ._keys import Key, NoValue, check_name
 from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
+from ._staging import CommitStager
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
 from ._tracing import span, tracer
 from ._unwrap import single_error
@@ -187,7 +188,9 @@ class _Run(Generic[T, S]):
         # What is staged but not yet handed to the store. The committer cuts all of it at
         # once, with no await in between, so a batch's outputs, state and results are
         # exactly those of its commits.
-        self.queue: list[MessageCommit] = []
+        self.stager = CommitStager(
+            self.stream.ref, self.group.name, self.stream.generation, node, parent_attempt
+        )
         self.staged_outputs: dict[int, _Outputs] = {}
         self.staged_state: bytes | None = None
         self.staged_results: dict[str, bytes] = {}
@@ -216,11 +219,12 @@ class _Run(Generic[T, S]):
     async def committer(self) -> None:
         stream, group = self.stream, self.group
         while True:
-            while not self.queue:
+            while not self.stager:
                 self.committer_idle = True
                 await self.queued.wait()
                 self.queued = anyio.Event()
-            batch, self.queue = self.queue, []
+            batch = self.stager.cut()
+            count = batch[0].count if len(batch) == 1 else sum(c.count for c in batch)
             outputs, self.staged_outputs = self.staged_outputs, {}
             state, self.staged_state = self.staged_state, None
             results, self.staged_results = self.staged_results, {}
@@ -237,7 +241,7 @@ class _Run(Generic[T, S]):
                     exc
                     if isinstance(exc, CheckpointError)
                     else CheckpointError(
-                        f"commit of {len(batch)} messages of {stream.ref} (group {group.name!r}) "
+                        f"commit of {count} messages of {stream.ref} (group {group.name!r}) "
                         f"from sequence {batch[0].message.seq} failed; recover from the ledger"
                     )
                 )
@@ -257,16 +261,19 @@ class _Run(Generic[T, S]):
             if stop:
                 group.stopped = True
             # ascending, as the handler took them: a range unless some were acked out of order
-            first, last = batch[0].message.seq, batch[-1].message.seq
-            contiguous = last - first == len(batch) - 1
-            seqs = range(first, last + 1) if contiguous else [c.message.seq for c in batch]
+            first, last = batch[0].message.seq, batch[-1].last_seq
+            seqs: Sequence[int] = (
+                range(first, last + 1)
+                if last - first == count - 1
+                else [s for c in batch for s in range(c.message.seq, c.last_seq + 1)]
+            )
             stream._local_ack_many(group, seqs)
             if group.failing:
                 group.failing.difference_update(seqs)
             if group.exhausted:
                 group.exhausted.difference_update(seqs)
-            self.committed += len(batch)
-            self.in_flight -= len(batch)
+            self.committed += count
+            self.in_flight -= count
             stream._notify()
             for staged in outputs.values():
                 staged.stream._notify()
@@ -330,14 +337,9 @@ class _Run(Generic[T, S]):
                     tx = await self._retry(seq, value, index, failure)
                     failure = None
                 if tx._outputs:
-                    batches = self._reserve_outputs(tx)
-                    if batches is None:
+                    while not self._room_for(tx):
                         await self._wait_for_room(tx)
-                        batches = self._reserve_outputs(tx)
-                        assert batches is not None  # only this run reserves in these streams
-                else:
-                    batches = ()
-                self._stage(tx, batches)
+                self._stage(tx)
                 if self.stopped:
                     break
             if not self.committing:
@@ -422,8 +424,13 @@ class _Run(Generic[T, S]):
         self.group.failing.add(seq)
         return attempt.index
 
-    def _stage(self, tx: MessageTx[S], batches: tuple[OutputBatch, ...]) -> None:
-        """Queue ``tx``'s commit; from here on it is the committer's."""
+    def _stage(self, tx: MessageTx[S]) -> None:
+        """Stage ``tx`` for the next commit batch; from here on it is the committer's.
+
+        Synchronous: its outputs are reserved and join the staged set in the
+        same step, so the committer publishes them with their own batch.
+        """
+        seq = tx.seq
         state = tx._state_payload
         if state is not None:
             self.state = tx._state
@@ -431,20 +438,28 @@ class _Run(Generic[T, S]):
         results = tx._results
         if results:
             self.staged_results.update(results)
+        outputs = tx._outputs
+        exhausted = self.group.exhausted
+        if tx.attempt == 0 and not (exhausted and seq in exhausted):
+            # a first attempt: it joins the run of first attempts that one commit confirms
+            self.stager.run_message(seq, state, results, tx._stopped)
+            if outputs:
+                self._reserve(outputs, self.stager)
         else:
-            results = _NO_RESULTS
-        self.queue.append(
-            MessageCommit(
-                MessageRef(self.ref, self.group_name, self.generation, tx.seq),
-                self.node,
-                tx.attempt,
-                state,
-                results,
-                batches,
-                tx._stopped,
-                self.parent_attempt,
+            # a retry, or a message exhausted under another parent attempt: a commit of its
+            # own, so the store forgets its budget record with it
+            self.stager.single(
+                MessageCommit(
+                    MessageRef(self.ref, self.group_name, self.generation, seq),
+                    self.node,
+                    tx.attempt,
+                    state,
+                    results or _NO_RESULTS,
+                    self._reserve(outputs, None) if outputs else (),
+                    tx._stopped,
+                    self.parent_attempt,
+                )
             )
-        )
         self.in_flight += 1
         if self.remaining is not None:
             self.remaining -= 1
@@ -454,42 +469,57 @@ class _Run(Generic[T, S]):
         if tx._stopped:
             self.stopped = self.staged_stop = True
 
-    def _reserve_outputs(self, tx: MessageTx[S]) -> tuple[OutputBatch, ...] | None:
-        """Reserve sequence numbers for all of ``tx``'s outputs, or none if a stream lacks room.
+    def _room_for(self, tx: MessageTx[S]) -> bool:
+        """Whether every stream ``tx`` writes has room for its outputs.
 
-        Synchronous, so the outputs join the staged set in the same step as the
-        commit is queued: the committer publishes them with their own batch.
+        Raises first if a batch can never fit its stream or the stream may not
+        be written by this run: such errors must not wait for room elsewhere.
         """
         outputs = tx._outputs
         assert outputs
         if len(outputs) == 1:
-            out, value, payload = outputs[0]
+            out = outputs[0][0]
             if out not in self.writes:
                 self._claim(out, tx, 1)
-            if out._next_seq - out._floor() > out.capacity:
-                return None
-            first = out._reserve(1)
-            pending = self.staged_outputs.get(id(out))
-            if pending is None:
-                pending = self.staged_outputs[id(out)] = _Outputs(out, first)
-            pending.values.append(value)
-            return (OutputBatch(out.ref, out.generation, first, (payload,)),)
+            return bool(out._next_seq - out._floor() <= out.capacity)
         grouped = _by_stream(outputs)
-        for out, values, _ in grouped:  # errors first: they must not wait for room elsewhere
+        for out, values, _ in grouped:
             if len(values) > out.capacity or out not in self.writes:
                 self._claim(out, tx, len(values))
-        for out, values, _ in grouped:
-            if out._next_seq - 1 - out._floor() + len(values) > out.capacity:
-                return None
-        staged: list[OutputBatch] = []
-        for out, values, payloads in grouped:
+        return all(out._next_seq - 1 - out._floor() + len(v) <= out.capacity for out, v, _ in grouped)
+
+    def _reserve(
+        self, outputs: list[tuple[ManagedStream[Any], Any, bytes]], run: CommitStager | None
+    ) -> tuple[OutputBatch, ...]:
+        """Reserve sequence numbers for staged outputs that have room; stage their values.
+
+        The payloads go to ``run`` (the open run of first attempts), or into
+        the returned batches, one per stream, for a commit of their own.
+        """
+        if len(outputs) == 1:
+            out, value, payload = outputs[0]
+            first = out._reserve(1)
+            self._publish_later(out, first).append(value)
+            if run is not None:
+                run.run_output_one(out, first, payload)
+                return ()
+            return (OutputBatch(out.ref, out.generation, first, (payload,)),)
+        batches: list[OutputBatch] = []
+        for out, values, payloads in _by_stream(outputs):
             first = out._reserve(len(values))
-            pending = self.staged_outputs.get(id(out))
-            if pending is None:
-                pending = self.staged_outputs[id(out)] = _Outputs(out, first)
-            pending.values.extend(values)
-            staged.append(OutputBatch(out.ref, out.generation, first, payloads))
-        return tuple(staged)
+            self._publish_later(out, first).extend(values)
+            if run is not None:
+                run.run_output(out, first, payloads)
+            else:
+                batches.append(OutputBatch(out.ref, out.generation, first, payloads))
+        return tuple(batches)
+
+    def _publish_later(self, out: ManagedStream[Any], first: int) -> list[Any]:
+        """The values staged for ``out`` in this batch, to publish once it is committed."""
+        pending = self.staged_outputs.get(id(out))
+        if pending is None:
+            pending = self.staged_outputs[id(out)] = _Outputs(out, first)
+        return pending.values
 
     def _claim(self, out: ManagedStream[Any], tx: MessageTx[S], n: int) -> None:
         """Check that ``n`` outputs fit ``out`` at all, and make this run its writer."""

@@ -140,16 +140,34 @@ class OutputBatch(msgspec.Struct, frozen=True, gc=False):
 
 
 class MessageCommit(msgspec.Struct, frozen=True, gc=False):
-    """Everything one handled message confirms: ack, state, results, outputs, stop."""
+    """Everything one handled message confirms: ack, state, results, outputs, stop.
+
+    With ``through`` set it confirms a run of consecutive messages of the
+    group, ``message.seq`` to ``through``, handled in order by one node:
+    their acks, the last state set, their results merged in order, their
+    outputs in order (one batch per output stream) and a stop after the
+    last. A store applies it exactly as that many single commits.
+    """
 
     message: MessageRef
     node: str = ""
-    attempt: int = 0
+    attempt: int = 0  # of the first message; the others of a run had theirs at this index too
     state: bytes | None = None  # None: the state is unchanged
     results: dict[str, bytes] = msgspec.field(default_factory=dict)
     outputs: tuple[OutputBatch, ...] = ()
     stop: bool = False
     parent_attempt: str = ""
+    through: int = 0  # 0: the one message ``message.seq``; else the last sequence of the run
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence this commit acknowledges."""
+        return self.through or self.message.seq
+
+    @property
+    def count(self) -> int:
+        """How many messages this commit acknowledges."""
+        return self.through - self.message.seq + 1 if self.through else 1
 
 
 class StreamFinish(msgspec.Struct, frozen=True, gc=False):

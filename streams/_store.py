@@ -224,38 +224,34 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
                 entry = groups[key] = (source, FrontierDraft(frontier))
             source, group = entry
             last_ref, last_group = message.ref, message.group
-        seq = message.seq
+        first = message.seq
+        last = c.through or first
         if message.generation != source.desc.generation:
             check_generation(source.desc, message.generation, Subject("commit of", message))
         if group.stopped:
             raise SequenceError(f"commit of {message}: group {message.group!r} stopped handling this stream")
-        if seq < 1 or seq > source.appended:
-            raise SequenceError(f"ack of {message}: sequence {seq} was never appended")
-        if seq <= group.acked_through or (group.acked_above and group.is_acked(seq)):
-            raise SequenceError(f"ack of {message}: already acknowledged")
-        forget_attempt = c.attempt > 0
-        if group.exhausted and seq in group.exhausted:
-            record = view.get_attempt(_attempt_key(message, c.node, c.parent_attempt))
-            if record is not None and record.exhausted:
-                raise SequenceError(
-                    f"commit of {message}: the message exhausted its attempt budget in this node"
-                )
-            group.exhausted.discard(seq)
-            forget_attempt = True
-        if seq == group.acked_through + 1 and not group.acked_above:
-            group.acked_through = seq  # the contiguous case of group.ack(seq)
+        if last < first:
+            raise SequenceError(f"commit of {message}: its run ends at {last}, before it starts")
+        if first < 1 or last > source.appended:
+            seq = first if first < 1 else source.appended + 1
+            raise SequenceError(f"ack of {_at(message, seq)}: sequence {seq} was never appended")
+        if (
+            first == group.acked_through + 1
+            and not group.acked_above
+            and not group.exhausted
+            and not group.failing
+            and c.attempt == 0
+        ):
+            group.acked_through = last  # the common case: a run from the frontier, nothing pending
         else:
-            group.ack(seq)
+            for seq in range(first, last + 1):
+                _ack(view, group, c, seq)
         if c.state is not None:
             group.state = c.state
         if c.results:
             group.results.update(c.results)
         if c.stop:
             group.stopped = True
-        if group.failing:
-            group.failing.discard(seq)
-        if forget_attempt:
-            view.delete_attempt(_attempt_key(message, c.node, c.parent_attempt))
         for out in c.outputs:
             if out.ref is not last_out or target is None:
                 target = streams.get(out.ref) or stream(out.ref, "output of", message)
@@ -280,6 +276,32 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         view.put_group(ref, group.record())
     for ref in {ref for ref, _ in groups}:
         _maybe_compact(view, ref)
+
+
+def _at(message: MessageRef, seq: int) -> MessageRef:
+    """``message``, or the message ``seq`` of a run that starts there."""
+    return message if seq == message.seq else msgspec.structs.replace(message, seq=seq)
+
+
+def _ack(view: RecordView, group: FrontierDraft, c: MessageCommit, seq: int) -> None:
+    """Acknowledge message ``seq`` of commit ``c``, forgetting its budget if it had failures."""
+    if seq <= group.acked_through or (group.acked_above and group.is_acked(seq)):
+        raise SequenceError(f"ack of {_at(c.message, seq)}: already acknowledged")
+    key = (c.message.ref, c.message.group, seq, c.node, c.parent_attempt)
+    forget_attempt = c.attempt > 0
+    if group.exhausted and seq in group.exhausted:
+        record = view.get_attempt(key)
+        if record is not None and record.exhausted:
+            raise SequenceError(
+                f"commit of {_at(c.message, seq)}: the message exhausted its attempt budget in this node"
+            )
+        group.exhausted.discard(seq)
+        forget_attempt = True
+    group.ack(seq)
+    if group.failing:
+        group.failing.discard(seq)
+    if forget_attempt:
+        view.delete_attempt(key)
 
 
 #: Acknowledged messages are removed in chunks of at least this many.

@@ -363,7 +363,7 @@ class _CountingHooks(FaultyHooks):
     batches: list[int]
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
-        self.batches.append(len(commits))
+        self.batches.append(sum(c.count for c in commits))
         await self.inner.commit(commits)
 
 
