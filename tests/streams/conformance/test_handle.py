@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -456,10 +456,26 @@ async def _two_outputs(scope: StreamScope, *, capacity_b: int) -> tuple[ManagedS
     return numbers, a, b
 
 
-async def _read_forever(stream: ManagedStream[int]) -> None:
-    reader = stream.reader("r")
-    while True:
-        await reader.ack(await reader.receive())
+async def _refused_while_a_is_read(
+    numbers: ManagedStream[int],
+    a: ManagedStream[int],
+    handler: Callable[[MessageTx[None], int], Awaitable[None]],
+    error: type[Exception],
+    match: str,
+) -> None:
+    """Handle ``numbers`` while ``a`` is read and acked; the run must raise ``error`` at once."""
+
+    async def read_a() -> None:
+        reader = a.reader("r")
+        while True:
+            await reader.ack(await reader.receive())
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_a)
+            with pytest.raises(error, match=match):
+                await handle_messages(numbers.reader("g"), handler)
+            tg.cancel_scope.cancel()
 
 
 async def test_an_output_batch_over_capacity_is_refused_without_waiting_for_room_elsewhere(
@@ -476,12 +492,7 @@ async def test_an_output_batch_over_capacity_is_refused_without_waiting_for_room
             for _ in range(1 if value == 1 else 3):
                 tx.send(to_b, value)
 
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_read_forever, a)
-                with pytest.raises(OutputLimitError, match="capacity of 2"):
-                    await handle_messages(numbers.reader("g"), handler)
-                tg.cancel_scope.cancel()
+        await _refused_while_a_is_read(numbers, a, handler, OutputLimitError, "capacity of 2")
         assert numbers.snapshot().groups[0].acked_through == 1
         assert b.snapshot().appended == 1
 
@@ -500,12 +511,7 @@ async def test_a_stream_the_handler_may_not_write_is_refused_without_waiting_for
             if value == 2:
                 tx.send(to_b, value)
 
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_read_forever, a)
-                with pytest.raises(StreamStateError, match="direct sends"):
-                    await handle_messages(numbers.reader("g"), handler)
-                tg.cancel_scope.cancel()
+        await _refused_while_a_is_read(numbers, a, handler, StreamStateError, "direct sends")
 
 
 async def test_a_retry_does_not_run_inside_the_failure_before_it(world: World) -> None:
