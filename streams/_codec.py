@@ -113,7 +113,7 @@ def is_immutable(tp: Any) -> bool:
         return False
 
 
-def _immutable(info: mi.Type, seen: set[type]) -> bool:
+def _immutable(info: mi.Type, seen: set[Any]) -> bool:
     if isinstance(info, _ATOMS):
         return True
     if isinstance(info, mi.UnionType):
@@ -123,13 +123,14 @@ def _immutable(info: mi.Type, seen: set[type]) -> bool:
     if isinstance(info, (mi.VarTupleType, mi.FrozenSetType)):
         return _immutable(info.item_type, seen)
     if isinstance(info, mi.StructType):
-        cls = get_origin(info.cls) or info.cls  # Box[int] is described by class Box
-        if cls in seen:  # a recursive type: immutable if the rest of it is
+        # info.cls is the class, or a parameterization such as Box[int]: each
+        # parameterization is its own type (Box[list[int]] is not Box[int])
+        if info.cls in seen:  # a recursive type: immutable if the rest of it is
             return True
-        config = cls.__struct_config__
+        config = (get_origin(info.cls) or info.cls).__struct_config__
         if not config.frozen or config.dict:  # dict=True instances take new attributes
             return False
-        seen.add(cls)
+        seen.add(info.cls)
         return all(_immutable(field.type, seen) for field in info.fields)
     return False
 

@@ -337,8 +337,12 @@ class _Run(Generic[T, S]):
                     tx = await self._retry(seq, value, index, failure)
                     failure = None
                 if tx._outputs:
-                    while not self._room_for(tx):
-                        await self._wait_for_room(tx)
+                    try:
+                        while not self._room_for(tx):
+                            await self._wait_for_room(tx)
+                    except (OutputLimitError, StreamStateError):
+                        await self.drain()  # what was staged before this message still commits
+                        raise
                 self._stage(tx)
                 if self.stopped:
                     break

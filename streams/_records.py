@@ -167,7 +167,7 @@ class MessageCommit(msgspec.Struct, frozen=True, gc=False):
     @property
     def count(self) -> int:
         """How many messages this commit acknowledges."""
-        return self.through - self.message.seq + 1 if self.through else 1
+        return max(self.through - self.message.seq + 1, 0) if self.through else 1
 
 
 class StreamFinish(msgspec.Struct, frozen=True, gc=False):

@@ -233,7 +233,7 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         if last < first:
             raise SequenceError(f"commit of {message}: its run ends at {last}, before it starts")
         if first < 1 or last > source.appended:
-            seq = first if first < 1 else source.appended + 1
+            seq = first if first < 1 or first > source.appended else source.appended + 1
             raise SequenceError(f"ack of {_at(message, seq)}: sequence {seq} was never appended")
         if (
             first == group.acked_through + 1

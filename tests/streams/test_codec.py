@@ -59,7 +59,8 @@ def test_deeply_immutable_types_are_shared(tp: Any) -> None:
 @pytest.mark.parametrize(
     "tp",
     [list[int], dict[str, int], set[int], bytearray, Any, Mutable, FrozenHoldingList, tuple[list[int], ...],
-     int | list[int], tuple[Mutable], Box[list[int]], FrozenWithDict],
+     int | list[int], tuple[Mutable], Box[list[int]], FrozenWithDict,
+     Box[Box[list[int]]], tuple[Box[int], Box[list[int]]]],
 )
 def test_anything_that_could_change_is_copied(tp: Any) -> None:
     assert not is_immutable(tp)

@@ -285,6 +285,46 @@ async def test_output_batch_larger_than_its_stream_capacity_is_refused(world: Wo
         assert invoices.snapshot().appended == 0
 
 
+async def test_messages_staged_before_an_output_batch_over_capacity_still_commit(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 2)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=4)
+        out = invoices.writer()
+
+        async def grow(tx: MessageTx[None], order: Order) -> None:
+            for i in range(1 if order.id == 1 else 5):
+                tx.send(out, Invoice(order.id, i))
+
+        with pytest.raises(OutputLimitError, match="capacity of 4"):
+            await handle_messages(orders.reader("billing"), grow)
+        assert orders.snapshot().groups[0].acked_through == 1
+        assert invoices.snapshot().appended == 1
+
+
+async def test_an_output_error_while_an_earlier_commit_fails_raises_one_checkpoint_error(
+    world: World,
+) -> None:
+    """The output error waits for the messages staged before it; their commit fails, and
+    that failure is what the run raises (one error, not a group of two)."""
+    async with world.session() as hooks:
+        async with open_scope(hooks, scope="s") as scope:
+            await _orders(scope, 2)
+        faulty = FaultyHooks(hooks, fail={"commit": 1})
+        async with open_scope(faulty, scope="s") as scope:
+            orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+            invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=4)
+            out = invoices.writer()
+
+            async def grow(tx: MessageTx[None], order: Order) -> None:
+                for i in range(1 if order.id == 1 else 5):
+                    tx.send(out, Invoice(order.id, i))
+
+            with pytest.raises(CheckpointError) as info:
+                await handle_messages(orders.reader("billing"), grow)
+            assert isinstance(info.value.__cause__, InjectedFault)
+
+
 async def test_wrong_output_type_is_refused_without_spending_the_budget(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)

@@ -156,7 +156,13 @@ async def test_a_run_over_a_message_acknowledged_out_of_order_is_refused_and_cha
 
 @pytest.mark.parametrize(
     ("first", "through", "error"),
-    [(1, 7, "never appended"), (3, 2, "before it starts"), (0, 2, "never appended")],
+    [
+        (1, 7, "#7 .*sequence 7 was never appended"),
+        (9, 10, "#9 .*sequence 9 was never appended"),
+        (10, 0, "#10 .*sequence 10 was never appended"),  # a single commit names its own
+        (3, 2, "before it starts"),
+        (0, 2, "sequence 0 was never appended"),
+    ],
 )
 async def test_a_run_outside_the_appended_messages_is_refused(
     world: World, first: int, through: int, error: str
