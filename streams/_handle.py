@@ -3,10 +3,12 @@
 For each message of a consumer group the handler reads the group's explicit
 state, may set a replacement, stage output messages to other streams and
 ordinary results, or stop. One store commit confirms the message's ack with
-all of it; only then are the outputs published locally and the message acked
-locally. The handler goes on to message k+1 from k's staged state while k's
-commit is in flight; commits land strictly in order, a window bounds the
-messages in flight, and the committer wakes readers once per committed batch.
+all of it (consecutive first attempts share one commit record, see
+:mod:`streams._staging`); only then are the outputs published locally and
+the message acked locally. The handler goes on to message k+1 from k's
+staged state while k's commit is in flight; commits land strictly in order,
+a window bounds the messages in flight, and the committer wakes readers once
+per committed batch.
 A failed commit fails everything staged after it: the call raises, and
 recovery starts from the last committed state, exactly as if every message
 had been handled one by one.
