@@ -42,11 +42,11 @@ if TYPE_CHECKING:
 __all__ = ["GroupSnapshot", "ManagedStream", "Message", "StreamReader", "StreamSnapshot", "StreamWriter"]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+T_contra = TypeVar("T_contra", contravariant=True)
 
 #: Holds the place of a recovered message that every group reading acknowledged already.
 _GAP: Final = object()
-T_co = TypeVar("T_co", covariant=True)
-T_contra = TypeVar("T_contra", contravariant=True)
 
 
 class Message(Generic[T_co]):
