@@ -248,17 +248,32 @@ async def test_budget_survives_restart_between_failures(world: World) -> None:
     assert seen == [0, 1, 2]
 
 
+async def _billing_streams(
+    scope: StreamScope, *, capacity: int = 1024
+) -> tuple[ManagedStream[Order], ManagedStream[Invoice]]:
+    """The orders stream (read by ``billing``) and the invoices stream billing writes."""
+    orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+    invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=capacity)
+    return orders, invoices
+
+
+def _invoicing(
+    out: StreamWriter[Invoice], count: Callable[[Order], int]
+) -> Callable[[MessageTx[None], Order], Awaitable[None]]:
+    """A handler that sends ``count(order)`` invoices for each order."""
+
+    async def invoice(tx: MessageTx[None], order: Order) -> None:
+        for i in range(count(order)):
+            tx.send(out, Invoice(order.id, i))
+
+    return invoice
+
+
 async def test_more_than_max_outputs_is_refused_and_nothing_is_committed(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 2)
-        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
-        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=1000)
-        out = invoices.writer()
-
-        async def spray(tx: MessageTx[None], order: Order) -> None:
-            for i in range(65):
-                tx.send(out, Invoice(order.id, i))
-
+        orders, invoices = await _billing_streams(scope, capacity=1000)
+        spray = _invoicing(invoices.writer(), lambda order: 65)
         with pytest.raises(OutputLimitError, match="64"):
             await handle_messages(orders.reader("billing"), spray)
         assert orders.snapshot().groups[0].acked_through == 0
@@ -271,14 +286,8 @@ async def test_more_than_max_outputs_is_refused_and_nothing_is_committed(world: 
 async def test_output_batch_larger_than_its_stream_capacity_is_refused(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
-        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
-        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=4)
-        out = invoices.writer()
-
-        async def five(tx: MessageTx[None], order: Order) -> None:
-            for i in range(5):
-                tx.send(out, Invoice(order.id, i))
-
+        orders, invoices = await _billing_streams(scope, capacity=4)
+        five = _invoicing(invoices.writer(), lambda order: 5)
         with pytest.raises(OutputLimitError, match="capacity of 4"):
             await handle_messages(orders.reader("billing"), five)
         assert orders.snapshot().groups[0].acked_through == 0
@@ -288,14 +297,8 @@ async def test_output_batch_larger_than_its_stream_capacity_is_refused(world: Wo
 async def test_messages_staged_before_an_output_batch_over_capacity_still_commit(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 2)
-        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
-        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=4)
-        out = invoices.writer()
-
-        async def grow(tx: MessageTx[None], order: Order) -> None:
-            for i in range(1 if order.id == 1 else 5):
-                tx.send(out, Invoice(order.id, i))
-
+        orders, invoices = await _billing_streams(scope, capacity=4)
+        grow = _invoicing(invoices.writer(), lambda order: 1 if order.id == 1 else 5)
         with pytest.raises(OutputLimitError, match="capacity of 4"):
             await handle_messages(orders.reader("billing"), grow)
         assert orders.snapshot().groups[0].acked_through == 1
@@ -312,14 +315,8 @@ async def test_an_output_error_while_an_earlier_commit_fails_raises_one_checkpoi
             await _orders(scope, 2)
         faulty = FaultyHooks(hooks, fail={"commit": 1})
         async with open_scope(faulty, scope="s") as scope:
-            orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
-            invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), capacity=4)
-            out = invoices.writer()
-
-            async def grow(tx: MessageTx[None], order: Order) -> None:
-                for i in range(1 if order.id == 1 else 5):
-                    tx.send(out, Invoice(order.id, i))
-
+            orders, invoices = await _billing_streams(scope, capacity=4)
+            grow = _invoicing(invoices.writer(), lambda order: 1 if order.id == 1 else 5)
             with pytest.raises(CheckpointError) as info:
                 await handle_messages(orders.reader("billing"), grow)
             assert isinstance(info.value.__cause__, InjectedFault)

@@ -12,6 +12,7 @@ from streams import (
     CheckpointError,
     GroupBusyError,
     Key,
+    ManagedStream,
     MessageCommit,
     MessageTx,
     PayloadTypeError,
@@ -25,6 +26,14 @@ from streams.testing import FaultyHooks
 from .conftest import NUMBERS, World
 
 OUT = Key("out", Stream[int])
+
+
+async def _send_finished(stream: ManagedStream[int], n: int) -> None:
+    """Send 1..n to ``stream`` and finish it."""
+    writer = stream.writer()
+    for i in range(1, n + 1):
+        await writer.send(i)
+    await writer.finish()
 
 
 async def test_a_shielded_finish_after_a_cancelled_append_completes(world: World) -> None:
@@ -49,9 +58,7 @@ async def test_a_handler_error_commits_what_was_staged_and_leaves_the_output_wri
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
         out = await scope.open_stream(OUT, node="h", groups=("o",))
-        for i in range(1, 6):
-            await numbers.writer().send(i)
-        await numbers.writer().finish()
+        await _send_finished(numbers, 5)
 
         async def h(tx: MessageTx[None], value: int) -> None:
             tx.send(out.writer(), "bad" if value == 3 else value)  # type: ignore[misc]
@@ -88,9 +95,7 @@ async def test_a_cancelled_handler_leaves_the_endpoint_agreeing_with_the_ledger(
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
         out = await scope.open_stream(OUT, node="h", groups=("o",))
-        for i in range(1, 201):
-            await numbers.writer().send(i)
-        await numbers.writer().finish()
+        await _send_finished(numbers, 200)
         seen: list[int] = []
 
         async def h(tx: MessageTx[int], value: int) -> None:
@@ -128,9 +133,7 @@ async def test_concurrent_opens_of_a_stream_share_one_endpoint_and_one_generatio
 async def test_acking_by_sequence_before_receiving_skips_that_message(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
-        for i in range(1, 4):
-            await stream.writer().send(i)
-        await stream.writer().finish()
+        await _send_finished(stream, 3)
         reader = stream.reader("g")
         await reader.ack(1)
         assert [m.seq async for m in reader] == [2, 3]
@@ -139,9 +142,7 @@ async def test_acking_by_sequence_before_receiving_skips_that_message(world: Wor
 async def test_a_handler_takes_over_messages_a_reader_received_but_did_not_ack(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
-        for i in range(1, 4):
-            await stream.writer().send(i)
-        await stream.writer().finish()
+        await _send_finished(stream, 3)
         assert (await stream.reader("g").receive()).seq == 1
         order: list[int] = []
 
@@ -173,9 +174,7 @@ async def test_two_handlers_cannot_write_one_output_stream(world: World) -> None
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"))
         out = await scope.open_stream(OUT, node="h", groups=("o",))
-        for i in range(1, 5):
-            await numbers.writer().send(i)
-        await numbers.writer().finish()
+        await _send_finished(numbers, 4)
         first_staged = anyio.Event()
         release = anyio.Event()
 
@@ -245,9 +244,7 @@ async def test_a_waiting_reader_never_takes_messages_from_a_handler(world: World
             await anyio.wait_all_tasks_blocked()  # the reader waits in receive()
             tg.start_soon(handle_messages, stream.reader("g"), h)
             await anyio.wait_all_tasks_blocked()  # the handler claimed the group
-            for i in range(1, 4):
-                await stream.writer().send(i)
-            await stream.writer().finish()
+            await _send_finished(stream, 3)
         assert refused.is_set()
         assert handled == [1, 2, 3]
 
