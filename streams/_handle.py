@@ -187,16 +187,13 @@ class _Run(Generic[T, S]):
         #: Whether every attempt may see the same state object: only if it can never change.
         self.share_state = state_codec.immutable
         self.state: S = self._decode_state()
-        # What is staged but not yet handed to the store. The committer cuts all of it at
-        # once, with no await in between, so a batch's outputs, state and results are
-        # exactly those of its commits.
+        # What is staged but not yet handed to the store: the commits, and the values of
+        # their outputs to publish. The committer cuts both at once, with no await in
+        # between, so a batch publishes exactly the outputs of its commits.
         self.stager = CommitStager(
             self.stream.ref, self.group.name, self.stream.generation, node, parent_attempt
         )
         self.staged_outputs: dict[int, _Outputs] = {}
-        self.staged_state: bytes | None = None
-        self.staged_results: dict[str, bytes] = {}
-        self.staged_stop = False
         self.in_flight = 0
         self.committed = 0
         self.committing = False
@@ -228,9 +225,6 @@ class _Run(Generic[T, S]):
             batch = self.stager.cut()
             count = batch[0].count if len(batch) == 1 else sum(c.count for c in batch)
             outputs, self.staged_outputs = self.staged_outputs, {}
-            state, self.staged_state = self.staged_state, None
-            results, self.staged_results = self.staged_results, {}
-            stop, self.staged_stop = self.staged_stop, False
             self.committing = True
             try:
                 # Shielded: a commit handed to the store finishes and is applied
@@ -256,11 +250,13 @@ class _Run(Generic[T, S]):
                 self.committing = False
             for staged in outputs.values():
                 staged.stream._publish(staged.first, staged.values, notify=False)
-            if state is not None:
-                group.state = state
-            if results:
-                group.results.update(results)
-            if stop:
+            # the batch's commits, applied locally in order as the store applied them
+            for c in batch:
+                if c.state is not None:
+                    group.state = c.state
+                if c.results:
+                    group.results.update(c.results)
+            if batch[-1].stop:  # a stop ends the handler's staging: it is always last
                 group.stopped = True
             # ascending, as the handler took them: a range unless some were acked out of order
             first, last = batch[0].message.seq, batch[-1].last_seq
@@ -440,10 +436,8 @@ class _Run(Generic[T, S]):
         state = tx._state_payload
         if state is not None:
             self.state = tx._state
-            self.state_payload = self.staged_state = state
+            self.state_payload = state
         results = tx._results
-        if results:
-            self.staged_results.update(results)
         outputs = tx._outputs
         exhausted = self.group.exhausted
         if tx.attempt == 0 and not (exhausted and seq in exhausted):
@@ -473,7 +467,7 @@ class _Run(Generic[T, S]):
             self.committer_idle = False
             self.queued.set()
         if tx._stopped:
-            self.stopped = self.staged_stop = True
+            self.stopped = True
 
     def _room_for(self, tx: MessageTx[S]) -> bool:
         """Whether every stream ``tx`` writes has room for its outputs.

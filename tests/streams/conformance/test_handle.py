@@ -568,3 +568,22 @@ async def test_a_retry_does_not_run_inside_the_failure_before_it(world: World) -
         last = info.value.__cause__
         assert isinstance(last, RuntimeError) and str(last) == "attempt 1"
         assert last.__context__ is None
+
+
+async def test_a_paused_handler_resumes_from_the_state_and_results_it_committed(world: World) -> None:
+    """Without a restart: the next run in the same scope starts where the last one confirmed."""
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 5)
+        orders, _ = await _billing_streams(scope)
+
+        async def add(tx: MessageTx[Totals], order: Order) -> None:
+            tx.set_state(Totals(tx.state.total + order.amount, tx.state.count + 1))
+            tx.set(TOTAL, tx.state.total)
+
+        first = await handle_messages(orders.reader("billing"), add, initial_state=Totals(), limit=3)
+        assert (first.state, first.result(TOTAL)) == (Totals(6, 3), 6)
+        rest = await handle_messages(orders.reader("billing"), add, initial_state=Totals())
+        assert (rest.handled, rest.state, rest.result(TOTAL)) == (2, Totals(15, 5), 15)
+        # nothing left to handle: the run reports what is committed, not the initial state
+        done = await handle_messages(orders.reader("billing"), add, initial_state=Totals())
+        assert (done.handled, done.state, done.result(TOTAL)) == (0, Totals(15, 5), 15)
