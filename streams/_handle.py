@@ -190,9 +190,10 @@ class _Run(Generic[T, S]):
         # What is staged but not yet handed to the store: the commits, and the values of
         # their outputs to publish. The committer cuts both at once, with no await in
         # between, so a batch publishes exactly the outputs of its commits.
-        self.stager = CommitStager(
-            self.stream.ref, self.group.name, self.stream.generation, node, parent_attempt
-        )
+        self.ref = self.stream.ref
+        self.group_name = self.group.name
+        self.generation = self.stream.generation
+        self.stager = CommitStager(self.ref, self.group_name, self.generation, node, parent_attempt)
         self.staged_outputs: dict[int, _Outputs] = {}
         self.in_flight = 0
         self.committed = 0
@@ -202,16 +203,12 @@ class _Run(Generic[T, S]):
         self.progress = anyio.Event()
         self.stopped = False
         self.writes: set[ManagedStream[Any]] = set()
-        self.ref = self.stream.ref
-        self.group_name = self.group.name
-        self.generation = self.stream.generation
 
     def _decode_state(self) -> S:
         return self.state_codec.decode(self.state_payload, what=self.state_what)
 
     def _ref(self, seq: int) -> MessageRef:
-        s = self.stream
-        return MessageRef(ref=s.ref, group=self.group.name, generation=s.generation, seq=seq)
+        return MessageRef(self.ref, self.group_name, self.generation, seq)
 
     # -- the committer ------------------------------------------------------------------
 
@@ -450,7 +447,7 @@ class _Run(Generic[T, S]):
             # own, so the store forgets its budget record with it
             self.stager.single(
                 MessageCommit(
-                    MessageRef(self.ref, self.group_name, self.generation, seq),
+                    self._ref(seq),
                     self.node,
                     tx.attempt,
                     state,
