@@ -32,19 +32,24 @@ from ledger._streams import (
 )
 from streams import (
     AppendBatch,
+    Key,
     MessageCommit,
     MessageFail,
     MessageOpen,
     MessageRef,
+    MessageTx,
     OutputBatch,
     SequenceError,
     StaleGenerationError,
+    Stream,
     StreamFinish,
     StreamHooks,
     StreamOpen,
     StreamOpened,
     StreamRef,
     _store,
+    handle_messages,
+    open_scope,
 )
 from streams._store import COMPACT_CHUNK
 
@@ -500,3 +505,22 @@ async def test_a_corrupted_descriptor_stops_open_and_changes_nothing(tmp_path: P
         with pytest.raises(CorruptRecordError):
             await ledger.streams.open_message(MessageOpen(MessageRef(ORDERS, "billing", 2, 1), "n", 1))
     assert (path / "data.mdb").read_bytes() == before
+
+
+async def test_a_retried_message_leaves_no_budget_record_once_committed(tmp_path: Path) -> None:
+    """handle_messages commits a retry on its own, with its attempt index, so the store
+    forgets its budget; first attempts around it are committed as runs."""
+    numbers = Key("numbers", Stream[int])
+    async with ledger_at(tmp_path / "l") as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(numbers, node="src", groups=("g",))
+        for i in range(1, 6):
+            await stream.writer().send(i)
+        await stream.writer().finish()
+
+        async def flaky(tx: MessageTx[None], value: int) -> None:
+            if value == 3 and tx.attempt == 0:
+                raise RuntimeError("first attempt of 3 fails")
+
+        result = await handle_messages(stream.reader("g"), flaky, attempts=2)
+        assert result.handled == 5
+        assert entries(ledger, "attempts") == 0
