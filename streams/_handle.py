@@ -478,7 +478,7 @@ class _Run(Generic[T, S]):
             out = outputs[0][0]
             if out not in self.writes:
                 self._claim(out, tx, 1)
-            return bool(out._next_seq - out._floor() <= out.capacity)
+            return out._next_seq - out._floor() <= out.capacity
         grouped = _by_stream(outputs)
         for out, values, _ in grouped:
             if len(values) > out.capacity or out not in self.writes:

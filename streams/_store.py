@@ -87,8 +87,9 @@ def _frontier(view: RecordView, desc: StreamDescriptor, group: str, what: object
     return frontier
 
 
-def _attempt_key(message: MessageRef, node: str, parent_attempt: str) -> AttemptKey:
-    return (message.ref, message.group, message.seq, node, parent_attempt)
+def _attempt_key(message: MessageRef, node: str, parent_attempt: str, seq: int | None = None) -> AttemptKey:
+    """The budget of ``message`` (or of message ``seq`` of the run starting there)."""
+    return (message.ref, message.group, message.seq if seq is None else seq, node, parent_attempt)
 
 
 def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
@@ -287,7 +288,7 @@ def _ack(view: RecordView, group: FrontierDraft, c: MessageCommit, seq: int) -> 
     """Acknowledge message ``seq`` of commit ``c``, forgetting its budget if it had failures."""
     if seq <= group.acked_through or (group.acked_above and group.is_acked(seq)):
         raise SequenceError(f"ack of {_at(c.message, seq)}: already acknowledged")
-    key = (c.message.ref, c.message.group, seq, c.node, c.parent_attempt)
+    key = _attempt_key(c.message, c.node, c.parent_attempt, seq)
     forget_attempt = c.attempt > 0
     if group.exhausted and seq in group.exhausted:
         record = view.get_attempt(key)
