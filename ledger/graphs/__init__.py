@@ -12,6 +12,7 @@ from ._errors import GraphStateTypeError as GraphStateTypeError
 from ._errors import InvalidRunIdError as InvalidRunIdError
 from ._errors import NotInGraphStepError as NotInGraphStepError
 from ._errors import UnsupportedPydanticGraphError as UnsupportedPydanticGraphError
+from ._errors import UntypedNodeWarning as UntypedNodeWarning
 from ._quiescence import VERIFIED_VERSIONS as VERIFIED_VERSIONS
 from ._runner import DurableGraph as DurableGraph
 from ._runner import GraphRunResult as GraphRunResult
@@ -31,6 +32,7 @@ __all__ = [
     "NotInGraphStepError",
     "StepInfo",
     "UnsupportedPydanticGraphError",
+    "UntypedNodeWarning",
     "current_step",
 ]
 

@@ -13,6 +13,9 @@ the graph (state, inputs or outputs may be private).
     ├── GraphRunActiveError                      the run id is already running in this process
     ├── InvalidRunIdError (ValueError)           the run id is empty or too long for a ledger key
     └── NotInGraphStepError (LookupError)        current_step() was called outside a durable step
+
+    UserWarning
+    └── UntypedNodeWarning                       no checkpoint can be saved before some nodes (registration)
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "InvalidRunIdError",
     "NotInGraphStepError",
     "UnsupportedPydanticGraphError",
+    "UntypedNodeWarning",
 ]
 
 
@@ -51,3 +55,13 @@ class InvalidRunIdError(LedgerError, ValueError):
 
 class NotInGraphStepError(LedgerError, LookupError):
     """:func:`current_step` was called outside a step of a durable graph run."""
+
+
+class UntypedNodeWarning(UserWarning):
+    """Registration found nodes after steps whose input type is not known: no checkpoint before them.
+
+    A crash or failure in such a node's run resumes from the checkpoint before
+    the step that led to it, so that step runs again. Name the types with
+    ``input_types=`` to checkpoint there, or register with
+    ``on_untyped="ignore"`` to accept it.
+    """

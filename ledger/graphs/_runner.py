@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from types import FrameType
+from typing import Any, Generic, Literal, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
@@ -13,6 +15,7 @@ from pydantic_graph import EndMarker, Graph, GraphRun
 
 from .._env import LedgerEnv
 from .._ledger import Ledger
+from ._annotations import GraphNamespace, caller_frame
 from ._checkpoint import (
     FORMAT_VERSION,
     GraphCheckpoint,
@@ -24,7 +27,7 @@ from ._checkpoint import (
     run_key,
     write_run,
 )
-from ._errors import GraphRunActiveError
+from ._errors import GraphInputTypeError, GraphRunActiveError, UntypedNodeWarning
 from ._fingerprint import graph_fingerprint
 from ._quiescence import (
     Boundary,
@@ -107,16 +110,33 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         ledger: Ledger,
         *,
         input_types: Mapping[str, Any] | None = None,
+        on_untyped: Literal["warn", "raise", "ignore"] = "warn",
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         check_pydantic_graph_version(installed_pydantic_graph_version())
+        if on_untyped not in ("warn", "raise", "ignore"):
+            raise ValueError(f"on_untyped must be 'warn', 'raise' or 'ignore', not {on_untyped!r}")
         self.graph = graph
         self.ledger = ledger
-        self._types = graph_types(graph, dict(input_types or {}))
+        caller = caller_frame(1)
+        self._types = graph_types(graph, dict(input_types or {}), GraphNamespace(graph, caller))
+        if self._types.untyped and on_untyped != "ignore":
+            _report_untyped(
+                graph.name or "graph", self._types.untyped, raise_=on_untyped == "raise", at=caller
+            )
         self._fingerprint = graph_fingerprint(graph)
         self._regions = ForkRegions.of(graph)
         self._tracer_provider = tracer_provider
         self._name = graph.name or "graph"
+
+    @property
+    def untyped(self) -> Mapping[str, str]:
+        """Nodes that can follow a step but have no known input type, each with why.
+
+        No checkpoint is saved before them: a run that stops in one resumes
+        from the checkpoint before the step that led to it.
+        """
+        return self._types.untyped
 
     # -- running -------------------------------------------------------------------------
 
@@ -340,6 +360,31 @@ class _Progress:
         self.sequence = sequence
         self.inputs: bytes | None = None
         self.inputs_problem: SkipReason | None = None
+
+
+def _report_untyped(name: str, untyped: Mapping[str, str], *, raise_: bool, at: FrameType | None) -> None:
+    listed = "; ".join(f"{node_id!r} ({why})" for node_id, why in untyped.items())
+    example = next(iter(untyped))
+    text = (
+        f"{name}: no checkpoint can be saved before these nodes, since their input types are not "
+        f"known: {listed}. A run stopping in one of them resumes from the checkpoint before the "
+        f"step that led there, which runs again. Name their types with DurableGraph(..., "
+        f"input_types={{{example!r}: ...}})"
+    )
+    if raise_:
+        raise GraphInputTypeError(text)
+    message = UntypedNodeWarning(f"{text}, or pass on_untyped='ignore' to accept this")
+    if at is None:
+        warnings.warn(message, stacklevel=3)
+    else:  # point at the line that registered the graph, past typing's frame for DurableGraph[...]
+        warnings.warn_explicit(
+            message,
+            UntypedNodeWarning,
+            at.f_code.co_filename,
+            at.f_lineno,
+            module=at.f_globals.get("__name__"),
+            module_globals=at.f_globals,
+        )
 
 
 @contextmanager

@@ -4,11 +4,15 @@ A checkpoint holds the graph state, the graph's inputs and the next task's
 inputs. Each is written through a pydantic ``TypeAdapter`` of its type:
 
 * the state, inputs and output types are the graph's own; a state type
-  pydantic has no schema for is refused at registration
-  (:class:`GraphStateTypeError`), as are unusable input and output types;
+  pydantic has no schema for, or whose adapter stays incomplete (it names
+  a class nothing reaches), is refused at registration
+  (:class:`GraphStateTypeError`), as are such input and output types
+  (:class:`GraphInputTypeError`);
 * a step's input type is ``I`` in its ``StepContext[State, Deps, I]``
-  annotation (``Annotated`` metadata dropped), the end node's is the graph's
-  output type;
+  annotation (``Annotated`` metadata dropped), resolved as pydantic-graph
+  resolves it (:mod:`._annotations`); an annotation that does not resolve is
+  refused at registration, naming every such step and the fix; the end
+  node's type is the graph's output type;
 * a decision's or a fork's input type is inferred from the edges into it: when
   every such edge has no transform and comes from a step with a return
   annotation, from the start node (the graph's input type) or from a decision
@@ -20,7 +24,9 @@ inputs. Each is written through a pydantic ``TypeAdapter`` of its type:
 What stays unknown (a transform on an edge, an edge from a join, a fork, a
 ``BaseNode`` or a stream step, a return annotation that is missing, ``Any`` or
 a type variable, edges that disagree, an annotation or inferred type pydantic
-has no schema for) leaves the node untyped, and no checkpoint is saved before it.
+has no schema for) leaves the node untyped, and no checkpoint is saved before
+it. :attr:`GraphTypes.untyped` says why for each untyped node that can come
+right after a step outside a fork, the only places a checkpoint could be.
 """
 
 from __future__ import annotations
@@ -28,57 +34,84 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeVar, get_args, get_origin
 
-from pydantic import PydanticUserError, TypeAdapter
-from pydantic_graph import Decision, Fork, Graph, Step, StepContext
+from pydantic import TypeAdapter
+from pydantic_graph import Decision, Fork, Graph, Join, Step, StepContext
 from pydantic_graph.id_types import NodeID
 from pydantic_graph.node import EndNode, StartNode
-from pydantic_graph.paths import DestinationMarker, Path, TransformMarker
+from pydantic_graph.paths import BroadcastMarker, DestinationMarker, MapMarker, Path, TransformMarker
 from pydantic_graph.step import NodeStep
 
+from ._annotations import NO_ANNOTATION, GraphNamespace, Incomplete, Unresolved, complete_adapter
 from ._errors import GraphInputTypeError, GraphStateTypeError
-from ._quiescence import is_stream_step
+from ._quiescence import ForkRegions, is_stream_step
 
 __all__ = ["GraphTypes", "graph_types"]
-
-_UNKNOWN: Any = object()
 
 
 @dataclass(frozen=True)
 class GraphTypes:
-    """The adapters of one graph: state, inputs, output, and every typed node's input."""
+    """The adapters of one graph: state, inputs, output, and every typed node's input.
+
+    ``untyped`` maps each node that can follow a step outside a fork but has
+    no known input type to why, in words; no checkpoint is saved before it.
+    """
 
     state: TypeAdapter[Any]
     inputs: TypeAdapter[Any]
     output: TypeAdapter[Any]
     nodes: Mapping[str, TypeAdapter[Any]]
     decisions: frozenset[str]
+    untyped: Mapping[str, str]
 
 
-def graph_types(graph: Graph, input_types: Mapping[str, Any]) -> GraphTypes:
+_SERIALIZABLE_STATE = "use a dataclass, a pydantic model or another type pydantic can serialize"
+
+
+class _Unknown:
+    """An input type that is not known, and why."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def graph_types(graph: Graph, input_types: Mapping[str, Any], namespace: GraphNamespace) -> GraphTypes:
     """Work out every input type of ``graph``; raise if a declared type cannot be written down."""
     name = graph.name or "graph"
-    state = _adapter(graph.state_type)
-    if state is None:
+    state = complete_adapter(graph.state_type, namespace)
+    if not isinstance(state, TypeAdapter):
         raise GraphStateTypeError(
-            f"the state type {_type_name(graph.state_type)} of {name} has no pydantic schema, so no "
-            "checkpoint could hold it; use a dataclass, a pydantic model or another type pydantic "
-            "can serialize"
+            f"the state type {_type_name(graph.state_type)} of {name} {_cannot(state)}, so no checkpoint "
+            f"could hold it; {_fix(state, _SERIALIZABLE_STATE)}"
         )
-    inputs = _required(graph.input_type, f"the input type of {name}")
-    output = _required(graph.output_type, f"the output type of {name}")
+    inputs = _required(graph.input_type, f"the input type of {name}", namespace)
+    output = _required(graph.output_type, f"the output type of {name}", namespace)
 
     nodes: dict[str, TypeAdapter[Any]] = {}
     known: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    refused: list[str] = []
     for node_id, node in graph.nodes.items():
-        if isinstance(node, Step):
-            tp = _step_input_type(node)
-            adapter = None if tp is _UNKNOWN else _adapter(tp)
-            if adapter is not None:
-                nodes[node_id] = adapter
-        elif isinstance(node, EndNode):
+        if isinstance(node, EndNode):
             nodes[node_id] = output
+        elif isinstance(node, Step) and node_id not in input_types:
+            found = _step_input(node, namespace)
+            if isinstance(found, TypeAdapter):
+                nodes[node_id] = found
+            elif isinstance(found, _Unknown):
+                why[node_id] = found.why
+            else:
+                refused.append(f"step {node_id!r}: {found}")
+    if refused:
+        raise GraphInputTypeError(
+            f"the input types of these steps of {name} do not resolve, so no checkpoint could be "
+            f"saved before them: {'; '.join(refused)}. Define those names at module level, register "
+            "the graph inside the function that defines them, or name each step's input type with "
+            "DurableGraph(..., input_types={step id: type})"
+        )
     for named, tp in input_types.items():
         node_id = NodeID(named)
         if node_id not in graph.nodes or node_id == StartNode.id:
@@ -86,18 +119,55 @@ def graph_types(graph: Graph, input_types: Mapping[str, Any]) -> GraphTypes:
                 f"input_types names {node_id!r}, which is not a node of {name}; its nodes are "
                 f"{sorted(n for n in graph.nodes if n != StartNode.id)}"
             )
-        nodes[node_id] = _required(tp, f"input_types[{node_id!r}]")
+        nodes[node_id] = _required(tp, f"input_types[{node_id!r}]", namespace)
         known[node_id] = tp
 
-    _infer(graph, known, nodes, frozenset(input_types))
+    _infer(graph, namespace, known, nodes, why, frozenset(input_types))
     decisions = frozenset(n for n, node in graph.nodes.items() if isinstance(node, Decision))
-    return GraphTypes(state, inputs, output, nodes, decisions)
+    untyped: dict[str, str] = {}
+    for after in _after_steps(graph):
+        if isinstance(graph.nodes[after], NodeStep) and after not in input_types:
+            # typed Any by pydantic-graph, so its input (the node itself) never reads back as it was
+            untyped[after] = "a BaseNode step's input is its node, which Any writes down as a dict"
+        elif after not in nodes:
+            untyped[after] = why.get(after, "its input type is not known")
+    return GraphTypes(state, inputs, output, nodes, decisions, untyped)
+
+
+def _step_input(node: Step, namespace: GraphNamespace) -> TypeAdapter[Any] | _Unknown | str:
+    """A step's input adapter, why it has none, or (a string) why its annotation is refused."""
+    try:
+        params = list(inspect.signature(node.call).parameters.values())
+    except (TypeError, ValueError):
+        return _Unknown("its function has no signature to read")
+    if not params:
+        return _Unknown("its function takes no parameter")
+    annotation = namespace.resolve_annotation(node.call, params[0].name)
+    if annotation is NO_ANNOTATION:
+        return _Unknown(f"its parameter {params[0].name!r} has no StepContext[State, Deps, Input] annotation")
+    if isinstance(annotation, Unresolved):
+        return f"{annotation.text} does not resolve ({annotation.error})"
+    annotation = _strip_annotated(annotation)
+    args = get_args(annotation)
+    if get_origin(annotation) is not StepContext or len(args) != 3:
+        return _Unknown(
+            f"its parameter is annotated {_type_name(annotation)}, not StepContext[State, Deps, Input]"
+        )
+    tp = _strip_annotated(args[2])
+    adapter = complete_adapter(tp, namespace)
+    if isinstance(adapter, Incomplete):
+        return f"its input type {_type_name(tp)} {_cannot(adapter)}"
+    if adapter is None:
+        return _Unknown(f"its input type {_type_name(tp)} has no pydantic schema")
+    return adapter
 
 
 def _infer(
     graph: Graph,
+    namespace: GraphNamespace,
     known: dict[str, Any],
     nodes: dict[str, TypeAdapter[Any]],
+    why: dict[str, str],
     explicit: frozenset[str],
 ) -> None:
     incoming: dict[str, list[tuple[NodeID, Path]]] = {}
@@ -118,18 +188,27 @@ def _infer(
     while learned:
         learned = False
         for node_id in list(pending):
-            carried = [_carried(graph, known, source, path) for source, path in incoming.get(node_id, [])]
-            if not carried or any(tp is _UNKNOWN for tp in carried):
+            carried = [
+                _carried(graph, namespace, known, source, path) for source, path in incoming.get(node_id, [])
+            ]
+            unknown = [tp for tp in carried if isinstance(tp, _Unknown)]
+            if not carried or unknown:
+                why[node_id] = unknown[0].why if unknown else "no edge leads into it"
                 continue
             tp = carried[0]
-            if any(other != tp for other in carried[1:]):
-                continue
             pending.remove(node_id)
-            adapter = _adapter(tp)
-            if adapter is None:
-                continue  # no schema: dropped, so the graph still registers
+            if any(other != tp for other in carried[1:]):
+                why[node_id] = "the edges into it carry different types: " + ", ".join(
+                    sorted({_type_name(t) for t in carried})
+                )
+                continue
+            adapter = complete_adapter(tp, namespace)
+            if not isinstance(adapter, TypeAdapter):
+                why[node_id] = f"its inferred input type {_type_name(tp)} {_cannot(adapter)}"
+                continue  # dropped, so the graph still registers
             known[node_id] = tp
             nodes[node_id] = adapter
+            why.pop(node_id, None)
             learned = True
 
 
@@ -139,50 +218,63 @@ def _add_edge(incoming: dict[str, list[tuple[NodeID, Path]]], source_id: NodeID,
             incoming.setdefault(item.destination_id, []).append((source_id, path))
 
 
-def _carried(graph: Graph, known: Mapping[str, Any], source_id: NodeID, path: Path) -> Any:
-    """The type an edge carries, or _UNKNOWN."""
+def _carried(
+    graph: Graph, namespace: GraphNamespace, known: Mapping[str, Any], source_id: NodeID, path: Path
+) -> Any:
+    """The type an edge carries, or an :class:`_Unknown` saying why not."""
     if any(isinstance(item, TransformMarker) for item in path.items):
-        return _UNKNOWN
+        return _Unknown(f"the edge from {source_id!r} transforms its value")
     node = graph.nodes[source_id]
     if isinstance(node, StartNode):
         return graph.input_type
     if isinstance(node, Decision):
-        return known.get(source_id, _UNKNOWN)
-    if isinstance(node, Step) and not isinstance(node, NodeStep) and not is_stream_step(node):
-        return _return_type(node)
-    return _UNKNOWN  # a join's reduced value, a fork's items or copies, a BaseNode
+        return known.get(source_id, _Unknown(f"the decision {source_id!r} before it is untyped"))
+    if isinstance(node, Join):
+        return _Unknown(f"the edge from the join {source_id!r} carries its reduced value")
+    if isinstance(node, Fork):
+        return _Unknown(f"the edge from the fork {source_id!r} carries its items or copies")
+    if isinstance(node, NodeStep):
+        return _Unknown(f"the edge from the BaseNode step {source_id!r} is not typed")
+    if isinstance(node, Step) and is_stream_step(node):
+        return _Unknown(f"the edge from the stream step {source_id!r} is not typed")
+    if isinstance(node, Step):
+        return _return_type(source_id, node, namespace)
+    return _Unknown(f"the edge from {source_id!r} is not typed")
 
 
-def _hints(node: Step) -> dict[str, Any] | None:
-    try:
-        return get_type_hints(node.call, include_extras=True)
-    except (NameError, TypeError):
-        return None  # an annotation that does not resolve here: untyped
-
-
-def _step_input_type(node: Step) -> Any:
-    hints = _hints(node)
-    try:
-        params = list(inspect.signature(node.call).parameters.values())
-    except (TypeError, ValueError):
-        return _UNKNOWN
-    if hints is None or not params or params[0].name not in hints:
-        return _UNKNOWN
-    annotation = _strip_annotated(hints[params[0].name])
-    if get_origin(annotation) is not StepContext:
-        return _UNKNOWN
-    args = get_args(annotation)
-    return _strip_annotated(args[2]) if len(args) == 3 else _UNKNOWN
-
-
-def _return_type(node: Step) -> Any:
-    hints = _hints(node)
-    if hints is None or "return" not in hints:
-        return _UNKNOWN
-    tp = _strip_annotated(hints["return"])
-    if tp is Any or isinstance(tp, TypeVar):
-        return _UNKNOWN
+def _return_type(node_id: str, node: Step, namespace: GraphNamespace) -> Any:
+    annotation = namespace.resolve_annotation(node.call, "return")
+    if annotation is NO_ANNOTATION:
+        return _Unknown(f"the step {node_id!r} before it has no return annotation")
+    if isinstance(annotation, Unresolved):
+        return _Unknown(
+            f"the return annotation {annotation.text} of the step {node_id!r} before it does not resolve "
+            f"({annotation.error})"
+        )
+    tp = _strip_annotated(annotation)
+    if tp is Any:
+        return _Unknown(f"the step {node_id!r} before it returns Any")
+    if isinstance(tp, TypeVar):
+        return _Unknown(f"the step {node_id!r} before it returns a type variable")
     return tp
+
+
+def _after_steps(graph: Graph) -> list[NodeID]:
+    """Nodes that can be the one task after a step outside a fork: where checkpoints can be."""
+    regions = ForkRegions.of(graph)
+    inside = regions.joins.union(*regions.regions.values())
+    found: list[NodeID] = []
+    for source_id, paths in graph.edges_by_source.items():
+        source = graph.nodes.get(source_id)
+        if source_id in inside or not isinstance(source, Step) or is_stream_step(source):
+            continue  # a stream step's output is an iterator: never written down, whatever its type
+        for path in paths:
+            if any(isinstance(item, MapMarker | BroadcastMarker) for item in path.items):
+                continue
+            for item in path.items:
+                if isinstance(item, DestinationMarker) and item.destination_id not in (*inside, *found):
+                    found.append(item.destination_id)
+    return found
 
 
 def _strip_annotated(tp: Any) -> Any:
@@ -191,21 +283,29 @@ def _strip_annotated(tp: Any) -> Any:
     return tp
 
 
-def _adapter(tp: Any) -> TypeAdapter[Any] | None:
-    try:
-        return TypeAdapter(tp)
-    except PydanticUserError:
-        return None
-
-
-def _required(tp: Any, what: str) -> TypeAdapter[Any]:
-    adapter = _adapter(tp)
-    if adapter is None:
+def _required(tp: Any, what: str, namespace: GraphNamespace) -> TypeAdapter[Any]:
+    adapter = complete_adapter(tp, namespace)
+    if not isinstance(adapter, TypeAdapter):
         raise GraphInputTypeError(
-            f"{what} is {_type_name(tp)}, which pydantic has no schema for, so no checkpoint could "
-            "hold it; use a type pydantic can serialize"
+            f"{what} is {_type_name(tp)}, which {_cannot(adapter)}, so no checkpoint could hold it; "
+            f"{_fix(adapter, 'use a type pydantic can serialize')}"
         )
     return adapter
+
+
+def _cannot(problem: Incomplete | None) -> str:
+    if problem is None:
+        return "has no pydantic schema"
+    return f"names types that do not resolve ({problem.error})"
+
+
+def _fix(problem: Incomplete | None, otherwise: str) -> str:
+    if problem is None:
+        return otherwise
+    return (
+        "define the types it names at module level, or register the graph inside the function that "
+        "defines them"
+    )
 
 
 def _type_name(tp: Any) -> str:

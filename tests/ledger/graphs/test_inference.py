@@ -14,7 +14,7 @@ from pydantic import Field
 from pydantic_graph import Graph, GraphBuilder, StepContext, reduce_sum
 
 from ledger import open_ledger
-from ledger.graphs import GraphInputTypeError
+from ledger.graphs import GraphInputTypeError, UntypedNodeWarning
 
 from .graphs import Calls, Log, durable, enter, events, fail_then_retry
 
@@ -86,22 +86,36 @@ async def test_a_decision_takes_the_return_type_of_the_step_before_it_without_an
 
 
 @pytest.mark.parametrize(
-    ("first", "transform"),
+    ("first", "transform", "why"),
     [
-        pytest.param(plain_int, True, id="transform-on-the-edge"),
-        pytest.param(unannotated, False, id="no-return-annotation"),
-        pytest.param(returns_any, False, id="returns-Any"),
-        pytest.param(returns_type_var, False, id="returns-a-type-variable"),
-        pytest.param(returns_opaque, False, id="returns-a-type-without-schema"),
+        pytest.param(
+            plain_int, True, "the edge from 'first' transforms its value", id="transform-on-the-edge"
+        ),
+        pytest.param(
+            unannotated, False, "'first' before it has no return annotation", id="no-return-annotation"
+        ),
+        pytest.param(returns_any, False, "'first' before it returns Any", id="returns-Any"),
+        pytest.param(returns_type_var, False, "returns a type variable", id="returns-a-type-variable"),
+        pytest.param(
+            returns_opaque, False, "Opaque has no pydantic schema", id="returns-a-type-without-schema"
+        ),
     ],
 )
 async def test_a_decision_whose_input_type_cannot_be_inferred_gets_no_checkpoint_before_it(
-    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter, first: Any, transform: bool
+    tmp_path: Path,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    first: Any,
+    transform: bool,
+    why: str,
 ) -> None:
     graph = step_then_decision(first, transform=transform)
     if first is returns_opaque:
         graph = _opaque_decision()
-    trail = await fail_then_retry(tmp_path, graph, "after", inputs=5, provider=provider, exporter=exporter)
+    with pytest.warns(UntypedNodeWarning, match=f"'decide' \\([^)]*{why}"):
+        trail = await fail_then_retry(
+            tmp_path, graph, "after", inputs=5, provider=provider, exporter=exporter
+        )
     assert trail.retry == ["first", "after"]  # started over: no checkpoint before the decision
     skipped = events(trail.spans, "streamledger.checkpoint.skipped")
     assert {
@@ -129,8 +143,10 @@ async def test_an_inferred_type_without_schema_is_dropped_and_the_graph_still_re
     tmp_path: Path,
 ) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
-        result = await durable(_opaque_decision(), ledger).run("r", state=Log(), inputs=5, deps=Calls())
+        runner = durable(_opaque_decision(), ledger, on_untyped="ignore")
+        result = await runner.run("r", state=Log(), inputs=5, deps=Calls())
     assert result.output == 5
+    assert runner.untyped == {"decide": "its inferred input type Opaque has no pydantic schema"}
 
 
 async def test_input_types_names_the_type_inference_cannot(
@@ -197,7 +213,10 @@ async def test_a_decision_fed_by_an_untyped_decision_stays_untyped(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
     graph = looping_decisions(int, unannotated)
-    trail = await fail_then_retry(tmp_path, graph, "after", inputs=5, provider=provider, exporter=exporter)
+    with pytest.warns(UntypedNodeWarning, match="'inner' \\(the decision 'outer' before it is untyped\\)"):
+        trail = await fail_then_retry(
+            tmp_path, graph, "after", inputs=5, provider=provider, exporter=exporter
+        )
     assert trail.retry == ["first", "bump", "bump", "after"]
 
 
@@ -245,9 +264,12 @@ async def test_an_edge_from_the_start_carries_the_graphs_input_type(
 async def test_edges_that_carry_different_types_leave_a_decision_untyped(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    trail = await fail_then_retry(
-        tmp_path, start_into_decision(str), "after", inputs="5", provider=provider, exporter=exporter
-    )
+    with pytest.warns(
+        UntypedNodeWarning, match="'loop' \\(the edges into it carry different types: int, str\\)"
+    ):
+        trail = await fail_then_retry(
+            tmp_path, start_into_decision(str), "after", inputs="5", provider=provider, exporter=exporter
+        )
     assert trail.retry == ["bump", "bump", "after"]
     assert {
         e["streamledger.checkpoint.reason"] for e in events(trail.spans, "streamledger.checkpoint.skipped")
@@ -294,9 +316,10 @@ def join_into_decision() -> Graph:
 async def test_an_edge_from_a_join_leaves_a_decision_untyped(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    trail = await fail_then_retry(
-        tmp_path, join_into_decision(), "after", inputs=5, provider=provider, exporter=exporter
-    )
+    with pytest.warns(UntypedNodeWarning, match="'loop' \\(the edge from the join 'total' carries"):
+        trail = await fail_then_retry(
+            tmp_path, join_into_decision(), "after", inputs=5, provider=provider, exporter=exporter
+        )
     assert trail.first == ["spread", "bump", "bump", "bump", "after"]  # (5 + 1) * 2 = 12, 16, 20, 24
     # Resumed before the fork (after spread), not before the decision after any bump.
     assert trail.retry == ["bump", "bump", "bump", "after"]

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import TypeAdapter
+from pydantic.errors import PydanticUndefinedAnnotation
 from pydantic_graph import EndMarker, GraphBuilder, GraphTask, StepContext
 
 import ledger.graphs._runner
@@ -80,3 +83,24 @@ async def test_only_yields_after_a_step_are_boundaries(
         ("__end__", ""),
     ]
     assert [e["streamledger.checkpoint.sequence"] for e in saved] == [1, 2, 3]
+
+
+def test_pydantic_completes_adapters_through_the_types_namespace_the_adapter_passes() -> None:
+    """``TypeAdapter.rebuild(_types_namespace=...)`` is the private parameter ``_annotations`` relies on."""
+    from .local_graphs import journal
+
+    state_type = journal().state_type
+    adapter: TypeAdapter[object] = TypeAdapter(state_type)
+    assert not adapter.pydantic_complete  # Note is a builder local nothing reaches
+    note = state_type.__dataclass_fields__["notes"].type  # "list[Note]"
+    assert note == "list[Note]"
+    with pytest.raises(PydanticUndefinedAnnotation, match="Note"):
+        adapter.rebuild(raise_errors=True, _types_namespace={})
+
+    @dataclass
+    class Note:
+        text: str
+
+    adapter.rebuild(raise_errors=True, _types_namespace={"Note": Note})
+    assert adapter.pydantic_complete
+    assert adapter.validate_json(b'{"notes": [{"text": "hi"}]}') == state_type([Note("hi")])
