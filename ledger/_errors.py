@@ -14,13 +14,15 @@ business payload. A ledger that raised one of these is left as it was.
     ├── LedgerInUseError                    this process has the path open already
     ├── LedgerClosedError                   the ledger was closed
     ├── MapFullError                        the map could not grow to fit a write
-    └── WriteFailedError                    LMDB refused a write transaction
+    ├── WriteFailedError                    LMDB refused a write transaction
+    └── InvalidRunIdError (ValueError)      a run id is empty or too long for a ledger key
 """
 
 from __future__ import annotations
 
 __all__ = [
     "CorruptRecordError",
+    "InvalidRunIdError",
     "LedgerClosedError",
     "LedgerError",
     "LedgerInUseError",
@@ -66,3 +68,7 @@ class MapFullError(LedgerError):
 
 class WriteFailedError(LedgerError):
     """LMDB refused a write transaction; the run must stop and recover."""
+
+
+class InvalidRunIdError(LedgerError, ValueError):
+    """The run id cannot be a ledger key: empty, or longer than the key limit."""

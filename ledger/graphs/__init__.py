@@ -15,6 +15,7 @@ from ._errors import UnsupportedPydanticGraphError as UnsupportedPydanticGraphEr
 from ._errors import UntypedNodeWarning as UntypedNodeWarning
 from ._quiescence import VERIFIED_VERSIONS as VERIFIED_VERSIONS
 from ._runner import DurableGraph as DurableGraph
+from ._runner import DurableGraphRun as DurableGraphRun
 from ._runner import GraphRunResult as GraphRunResult
 from ._runner import GraphRunStatus as GraphRunStatus
 from ._tracing import StepInfo as StepInfo
@@ -23,6 +24,7 @@ from ._tracing import current_step as current_step
 __all__ = [
     "VERIFIED_VERSIONS",
     "DurableGraph",
+    "DurableGraphRun",
     "GraphInputTypeError",
     "GraphRunActiveError",
     "GraphRunResult",

@@ -1,194 +1,31 @@
-"""Checkpoint and run records of durable graph runs, and how they sit in the ledger.
-
-Both live in the ``graph_runs`` database, sealed like every ledger value:
-
-* ``run/<run id>``: :class:`GraphRunRecord`, the run's attempts and progress;
-* ``checkpoint/<run id>``: :class:`GraphCheckpoint`, the latest checkpoint.
-
-Values of the graph (state, inputs, output) are stored as the JSON their
-``TypeAdapter`` wrote, so a checkpoint is read back through the types of the
-graph that resumes it. The checkpoint's format version is 1; a checkpoint of
-another version, or that is not a checkpoint, is discarded with reason
-``format`` (a record whose checksum fails is a damaged ledger and raises
-:class:`ledger.CorruptRecordError` instead).
-"""
+"""pydantic-graph tasks as the ledger saves them (:class:`ledger._graph_runs.SavedTask`), and back."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
-import lmdb
-import msgspec
-from pydantic_graph import GraphTask, GraphTaskRequest
+from pydantic_graph import GraphTaskRequest
 from pydantic_graph.id_types import ForkStackItem, NodeID, NodeRunID
 
-from .._env import LedgerEnv
-from .._seal import decode_record, seal, unseal
-from ._errors import InvalidRunIdError
+from .._graph_runs import SavedForkFrame, SavedTask
 
-__all__ = [
-    "FORMAT_VERSION",
-    "GraphCheckpoint",
-    "GraphRunRecord",
-    "SavedForkFrame",
-    "SavedTask",
-    "checkpoint_key",
-    "delete_run",
-    "read_checkpoint",
-    "read_run",
-    "run_key",
-    "write_run",
-]
-
-#: The version of :class:`GraphCheckpoint`'s layout and meaning.
-FORMAT_VERSION: Final = 1
-DB: Final = "graph_runs"
-_MAX_RUN_ID_BYTES: Final = 400
+__all__ = ["saved_task", "task_request"]
 
 
-class SavedForkFrame(msgspec.Struct, frozen=True, array_like=True):
-    """One frame of a task's fork stack."""
-
-    fork_id: str
-    node_run_id: str
-    thread_index: int
+def saved_task(task: GraphTaskRequest, inputs: bytes) -> SavedTask:
+    """``task`` with its inputs as written down."""
+    frames = tuple(SavedForkFrame(f.fork_id, f.node_run_id, f.thread_index) for f in task.fork_stack)
+    return SavedTask(task.node_id, inputs, frames)
 
 
-class SavedTask(msgspec.Struct, frozen=True):
-    """A pending task: its node, its inputs as JSON, and its fork stack."""
+def task_request(saved: SavedTask, inputs: Any, *, attempt: int) -> GraphTaskRequest:
+    """The task to send a fresh run, its fork-run ids prefixed with the attempt.
 
-    node_id: str
-    inputs: bytes
-    fork_stack: tuple[SavedForkFrame, ...]
-
-    @classmethod
-    def of(cls, task: GraphTask, inputs: bytes) -> SavedTask:
-        frames = tuple(SavedForkFrame(f.fork_id, f.node_run_id, f.thread_index) for f in task.fork_stack)
-        return cls(task.node_id, inputs, frames)
-
-    def request(self, inputs: Any, *, attempt: int) -> GraphTaskRequest:
-        """The task to send a fresh run, its fork-run ids prefixed with the attempt.
-
-        A new run numbers its node runs afresh (``task:0``, ``task:1`` …), so
-        ids carried over from an earlier run get a prefix no fresh id has.
-        """
-        stack = tuple(
-            ForkStackItem(NodeID(f.fork_id), NodeRunID(f"a{attempt}.{f.node_run_id}"), f.thread_index)
-            for f in self.fork_stack
-        )
-        return GraphTaskRequest(NodeID(self.node_id), inputs, stack)
-
-
-class GraphCheckpoint(msgspec.Struct, frozen=True):
-    """The latest checkpoint of a run: what a resumed attempt starts from.
-
-    ``tasks`` holds the one task that comes next (checkpoints are taken only at
-    quiescent boundaries); a finished checkpoint holds no task and the
-    graph's ``output``.
+    A new run numbers its node runs afresh (``task:0``, ``task:1`` …), so ids
+    carried over from an earlier run get a prefix no fresh id has.
     """
-
-    format_version: int
-    graph_fingerprint: str
-    sequence: int
-    attempt: int
-    last_step: str
-    state: bytes
-    inputs: bytes
-    tasks: tuple[SavedTask, ...] = ()
-    finished: bool = False
-    output: bytes = b"null"
-
-
-class GraphRunRecord(msgspec.Struct, frozen=True):
-    """A run's attempts and progress."""
-
-    format_version: int
-    run_id: str
-    attempt: int
-    checkpoints: int = 0
-    last_step: str | None = None
-    finished: bool = False
-
-
-class _Header(msgspec.Struct):
-    format_version: int
-
-
-_header_decoder: Final = msgspec.msgpack.Decoder(_Header)
-_checkpoint_decoder: Final = msgspec.msgpack.Decoder(GraphCheckpoint)
-_run_decoder: Final = msgspec.msgpack.Decoder(GraphRunRecord)
-_encoder: Final = msgspec.msgpack.Encoder()
-
-
-def run_key(run_id: str) -> bytes:
-    return b"run/" + _id_bytes(run_id)
-
-
-def checkpoint_key(run_id: str) -> bytes:
-    return b"checkpoint/" + _id_bytes(run_id)
-
-
-def _id_bytes(run_id: str) -> bytes:
-    raw = run_id.encode()
-    if not raw or len(raw) > _MAX_RUN_ID_BYTES:
-        raise InvalidRunIdError(
-            f"a run id must be 1 to {_MAX_RUN_ID_BYTES} bytes of UTF-8; got {len(raw)} bytes"
-        )
-    return raw
-
-
-def read_run(env: LedgerEnv, run_id: str) -> GraphRunRecord | None:
-    key = run_key(run_id)
-    with env.read() as txn:
-        raw = txn.get(key, db=env.db(DB))
-    return None if raw is None else decode_record(bytes(raw), _run_decoder, db=DB, key=key)
-
-
-def read_checkpoint(env: LedgerEnv, run_id: str) -> GraphCheckpoint | str | None:
-    """The run's checkpoint, None if it has none, or ``"format"`` if it is not one of ours."""
-    key = checkpoint_key(run_id)
-    with env.read() as txn:
-        raw = txn.get(key, db=env.db(DB))
-    if raw is None:
-        return None
-    body = unseal(bytes(raw), db=DB, key=key)
-    try:
-        if _header_decoder.decode(body).format_version != FORMAT_VERSION:
-            return "format"
-        return _checkpoint_decoder.decode(body)
-    except msgspec.DecodeError:
-        return "format"
-
-
-async def write_run(
-    env: LedgerEnv,
-    record: GraphRunRecord,
-    *,
-    checkpoint: GraphCheckpoint | None = None,
-    delete_checkpoint: bool = False,
-) -> None:
-    """Write a run's record, with its new checkpoint or without its old one, in one durable commit."""
-    db = env.db(DB)
-    rkey, ckey = run_key(record.run_id), checkpoint_key(record.run_id)
-    rvalue = seal(_encoder.encode(record))
-    cvalue = None if checkpoint is None else seal(_encoder.encode(checkpoint))
-
-    def write(txn: lmdb.Transaction) -> None:
-        txn.put(rkey, rvalue, db=db)
-        if cvalue is not None:
-            txn.put(ckey, cvalue, db=db)
-        elif delete_checkpoint:
-            txn.delete(ckey, db=db)
-
-    await env.write(write)
-
-
-async def delete_run(env: LedgerEnv, run_id: str) -> None:
-    db = env.db(DB)
-    rkey, ckey = run_key(run_id), checkpoint_key(run_id)
-
-    def delete(txn: lmdb.Transaction) -> None:
-        txn.delete(rkey, db=db)
-        txn.delete(ckey, db=db)
-
-    await env.write(delete)
+    stack = tuple(
+        ForkStackItem(NodeID(f.fork_id), NodeRunID(f"a{attempt}.{f.node_run_id}"), f.thread_index)
+        for f in saved.fork_stack
+    )
+    return GraphTaskRequest(NodeID(saved.node_id), inputs, stack)

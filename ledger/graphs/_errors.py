@@ -20,7 +20,7 @@ the graph (state, inputs or outputs may be private).
 
 from __future__ import annotations
 
-from .._errors import LedgerError
+from .._errors import InvalidRunIdError, LedgerError
 
 __all__ = [
     "GraphInputTypeError",
@@ -47,10 +47,6 @@ class UnsupportedPydanticGraphError(LedgerError):
 
 class GraphRunActiveError(LedgerError):
     """The run id is already being run by this process."""
-
-
-class InvalidRunIdError(LedgerError, ValueError):
-    """The run id cannot be a ledger key: empty, or longer than the key limit."""
 
 
 class NotInGraphStepError(LedgerError, LookupError):

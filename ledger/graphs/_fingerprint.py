@@ -48,7 +48,8 @@ def _describe(graph: Graph, node_id: NodeID, node: Any) -> str:
             branches.append(f"{_type(branch.source)} if {matches} -> {_path(branch.path)}")
         return f"decision [{'; '.join(branches)}]"
     if isinstance(node, Fork):
-        paths = [_path(path) for path in graph.edges_by_source.get(node_id, [])]
+        # sorted: pydantic-graph 2.62 stores a broadcast's paths in the order added, 2.61 reversed
+        paths = sorted(_path(path) for path in graph.edges_by_source.get(node_id, []))
         kind = "map" if node.is_map else "broadcast"
         return f"{kind} join={node.downstream_join_id} [{'; '.join(paths)}]"
     if isinstance(node, Join):

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from pydantic_graph import Graph, GraphBuilder, GraphRun, GraphTask, Join, Step, StepContext
+from pydantic_graph import Graph, GraphBuilder, GraphRun, GraphTask, GraphTaskRequest, Join, Step, StepContext
 from pydantic_graph.node import StartNode
 
 from ._errors import UnsupportedPydanticGraphError
@@ -44,8 +44,14 @@ __all__ = [
     "quiescent_boundary",
 ]
 
-#: pydantic-graph releases whose private run fields (see the module docstring) were verified.
-VERIFIED_VERSIONS: Final = frozenset({"2.68.0"})
+#: pydantic-graph releases whose private run fields (see the module docstring) were verified:
+#: 2.51.0 to 2.66.0, and 2.68.0 (there is no 2.67). CI runs the graph tests on the lowest and the
+#: highest; the extra ``pydantic-graph`` asks for the same range.
+VERIFIED_VERSIONS: Final = frozenset({*(f"2.{minor}.0" for minor in range(51, 67)), "2.68.0"})
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
 
 
 def installed_pydantic_graph_version() -> str:
@@ -55,11 +61,11 @@ def installed_pydantic_graph_version() -> str:
 def check_pydantic_graph_version(version: str) -> None:
     """Refuse a pydantic-graph release whose run internals were not verified."""
     if version not in VERIFIED_VERSIONS:
-        verified = ", ".join(sorted(VERIFIED_VERSIONS))
+        verified = sorted(VERIFIED_VERSIONS, key=_release)
         raise UnsupportedPydanticGraphError(
             f"pydantic-graph {version} is installed, but durable graph runs were verified only on "
-            f"{verified}; install one of those (pip install 'pydantic-graph=={max(VERIFIED_VERSIONS)}') "
-            "or a streamledger release that lists yours"
+            f"{verified[0]} to {verified[-1]} ({', '.join(verified)}); install one of those "
+            f"(pip install 'pydantic-graph=={verified[-1]}') or a streamledger release that lists yours"
         )
 
 
@@ -103,7 +109,7 @@ class ForkRegions:
         joins = frozenset(node_id for node_id, node in graph.nodes.items() if isinstance(node, Join))
         return cls(joins, {fork: frozenset(nodes) for fork, nodes in regions.items()})
 
-    def inside_fork(self, task: GraphTask) -> bool:
+    def inside_fork(self, task: GraphTaskRequest) -> bool:
         if task.node_id in self.joins:
             return True
         for frame in task.fork_stack:
@@ -120,7 +126,7 @@ class Boundary:
     """A quiescent step boundary: the step that finished and the one task that comes next."""
 
     step_id: str
-    task: GraphTask
+    task: GraphTaskRequest
 
 
 def quiescent_boundary(run: GraphRun, event: Sequence[GraphTask], regions: ForkRegions) -> Boundary | None:

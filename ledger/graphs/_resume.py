@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from ._checkpoint import GraphCheckpoint
+from .._graph_runs import GraphCheckpoint
 from ._types import GraphTypes
 from ._values import describe_invalid
 

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Generic, Literal, TypeVar, cast
 from weakref import WeakKeyDictionary
 
+import anyio
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
-from pydantic_graph import EndMarker, Graph, GraphRun
+from pydantic_graph import EndMarker, Graph, GraphRun, GraphTask, GraphTaskRequest
+from pydantic_graph.id_types import TaskID
 
 from .._env import LedgerEnv
-from .._ledger import Ledger
-from ._annotations import GraphNamespace, caller_frame
-from ._checkpoint import (
+from .._errors import LedgerError
+from .._graph_runs import (
     FORMAT_VERSION,
     GraphCheckpoint,
     GraphRunRecord,
@@ -27,6 +28,9 @@ from ._checkpoint import (
     run_key,
     write_run,
 )
+from .._ledger import Ledger
+from ._annotations import GraphNamespace, caller_frame
+from ._checkpoint import saved_task, task_request
 from ._errors import GraphInputTypeError, GraphRunActiveError, UntypedNodeWarning
 from ._fingerprint import graph_fingerprint
 from ._quiescence import (
@@ -41,7 +45,7 @@ from ._tracing import ATTR, EVENT, get_tracer, traced_graph
 from ._types import graph_types
 from ._values import NotWritable, SkipReason, holds_one_shot, write_down
 
-__all__ = ["DurableGraph", "GraphRunResult", "GraphRunStatus"]
+__all__ = ["DurableGraph", "DurableGraphRun", "GraphRunResult", "GraphRunStatus"]
 
 StateT = TypeVar("StateT")
 DepsT = TypeVar("DepsT")
@@ -69,7 +73,12 @@ class GraphRunResult(Generic[StateT, OutputT]):
 
 @dataclass(frozen=True)
 class GraphRunStatus:
-    """A run as the ledger holds it: attempts, saved checkpoints, and what comes next."""
+    """A run as the ledger holds it: attempts, saved checkpoints, and what comes next.
+
+    ``discarded`` is why the run's latest discarded checkpoint was not
+    resumed, and ``error`` the exception type its last attempt failed with
+    (None while an attempt runs, and once one finished).
+    """
 
     run_id: str
     attempt: int
@@ -77,6 +86,8 @@ class GraphRunStatus:
     last_step: str | None
     next_node: str | None
     finished: bool
+    discarded: str | None = None
+    error: str | None = None
 
 
 _running: WeakKeyDictionary[LedgerEnv, set[str]] = WeakKeyDictionary()
@@ -152,9 +163,36 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
         ``state`` and ``inputs`` start a new run; a resumed run uses the state
         and inputs of its checkpoint instead, so read the final state from the
-        result. ``deps`` are passed to every attempt. An exception from a step
-        propagates; the checkpoints saved before it stay, and the next
-        :meth:`run` of the same run id resumes from them.
+        result. ``deps`` are the caller's, passed to every attempt and never
+        saved. An exception from a step propagates; the checkpoints saved
+        before it stay, and the next :meth:`run` of the same run id resumes
+        from them. A run that already finished returns its saved result and
+        state without running a step or counting an attempt.
+        """
+        async with self.iter(run_id, state=state, inputs=inputs, deps=deps) as run:
+            async for _ in run:
+                pass
+        result = run.result
+        assert result is not None  # the iteration ended at the graph's end
+        return result
+
+    @asynccontextmanager
+    async def iter(
+        self,
+        run_id: str,
+        *,
+        state: StateT | None = None,
+        inputs: InputT | None = None,
+        deps: DepsT | None = None,
+    ) -> AsyncIterator[DurableGraphRun[StateT, OutputT]]:
+        """Drive ``run_id`` step by step, as ``graph.iter`` does, with the checkpoints of :meth:`run`.
+
+        Iterate the :class:`DurableGraphRun` it yields (or call its ``next``)
+        to run one task at a time. Before the run continues past a quiescent
+        step boundary, and when the block is left at one, that boundary is
+        saved; the end is saved when it is reached. A resumed run first yields
+        the task its checkpoint saved, before running it, so a driver that
+        stopped before a task (to wait for an approval, say) sees it again.
         """
         with _claim(self.ledger.env, run_id):
             tracer = get_tracer(self._tracer_provider)
@@ -164,20 +202,45 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                 record_exception=False,
                 set_status_on_exception=False,
             ) as span:
+                progress: _Progress | None = None
                 try:
-                    return await self._run(span, run_id, state, inputs, deps)
+                    progress, restore = await self._open(span, run_id)
+                    if restore is not None and restore.checkpoint.finished:
+                        yield DurableGraphRun(self, span, progress, restore, None)
+                        return
+                    start_state = restore.state if restore is not None else state
+                    start_inputs = restore.inputs if restore is not None else inputs
+                    graph = traced_graph(self.graph, tracer=tracer, run_id=run_id, attempt=progress.attempt)
+                    async with graph.iter(
+                        state=start_state, deps=deps, inputs=start_inputs, infer_name=False
+                    ) as graph_run:
+                        run: DurableGraphRun[StateT, OutputT] = DurableGraphRun(
+                            self, span, progress, restore, graph_run
+                        )
+                        if restore is None:
+                            run.write_inputs(inputs)
+                        try:
+                            yield run
+                        except Exception:
+                            await run.stop()
+                            raise
+                        await run.stop()
                 except BaseException as exc:
                     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                    if isinstance(exc, Exception) and progress is not None:
+                        await self._record_failure(progress, exc)
                     raise
 
-    async def _run(
-        self, span: Span, run_id: str, state: StateT | None, inputs: InputT | None, deps: DepsT | None
-    ) -> GraphRunResult[StateT, OutputT]:
+    async def _open(self, span: Span, run_id: str) -> tuple[_Progress, Restore | None]:
+        """Read the run's record and checkpoint, decide whether to resume, and open an attempt.
+
+        A finished run opens no attempt: its record stays as it is.
+        """
         env = self.ledger.env
         record = read_run(env, run_id)
         saved = read_checkpoint(env, run_id)
         restore: Restore | None = None
-        discard = False
+        discarded = record.discarded if record is not None else None
         if saved is not None:
             outcome = restore_plan(saved, fingerprint=self._fingerprint, types=self._types)
             if isinstance(outcome, Discard):
@@ -185,83 +248,43 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                 if outcome.error is not None:
                     attributes[ATTR.ERROR] = outcome.error
                 span.add_event(EVENT.DISCARDED, attributes)
-                discard = True
+                discarded = outcome.reason
             else:
                 restore = outcome
+        if restore is not None:
+            span.add_event(
+                EVENT.RESTORED,
+                {
+                    ATTR.SEQUENCE: restore.checkpoint.sequence,
+                    ATTR.NEXT_NODE: restore.checkpoint.tasks[0].node_id if restore.checkpoint.tasks else "",
+                },
+            )
+            if restore.checkpoint.finished and record is not None:
+                span.set_attribute(ATTR.ATTEMPT, record.attempt)
+                return _Progress.of(record), restore
 
         attempt = (record.attempt if record is not None else 0) + 1
         span.set_attribute(ATTR.ATTEMPT, attempt)
-        opened = GraphRunRecord(
-            FORMAT_VERSION,
+        progress = _Progress(
             run_id,
+            self._name,
             attempt,
-            checkpoints=restore.checkpoint.sequence if restore is not None else 0,
-            last_step=restore.checkpoint.last_step if restore is not None else None,
-            finished=restore is not None and restore.checkpoint.finished,
+            restore.checkpoint.sequence if restore is not None else 0,
+            restore.checkpoint.last_step if restore is not None else None,
+            discarded,
         )
-        await write_run(self.ledger.env, opened, delete_checkpoint=discard)
-
-        if restore is None:
-            return await self._drive(span, run_id, attempt, state, inputs, deps, None)
-        span.add_event(
-            EVENT.RESTORED,
-            {
-                ATTR.SEQUENCE: restore.checkpoint.sequence,
-                ATTR.NEXT_NODE: restore.checkpoint.tasks[0].node_id if restore.checkpoint.tasks else "",
-            },
-        )
-        if restore.checkpoint.finished:
-            return GraphRunResult(
-                run_id, restore.output, restore.state, attempt, restore.checkpoint.sequence, True
-            )
-        return await self._drive(span, run_id, attempt, restore.state, restore.inputs, deps, restore)
-
-    async def _drive(
-        self,
-        span: Span,
-        run_id: str,
-        attempt: int,
-        state: Any,
-        inputs: Any,
-        deps: Any,
-        restore: Restore | None,
-    ) -> GraphRunResult[StateT, OutputT]:
-        tracer = get_tracer(self._tracer_provider)
-        graph = traced_graph(self.graph, tracer=tracer, run_id=run_id, attempt=attempt)
-        progress = _Progress(run_id, attempt, restore.checkpoint.sequence if restore else 0)
         if restore is not None:
             progress.inputs = restore.checkpoint.inputs
-        else:
+        await write_run(env, progress.record(), delete_checkpoint=saved is not None and restore is None)
+        return progress, restore
+
+    async def _record_failure(self, progress: _Progress, exc: Exception) -> None:
+        """Note the exception type the attempt failed with; never hides ``exc``."""
+        with anyio.CancelScope(shield=True):
             try:
-                progress.inputs = write_down(self._types.inputs, inputs)
-            except NotWritable as exc:
-                progress.inputs_problem = exc.reason
-        async with graph.iter(state=state, deps=deps, inputs=inputs, infer_name=False) as run:
-            if restore is not None:
-                task = restore.checkpoint.tasks[0]
-                requests = [task.request(restore.task_inputs, attempt=attempt)]
-                event = await run.next(requests)
-            else:
-                event = await anext(run)
-            while True:
-                if isinstance(event, EndMarker):
-                    await self._save_end(span, progress, run, event)
-                else:
-                    boundary = quiescent_boundary(run, event, self._regions)
-                    if boundary is not None:
-                        await self._save(span, progress, run, boundary)
-                try:
-                    event = await anext(run)
-                except StopAsyncIteration:
-                    break
-        return GraphRunResult(
-            run_id,
-            cast(OutputT, run.output),
-            cast(StateT, run.state),
-            attempt,
-            restore.checkpoint.sequence if restore is not None else None,
-            False,
-        )
+                await write_run(self.ledger.env, progress.record(error=type(exc).__qualname__))
+            except LedgerError as failed:
+                exc.add_note(f"the failure could not be recorded in ledger {self.ledger.path}: {failed}")
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -281,7 +304,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             attributes = {ATTR.REASON: exc.reason, ATTR.NODE: boundary.step_id, ATTR.NEXT_NODE: task.node_id}
             span.add_event(EVENT.SKIPPED, attributes)
             return
-        await self._checkpoint(span, progress, boundary.step_id, state, (SavedTask.of(task, task_inputs),))
+        await self._checkpoint(span, progress, boundary.step_id, state, (saved_task(task, task_inputs),))
 
     async def _save_end(self, span: Span, progress: _Progress, run: GraphRun, end: EndMarker) -> None:
         try:
@@ -303,7 +326,8 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         output: bytes | None = None,
     ) -> None:
         progress.sequence += 1
-        finished = output is not None
+        progress.last_step = step_id
+        progress.finished = output is not None
         checkpoint = GraphCheckpoint(
             FORMAT_VERSION,
             self._fingerprint,
@@ -313,13 +337,10 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             state,
             progress.inputs or b"null",
             tasks,
-            finished,
+            progress.finished,
             output if output is not None else b"null",
         )
-        record = GraphRunRecord(
-            FORMAT_VERSION, progress.run_id, progress.attempt, progress.sequence, step_id, finished
-        )
-        await write_run(self.ledger.env, record, checkpoint=checkpoint)
+        await write_run(self.ledger.env, progress.record(), checkpoint=checkpoint)
         span.add_event(
             EVENT.SAVED,
             {
@@ -342,7 +363,14 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         if isinstance(saved, GraphCheckpoint) and saved.tasks:
             next_node = saved.tasks[0].node_id
         return GraphRunStatus(
-            run_id, record.attempt, record.checkpoints, record.last_step, next_node, record.finished
+            run_id,
+            record.attempt,
+            record.checkpoints,
+            record.last_step,
+            next_node,
+            record.finished,
+            record.discarded,
+            record.error,
         )
 
     async def forget(self, run_id: str) -> None:
@@ -352,14 +380,190 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
 
 class _Progress:
-    """The checkpoint sequence of one attempt, and its graph inputs as written down."""
+    """What the run's record says as one attempt goes on, and its graph inputs as written down."""
 
-    def __init__(self, run_id: str, attempt: int, sequence: int) -> None:
+    __slots__ = (
+        "attempt",
+        "discarded",
+        "finished",
+        "graph",
+        "inputs",
+        "inputs_problem",
+        "last_step",
+        "run_id",
+        "sequence",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        graph: str,
+        attempt: int,
+        sequence: int,
+        last_step: str | None,
+        discarded: str | None,
+        *,
+        finished: bool = False,
+    ) -> None:
         self.run_id = run_id
+        self.graph = graph
         self.attempt = attempt
         self.sequence = sequence
+        self.last_step = last_step
+        self.discarded = discarded
+        self.finished = finished
         self.inputs: bytes | None = None
         self.inputs_problem: SkipReason | None = None
+
+    @classmethod
+    def of(cls, record: GraphRunRecord) -> _Progress:
+        return cls(
+            record.run_id,
+            record.graph,
+            record.attempt,
+            record.checkpoints,
+            record.last_step,
+            record.discarded,
+            finished=record.finished,
+        )
+
+    def record(self, *, error: str | None = None) -> GraphRunRecord:
+        return GraphRunRecord(
+            FORMAT_VERSION,
+            self.run_id,
+            self.attempt,
+            self.sequence,
+            self.last_step,
+            self.finished,
+            self.graph,
+            self.discarded,
+            error,
+        )
+
+
+class DurableGraphRun(Generic[StateT, OutputT]):
+    """One attempt of a durable run, driven a task at a time (from :meth:`DurableGraph.iter`).
+
+    Iterate it, or ``await run.next()``, as pydantic-graph's ``GraphRun``:
+    each step yields the tasks that come next, and the end an ``EndMarker``.
+    ``await run.next(tasks)`` continues with other tasks instead, as
+    ``GraphRun.next`` does; the boundary is saved with them when they are one
+    task outside a fork. :attr:`result` is set once the end is reached.
+    """
+
+    def __init__(
+        self,
+        durable: DurableGraph[StateT, Any, Any, OutputT],
+        span: Span,
+        progress: _Progress,
+        restore: Restore | None,
+        graph_run: GraphRun | None,
+    ) -> None:
+        self._durable = durable
+        self._span = span
+        self._progress = progress
+        self._graph_run = graph_run
+        self.run_id = progress.run_id
+        self.attempt = progress.attempt
+        #: The sequence number of the checkpoint this attempt resumed from, or None.
+        self.resumed_from = restore.checkpoint.sequence if restore is not None else None
+        self._result: GraphRunResult[StateT, OutputT] | None = None
+        self._pending: Boundary | None = None  # a boundary reached, not yet saved
+        self._restored: list[GraphTask] | None = None  # the saved task, until the run continues with it
+        self._started = False
+        self._ended = False
+        if restore is not None and restore.checkpoint.finished:
+            self._result = GraphRunResult(
+                self.run_id, restore.output, restore.state, self.attempt, restore.checkpoint.sequence, True
+            )
+        elif restore is not None:
+            saved = restore.checkpoint.tasks[0]
+            request = task_request(saved, restore.task_inputs, attempt=self.attempt)
+            task = GraphTask(
+                request.node_id, request.inputs, request.fork_stack, TaskID(f"a{self.attempt}.restored")
+            )
+            self._restored = [task]
+
+    @property
+    def result(self) -> GraphRunResult[StateT, OutputT] | None:
+        """How the run ended, once its end was reached (at once for a run that had finished)."""
+        return self._result
+
+    @property
+    def state(self) -> StateT:
+        """The graph state as the run has it now."""
+        if self._graph_run is None:
+            assert self._result is not None
+            return self._result.state
+        return cast(StateT, self._graph_run.state)
+
+    def __aiter__(self) -> DurableGraphRun[StateT, OutputT]:
+        return self
+
+    async def __anext__(self) -> EndMarker | Sequence[GraphTask]:
+        return await self._advance(None)
+
+    async def next(self, tasks: Sequence[GraphTaskRequest] | None = None) -> EndMarker | Sequence[GraphTask]:
+        """Run the next tasks (or ``tasks`` instead) and return what comes after them."""
+        return await self._advance(tasks)
+
+    async def _advance(self, tasks: Sequence[GraphTaskRequest] | None) -> EndMarker | Sequence[GraphTask]:
+        graph_run = self._graph_run
+        if graph_run is None:  # finished in an earlier attempt: its end, once
+            if self._ended:
+                raise StopAsyncIteration
+            self._ended = True
+            assert self._result is not None
+            return EndMarker(self._result.output)
+        if self._ended:
+            raise StopAsyncIteration
+        if not self._started:
+            self._started = True
+            if self._restored is not None and tasks is None:
+                return self._restored  # the saved task: it runs when the run continues
+        await self._save_pending(tasks)
+        if tasks is None and self._restored is not None:
+            tasks = self._restored
+        self._restored = None
+        event = await (graph_run.next(tasks) if tasks is not None else anext(graph_run))
+        if isinstance(event, EndMarker):
+            self._ended = True
+            await self._durable._save_end(self._span, self._progress, graph_run, event)
+            self._result = GraphRunResult(
+                self.run_id,
+                event.value,
+                cast(StateT, graph_run.state),
+                self.attempt,
+                self.resumed_from,
+                False,
+            )
+        else:
+            self._pending = quiescent_boundary(graph_run, event, self._durable._regions)
+        return event
+
+    async def _save_pending(self, tasks: Sequence[GraphTaskRequest] | None) -> None:
+        boundary, self._pending = self._pending, None
+        if self._restored is not None and tasks is not None and self._progress.last_step is not None:
+            boundary = Boundary(self._progress.last_step, self._restored[0])  # continued otherwise
+        if boundary is None or self._graph_run is None:
+            return
+        if tasks is not None:
+            if len(tasks) != 1 or self._durable._regions.inside_fork(tasks[0]):
+                return  # not a quiescent boundary any more: the checkpoint before stands
+            boundary = Boundary(boundary.step_id, tasks[0])
+        await self._durable._save(self._span, self._progress, self._graph_run, boundary)
+
+    def write_inputs(self, inputs: Any) -> None:
+        """Write the graph's inputs down once, for every checkpoint of a run started afresh."""
+        try:
+            self._progress.inputs = write_down(self._durable._types.inputs, inputs)
+        except NotWritable as exc:
+            self._progress.inputs_problem = exc.reason
+
+    async def stop(self) -> None:
+        """Save the boundary the driver left the run at, if it has not been saved."""
+        with anyio.CancelScope(shield=True):
+            await self._save_pending(None)
 
 
 def _report_untyped(name: str, untyped: Mapping[str, str], *, raise_: bool, at: FrameType | None) -> None:

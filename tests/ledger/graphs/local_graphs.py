@@ -116,7 +116,7 @@ def shouting() -> Any:
 
     from pydantic_graph import GraphBuilder, StepContext
 
-    Label = NewType("Label", str)  # noqa: F841 - named by the annotation below only
+    Label = NewType("Label", str)
 
     g = GraphBuilder(name="shouting", input_type=str, output_type=str)
 

@@ -92,7 +92,9 @@ async def test_untyped_nodes_after_steps_warn_by_default_and_can_raise_or_be_acc
             GraphInputTypeError, match="'decide' \\(the edge from 'first' transforms its value\\)"
         ):
             DurableGraph(graph, ledger, on_untyped="raise")
-        quiet: DurableGraph[Any, Any, Any, Any] = DurableGraph(graph, ledger, on_untyped="ignore")  # filterwarnings=error: no warning
+        quiet: DurableGraph[Any, Any, Any, Any] = DurableGraph(
+            graph, ledger, on_untyped="ignore"
+        )  # filterwarnings=error: no warning
         assert quiet.untyped == durable.untyped
         with pytest.raises(ValueError, match="on_untyped"):
             DurableGraph(graph, ledger, on_untyped="loud")  # type: ignore[arg-type]

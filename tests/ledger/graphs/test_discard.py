@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import CorruptRecordError, Ledger, open_ledger
+from ledger._graph_runs import FORMAT_VERSION, GraphCheckpoint, checkpoint_key
 from ledger._seal import seal
 from ledger.graphs import UntypedNodeWarning
-from ledger.graphs._checkpoint import FORMAT_VERSION, GraphCheckpoint, checkpoint_key
 
 from .graphs import Boom, Calls, Log, durable, enter, events, run_spans, three_steps
 

@@ -4,15 +4,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Literal
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_graph import Graph, GraphBuilder, StepContext, reduce_list_append
+from pydantic_graph import Fork, Graph, GraphBuilder, StepContext, reduce_list_append
 
-from ledger.graphs._checkpoint import SavedForkFrame, SavedTask
+from ledger._graph_runs import SavedForkFrame, SavedTask
+from ledger.graphs._checkpoint import task_request
+from ledger.graphs._fingerprint import graph_fingerprint
 
 from .graphs import Calls, Log, enter, events, fail_then_retry
 
@@ -228,8 +231,20 @@ def test_carried_fork_stack_ids_are_prefixed_with_the_attempt() -> None:
     saved = SavedTask(
         "final", b"1", (SavedForkFrame("__start__", "task:0", 0), SavedForkFrame("fan", "task:3", 1))
     )
-    request = saved.request(1, attempt=4)
+    request = task_request(saved, 1, attempt=4)
     assert [(f.fork_id, f.node_run_id, f.thread_index) for f in request.fork_stack] == [
         ("__start__", "a4.task:0", 0),
         ("fan", "a4.task:3", 1),
     ]
+
+
+def test_a_broadcasts_fingerprint_does_not_depend_on_the_order_its_paths_are_stored_in() -> None:
+    # pydantic-graph 2.61 and earlier store a broadcast's paths reversed; 2.62 and later in order.
+    graph = broadcast()
+    (fork_id,) = [node_id for node_id, node in graph.nodes.items() if isinstance(node, Fork)]
+    assert len(graph.edges_by_source[fork_id]) == 2
+    reordered = dataclasses.replace(
+        graph,
+        edges_by_source={**graph.edges_by_source, fork_id: list(reversed(graph.edges_by_source[fork_id]))},
+    )
+    assert graph_fingerprint(reordered) == graph_fingerprint(graph)

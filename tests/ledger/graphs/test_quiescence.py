@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from packaging.requirements import Requirement
 from pydantic import TypeAdapter
 from pydantic.errors import PydanticUndefinedAnnotation
 from pydantic_graph import EndMarker, GraphBuilder, GraphTask, StepContext
@@ -27,9 +29,26 @@ def test_the_installed_pydantic_graph_is_a_verified_version() -> None:
     assert importlib.metadata.version("pydantic-graph") in VERIFIED_VERSIONS
 
 
-def test_an_unverified_pydantic_graph_is_refused() -> None:
-    with pytest.raises(UnsupportedPydanticGraphError, match=r"2\.99\.0 is installed.*2\.68\.0"):
-        check_pydantic_graph_version("2.99.0")
+def test_an_unverified_pydantic_graph_is_refused_naming_the_versions_that_work() -> None:
+    for version in ("2.99.0", "2.50.0", "2.67.0", "2.100.0"):
+        with pytest.raises(UnsupportedPydanticGraphError) as refused:
+            check_pydantic_graph_version(version)
+        assert f"{version} is installed" in str(refused.value)
+        assert "verified only on 2.51.0 to 2.68.0" in str(refused.value)
+        assert "pip install 'pydantic-graph==2.68.0'" in str(refused.value)
+    check_pydantic_graph_version("2.51.0")
+    check_pydantic_graph_version("2.68.0")
+
+
+def test_the_extras_bounds_admit_the_verified_releases_and_no_later_one() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    wanted = [Requirement(r) for extra in extras.values() for r in extra if r.startswith("pydantic-graph")]
+    assert len(wanted) == 2  # the extra and the dev extra
+    for requirement in wanted:
+        assert all(requirement.specifier.contains(v) for v in VERIFIED_VERSIONS)
+        assert not requirement.specifier.contains("2.50.0")
+        assert not requirement.specifier.contains("2.69.0")  # the next release is refused until verified
 
 
 async def test_registration_checks_the_installed_version(

@@ -68,6 +68,29 @@ async def test_a_finished_run_whose_result_was_not_recorded_does_not_run_again(t
     assert (result.output, result.state.steps, result.already_finished) == (9, ["one", "two", "three"], True)
 
 
+async def test_running_a_finished_run_again_counts_no_attempt(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        graph = durable(three_steps(), ledger)
+        first = await graph.run("r", state=Log(), inputs=5, deps=Calls())
+        again = [await graph.run("r", state=Log(), inputs=5, deps=Calls()) for _ in range(3)]
+        status = graph.status("r")
+    assert first.attempt == 1 and not first.already_finished
+    assert [(r.attempt, r.already_finished, r.output) for r in again] == [(1, True, 9)] * 3
+    assert status is not None and (status.attempt, status.finished, status.error) == (1, True, None)
+
+
+async def test_a_failed_attempt_records_its_exception_type_until_the_next_attempt(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        graph = durable(three_steps(), ledger)
+        with pytest.raises(Boom):
+            await graph.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"two"}))
+        failed = graph.status("r")
+        await graph.run("r", state=Log(), inputs=5, deps=Calls())
+        finished = graph.status("r")
+    assert failed is not None and (failed.attempt, failed.error, failed.next_node) == (1, "Boom", "two")
+    assert finished is not None and (finished.attempt, finished.error, finished.finished) == (2, None, True)
+
+
 async def test_forget_deletes_a_runs_records(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
         graph = durable(three_steps(), ledger)
