@@ -80,11 +80,19 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser(
         "inspect",
-        help="show every stream and consumer group of a ledger",
-        description="Show every stream of a ledger and its groups; changes nothing.",
+        help="show every stream, consumer group and graph run of a ledger",
+        description=(
+            "Show every stream of a ledger with its groups, and every durable graph run with its "
+            "attempts, checkpoints and the step it would resume at; changes nothing."
+        ),
     )
     inspect.add_argument("path", metavar="PATH", help="ledger directory")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.add_argument(
+        "--values",
+        action="store_true",
+        help="also show the state and inputs each graph run's checkpoint holds (they may be private)",
+    )
     return parser
 
 
@@ -235,7 +243,7 @@ def _inspect(args: argparse.Namespace) -> int:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
     env = LedgerEnv.open_readonly(args.path)
     try:
-        report = inspect_ledger(env)
+        report = inspect_ledger(env, values=args.values)
     finally:
         env.close()
     if args.json:
@@ -273,4 +281,43 @@ def _table(report: dict[str, Any]) -> str:
             name, *numbers, state = row
             cells = [name.ljust(widths[0])] + [n.rjust(w) for n, w in zip(numbers, widths[1:], strict=True)]
             lines.append("  " + "  ".join([*cells, state]))
+    lines.extend(_runs_table(report["graph_runs"]))
     return "\n".join(lines) + "\n"
+
+
+def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
+    if not runs:
+        return ["no graph runs"]
+    lines = ["", "graph runs"]
+    rows = [("run", "graph", "status", "attempts", "checkpoints", "resumes at", "notes")]
+    for run in runs:
+        notes = []
+        if run["error"]:
+            notes.append(f"failed with {run['error']}")
+        if run["discarded"]:
+            notes.append(f"a checkpoint was discarded: {run['discarded']}")
+        if run["checkpoint_format"]:
+            notes.append("its checkpoint is of an unknown format")
+        resumes = "-" if run["status"] == "finished" else run["resumes_at"] or "the start"
+        rows.append(
+            (
+                run["run_id"],
+                run["graph"] or "-",
+                run["status"],
+                str(run["attempts"]),
+                str(run["checkpoints"]),
+                resumes,
+                "; ".join(notes),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [
+            cell.rjust(w) if i in (3, 4) else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    for run in runs:
+        if "values" in run:
+            lines.append(f"  {run['run_id']}: {json.dumps(run['values'])}")
+    return lines

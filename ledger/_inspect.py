@@ -1,4 +1,4 @@
-"""A JSON-ready summary of the streams a ledger holds, for ``python -m ledger inspect``."""
+"""A JSON-ready summary of the streams and graph runs a ledger holds, for ``python -m ledger inspect``."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ from streams._codec import to_plain
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
+from ._graph_runs import GraphCheckpoint, list_runs
 from ._streams import DESCRIPTOR_PREFIX, decode_descriptor, decode_frontier
 
 __all__ = ["inspect_ledger"]
 
 
-def inspect_ledger(env: LedgerEnv) -> dict[str, Any]:
-    """Every stream of the ledger with its groups, as plain JSON values.
+def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
+    """Every stream of the ledger with its groups, and every graph run, as plain JSON values.
 
     Committed states are decoded to plain values; bytes inside them become
-    base64 strings. Reads one consistent snapshot; writes nothing.
+    base64 strings. Graph runs hold no values of the graph unless ``values``
+    is true, when each run's latest checkpoint adds its state, graph inputs,
+    next task's inputs and output as the JSON they were saved as. Reads one
+    consistent snapshot per part; writes nothing.
     """
     streams_db, groups_db = env.db("streams"), env.db("groups")
     streams: list[dict[str, Any]] = []
@@ -67,7 +71,42 @@ def inspect_ledger(env: LedgerEnv) -> dict[str, Any]:
                 }
             )
             found = cursor.next()
-    return {"path": str(env.path), "streams": streams}
+    return {"path": str(env.path), "streams": streams, "graph_runs": _graph_runs(env, values=values)}
+
+
+def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = []
+    for record, checkpoint in list_runs(env):
+        saved = checkpoint if isinstance(checkpoint, GraphCheckpoint) else None
+        status = "finished" if record.finished else "failed" if record.error else "open"
+        run: dict[str, Any] = {
+            "run_id": record.run_id,
+            "graph": record.graph or None,
+            "status": status,
+            "attempts": record.attempt,
+            "checkpoints": record.checkpoints,
+            "last_step": record.last_step,
+            "resumes_at": saved.tasks[0].node_id if saved is not None and saved.tasks else None,
+            "error": record.error,
+            "discarded": record.discarded,
+            "checkpoint_format": "unknown" if isinstance(checkpoint, str) else None,
+        }
+        if values and saved is not None:
+            run["values"] = {
+                "state": _json(saved.state),
+                "inputs": _json(saved.inputs),
+                "next_inputs": _json(saved.tasks[0].inputs) if saved.tasks else None,
+                "output": _json(saved.output) if saved.finished else None,
+            }
+        runs.append(run)
+    return runs
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return base64.b64encode(data).decode()
 
 
 def _state(data: bytes | None, key: bytes) -> Any:
