@@ -1,8 +1,9 @@
-"""Command line: ``python -m bench streams|recovery|writer [options]``.
+"""Command line: ``python -m bench streams|recovery|writer|graphs [options]``.
 
 ``streams``   the demo pipeline on LMDB against raw py-lmdb and sqlite3 loops
 ``recovery``  opening a ledger of a million acknowledged messages vs. a thousand
 ``writer``    the ledger writer's commit rate solo and beside a CPU-busy loop
+``graphs``    DurableGraph's checkpointed steps against plain pydantic-graph, raw commits and peers
 
 Every run verifies its result; a run that does not verify prints no figure
 and exits with status 1.
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._baselines import probe_fsync, run_raw_lmdb, run_sqlite
+from ._graphs import PEERS, GraphFigure, peer_missing, run_durable, run_peer, run_plain, run_raw_commits
 from ._recovery import time_recovery
 from ._shape import BenchError, median
 from ._streams import WINDOW, run_engine_only, run_memory, run_streamledger
@@ -30,6 +32,10 @@ __all__ = ["main"]
 GOAL_DURABLE_MSGS_PER_S = 30_000
 GOAL_RAW_LMDB_RATIO = 0.5
 GOAL_SQLITE_RATIO = 5.0
+#: The goals of durable graph runs.
+GOAL_DURABLE_TO_PLAIN_PLUS_COMMIT = 0.8
+GOAL_CONCURRENT_TO_PLAIN = 0.5
+GOAL_DURABLE_TO_FASTEST_PEER = 2.0
 
 
 def _progress(quiet: bool, text: str) -> None:
@@ -295,6 +301,164 @@ def show_writer(out: dict[str, Any]) -> str:
     return f"{head}\n{_table(rows)}\nbusy / solo: {_ratio(out['ratio_busy_to_solo'])}"
 
 
+# -- graphs --------------------------------------------------------------------------------
+
+
+def bench_graphs(args: argparse.Namespace) -> dict[str, Any]:
+    n: int = args.steps
+    runs: int = args.runs
+    n_each: int = args.concurrent_steps
+    workdir: Path | None = args.workdir
+    quiet: bool = args.json
+    figures: dict[str, list[GraphFigure]] = {}
+    fsyncs: list[float] = []
+    skipped: dict[str, str] = {}
+    peers: list[str] = []
+    if not args.skip_peers:
+        for name in PEERS:
+            reason = peer_missing(name)
+            if reason is None:
+                peers.append(name)
+            else:
+                skipped[name] = reason
+                _progress(quiet, f"peer {name} skipped: {reason}")
+
+    def record(fig: GraphFigure) -> None:
+        figures.setdefault(fig.name, []).append(fig)
+        unit = "commits/s" if fig.name == "raw_lmdb" else "steps/s"
+        _progress(quiet, f"  {fig.name}: {_rate(fig.steps_per_s)} {unit}")
+
+    for k in range(args.repeat):
+        _progress(quiet, f"round {k + 1}/{args.repeat}: {n:,} steps; {runs} concurrent runs of {n_each:,}")
+        fsyncs.append(probe_fsync(workdir=workdir))
+        _progress(quiet, f"  disk: {fsyncs[-1]:,.0f} fsyncs/s")
+        record(run_plain(n, backend=args.backend))
+        record(run_durable(n, backend=args.backend, workdir=workdir))
+        record(run_plain(n_each, runs=runs, backend=args.backend))
+        record(run_durable(n_each, runs=runs, backend=args.backend, workdir=workdir))
+        record(run_raw_commits(n, workdir=workdir))
+        for name in peers:
+            record(run_peer(name, n, workdir=workdir))
+
+    def rate(name: str) -> float:
+        return median([fig.steps_per_s for fig in figures[name]])
+
+    def per_step(name: str) -> dict[str, float]:
+        costs = [fig.per_step_us() for fig in figures[name]]
+        return {part: median([c[part] for c in costs]) for part in costs[0]}
+
+    plain, durable, raw = rate("plain"), rate("durable"), rate("raw_lmdb")
+    plain_c, durable_c = rate("plain_concurrent"), rate("durable_concurrent")
+    reference = 1 / (1 / plain + 1 / raw)
+    out: dict[str, Any] = {
+        "bench": "graphs",
+        "steps": n,
+        "runs": runs,
+        "concurrent_steps": n_each,
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "verified": True,
+        "disk_fsyncs_per_s": median(fsyncs),
+        "load_average_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+        "plain_steps_per_s": plain,
+        "durable_steps_per_s": durable,
+        "plain_concurrent_steps_per_s": plain_c,
+        "durable_concurrent_steps_per_s": durable_c,
+        "raw_lmdb_commits_per_s": raw,
+        "raw_lmdb_record_bytes": figures["raw_lmdb"][0].record_bytes,
+        "plain_plus_commit_steps_per_s": reference,
+        "durable_checkpoints_per_run": figures["durable"][0].checkpoints,
+    }
+    rates = {name: rate(name) for name in peers}
+    for name, value in rates.items():
+        out[f"{name}_steps_per_s"] = value
+        out[f"{name}_checkpoints"] = figures[name][0].checkpoints
+    fastest = max(rates, key=rates.__getitem__) if rates else None
+    out["fastest_peer"] = fastest
+    out["peers_skipped"] = skipped
+    out["ratio_durable_to_plain"] = durable / plain
+    out["ratio_durable_to_plain_plus_commit"] = durable / reference
+    out["ratio_concurrent_to_plain"] = durable_c / plain_c
+    out["ratio_durable_to_fastest_peer"] = durable / rates[fastest] if fastest else None
+    for name in ("plain", "durable", "plain_concurrent", "durable_concurrent"):
+        out[f"{name}_per_step_us"] = per_step(name)
+    out["adapter_loop_cpu_us_per_step"] = (
+        out["durable_per_step_us"]["loop_cpu"] - out["plain_per_step_us"]["loop_cpu"]
+    )
+    goals: dict[str, bool] = {
+        "one_run_at_least_0.8_of_plain_plus_commit": (
+            out["ratio_durable_to_plain_plus_commit"] >= GOAL_DURABLE_TO_PLAIN_PLUS_COMMIT
+        ),
+        f"{runs}_concurrent_runs_at_least_0.5_of_plain": (
+            out["ratio_concurrent_to_plain"] >= GOAL_CONCURRENT_TO_PLAIN
+        ),
+    }
+    if fastest is not None:
+        peer_ratio = out["ratio_durable_to_fastest_peer"]
+        goals["at_least_2x_fastest_peer"] = peer_ratio >= GOAL_DURABLE_TO_FASTEST_PEER
+    out["goals_met"] = goals
+    out["rounds"] = [
+        {"figure": fig.name, "steps_per_s": fig.steps_per_s, "per_step_us": fig.per_step_us()}
+        for figs in figures.values()
+        for fig in figs
+    ]
+    return out
+
+
+def show_graphs(out: dict[str, Any]) -> str:
+    def get(name: str) -> str:
+        value = out.get(f"{name}_steps_per_s")
+        return "-" if value is None else _rate(value)
+
+    def ratio(name: str) -> str:
+        value = out.get(name)
+        return "-" if value is None else _ratio(value)
+
+    rows: list[tuple[str, ...]] = [
+        ("steps/s", "one run", f"{out['runs']} runs"),
+        ("plain pydantic-graph", get("plain"), get("plain_concurrent")),
+        ("DurableGraph on LMDB (durable)", get("durable"), get("durable_concurrent")),
+        (
+            f"raw py-lmdb, one durable commit ({out['raw_lmdb_record_bytes']} B) per step",
+            _rate(out["raw_lmdb_commits_per_s"]),
+            "-",
+        ),
+        ("plain step + one raw commit", _rate(out["plain_plus_commit_steps_per_s"]), "-"),
+        ("LangGraph + SqliteSaver (durability=sync)", get("langgraph"), "-"),
+        ("DBOS on SQLite", get("dbos"), "-"),
+        ("durable / (plain step + raw commit)", ratio("ratio_durable_to_plain_plus_commit"), "-"),
+        ("durable / plain", ratio("ratio_durable_to_plain"), ratio("ratio_concurrent_to_plain")),
+        ("durable / fastest peer", ratio("ratio_durable_to_fastest_peer"), "-"),
+    ]
+    cost = []
+    for name in ("plain", "durable", "plain_concurrent", "durable_concurrent"):
+        c = out[f"{name}_per_step_us"]
+        parts = [f"loop thread {c['loop_cpu']:.0f} CPU"]
+        if "writer_cpu" in c:
+            parts.append(f"writer thread {c['writer_cpu']:.0f} CPU")
+        parts.append(f"{c['wall']:.0f} wall")
+        if "commit_wait" in c:
+            parts.append(f"commit wait {c['commit_wait']:.0f} per write")
+        if "writes_per_txn" in c:
+            parts.append(f"{c['writes_per_txn']:.1f} writes per LMDB txn")
+        cost.append(f"  {name}: {', '.join(parts)}")
+    goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
+    skipped = "".join(f"\npeer {name} skipped: {why}" for name, why in out["peers_skipped"].items())
+    head = (
+        f"graphs: {out['steps']:,} steps; {out['runs']} concurrent runs of {out['concurrent_steps']:,}; "
+        f"median of {out['repeat']}, {out['backend']}, result verified "
+        f"({out['durable_checkpoints_per_run']} checkpoints per durable run); "
+        f"disk: {out['disk_fsyncs_per_s']:,.0f} fsyncs/s, load average {out['load_average_1m']:.1f} "
+        f"on {out['cpus']} CPUs"
+    )
+    per_step = "\n".join(cost)
+    return (
+        f"{head}\n{_table(rows)}\nµs per step:\n{per_step}\n"
+        f"adapter loop CPU: {out['adapter_loop_cpu_us_per_step']:.0f} µs per step\ngoals: {goals}{skipped}"
+    )
+
+
 # -- the command line ----------------------------------------------------------------------
 
 
@@ -333,6 +497,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-sync", action="store_true", help="a non-durable ledger (no fsync per batch)")
     common(p, 3)
+
+    p = sub.add_parser("graphs", help="DurableGraph vs. plain pydantic-graph, raw LMDB commits and peers")
+    p.add_argument("--steps", type=int, default=1_000, help="steps of the single runs (and the peers')")
+    p.add_argument("--runs", type=int, default=100, help="concurrent runs")
+    p.add_argument("--concurrent-steps", type=int, default=100, help="steps of each concurrent run")
+    p.add_argument("--skip-peers", action="store_true", help="leave out LangGraph and DBOS")
+    common(p, 3)
     return parser
 
 
@@ -343,6 +514,7 @@ _COMMANDS: dict[str, tuple[Bench, Show]] = {
     "streams": (bench_streams, show_streams),
     "recovery": (bench_recovery, show_recovery),
     "writer": (bench_writer, show_writer),
+    "graphs": (bench_graphs, show_graphs),
 }
 
 

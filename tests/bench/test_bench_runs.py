@@ -118,3 +118,70 @@ def test_a_run_that_does_not_verify_reports_no_figure(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "verification failed" in captured.err
+
+
+GRAPHS_TINY = ("graphs", "--steps", "20", "--runs", "3", "--concurrent-steps", "5", "--repeat", "1")
+
+
+def test_graphs_bench_reports_every_figure_ratio_and_goal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_bench(capsys, *GRAPHS_TINY, "--skip-peers", "--workdir", str(tmp_path))
+    for key in (
+        "plain_steps_per_s",
+        "durable_steps_per_s",
+        "plain_concurrent_steps_per_s",
+        "durable_concurrent_steps_per_s",
+        "raw_lmdb_commits_per_s",
+        "plain_plus_commit_steps_per_s",
+        "ratio_durable_to_plain_plus_commit",
+        "ratio_durable_to_plain",
+        "ratio_concurrent_to_plain",
+        "adapter_loop_cpu_us_per_step",
+    ):
+        assert isinstance(out[key], float), key
+    assert (out["steps"], out["runs"], out["concurrent_steps"]) == (20, 3, 5)
+    assert out["durable_checkpoints_per_run"] == 21  # one per step and one at the end
+    assert out["ratio_durable_to_fastest_peer"] is None and out["fastest_peer"] is None
+    assert {"loop_cpu", "writer_cpu", "wall", "commit_wait", "writes_per_txn"} <= set(
+        out["durable_per_step_us"]
+    )
+    assert set(out["goals_met"]) == {
+        "one_run_at_least_0.8_of_plain_plus_commit",
+        "3_concurrent_runs_at_least_0.5_of_plain",
+    }
+
+
+def test_graphs_bench_skips_a_peer_that_is_not_importable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench.__main__
+
+    monkeypatch.setattr(bench.__main__, "peer_missing", lambda name: f"{name} is not importable")
+    out = run_bench(capsys, *GRAPHS_TINY, "--workdir", str(tmp_path))
+    assert out["peers_skipped"] == {
+        "langgraph": "langgraph is not importable",
+        "dbos": "dbos is not importable",
+    }
+    assert "langgraph_steps_per_s" not in out and "dbos_steps_per_s" not in out
+    assert "at_least_2x_fastest_peer" not in out["goals_met"]
+
+
+def test_graphs_bench_reports_no_figure_when_a_checkpoint_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from ledger.graphs import DurableGraph, GraphRunStatus
+
+    status = DurableGraph.status
+
+    def one_short(self: DurableGraph[Any, Any, Any, Any], run_id: str) -> GraphRunStatus | None:
+        found = status(self, run_id)
+        return None if found is None else dataclasses.replace(found, checkpoints=found.checkpoints - 1)
+
+    monkeypatch.setattr(DurableGraph, "status", one_short)
+    assert main([*GRAPHS_TINY, "--skip-peers", "--json", "--workdir", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "verification failed" in captured.err
