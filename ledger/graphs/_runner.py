@@ -210,7 +210,12 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                         return
                     start_state = restore.state if restore is not None else state
                     start_inputs = restore.inputs if restore is not None else inputs
-                    graph = traced_graph(self.graph, tracer=tracer, run_id=run_id, attempt=progress.attempt)
+                    graph = traced_graph(
+                        self.graph,
+                        tracer=tracer if span.is_recording() else None,
+                        run_id=run_id,
+                        attempt=progress.attempt,
+                    )
                     async with graph.iter(
                         state=start_state, deps=deps, inputs=start_inputs, infer_name=False
                     ) as graph_run:
@@ -299,7 +304,9 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             if progress.inputs is None:
                 raise NotWritable(progress.inputs_problem or "not_serializable")
             state = write_down(self._types.state, run.state)
-            task_inputs = write_down(adapter, task.inputs, same_class=task.node_id in self._types.decisions)
+            task_inputs = write_down(
+                adapter, task.inputs, same_class=task.node_id in self._types.decisions, one_shot_checked=True
+            )
         except NotWritable as exc:
             attributes = {ATTR.REASON: exc.reason, ATTR.NODE: boundary.step_id, ATTR.NEXT_NODE: task.node_id}
             span.add_event(EVENT.SKIPPED, attributes)

@@ -98,12 +98,13 @@ def get_tracer(provider: TracerProvider | None) -> Tracer:
     return trace.get_tracer(_INSTRUMENTATION)
 
 
-def traced_graph(graph: Graph, *, tracer: Tracer, run_id: str, attempt: int) -> Graph:
+def traced_graph(graph: Graph, *, tracer: Tracer | None, run_id: str, attempt: int) -> Graph:
     """A copy of ``graph`` whose steps run in ``execute_step`` spans with :func:`current_step` set.
 
     The copy shares everything but its step nodes with ``graph``; each step is a
     shallow copy whose function wraps the original (``Step.__init__`` is how a
-    step takes its function).
+    step takes its function). With no tracer (the run's span records nothing,
+    so no step span would either) the steps only set :func:`current_step`.
     """
     nodes: dict[Any, Any] = {}
     for node_id, node in graph.nodes.items():
@@ -124,11 +125,23 @@ def _attributes(info: StepInfo) -> dict[str, str | int]:
 def _traced_call(
     call: Callable[[StepContext], Awaitable[Any]],
     info: StepInfo,
-    tracer: Tracer,
+    tracer: Tracer | None,
     *,
     stream: bool,
 ) -> Callable[[StepContext], Awaitable[Any]]:
     name = f"execute_step {info.node_id}"
+    if tracer is None:
+
+        async def run_untraced(ctx: StepContext) -> Any:
+            token = _current_step.set(info)
+            try:
+                if stream:
+                    return _stream_in_step(await call(ctx), info)
+                return await call(ctx)
+            finally:
+                _current_step.reset(token)
+
+        return run_untraced
 
     async def run_step(ctx: StepContext) -> Any:
         token = _current_step.set(info)
@@ -167,6 +180,12 @@ async def _traced_stream(
         raise
     finally:
         span.end()
+
+
+async def _stream_in_step(items: AsyncIterable[Any], info: StepInfo) -> AsyncIterator[Any]:
+    _current_step.set(info)  # the reading task's own context: it ends with the task
+    async for item in items:
+        yield item
 
 
 def _failed(span: Span, exc: BaseException) -> None:

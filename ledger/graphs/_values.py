@@ -31,9 +31,14 @@ class NotWritable(Exception):
         self.reason: SkipReason = reason
 
 
-def write_down(adapter: TypeAdapter[Any], value: Any, *, same_class: bool = False) -> bytes:
-    """``value`` as JSON through ``adapter``, if it reads back equal; else raise :class:`NotWritable`."""
-    if holds_one_shot(value):
+def write_down(
+    adapter: TypeAdapter[Any], value: Any, *, same_class: bool = False, one_shot_checked: bool = False
+) -> bytes:
+    """``value`` as JSON through ``adapter``, if it reads back equal; else raise :class:`NotWritable`.
+
+    ``one_shot_checked`` says the caller has already found no iterator in ``value``.
+    """
+    if not one_shot_checked and holds_one_shot(value):
         raise NotWritable("one_shot")
     try:
         data = adapter.dump_json(value, warnings=False)

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import NoOpTracerProvider, StatusCode
 from pydantic_graph import Graph, GraphBuilder, StepContext, reduce_list_append
 
 from ledger import open_ledger
@@ -91,6 +91,18 @@ async def test_steps_read_the_runs_idempotency_key_the_same_in_every_attempt(
         "r/ship/2/r",
     ]
     assert trail.result.output == ["r/keys/2/r", "r/ship/2/r"]
+
+
+async def test_steps_read_their_run_when_nothing_records_spans(tmp_path: Path) -> None:
+    seen: list[str] = []
+    async with open_ledger(tmp_path / "l") as ledger:
+        runner = durable(keyed(seen), ledger, tracer_provider=NoOpTracerProvider())
+        with pytest.raises(Boom):
+            await runner.run("r", state=Log(), inputs=1, deps=Calls(fail_at={"ship"}))
+        result = await runner.run("r", state=Log(), inputs=1, deps=Calls())
+    # the same as with a recording provider: steps and the stream step's body see their step
+    assert seen == ["r/charge/1/r", "r/numbers/1/r", "r/keys/1/r", "r/ship/1/r", "r/keys/2/r", "r/ship/2/r"]
+    assert result.output == ["r/keys/2/r", "r/ship/2/r"]
 
 
 async def test_a_stream_steps_span_covers_its_stream(
