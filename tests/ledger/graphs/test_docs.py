@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from ledger._cli import main
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_code_blocks_of_docs_graphs_md_run_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     page = (ROOT / "docs" / "graphs.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
@@ -25,6 +27,12 @@ def test_the_code_blocks_of_docs_graphs_md_run_in_order(
     for number, block in enumerate(blocks, 1):
         exec(compile(block, f"docs/graphs.md block {number}", "exec"), module.__dict__)
     assert (tmp_path / "trip.ledger").is_dir()
+
+    # the inspect listing the page shows is what the command prints for the ledger the blocks left
+    (shown,) = re.findall(r"```\n\$ python -m ledger inspect trip.ledger\n(.*?)```", page, flags=re.DOTALL)
+    capsys.readouterr()
+    assert main(["inspect", "trip.ledger"]) == 0
+    assert capsys.readouterr().out == shown
 
 
 def test_the_graph_resume_example_runs_the_failed_step_again_and_nothing_else(tmp_path: Path) -> None:
