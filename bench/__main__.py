@@ -51,6 +51,11 @@ def _ratio(x: float) -> str:
     return f"{x:.2f}"
 
 
+def _shown(out: dict[str, Any], key: str, fmt: Callable[[float], str]) -> str:
+    value = out.get(key)
+    return "-" if value is None else fmt(value)
+
+
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
@@ -135,12 +140,10 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
 
 def show_streams(out: dict[str, Any]) -> str:
     def get(name: str) -> str:
-        value = out.get(f"{name}_msgs_per_s")
-        return "-" if value is None else _rate(value)
+        return _shown(out, f"{name}_msgs_per_s", _rate)
 
     def ratio(name: str) -> str:
-        value = out.get(name)
-        return "-" if value is None else _ratio(value)
+        return _shown(out, name, _ratio)
 
     rows: list[tuple[str, ...]] = [
         ("msgs/s (orders through the pipeline)", "durable", "non-durable"),
@@ -408,12 +411,10 @@ def bench_graphs(args: argparse.Namespace) -> dict[str, Any]:
 
 def show_graphs(out: dict[str, Any]) -> str:
     def get(name: str) -> str:
-        value = out.get(f"{name}_steps_per_s")
-        return "-" if value is None else _rate(value)
+        return _shown(out, f"{name}_steps_per_s", _rate)
 
     def ratio(name: str) -> str:
-        value = out.get(name)
-        return "-" if value is None else _ratio(value)
+        return _shown(out, name, _ratio)
 
     rows: list[tuple[str, ...]] = [
         ("steps/s", "one run", f"{out['runs']} runs"),

@@ -51,6 +51,7 @@ import msgspec
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import Ledger, open_ledger
+from ledger._graph_runs import GraphCheckpoint, SavedTask
 from ledger.graphs import DurableGraph
 
 from ._baselines import _seal
@@ -269,23 +270,8 @@ def _check_status(durable: DurableGraph[Any, Any, Any, Any], run_ids: list[str],
 # -- raw py-lmdb: one durable commit per step ----------------------------------------------
 
 
-class _CheckpointLike(msgspec.Struct, frozen=True):
-    """The fields of a ledger checkpoint of the loop graph, for the raw loop to write."""
-
-    format_version: int
-    graph_fingerprint: str
-    sequence: int
-    attempt: int
-    last_step: str
-    state: bytes
-    inputs: bytes
-    tasks: tuple[tuple[str, bytes, tuple[()]], ...]
-    finished: bool = False
-    output: bytes = b"null"
-
-
 def run_raw_commits(n: int, *, workdir: Path | None = None) -> GraphFigure:
-    """``n`` durable py-lmdb write transactions, each one put of a sealed checkpoint-like record."""
+    """``n`` durable py-lmdb write transactions, each one put of a sealed checkpoint of the loop graph."""
     encode = msgspec.msgpack.encode
     fingerprint = hashlib.sha256(b"bench").hexdigest()
     key = b"checkpoint/bench-0"
@@ -296,7 +282,7 @@ def run_raw_commits(n: int, *, workdir: Path | None = None) -> GraphFigure:
             db = env.open_db(b"graph_runs")
             started = time.perf_counter()
             for i in range(1, n + 1):
-                record = _CheckpointLike(
+                record = GraphCheckpoint(
                     1,
                     fingerprint,
                     i,
@@ -304,7 +290,7 @@ def run_raw_commits(n: int, *, workdir: Path | None = None) -> GraphFigure:
                     "bump",
                     b'{"count":%d}' % i,
                     b"%d" % n,
-                    (("loop", b"%d" % (n - i), ()),),
+                    (SavedTask("loop", b"%d" % (n - i), ()),),
                 )
                 value = _seal(encode(record))
                 size = len(value)
@@ -316,7 +302,7 @@ def run_raw_commits(n: int, *, workdir: Path | None = None) -> GraphFigure:
                 commits = int(env.info()["last_txnid"])
         finally:
             env.close()
-    if raw is None or msgspec.msgpack.decode(raw[4:], type=_CheckpointLike).sequence != n or commits < n:
+    if raw is None or msgspec.msgpack.decode(raw[4:], type=GraphCheckpoint).sequence != n or commits < n:
         raise BenchError(f"the raw LMDB loop made {commits} commits and left {raw!r}")
     return GraphFigure("raw_lmdb", n, seconds, record_bytes=size)
 
