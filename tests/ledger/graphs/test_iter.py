@@ -94,3 +94,30 @@ async def test_a_finished_run_iterates_to_its_saved_end_without_running_anything
             events = [event async for event in run]
     assert [nodes(e) for e in events] == ["end"] and isinstance(events[0], EndMarker)
     assert events[0].value == 9 and calls.ran == [] and run.state.steps == ["one", "two", "three"]
+
+
+class DriverStopped(Exception):
+    """The driving code's own failure, raised between two steps."""
+
+
+async def test_a_driver_failing_at_a_boundary_saves_it_and_an_override_of_the_saved_task_is_saved(
+    tmp_path: Path,
+) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        runner = durable(three_steps(), ledger)
+        with pytest.raises(DriverStopped):
+            async with runner.iter("r", state=Log(), inputs=5, deps=Calls()) as run:
+                async for event in run:
+                    if nodes(event) == ["two"]:
+                        raise DriverStopped
+        stopped = runner.status("r")
+
+        calls = Calls(fail_at={"three"})
+        with pytest.raises(Boom):
+            async with runner.iter("r", deps=calls) as run:
+                (saved,) = await run.next()  # type: ignore[misc]
+                await run.next([GraphTaskRequest(NodeID("three"), 100, saved.fork_stack)])
+        replaced = runner.status("r")
+    assert stopped is not None and (stopped.next_node, stopped.error) == ("two", "DriverStopped")
+    assert calls.ran == ["three"] and calls.seen == [100]  # step two was replaced, never run
+    assert replaced is not None and (replaced.next_node, replaced.error) == ("three", "Boom")
