@@ -50,27 +50,16 @@ from ._errors import (
     SchemaVersionError,
     WriteFailedError,
 )
+from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
 
-__all__ = ["CODEC", "CODEC_VERSION", "DATABASES", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket"]
+__all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket"]
 
 FORMAT: Final = "streamledger"
 SCHEMA_VERSION: Final = 2  # 2: messages stored as runs
 CODEC: Final = "msgpack"
 CODEC_VERSION: Final = 1
 
-#: Every named database of a ledger, opened when the environment opens.
-DATABASES: Final = (
-    "meta",  # the schema record
-    "streams",  # stream descriptors, one per (scope, node, key)
-    "messages",  # appended messages, keyed by stream id + sequence
-    "groups",  # consumer-group frontiers, state and results
-    "attempts",  # per-message failed-attempt counts
-    "graph_runs",  # pydantic-graph runs and step checkpoints
-    "nodes",  # complete-node checkpoints
-)
-
-_META_KEY: Final = b"schema"
 
 T = TypeVar("T")
 
@@ -603,10 +592,10 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     except lmdb.NotFoundError:
         raise NotALedgerError(f"{path} is an LMDB environment but not a streamledger ledger") from None
     with env.begin(db=meta_db) as txn:
-        raw = txn.get(_META_KEY)
+        raw = txn.get(META_KEY)
     if raw is None:
         raise NotALedgerError(f"{path} has no schema record; it is not a streamledger ledger")
-    meta = decode_record(raw, _meta_decoder, db="meta", key=_META_KEY)
+    meta = decode_record(raw, _meta_decoder, db="meta", key=META_KEY)
     if meta.format != FORMAT:
         raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
     if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
@@ -629,7 +618,7 @@ def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
     record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
     with env.begin(write=True) as txn:  # the database and its record in one transaction
         meta_db = env.open_db(b"meta", txn=txn)
-        txn.put(_META_KEY, seal(msgspec.msgpack.encode(record)), db=meta_db)
+        txn.put(META_KEY, seal(msgspec.msgpack.encode(record)), db=meta_db)
 
 
 def _take_owner_lock(path: Path) -> int:

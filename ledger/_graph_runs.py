@@ -26,7 +26,7 @@ import lmdb
 import msgspec
 
 from ._env import LedgerEnv
-from ._errors import InvalidRunIdError
+from ._layout import CHECKPOINT_PREFIX, RUN_PREFIX, checkpoint_key, run_key
 from ._seal import decode_record, seal, unseal
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
 #: The version of :class:`GraphCheckpoint`'s layout and meaning.
 FORMAT_VERSION: Final = 1
 DB: Final = "graph_runs"
-_MAX_RUN_ID_BYTES: Final = 400
 
 
 class SavedForkFrame(msgspec.Struct, frozen=True, array_like=True):
@@ -118,27 +117,6 @@ _run_decoder: Final = msgspec.msgpack.Decoder(GraphRunRecord)
 _encoder: Final = msgspec.msgpack.Encoder()
 
 
-_RUN_PREFIX: Final = b"run/"
-_CHECKPOINT_PREFIX: Final = b"checkpoint/"
-
-
-def run_key(run_id: str) -> bytes:
-    return _RUN_PREFIX + _id_bytes(run_id)
-
-
-def checkpoint_key(run_id: str) -> bytes:
-    return _CHECKPOINT_PREFIX + _id_bytes(run_id)
-
-
-def _id_bytes(run_id: str) -> bytes:
-    raw = run_id.encode()
-    if not raw or len(raw) > _MAX_RUN_ID_BYTES:
-        raise InvalidRunIdError(
-            f"a run id must be 1 to {_MAX_RUN_ID_BYTES} bytes of UTF-8; got {len(raw)} bytes"
-        )
-    return raw
-
-
 def read_run(env: LedgerEnv, run_id: str) -> GraphRunRecord | None:
     key = run_key(run_id)
     with env.read() as txn:
@@ -160,13 +138,13 @@ def list_runs(env: LedgerEnv) -> Iterator[tuple[GraphRunRecord, GraphCheckpoint 
         return
     db = env.db(DB)
     with env.read() as txn, txn.cursor(db=db) as cursor:
-        found = cursor.set_range(_RUN_PREFIX)
+        found = cursor.set_range(RUN_PREFIX)
         while found:
             key, value = bytes(cursor.key()), bytes(cursor.value())
-            if not key.startswith(_RUN_PREFIX):
+            if not key.startswith(RUN_PREFIX):
                 break
             record = decode_record(value, _run_decoder, db=DB, key=key)
-            ckey = _CHECKPOINT_PREFIX + key[len(_RUN_PREFIX) :]
+            ckey = CHECKPOINT_PREFIX + key[len(RUN_PREFIX) :]
             raw = txn.get(ckey, db=db)
             yield record, None if raw is None else _decode_checkpoint(ckey, bytes(raw))
             found = cursor.next()

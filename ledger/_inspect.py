@@ -13,7 +13,8 @@ from streams._codec import to_plain
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, list_runs
-from ._streams import DESCRIPTOR_PREFIX, decode_descriptor, decode_frontier
+from ._layout import DESCRIPTOR_PREFIX
+from ._streams import decode_descriptor, decode_frontier
 
 __all__ = ["inspect_ledger"]
 

@@ -5,21 +5,8 @@ The store logic lives once in :mod:`streams._store`; this module supplies its
 hook call as one write of the group committer (``open_message`` only reads and
 runs inline on a read transaction).
 
-Record layout (every value framed by :func:`~ledger._seal.seal`; ``id`` is a
-stream's 8-byte big-endian id, ``seq`` an 8-byte big-endian sequence)::
-
-    db        key                                       value
-    streams   b"c"                                      last stream id (msgpack int)
-    streams   b"r" + msgpack([scope, node, key])        stream id (msgpack int)
-    streams   b"d" + id                                 StreamDescriptor
-    messages  id + first seq                            msgpack list of payloads: a run of
-                                                        up to CHUNK messages from first seq
-    groups    id + group (utf-8)                        GroupFrontier
-    attempts  id + len(group) (4 bytes) + group + seq   AttemptRecord
-                 + len(node) (4 bytes) + node + parent attempt
-
-A key part that would make a key longer than ``MAX_KEY`` bytes is replaced
-by ``0xff`` and its 32-byte BLAKE2b digest; the full names stay in the values.
+The record layout of the ``streams``, ``messages``, ``groups`` and
+``attempts`` databases is stated in :mod:`ledger._layout`.
 Keys are big-endian, so a stream's messages are contiguous and appended in
 key order. A batch of messages is stored as runs of up to ``CHUNK``
 messages, one LMDB value each: the writer thread makes one put per run
@@ -30,10 +17,8 @@ ends, so a commit of many messages on one group writes its frontier once.
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -57,22 +42,21 @@ from streams._tracing import span
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
+from ._layout import (
+    CHUNK,
+    COUNTER_KEY,
+    U64,
+    attempt_key,
+    descriptor_key,
+    group_key,
+    index_key,
+)
 from ._seal import decode_record, seal
 
 __all__ = ["LmdbStreamHooks"]
 
 T = TypeVar("T")
 
-COUNTER_KEY: Final = b"c"
-INDEX_PREFIX: Final = b"r"
-DESCRIPTOR_PREFIX: Final = b"d"
-#: Longer keys keep their fixed prefix and a 32-byte digest of the rest (LMDB keys end at 511 bytes).
-MAX_KEY: Final = 256
-#: Marks a digested key part; 0xff never starts UTF-8, msgpack arrays or the length prefixes.
-_DIGESTED: Final = b"\xff"
-
-_u64 = struct.Struct(">Q")
-_u32 = struct.Struct(">I")
 _encoder = msgspec.msgpack.Encoder()
 _descriptor_decoder = msgspec.msgpack.Decoder(StreamDescriptor)
 _frontier_decoder = msgspec.msgpack.Decoder(GroupFrontier)
@@ -80,49 +64,12 @@ _attempt_decoder = msgspec.msgpack.Decoder(AttemptRecord)
 _int_decoder = msgspec.msgpack.Decoder(int)
 
 
-def _bounded(prefix: bytes, rest: bytes) -> bytes:
-    """``prefix + rest``, or ``prefix`` and a digest of ``rest`` when that is longer than MAX_KEY."""
-    if len(prefix) + len(rest) <= MAX_KEY:
-        return prefix + rest
-    return prefix + _DIGESTED + hashlib.blake2b(rest, digest_size=32).digest()
-
-
-def index_key(ref: StreamRef) -> bytes:
-    """The ``streams`` key mapping a stream's identity to its id."""
-    return _bounded(INDEX_PREFIX, _encoder.encode((ref.scope, ref.node, ref.key)))
-
-
-def descriptor_key(stream_id: int) -> bytes:
-    """The ``streams`` key of a stream's descriptor."""
-    return DESCRIPTOR_PREFIX + _u64.pack(stream_id)
-
-
-def message_key(stream_id: int, first_seq: int) -> bytes:
-    """The ``messages`` key of the run of messages starting at ``first_seq``."""
-    return _u64.pack(stream_id) + _u64.pack(first_seq)
-
-
-#: The most messages one stored run holds (bounds what compaction must keep of a run).
-CHUNK: Final = 256
 _payloads_decoder = msgspec.msgpack.Decoder(list[bytes])
 
 
 def decode_run(key: bytes, value: bytes) -> list[bytes]:
     """The payloads of one stored run of messages."""
     return decode_record(value, _payloads_decoder, db="messages", key=key)
-
-
-def group_key(stream_id: int, group: str) -> bytes:
-    """The ``groups`` key of a consumer group's frontier."""
-    return _bounded(_u64.pack(stream_id), group.encode())
-
-
-def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
-    """The ``attempts`` key of a message budget."""
-    _, group, seq, node, parent = key
-    g, n = group.encode(), node.encode()
-    rest = b"".join((_u32.pack(len(g)), g, _u64.pack(seq), _u32.pack(len(n)), n, parent.encode()))
-    return _bounded(_u64.pack(stream_id), rest)
 
 
 def decode_descriptor(key: bytes, value: bytes) -> StreamDescriptor:
@@ -135,9 +82,9 @@ def decode_frontier(key: bytes, value: bytes) -> GroupFrontier:
 
 def _at_run_holding(cursor: Any, prefix: bytes, seq: int) -> bool:
     """Put ``cursor`` on the stream's run holding ``seq``, or the first run after it."""
-    if cursor.set_range(prefix + _u64.pack(seq)):
+    if cursor.set_range(prefix + U64.pack(seq)):
         key = cursor.key()
-        if key[:8] == prefix and _u64.unpack_from(key, 8)[0] == seq:
+        if key[:8] == prefix and U64.unpack_from(key, 8)[0] == seq:
             return True
         if not cursor.prev():  # the run after seq is the first record: start there
             return bool(cursor.first()) and cursor.key()[:8] == prefix
@@ -292,18 +239,18 @@ class LmdbView:
         self._attempts[key] = None
 
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
-        prefix = _u64.pack(self._require_id(ref))
+        prefix = U64.pack(self._require_id(ref))
         db = self._dbs["messages"]
         put = self._txn.put
         for start in range(0, len(payloads), CHUNK):
             run = payloads[start : start + CHUNK]
-            put(prefix + _u64.pack(first_seq + start), seal(_encoder.encode(run)), db=db)
+            put(prefix + U64.pack(first_seq + start), seal(_encoder.encode(run)), db=db)
 
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:
         stream_id = self._id(ref)
         if stream_id is None:
             return []
-        prefix = _u64.pack(stream_id)
+        prefix = U64.pack(stream_id)
         found: list[StoredMessage] = []
         with self._txn.cursor(db=self._dbs["messages"]) as cursor:
             # the run holding seq + 1 starts at or before it: step back one run from there
@@ -312,7 +259,7 @@ class LmdbView:
             for key, value in cursor:
                 if key[:8] != prefix:
                     break
-                first = _u64.unpack_from(key, 8)[0]
+                first = U64.unpack_from(key, 8)[0]
                 for i, payload in enumerate(decode_run(key, value)):
                     if first + i > seq:
                         found.append(StoredMessage(first + i, payload))
@@ -324,15 +271,15 @@ class LmdbView:
         stream_id = self._id(ref)
         if stream_id is None:
             return
-        prefix = _u64.pack(stream_id)
+        prefix = U64.pack(stream_id)
         with self._txn.cursor(db=self._dbs["messages"]) as cursor:
             if not cursor.set_range(prefix):
                 return
             while True:
                 key = cursor.key()
-                if not key or key[:8] != prefix or _u64.unpack_from(key, 8)[0] > through:
+                if not key or key[:8] != prefix or U64.unpack_from(key, 8)[0] > through:
                     return
-                last = _u64.unpack_from(key, 8)[0] + len(decode_run(key, cursor.value())) - 1
+                last = U64.unpack_from(key, 8)[0] + len(decode_run(key, cursor.value())) - 1
                 if last > through or not cursor.delete():
                     return
 

@@ -20,16 +20,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, inspect_ledger, open_ledger
-from ledger._streams import (
-    CHUNK,
-    MAX_KEY,
-    LmdbView,
-    decode_run,
-    descriptor_key,
-    group_key,
-    index_key,
-    message_key,
-)
+from ledger._layout import CHUNK, MAX_KEY, descriptor_key, group_key, index_key, message_key
+from ledger._streams import LmdbView, decode_run
 from streams import (
     AppendBatch,
     Key,

@@ -1,0 +1,146 @@
+"""Every database of a ledger and the layout of its keys, in one place.
+
+Each value is framed by :func:`ledger._seal.seal` (a CRC-32 over key and
+value). ``id`` is a stream's 8-byte big-endian id, ``seq`` an 8-byte
+big-endian sequence number; big-endian keys keep a stream's messages
+contiguous and in order::
+
+    db          key                                       value
+    meta        b"schema"                                 LedgerMeta
+    streams     b"c"                                      last stream id (msgpack int)
+    streams     b"r" + msgpack([scope, node, key])        stream id (msgpack int)
+    streams     b"d" + id                                 StreamDescriptor
+    messages    id + first seq                            msgpack list of payloads: a run of up
+                                                          to CHUNK messages from first seq
+    groups      id + group (utf-8)                        GroupFrontier
+    attempts    id + len(group) (4 bytes) + group + seq   AttemptRecord
+                   + len(node) (4 bytes) + node + parent attempt
+    graph_runs  b"run/" + run id (utf-8)                  GraphRunRecord
+    graph_runs  b"checkpoint/" + run id (utf-8)           GraphCheckpoint
+    nodes       (reserved for complete-node checkpoints)
+
+A key part that would make a ``streams``, ``groups`` or ``attempts`` key
+longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
+BLAKE2b digest; the full names stay in the values. A run id is 1 to
+:data:`MAX_RUN_ID_BYTES` bytes of UTF-8, kept whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Final
+
+import msgspec
+
+from streams._records import StreamRef
+from streams._store import AttemptKey
+
+from ._errors import InvalidRunIdError
+
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "CHUNK",
+    "COUNTER_KEY",
+    "DATABASES",
+    "DESCRIPTOR_PREFIX",
+    "INDEX_PREFIX",
+    "MAX_KEY",
+    "MAX_RUN_ID_BYTES",
+    "META_KEY",
+    "RUN_PREFIX",
+    "U64",
+    "attempt_key",
+    "checkpoint_key",
+    "descriptor_key",
+    "group_key",
+    "index_key",
+    "message_key",
+    "run_key",
+]
+
+#: Every named database of a ledger, opened when the environment opens.
+DATABASES: Final = (
+    "meta",  # the schema record
+    "streams",  # stream descriptors, one per (scope, node, key)
+    "messages",  # appended messages, keyed by stream id + sequence
+    "groups",  # consumer-group frontiers, state and results
+    "attempts",  # per-message failed-attempt counts
+    "graph_runs",  # pydantic-graph runs and step checkpoints
+    "nodes",  # complete-node checkpoints
+)
+
+META_KEY: Final = b"schema"
+
+COUNTER_KEY: Final = b"c"
+INDEX_PREFIX: Final = b"r"
+DESCRIPTOR_PREFIX: Final = b"d"
+#: Longer keys keep their fixed prefix and a 32-byte digest of the rest (LMDB keys end at 511 bytes).
+MAX_KEY: Final = 256
+#: Marks a digested key part; 0xff never starts UTF-8, msgpack arrays or the length prefixes.
+_DIGESTED: Final = b"\xff"
+#: The most messages one stored run holds (bounds what compaction must keep of a run).
+CHUNK: Final = 256
+
+RUN_PREFIX: Final = b"run/"
+CHECKPOINT_PREFIX: Final = b"checkpoint/"
+MAX_RUN_ID_BYTES: Final = 400
+
+#: Stream ids and sequence numbers in keys: 8 bytes, big-endian.
+U64: Final = struct.Struct(">Q")
+_u32: Final = struct.Struct(">I")
+_encoder: Final = msgspec.msgpack.Encoder()
+
+
+def _bounded(prefix: bytes, rest: bytes) -> bytes:
+    """``prefix + rest``, or ``prefix`` and a digest of ``rest`` when that is longer than MAX_KEY."""
+    if len(prefix) + len(rest) <= MAX_KEY:
+        return prefix + rest
+    return prefix + _DIGESTED + hashlib.blake2b(rest, digest_size=32).digest()
+
+
+def index_key(ref: StreamRef) -> bytes:
+    """The ``streams`` key mapping a stream's identity to its id."""
+    return _bounded(INDEX_PREFIX, _encoder.encode((ref.scope, ref.node, ref.key)))
+
+
+def descriptor_key(stream_id: int) -> bytes:
+    """The ``streams`` key of a stream's descriptor."""
+    return DESCRIPTOR_PREFIX + U64.pack(stream_id)
+
+
+def message_key(stream_id: int, first_seq: int) -> bytes:
+    """The ``messages`` key of the run of messages starting at ``first_seq``."""
+    return U64.pack(stream_id) + U64.pack(first_seq)
+
+
+def group_key(stream_id: int, group: str) -> bytes:
+    """The ``groups`` key of a consumer group's frontier."""
+    return _bounded(U64.pack(stream_id), group.encode())
+
+
+def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
+    """The ``attempts`` key of a message budget."""
+    _, group, seq, node, parent = key
+    g, n = group.encode(), node.encode()
+    rest = b"".join((_u32.pack(len(g)), g, U64.pack(seq), _u32.pack(len(n)), n, parent.encode()))
+    return _bounded(U64.pack(stream_id), rest)
+
+
+def run_key(run_id: str) -> bytes:
+    """The ``graph_runs`` key of a durable graph run's record."""
+    return RUN_PREFIX + _run_id_bytes(run_id)
+
+
+def checkpoint_key(run_id: str) -> bytes:
+    """The ``graph_runs`` key of a durable graph run's latest checkpoint."""
+    return CHECKPOINT_PREFIX + _run_id_bytes(run_id)
+
+
+def _run_id_bytes(run_id: str) -> bytes:
+    raw = run_id.encode()
+    if not raw or len(raw) > MAX_RUN_ID_BYTES:
+        raise InvalidRunIdError(
+            f"a run id must be 1 to {MAX_RUN_ID_BYTES} bytes of UTF-8; got {len(raw)} bytes"
+        )
+    return raw
