@@ -1,54 +1,38 @@
-"""The LMDB environment behind a ledger: files, locking, schema, map growth, group commit.
+"""The LMDB environment behind a ledger: files, locking, schema, reads, map growth.
 
 One :class:`LedgerEnv` exists per ledger path in a process (LMDB refuses to
 open an environment twice in one process) and one process owns a ledger path
-at a time, enforced by an ``fcntl`` lock on ``owner.lock``.
-
-Writes go through :meth:`LedgerEnv.submit`: each write is a function of an
-LMDB write transaction. The committer task gathers every write submitted while
-the previous batch was committing into one LMDB write transaction and one
-fsync (group commit). Each write runs in its own nested transaction, so one
-that raises is rolled back alone and the others still commit. One writer
-thread, started while the ledger serves writes, owns every write
-transaction (LMDB ties them to the thread that began them); the committer
-hands it a batch and is woken once when it is durable, so the event loop
-never blocks on LMDB. Reads are memory-mapped lookups of a
-microsecond or two and run inline on the caller's thread.
-
-Each batch is one ``streamledger.commit_batch`` span (writes, failed writes,
-map growths), started and ended on the event loop so the writer thread does
-no tracing work.
+at a time, enforced by an ``fcntl`` lock on ``owner.lock``. Reads are
+memory-mapped lookups of a microsecond or two and run inline on the caller's
+thread. Writes go through :meth:`LedgerEnv.submit` to the group committer
+(:mod:`ledger._commit`), which exists only while :meth:`LedgerEnv.serve`
+runs; it reaches the environment through :meth:`LedgerEnv.begin_write` and
+:meth:`LedgerEnv.grow_map`. The databases and their keys are stated in
+:mod:`ledger._layout`.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import fcntl
 import os
-import queue
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import lmdb
 import msgspec
-from opentelemetry import trace
 
-from streams._tracing import tracer
-
+from ._commit import BeforeCommit, GroupCommitter, WriteTicket
 from ._errors import (
     LedgerClosedError,
     LedgerInUseError,
     LedgerLockedError,
-    MapFullError,
     NotALedgerError,
     SchemaVersionError,
-    WriteFailedError,
 )
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
@@ -98,25 +82,6 @@ class LedgerMeta(msgspec.Struct, frozen=True):
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 
 
-class WriteTicket(Generic[T]):
-    """One submitted write; await :meth:`wait` for its result once its batch is durable."""
-
-    __slots__ = ("_done", "_error", "_fn", "_result")
-
-    def __init__(self, fn: Callable[[lmdb.Transaction], T]) -> None:
-        self._fn = fn
-        self._done = anyio.Event()
-        self._result: T | None = None
-        self._error: BaseException | None = None
-
-    async def wait(self) -> T:
-        """Wait until the write is committed and return what its function returned."""
-        await self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result  # type: ignore[return-value]
-
-
 class LedgerEnv:
     """An open ledger environment. Create with :meth:`open`; serve writes inside :meth:`serving`."""
 
@@ -133,17 +98,13 @@ class LedgerEnv:
         self._path_key = str(path)
         self._env = env
         self._lock_fd = lock_fd
-        self._max_map_size = max_map_size
+        self.max_map_size = max_map_size
         self.readonly = readonly
         self._dbs = _open_databases(env, readonly=readonly)
-        self._pending: list[WriteTicket[Any]] = []
-        self._wakeup: anyio.Event | None = None
-        self._writer: _WriterThread | None = None
-        self._stopping = False
+        self._committer: GroupCommitter | None = None  # while serving writes
         self._map_lock = threading.Lock()
         self._closed = False
-        self._serving = False
-        self._batches = 0
+        #: Called on the writer thread after each committed batch with its writes and successes (bench).
         self.batch_observer: Callable[[int, int], None] | None = None
 
     # -- opening -------------------------------------------------------------------------
@@ -262,173 +223,56 @@ class LedgerEnv:
         self._check_open()
         if self.readonly:
             raise LedgerClosedError(f"ledger {self.path} was opened read-only; it takes no writes")
-        if not self._serving:
+        committer = self._committer
+        if committer is None:
             raise LedgerClosedError(
                 f"ledger {self.path} is not serving writes; open it with `async with open_ledger(...)`"
             )
-        ticket: WriteTicket[T] = WriteTicket(fn)
-        self._pending.append(ticket)
-        if self._wakeup is not None:
-            self._wakeup.set()
-        return ticket
+        return committer.submit(fn)
 
     async def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
         """Submit ``fn`` and wait until its batch is durable."""
         return await self.submit(fn).wait()
 
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Commit submitted writes until :meth:`stop_serving`; then commit what is pending and return.
+    async def serve(
+        self,
+        *,
+        before_commit: BeforeCommit | None = None,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Commit submitted writes (:class:`~ledger._commit.GroupCommitter`) until :meth:`stop_serving`.
 
-        The loop is shielded from cancellation: code that unwinds after a
-        cancellation (a handler confirming what it finished, a shielded
-        cleanup) can still write until the owner of the ledger stops it.
+        Then commits what is pending and returns. The loop is shielded from
+        cancellation: code that unwinds after a cancellation can still write
+        until the owner of the ledger stops it. ``before_commit`` is a fault
+        hook for tests (:data:`~ledger._commit.BeforeCommit`).
         """
-        self._serving = True
-        self._stopping = False
-        self._wakeup = anyio.Event()
-        self._writer = _WriterThread(self._commit_batch, name=f"streamledger-writer {self.path.name}")
+        committer = GroupCommitter(self, before_commit=before_commit)
+        self._committer = committer
         task_status.started()
         try:
-            with anyio.CancelScope(shield=True):
-                while True:
-                    await self._wakeup.wait()
-                    self._wakeup = anyio.Event()
-                    await self._commit_pending()
-                    if self._stopping and not self._pending:
-                        break
+            await committer.run()
         finally:
-            self._serving = False
-            self._writer.stop()
-            self._writer = None
-            # serve() ended on an error: writes queued behind it are answered, never left waiting
-            pending, self._pending = self._pending, []
-            for ticket in pending:
-                ticket._error = WriteFailedError(
-                    f"ledger {self.path} stopped serving writes after a failed batch; "
-                    "this write was not made: reopen the ledger to recover"
-                )
-                ticket._done.set()
+            self._committer = None
 
     def stop_serving(self) -> None:
         """Let :meth:`serve` return once every write submitted so far is committed."""
-        self._stopping = True
-        if self._wakeup is not None:
-            self._wakeup.set()
+        if self._committer is not None:
+            self._committer.stop()
 
-    async def _commit_pending(self) -> None:
-        batch, self._pending = self._pending, []
-        if not batch:
-            return
-        span = tracer().start_span("streamledger.commit_batch")
-        try:
-            assert self._writer is not None
-            outcomes, growths = await self._writer.commit(batch)
-        except BaseException as exc:
-            error = (
-                exc if isinstance(exc, Exception) else WriteFailedError(f"write batch interrupted: {exc!r}")
-            )
-            for ticket in batch:
-                ticket._error = error
-                ticket._done.set()
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        "streamledger.batch.writes": len(batch),
-                        "streamledger.batch.failed": len(batch),
-                    }
-                )
-                kind = type(error).__qualname__  # never the message: it may quote a payload
-                span.set_attribute("streamledger.error.type", kind)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
-            span.end()
-            raise
-        failed = 0
-        for ticket, (ok, value) in zip(batch, outcomes, strict=True):
-            if ok:
-                ticket._result = value
-            else:
-                ticket._error = value
-                failed += 1
-            ticket._done.set()
-        if span.is_recording():
-            span.set_attributes(
-                {
-                    "streamledger.batch.writes": len(batch),
-                    "streamledger.batch.failed": failed,
-                    "streamledger.batch.map_growths": growths,
-                }
-            )
-        span.end()
+    # -- the committer's access to the environment (writer thread) -------------------------
 
-    def _commit_batch(self, batch: list[WriteTicket[Any]]) -> tuple[list[tuple[bool, Any]], int]:
-        """Writer thread: one write transaction and one fsync for the whole batch.
+    def begin_write(self, parent: lmdb.Transaction | None = None) -> lmdb.Transaction:
+        """A write transaction, nested in ``parent`` if given; the writer thread's only."""
+        return self._env.begin(write=True, parent=parent)
 
-        Returns each write's outcome and how many times the map grew. When the
-        map cannot grow any more, each write is committed alone so that only
-        those that do not fit fail, with :class:`MapFullError`.
-        """
-        growths = 0
-        while True:
-            try:
-                return self._try_batch(batch), growths
-            except lmdb.MapFullError:
-                if not self._grow_map():
-                    break
-                growths += 1
-        if len(batch) == 1:
-            error = MapFullError(
-                f"a write to ledger {self.path} does not fit in its map limit of "
-                f"{self._max_map_size} bytes; nothing of it was written. "
-                "Open the ledger with a larger max_map_size"
-            )
-            return [(False, error)], growths
-        outcomes: list[tuple[bool, Any]] = []
-        for ticket in batch:
-            outcome, _ = self._commit_batch([ticket])
-            outcomes.extend(outcome)
-        return outcomes, growths
-
-    def _try_batch(self, batch: list[WriteTicket[Any]]) -> list[tuple[bool, Any]]:
-        txn = self._env.begin(write=True)
-        try:
-            outcomes: list[tuple[bool, Any]] = []
-            for ticket in batch:
-                child = self._env.begin(write=True, parent=txn)
-                try:
-                    value = ticket._fn(child)
-                except lmdb.MapFullError:
-                    child.abort()
-                    raise
-                except Exception as exc:
-                    child.abort()
-                    outcomes.append((False, exc))
-                else:
-                    child.commit()
-                    outcomes.append((True, value))
-            txn.commit()
-        except lmdb.MapFullError:
-            txn.abort()
-            raise
-        except lmdb.Error as exc:
-            txn.abort()
-            raise WriteFailedError(f"LMDB refused a write batch on {self.path}: {exc}") from exc
-        except BaseException:
-            txn.abort()
-            raise
-        self._batches += 1
-        if self._batches % 1024 == 0:
-            self._env.reader_check()
-        if self.batch_observer is not None:
-            self.batch_observer(len(batch), sum(1 for ok, _ in outcomes if ok))
-        return outcomes
-
-    def _grow_map(self) -> bool:
+    def grow_map(self) -> bool:
         """Double the map up to its limit; False if it is at the limit already."""
         current = self._env.info()["map_size"]
-        if current >= self._max_map_size:
+        if current >= self.max_map_size:
             return False
         with self._map_lock:
-            self._env.set_mapsize(min(current * 2, self._max_map_size))
+            self._env.set_mapsize(min(current * 2, self.max_map_size))
         return True
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -461,55 +305,6 @@ class LedgerEnv:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosedError(f"ledger {self.path} is closed")
-
-
-class _WriterThread:
-    """The one thread that owns the ledger's write transactions.
-
-    The committer hands it a batch through a queue and waits, without
-    blocking the event loop, for one byte on a socket pair: one wake-up of
-    the loop per committed batch, on asyncio and trio alike.
-    """
-
-    def __init__(self, commit: Callable[[list[WriteTicket[Any]]], Any], *, name: str) -> None:
-        self._commit = commit
-        self._requests: queue.SimpleQueue[list[WriteTicket[Any]] | None] = queue.SimpleQueue()
-        self._results: collections.deque[tuple[bool, Any]] = collections.deque()
-        self._receive, self._send = socket.socketpair()
-        self._receive.setblocking(False)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            batch = self._requests.get()
-            if batch is None:
-                return
-            try:
-                result: tuple[bool, Any] = (True, self._commit(batch))
-            except BaseException as exc:
-                result = (False, exc)
-            self._results.append(result)
-            self._send.send(b"\0")
-
-    async def commit(self, batch: list[WriteTicket[Any]]) -> Any:
-        """Commit ``batch`` on the writer thread; a batch handed over always finishes."""
-        self._requests.put(batch)
-        with anyio.CancelScope(shield=True):
-            while not self._results:
-                await anyio.wait_readable(self._receive)
-                with contextlib.suppress(BlockingIOError):
-                    self._receive.recv(4096)
-        ok, value = self._results.popleft()
-        if ok:
-            return value
-        raise value
-
-    def stop(self) -> None:
-        self._requests.put(None)
-        self._thread.join()
-        self._receive.close()
-        self._send.close()
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -45,7 +46,11 @@ async def open_ledger(
     loses nothing, a power loss may lose the last batches. Everything written
     before the block exits is committed before the ledger closes.
     """
-    env = LedgerEnv.open(path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size)
+    opening = partial(
+        LedgerEnv.open, path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size
+    )
+    with anyio.CancelScope(shield=True):  # an environment opened is always closed below
+        env = await anyio.to_thread.run_sync(opening)  # files, locks and fsyncs: off the event loop
     try:
         with single_error():
             async with anyio.create_task_group() as tg:

@@ -7,6 +7,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ledger import (
     CorruptRecordError,
+    LedgerClosedError,
     LedgerEnv,
     LedgerInUseError,
     LedgerLockedError,
@@ -29,6 +31,7 @@ from ledger import (
 )
 from ledger._env import CODEC, CODEC_VERSION, FORMAT, SCHEMA_VERSION, LedgerMeta
 from ledger._seal import decode_record, seal
+from streams._unwrap import single_error
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -433,25 +436,30 @@ def test_an_lmdb_environment_holding_data_is_still_not_a_ledger(tmp_path: Path) 
 
 
 async def test_writes_queued_behind_a_failed_batch_are_answered(tmp_path: Path) -> None:
-    with pytest.raises(WriteFailedError):
-        async with open_ledger(tmp_path / "l") as ledger:
-            env = ledger.env
-            gate = threading.Event()
-            assert env._writer is not None
+    env = LedgerEnv.open(tmp_path / "l")
+    gate = threading.Event()
 
-            def failing(batch: object) -> object:
-                gate.wait(10)  # hold the first batch until the second write is queued
-                raise WriteFailedError("the disk is gone")
+    def failing(writes: int) -> None:
+        gate.wait(10)  # hold the first batch until the second write is queued
+        raise WriteFailedError("the disk is gone")
 
-            env._writer._commit = failing
-            first = env.submit(lambda txn: None)
-            await anyio.wait_all_tasks_blocked()
-            second = env.submit(lambda txn: None)
-            gate.set()
-            with anyio.fail_after(10):
-                for ticket in (first, second):
-                    with pytest.raises(WriteFailedError):
-                        await ticket.wait()
+    try:
+        with pytest.raises(WriteFailedError, match="the disk is gone"), single_error():
+            async with anyio.create_task_group() as tg:
+                await tg.start(partial(env.serve, before_commit=failing))
+                first = env.submit(lambda txn: None)
+                await anyio.wait_all_tasks_blocked()
+                second = env.submit(lambda txn: None)
+                gate.set()
+                with anyio.fail_after(10):
+                    with pytest.raises(WriteFailedError, match="the disk is gone"):
+                        await first.wait()
+                    with pytest.raises(WriteFailedError, match="stopped serving writes after a failed batch"):
+                        await second.wait()
+        with pytest.raises(LedgerClosedError, match="not serving writes"):
+            env.submit(lambda txn: None)  # the committer is gone with its serving period
+    finally:
+        env.close()
 
 
 def test_a_forked_child_does_not_keep_the_ledger_locked(tmp_path: Path) -> None:
