@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 import anyio
 import anyio.abc
 import lmdb
-from opentelemetry import trace
 
-from streams._tracing import tracer
+from streams._tracing import ATTR, SPAN, failed, tracer
 
 from ._errors import MapFullError, WriteFailedError
 
@@ -131,7 +130,7 @@ class GroupCommitter:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        span = tracer().start_span("streamledger.commit_batch")
+        span = tracer().start_span(SPAN.COMMIT_BATCH)
         try:
             outcomes, growths = await self._writer.commit(batch)
         except BaseException as exc:
@@ -141,24 +140,20 @@ class GroupCommitter:
             for ticket in batch:
                 ticket.resolve(False, error)
             if span.is_recording():
-                span.set_attributes(
-                    {"streamledger.batch.writes": len(batch), "streamledger.batch.failed": len(batch)}
-                )
-                kind = type(error).__qualname__  # never the message: it may quote a payload
-                span.set_attribute("streamledger.error.type", kind)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
+                span.set_attributes({ATTR.BATCH_WRITES: len(batch), ATTR.BATCH_FAILED: len(batch)})
+                failed(span, error)
             span.end()
             raise
-        failed = 0
+        refused = 0
         for ticket, (ok, value) in zip(batch, outcomes, strict=True):
-            failed += not ok
+            refused += not ok
             ticket.resolve(ok, value)
         if span.is_recording():
             span.set_attributes(
                 {
-                    "streamledger.batch.writes": len(batch),
-                    "streamledger.batch.failed": failed,
-                    "streamledger.batch.map_growths": growths,
+                    ATTR.BATCH_WRITES: len(batch),
+                    ATTR.BATCH_FAILED: refused,
+                    ATTR.BATCH_MAP_GROWTHS: growths,
                 }
             )
         span.end()

@@ -38,7 +38,7 @@ from streams._records import (
 )
 from streams._rules import AttemptRecord, StreamDescriptor
 from streams._store import AttemptKey
-from streams._tracing import span
+from streams._tracing import ATTR, SPAN, span
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
@@ -338,22 +338,22 @@ class LmdbStreamHooks:
     async def open(self, request: StreamOpen) -> StreamOpened:
         """Open or reclaim a stream: descriptor, frontiers and unacknowledged tail only."""
         with span(
-            "streamledger.recover",
+            SPAN.RECOVER,
             {
-                "streamledger.stream.scope": request.ref.scope,
-                "streamledger.stream.node": request.ref.node,
-                "streamledger.stream.key": request.ref.key,
+                ATTR.STREAM_SCOPE: request.ref.scope,
+                ATTR.STREAM_NODE: request.ref.node,
+                ATTR.STREAM_KEY: request.ref.key,
             },
         ) as current:
             opened, reads = await self._write(lambda view: _store.open_stream(view, request))
             if current.is_recording():
                 current.set_attributes(
                     {
-                        "streamledger.generation": opened.generation,
-                        "streamledger.appended": opened.appended,
-                        "streamledger.tail": len(opened.tail),
-                        "streamledger.created": opened.created,
-                        "streamledger.records_read": reads,
+                        ATTR.GENERATION: opened.generation,
+                        ATTR.APPENDED: opened.appended,
+                        ATTR.TAIL: len(opened.tail),
+                        ATTR.CREATED: opened.created,
+                        ATTR.RECORDS_READ: reads,
                     }
                 )
             return opened

@@ -37,7 +37,7 @@ from ._keys import Key, NoValue, check_name
 from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._staging import CommitStager
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
-from ._tracing import span, tracer
+from ._tracing import ATTR, EVENT, SPAN, span, tracer
 from ._unwrap import single_error
 
 __all__ = ["HandleResult", "MessageTx", "handle_messages"]
@@ -380,7 +380,10 @@ class _Run(Generic[T, S]):
             index = await self._fail(seq, index, exc)
             tx: MessageTx[S] = MessageTx(
                 # its own copy of the state, unless the state can never change
-                self, seq, index, self.state if self.share_state else self._decode_state()
+                self,
+                seq,
+                index,
+                self.state if self.share_state else self._decode_state(),
             )
             try:
                 await self.handler(tx, value)
@@ -407,15 +410,15 @@ class _Run(Generic[T, S]):
         except Exception as error:
             raise self.stream._break(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
         if attempt.exhausted:
-            attempt_span = tracer().start_span("streamledger.message_attempt")
+            attempt_span = tracer().start_span(SPAN.MESSAGE_ATTEMPT)
             attempt_span.add_event(
-                "streamledger.budget.exhausted",
+                EVENT.BUDGET_EXHAUSTED,
                 {
-                    "streamledger.stream": str(self.stream.ref),
-                    "streamledger.group": self.group.name,
-                    "streamledger.seq": seq,
-                    "streamledger.attempts": attempt.index,
-                    "streamledger.error.type": type(exc).__qualname__,
+                    ATTR.STREAM: str(self.stream.ref),
+                    ATTR.GROUP: self.group.name,
+                    ATTR.SEQ: seq,
+                    ATTR.ATTEMPTS: attempt.index,
+                    ATTR.ERROR_TYPE: type(exc).__qualname__,
                 },
             )
             attempt_span.end()
@@ -646,10 +649,13 @@ async def handle_messages(
     group.claimed = True
     group.cursor = group.acked_through  # messages received but not acked are handled too, in order
     try:
-        with single_error(), span(
-            "streamledger.handle_messages",
-            {"streamledger.stream": str(stream.ref), "streamledger.group": group.name},
-        ) as current:
+        with (
+            single_error(),
+            span(
+                SPAN.HANDLE_MESSAGES,
+                {ATTR.STREAM: str(stream.ref), ATTR.GROUP: group.name},
+            ) as current,
+        ):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run.committer)
                 try:
@@ -657,7 +663,7 @@ async def handle_messages(
                     await run.drain()
                 finally:
                     tg.cancel_scope.cancel()
-            current.set_attribute("streamledger.handled", run.committed)
+            current.set_attribute(ATTR.HANDLED, run.committed)
     finally:
         group.claimed = False
         group.cursor = group.acked_through

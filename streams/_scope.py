@@ -14,7 +14,7 @@ from ._hooks import StreamHooks
 from ._keys import Key, Stream, check_name, type_name
 from ._records import StreamOpen, StreamRef
 from ._stream import ManagedStream
-from ._tracing import span
+from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error
 
 __all__ = ["StreamScope", "open_scope"]
@@ -90,12 +90,12 @@ class StreamScope:
             groups=tuple(groups),
             resumable=resumable,
         )
-        with span("streamledger.open_stream", {"streamledger.stream": str(ref)}) as current:
+        with span(SPAN.OPEN_STREAM, {ATTR.STREAM: str(ref)}) as current:
             opened = await self.hooks.open(request)
-            current.set_attribute("streamledger.generation", opened.generation)
-            current.set_attribute("streamledger.tail", len(opened.tail))
+            current.set_attribute(ATTR.GENERATION, opened.generation)
+            current.set_attribute(ATTR.TAIL, len(opened.tail))
             if not opened.created:
-                current.add_event("streamledger.stream.recovered")
+                current.add_event(EVENT.STREAM_RECOVERED)
         stream: ManagedStream[T] = ManagedStream(
             self, key, ref, opened, capacity=capacity, resumable=resumable
         )

@@ -174,9 +174,7 @@ def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
             failing=failing,
         )
     else:
-        frontier = msgspec.structs.replace(
-            frontier, failing=tuple(sorted((*failing, message.seq)))
-        )
+        frontier = msgspec.structs.replace(frontier, failing=tuple(sorted((*failing, message.seq))))
     view.put_group(desc.ref, frontier)
     return MessageAttempt(index=failures + 1, exhausted=exhausted, state=frontier.state)
 
@@ -329,7 +327,5 @@ def finish(view: RecordView, request: StreamFinish) -> None:
         if desc.failed == request.failed:
             return
         raise StreamFinishedError(f"finish of stream {desc.ref}: it already ended the other way")
-    view.put_descriptor(
-        msgspec.structs.replace(desc, finished=not request.failed, failed=request.failed)
-    )
+    view.put_descriptor(msgspec.structs.replace(desc, finished=not request.failed, failed=request.failed))
     _maybe_compact(view, desc.ref)

@@ -403,8 +403,10 @@ class ManagedStream(Generic[T]):
     def _local_ack_many(self, group: _Group, seqs: Sequence[int]) -> None:
         """Acknowledge committed messages locally, in ascending sequence order."""
         first, last = seqs[0], seqs[-1]
-        if first == group.acked_through + 1 and last - first == len(seqs) - 1 and (
-            not group.acked_above or group.acked_above[0] > last + 1
+        if (
+            first == group.acked_through + 1
+            and last - first == len(seqs) - 1
+            and (not group.acked_above or group.acked_above[0] > last + 1)
         ):
             group.acked_through = last
         else:

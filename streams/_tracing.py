@@ -1,25 +1,91 @@
-"""OpenTelemetry (API only) for the engine and the ledger. Spans never carry business values.
+"""OpenTelemetry (API only) for the engine, the ledger and durable graphs: one vocabulary.
 
-OpenTelemetry's defaults record an exception's message and traceback on the
-span, and a message may quote a payload. :func:`span` records the
-exception's type instead.
+Every span, event and attribute the library emits is named here, once:
+:class:`SPAN`, :class:`EVENT`, :class:`ATTR`. Spans never carry business
+values. OpenTelemetry's defaults record an exception's message and traceback
+on the span, and a message may quote a payload: :func:`span` and
+:func:`failed` record the exception's type instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Final
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["span", "tracer"]
+__all__ = ["ATTR", "EVENT", "SPAN", "failed", "span", "tracer"]
+
+_INSTRUMENTATION: Final = "streamledger"
 
 
-def tracer() -> trace.Tracer:
-    """The library's tracer, looked up at call time so a provider set later is used."""
-    return trace.get_tracer("streamledger")
+class SPAN:
+    """Span names (durable graphs name theirs after the graph and the step)."""
+
+    OPEN_STREAM: Final = "streamledger.open_stream"
+    RECOVER: Final = "streamledger.recover"
+    HANDLE_MESSAGES: Final = "streamledger.handle_messages"
+    MESSAGE_ATTEMPT: Final = "streamledger.message_attempt"
+    COMMIT_BATCH: Final = "streamledger.commit_batch"
+    INVOKE_GRAPH: Final = "invoke_graph {graph}"
+    EXECUTE_STEP: Final = "execute_step {node}"
+
+
+class EVENT:
+    STREAM_RECOVERED: Final = "streamledger.stream.recovered"
+    BUDGET_EXHAUSTED: Final = "streamledger.budget.exhausted"
+    CHECKPOINT_RESTORED: Final = "streamledger.checkpoint.restored"
+    CHECKPOINT_DISCARDED: Final = "streamledger.checkpoint.discarded"
+    CHECKPOINT_SAVED: Final = "streamledger.checkpoint.saved"
+    CHECKPOINT_SKIPPED: Final = "streamledger.checkpoint.skipped"
+
+
+class ATTR:
+    ERROR_TYPE: Final = "streamledger.error.type"
+    # streams and handlers
+    STREAM: Final = "streamledger.stream"
+    STREAM_SCOPE: Final = "streamledger.stream.scope"
+    STREAM_NODE: Final = "streamledger.stream.node"
+    STREAM_KEY: Final = "streamledger.stream.key"
+    GROUP: Final = "streamledger.group"
+    SEQ: Final = "streamledger.seq"
+    ATTEMPTS: Final = "streamledger.attempts"
+    HANDLED: Final = "streamledger.handled"
+    GENERATION: Final = "streamledger.generation"
+    APPENDED: Final = "streamledger.appended"
+    TAIL: Final = "streamledger.tail"
+    CREATED: Final = "streamledger.created"
+    RECORDS_READ: Final = "streamledger.records_read"
+    # ledger commit batches
+    BATCH_WRITES: Final = "streamledger.batch.writes"
+    BATCH_FAILED: Final = "streamledger.batch.failed"
+    BATCH_MAP_GROWTHS: Final = "streamledger.batch.map_growths"
+    # durable graph runs and their checkpoints
+    RUN_ID: Final = "streamledger.graph.run_id"
+    GRAPH: Final = "streamledger.graph.name"
+    ATTEMPT: Final = "streamledger.graph.attempt"
+    NODE: Final = "streamledger.graph.node_id"
+    REASON: Final = "streamledger.checkpoint.reason"
+    ERROR: Final = "streamledger.checkpoint.error"
+    SEQUENCE: Final = "streamledger.checkpoint.sequence"
+    NEXT_NODE: Final = "streamledger.checkpoint.next_node"
+
+
+def tracer(provider: TracerProvider | None = None) -> trace.Tracer:
+    """The library's tracer: the given provider's, else the global one looked up at call time."""
+    if provider is not None:
+        return provider.get_tracer(_INSTRUMENTATION)
+    return trace.get_tracer(_INSTRUMENTATION)
+
+
+def failed(current: Span, exc: BaseException) -> None:
+    """Mark ``current`` as failed with ``exc``'s type only: its message may hold values."""
+    kind = type(exc).__qualname__
+    current.set_attribute(ATTR.ERROR_TYPE, kind)
+    current.set_status(Status(StatusCode.ERROR, kind))
 
 
 @contextmanager
@@ -31,7 +97,5 @@ def span(name: str, attributes: Mapping[str, AttributeValue] | None = None) -> I
         try:
             yield current
         except BaseException as exc:
-            kind = type(exc).__qualname__
-            current.set_attribute("streamledger.error.type", kind)
-            current.set_status(Status(StatusCode.ERROR, kind))
+            failed(current, exc)
             raise

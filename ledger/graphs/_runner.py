@@ -11,9 +11,11 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 import anyio
-from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, TracerProvider
 from pydantic_graph import EndMarker, Graph, GraphRun, GraphTask, GraphTaskRequest
 from pydantic_graph.id_types import TaskID
+
+from streams._tracing import ATTR, EVENT, SPAN, failed, tracer
 
 from .._env import LedgerEnv
 from .._errors import LedgerError
@@ -41,7 +43,7 @@ from ._quiescence import (
     quiescent_boundary,
 )
 from ._resume import Discard, Restore, restore_plan
-from ._tracing import ATTR, EVENT, get_tracer, traced_graph
+from ._tracing import traced_graph
 from ._types import graph_types
 from ._values import NotWritable, SkipReason, holds_one_shot, write_down
 
@@ -195,9 +197,9 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         stopped before a task (to wait for an approval, say) sees it again.
         """
         with _claim(self.ledger.env, run_id):
-            tracer = get_tracer(self._tracer_provider)
-            with tracer.start_as_current_span(
-                f"invoke_graph {self._name}",
+            run_tracer = tracer(self._tracer_provider)
+            with run_tracer.start_as_current_span(
+                SPAN.INVOKE_GRAPH.format(graph=self._name),
                 attributes={ATTR.RUN_ID: run_id, ATTR.GRAPH: self._name},
                 record_exception=False,
                 set_status_on_exception=False,
@@ -212,7 +214,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                     start_inputs = restore.inputs if restore is not None else inputs
                     graph = traced_graph(
                         self.graph,
-                        tracer=tracer if span.is_recording() else None,
+                        tracer=run_tracer if span.is_recording() else None,
                         run_id=run_id,
                         attempt=progress.attempt,
                     )
@@ -231,7 +233,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                             raise
                         await run.stop()
                 except BaseException as exc:
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                    failed(span, exc)
                     if isinstance(exc, Exception) and progress is not None:
                         await self._record_failure(progress, exc)
                     raise
@@ -252,13 +254,13 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
                 attributes: dict[str, str] = {ATTR.REASON: outcome.reason}
                 if outcome.error is not None:
                     attributes[ATTR.ERROR] = outcome.error
-                span.add_event(EVENT.DISCARDED, attributes)
+                span.add_event(EVENT.CHECKPOINT_DISCARDED, attributes)
                 discarded = outcome.reason
             else:
                 restore = outcome
         if restore is not None:
             span.add_event(
-                EVENT.RESTORED,
+                EVENT.CHECKPOINT_RESTORED,
                 {
                     ATTR.SEQUENCE: restore.checkpoint.sequence,
                     ATTR.NEXT_NODE: restore.checkpoint.tasks[0].node_id if restore.checkpoint.tasks else "",
@@ -309,7 +311,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             )
         except NotWritable as exc:
             attributes = {ATTR.REASON: exc.reason, ATTR.NODE: boundary.step_id, ATTR.NEXT_NODE: task.node_id}
-            span.add_event(EVENT.SKIPPED, attributes)
+            span.add_event(EVENT.CHECKPOINT_SKIPPED, attributes)
             return
         await self._checkpoint(span, progress, boundary.step_id, state, (saved_task(task, task_inputs),))
 
@@ -318,7 +320,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             state = write_down(self._types.state, run.state)
             output = write_down(self._types.output, end.value)
         except NotWritable as exc:
-            span.add_event(EVENT.SKIPPED, {ATTR.REASON: exc.reason, ATTR.NEXT_NODE: "__end__"})
+            span.add_event(EVENT.CHECKPOINT_SKIPPED, {ATTR.REASON: exc.reason, ATTR.NEXT_NODE: "__end__"})
             return
         await self._checkpoint(span, progress, "__end__", state, (), output=output)
 
@@ -349,7 +351,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         )
         await write_run(self.ledger.env, progress.record(), checkpoint=checkpoint)
         span.add_event(
-            EVENT.SAVED,
+            EVENT.CHECKPOINT_SAVED,
             {
                 ATTR.SEQUENCE: progress.sequence,
                 ATTR.NODE: step_id,

@@ -24,38 +24,19 @@ import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.trace import Span, Tracer
 from pydantic_graph import Graph, Step, StepContext
 from pydantic_graph.step import StepFunction
+
+from streams._tracing import ATTR, SPAN, failed
 
 from ._errors import NotInGraphStepError
 from ._quiescence import is_stream_step
 
-__all__ = ["ATTR", "EVENT", "StepInfo", "current_step", "get_tracer", "traced_graph"]
-
-_INSTRUMENTATION: Final = "streamledger"
-
-
-class EVENT:
-    RESTORED: Final = "streamledger.checkpoint.restored"
-    DISCARDED: Final = "streamledger.checkpoint.discarded"
-    SAVED: Final = "streamledger.checkpoint.saved"
-    SKIPPED: Final = "streamledger.checkpoint.skipped"
-
-
-class ATTR:
-    REASON: Final = "streamledger.checkpoint.reason"
-    ERROR: Final = "streamledger.checkpoint.error"
-    SEQUENCE: Final = "streamledger.checkpoint.sequence"
-    NEXT_NODE: Final = "streamledger.checkpoint.next_node"
-    RUN_ID: Final = "streamledger.graph.run_id"
-    ATTEMPT: Final = "streamledger.graph.attempt"
-    GRAPH: Final = "streamledger.graph.name"
-    NODE: Final = "streamledger.graph.node_id"
+__all__ = ["StepInfo", "current_step", "traced_graph"]
 
 
 @dataclass(frozen=True)
@@ -91,13 +72,6 @@ def current_step() -> StepInfo:
         ) from None
 
 
-def get_tracer(provider: TracerProvider | None) -> Tracer:
-    """The tracer to use now: the given provider's, else the global one at call time."""
-    if provider is not None:
-        return provider.get_tracer(_INSTRUMENTATION)
-    return trace.get_tracer(_INSTRUMENTATION)
-
-
 def traced_graph(graph: Graph, *, tracer: Tracer | None, run_id: str, attempt: int) -> Graph:
     """A copy of ``graph`` whose steps run in ``execute_step`` spans with :func:`current_step` set.
 
@@ -129,7 +103,7 @@ def _traced_call(
     *,
     stream: bool,
 ) -> Callable[[StepContext], Awaitable[Any]]:
-    name = f"execute_step {info.node_id}"
+    name = SPAN.EXECUTE_STEP.format(node=info.node_id)
     if tracer is None:
 
         async def run_untraced(ctx: StepContext) -> Any:
@@ -159,7 +133,7 @@ def _traced_call(
                 try:
                     return await call(ctx)
                 except BaseException as exc:
-                    _failed(span, exc)
+                    failed(span, exc)
                     raise
         finally:
             _current_step.reset(token)
@@ -176,7 +150,7 @@ async def _traced_stream(
         async for item in items:
             yield item
     except BaseException as exc:
-        _failed(span, exc)
+        failed(span, exc)
         raise
     finally:
         span.end()
@@ -186,8 +160,3 @@ async def _stream_in_step(items: AsyncIterable[Any], info: StepInfo) -> AsyncIte
     _current_step.set(info)  # the reading task's own context: it ends with the task
     async for item in items:
         yield item
-
-
-def _failed(span: Span, exc: BaseException) -> None:
-    # The exception's type only: its message may hold values.
-    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
