@@ -1,5 +1,7 @@
 """streamledger's durable store: an embedded LMDB ledger for streams, nodes and graph runs."""
 
+from streams._public import publish as _publish
+
 from ._env import LedgerEnv as LedgerEnv
 from ._env import WriteTicket as WriteTicket
 from ._errors import CorruptRecordError as CorruptRecordError
@@ -34,8 +36,4 @@ __all__ = [
     "open_ledger",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) or callable(_obj):
-        _obj.__module__ = __name__  # tracebacks and docs name the public module
-del _name, _obj
+_publish(globals(), __all__)  # tracebacks and docs name the public module

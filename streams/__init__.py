@@ -29,6 +29,7 @@ from ._keys import Key as Key
 from ._keys import NoValue as NoValue
 from ._keys import Stream as Stream
 from ._memory import MemoryStore as MemoryStore
+from ._public import publish as _publish
 from ._records import AppendBatch as AppendBatch
 from ._records import GroupFrontier as GroupFrontier
 from ._records import MessageAttempt as MessageAttempt
@@ -100,8 +101,4 @@ __all__ = [
     "open_scope",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) or callable(_obj):
-        _obj.__module__ = __name__  # tracebacks and docs name the public module
-del _name, _obj
+_publish(globals(), __all__)  # tracebacks and docs name the public module

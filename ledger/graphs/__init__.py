@@ -6,6 +6,8 @@ same run id again resumes from the latest checkpoint without repeating the
 steps it had completed. See ``docs/graphs.md``.
 """
 
+from streams._public import publish as _publish
+
 from ._errors import GraphInputTypeError as GraphInputTypeError
 from ._errors import GraphRunActiveError as GraphRunActiveError
 from ._errors import GraphStateTypeError as GraphStateTypeError
@@ -38,8 +40,4 @@ __all__ = [
     "current_step",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) or callable(_obj):
-        _obj.__module__ = __name__  # tracebacks and docs say ledger.graphs.DurableGraph
-del _name, _obj
+_publish(globals(), __all__)  # tracebacks and docs name the public module
