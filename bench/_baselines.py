@@ -28,6 +28,7 @@ from zlib import crc32
 import lmdb
 import msgspec
 
+from ledger._env import write_mode
 from streams import GroupFrontier
 
 from ._shape import BenchError, Invoice, Order, Totals, expected_total
@@ -79,7 +80,7 @@ def probe_fsync(*, count: int = 50, workdir: Path | None = None) -> float:
 def run_raw_lmdb(n: int, *, sync: bool, batch: int = 256, workdir: Path | None = None) -> BaselineRun:
     """The pipeline's records written by a plain py-lmdb loop, ``batch`` orders per transaction."""
     with tempfile.TemporaryDirectory(prefix="raw-lmdb-bench-", dir=workdir) as tmp:
-        env = lmdb.open(tmp, map_size=1 << 32, max_dbs=4, sync=sync, metasync=sync, readahead=False)
+        env = lmdb.open(tmp, map_size=1 << 32, max_dbs=4, **write_mode(sync))
         try:
             messages = env.open_db(b"messages")
             groups = env.open_db(b"groups")

@@ -51,6 +51,7 @@ import msgspec
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import Ledger, open_ledger
+from ledger._env import write_mode
 from ledger._graph_runs import GraphCheckpoint, SavedTask
 from ledger.graphs import DurableGraph
 
@@ -277,7 +278,7 @@ def run_raw_commits(n: int, *, workdir: Path | None = None) -> GraphFigure:
     key = b"checkpoint/bench-0"
     size = 0
     with tempfile.TemporaryDirectory(prefix="raw-commits-bench-", dir=workdir) as tmp:
-        env = lmdb.open(tmp, map_size=1 << 30, max_dbs=2, sync=True, metasync=True, readahead=False)
+        env = lmdb.open(tmp, map_size=1 << 30, max_dbs=2, **write_mode(True))
         try:
             db = env.open_db(b"graph_runs")
             started = time.perf_counter()

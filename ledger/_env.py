@@ -37,7 +37,7 @@ from ._errors import (
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
 
-__all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket"]
+__all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket", "write_mode"]
 
 FORMAT: Final = "streamledger"
 SCHEMA_VERSION: Final = 2  # 2: messages stored as runs
@@ -80,6 +80,17 @@ class LedgerMeta(msgspec.Struct, frozen=True):
 
 
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
+
+
+def write_mode(sync: bool) -> dict[str, bool]:
+    """How a ledger opens LMDB for writing; the benches' raw loops open it the same way.
+
+    ``sync`` fsyncs data and meta pages at every commit (durable across power
+    loss as far as the disk keeps its word); without it a killed process
+    loses nothing, a power loss may lose the last commits. No readahead: the
+    ledger reads a few pages at a time.
+    """
+    return {"sync": sync, "metasync": sync, "readahead": False}
 
 
 class LedgerEnv:
@@ -135,13 +146,7 @@ class LedgerEnv:
             lock_fd = _take_owner_lock(p)
             try:
                 env = lmdb.open(
-                    str(p),
-                    map_size=map_size,
-                    max_dbs=len(DATABASES) + 4,
-                    sync=sync,
-                    metasync=sync,
-                    readahead=False,
-                    max_readers=256,
+                    str(p), map_size=map_size, max_dbs=len(DATABASES) + 4, max_readers=256, **write_mode(sync)
                 )
                 try:
                     env.reader_check()

@@ -17,7 +17,7 @@ had been handled one by one.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Final, Generic, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
@@ -48,6 +48,13 @@ U = TypeVar("U")
 
 #: Messages taken from the tail at a time before the handler yields to other tasks.
 _CHUNK = 64
+
+#: What a handler may raise that is not its own failure: the engine refused a value, an output or
+#: a confirmation. These end the run (after what was staged before commits); they never spend an
+#: attempt of the message's budget.
+NOT_A_HANDLER_FAILURE: Final = (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError)
+#: Why a message's staged outputs cannot be published: too many for a stream, or a stream refusing.
+REFUSED_OUTPUTS: Final = (OutputLimitError, StreamStateError)
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
 
@@ -322,7 +329,7 @@ class _Run(Generic[T, S]):
                 failure: Exception | None = None
                 try:
                     await handler(tx, value)
-                except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
+                except NOT_A_HANDLER_FAILURE:
                     await self.drain()  # what was staged before this message still commits
                     raise
                 except Exception as exc:
@@ -335,7 +342,7 @@ class _Run(Generic[T, S]):
                     try:
                         while not self._room_for(tx):
                             await self._wait_for_room(tx)
-                    except (OutputLimitError, StreamStateError):
+                    except REFUSED_OUTPUTS:
                         await self.drain()  # what was staged before this message still commits
                         raise
                 self._stage(tx)
@@ -387,7 +394,7 @@ class _Run(Generic[T, S]):
             )
             try:
                 await self.handler(tx, value)
-            except (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError):
+            except NOT_A_HANDLER_FAILURE:
                 await self.drain()  # what was staged before this message still commits
                 raise
             except Exception as error:
