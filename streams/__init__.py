@@ -27,6 +27,7 @@ from ._handle import handle_messages as handle_messages
 from ._hooks import StreamHooks as StreamHooks
 from ._keys import Key as Key
 from ._keys import NoValue as NoValue
+from ._keys import NoValueType as NoValueType
 from ._keys import Stream as Stream
 from ._memory import MemoryStore as MemoryStore
 from ._public import publish as _publish
@@ -73,6 +74,7 @@ __all__ = [
     "MessageRef",
     "MessageTx",
     "NoValue",
+    "NoValueType",
     "OutputBatch",
     "OutputLimitError",
     "PayloadTypeError",

@@ -33,7 +33,7 @@ from ._errors import (
     StreamFailedError,
     StreamStateError,
 )
-from ._keys import Key, NoValue, check_name
+from ._keys import Key, NoValue, NoValueType, check_name
 from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._staging import CommitStager
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
@@ -136,10 +136,13 @@ class HandleResult(Generic[S]):
         self.state = state
         self._results = results
 
-    def result(self, key: Key[U]) -> U | Any:
+    def result(self, key: Key[U]) -> U | NoValueType:
         """The committed value of an ordinary result, or ``NoValue`` if none was set."""
         raw = self._results.get(key.name)
-        return NoValue if raw is None else codec_for(key.type).decode(raw, what=f"result {key.name!r}")
+        if raw is None:
+            return NoValue
+        value: U = codec_for(key.type).decode(raw, what=f"result {key.name!r}")
+        return value
 
     def __repr__(self) -> str:
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar, get_args, get_origin
+from typing import Any, Final, Generic, TypeVar, final, get_args, get_origin
 
-__all__ = ["Key", "NoValue", "Stream", "check_name", "type_name"]
+__all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name", "type_name"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -21,10 +21,13 @@ class Stream(Generic[T_co]):
         raise TypeError("Stream[T] is a declaration marker; open endpoints through a StreamScope")
 
 
-class _NoValueType:
-    _instance: _NoValueType | None = None
+@final
+class NoValueType:
+    """The type of :data:`NoValue`, its only instance: annotate "a value or none" as ``T | NoValueType``."""
 
-    def __new__(cls) -> _NoValueType:
+    _instance: NoValueType | None = None
+
+    def __new__(cls) -> NoValueType:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -37,7 +40,7 @@ class _NoValueType:
 
 
 #: The value of a key that was skipped rather than set.
-NoValue = _NoValueType()
+NoValue: Final = NoValueType()
 
 
 class Key(Generic[T]):
