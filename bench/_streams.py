@@ -38,6 +38,7 @@ from streams import (
     handle_messages,
     open_scope,
 )
+from streams.testing import PassThroughHooks
 
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
 
@@ -67,40 +68,40 @@ class HookCounts:
     commit_sizes: list[int] = field(default_factory=list)
 
 
-class CountingHooks:
+class CountingHooks(PassThroughHooks):
     """A :class:`~streams.StreamHooks` that counts calls and passes them on."""
 
     def __init__(self, inner: StreamHooks) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.counts = HookCounts()
 
     async def open(self, request: StreamOpen) -> StreamOpened:
         self.counts.other += 1
-        return await self.inner.open(request)
+        return await super().open(request)
 
     async def append(self, batch: AppendBatch) -> None:
         self.counts.appends += 1
         self.counts.appended += len(batch.payloads)
-        await self.inner.append(batch)
+        await super().append(batch)
 
     async def open_message(self, request: MessageOpen) -> MessageAttempt:
         self.counts.other += 1
-        return await self.inner.open_message(request)
+        return await super().open_message(request)
 
     async def fail_message(self, request: MessageFail) -> MessageAttempt:
         self.counts.other += 1
-        return await self.inner.fail_message(request)
+        return await super().fail_message(request)
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
         messages = sum(c.count for c in commits)  # a commit may confirm a run of messages
         self.counts.commits += 1
         self.counts.committed += messages
         self.counts.commit_sizes.append(messages)
-        await self.inner.commit(commits)
+        await super().commit(commits)
 
     async def finish(self, request: StreamFinish) -> None:
         self.counts.other += 1
-        await self.inner.finish(request)
+        await super().finish(request)
 
 
 class NullHooks:

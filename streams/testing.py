@@ -9,6 +9,9 @@ A call chosen to fail raises :class:`InjectedFault` either before reaching
 the store (``after=False``: nothing confirmed) or after the store confirmed
 it (``after=True``: the answer is lost, as when a process dies inside a
 commit).
+
+For a wrapper of your own (one that gates, counts or refuses some calls),
+subclass :class:`PassThroughHooks` and override only the calls it changes.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ._records import (
     StreamOpened,
 )
 
-__all__ = ["FaultyHooks", "InjectedFault"]
+__all__ = ["FaultyHooks", "InjectedFault", "PassThroughHooks"]
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -38,7 +41,32 @@ class InjectedFault(Exception):
     """Raised by :class:`FaultyHooks` in place of a store's answer."""
 
 
-class FaultyHooks:
+class PassThroughHooks:
+    """A :class:`~streams.StreamHooks` that passes every call to ``inner``: a base for wrappers."""
+
+    def __init__(self, inner: StreamHooks) -> None:
+        self.inner = inner
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        return await self.inner.open(request)
+
+    async def append(self, batch: AppendBatch) -> None:
+        await self.inner.append(batch)
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        return await self.inner.open_message(request)
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        return await self.inner.fail_message(request)
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        await self.inner.commit(commits)
+
+    async def finish(self, request: StreamFinish) -> None:
+        await self.inner.finish(request)
+
+
+class FaultyHooks(PassThroughHooks):
     """A :class:`~streams.StreamHooks` wrapper that fails chosen calls.
 
     ``fail`` maps a hook name to the 1-based number of the call that fails
@@ -50,7 +78,7 @@ class FaultyHooks:
         unknown = set(fail) - {"open", "append", "open_message", "fail_message", "commit", "finish"}
         if unknown:
             raise ValueError(f"no such hook: {sorted(unknown)}")
-        self.inner = inner
+        super().__init__(inner)
         self.fail = dict(fail)
         self.after = after
         self.calls: dict[str, int] = {}

@@ -22,13 +22,14 @@ from streams import (
     PayloadTypeError,
     Stream,
     StreamFailedError,
+    StreamHooks,
     StreamScope,
     StreamStateError,
     StreamWriter,
     handle_messages,
     open_scope,
 )
-from streams.testing import FaultyHooks, InjectedFault
+from streams.testing import FaultyHooks, InjectedFault, PassThroughHooks
 
 from .conftest import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals, World
 
@@ -396,8 +397,10 @@ async def test_results_are_restored_after_restart(world: World) -> None:
         assert result.result(Key("never_set", int)) is NoValue
 
 
-class _CountingHooks(FaultyHooks):
-    batches: list[int]
+class _CountingHooks(PassThroughHooks):
+    def __init__(self, inner: StreamHooks) -> None:
+        super().__init__(inner)
+        self.batches: list[int] = []
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
         self.batches.append(sum(c.count for c in commits))
@@ -406,8 +409,7 @@ class _CountingHooks(FaultyHooks):
 
 async def test_commits_are_pipelined_and_land_in_order(world: World) -> None:
     async with world.session() as hooks:
-        counting = _CountingHooks(hooks, fail={})
-        counting.batches = []
+        counting = _CountingHooks(hooks)
         async with open_scope(counting, scope="s") as scope:
             await _orders(scope, 400)
             result = await _bill(scope)

@@ -21,7 +21,7 @@ from streams import (
     handle_messages,
     open_scope,
 )
-from streams.testing import FaultyHooks
+from streams.testing import FaultyHooks, PassThroughHooks
 
 from .conftest import NUMBERS, World
 
@@ -340,13 +340,13 @@ async def test_a_failed_append_surfaces_as_a_checkpoint_error(world: World) -> N
 async def test_a_commit_error_that_meets_a_cancellation_is_raised_as_itself(world: World) -> None:
     gate = anyio.Event()
 
-    class SlowFailingCommit(FaultyHooks):
+    class SlowFailingCommit(PassThroughHooks):
         async def commit(self, commits: Sequence[MessageCommit]) -> None:
             await gate.wait()
             raise CheckpointError("commit refused")
 
     async with world.session() as hooks:
-        refusing = SlowFailingCommit(hooks, fail={})
+        refusing = SlowFailingCommit(hooks)
         async with open_scope(refusing, scope="s") as scope:
             stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
             for i in range(3):

@@ -21,7 +21,7 @@ from streams import (
     StreamRef,
     open_scope,
 )
-from streams.testing import FaultyHooks, InjectedFault
+from streams.testing import FaultyHooks, InjectedFault, PassThroughHooks
 
 from .conftest import NUMBERS, ORDERS, Order, World
 
@@ -42,13 +42,13 @@ async def test_reader_never_sees_a_message_before_its_append_is_confirmed(world:
         gate = anyio.Event()
         entered = anyio.Event()
 
-        class GatedHooks(FaultyHooks):
+        class GatedHooks(PassThroughHooks):
             async def append(self, batch: AppendBatch) -> None:
                 entered.set()
                 await gate.wait()
                 await self.inner.append(batch)
 
-        gated = GatedHooks(hooks, fail={})
+        gated = GatedHooks(hooks)
         async with open_scope(gated, scope="s") as scope:
             stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
             reader = stream.reader("g")
