@@ -14,15 +14,9 @@ from pathlib import Path
 import pytest
 
 from ledger import open_ledger
-from ledger._demo import INVOICES, ORDERS, BillingState, Invoice, Order
-from streams import Key, MemoryStore, Stream, StreamHooks
+from streams import MemoryStore, StreamHooks
 
-# The demo's records and keys: orders in, invoices out, a running total as state.
-Totals = BillingState
-__all__ = ["INVOICES", "NUMBERS", "ORDERS", "TOTAL", "Invoice", "Order", "Totals", "World"]
-
-NUMBERS = Key("numbers", Stream[int])
-TOTAL = Key("total", int)
+__all__ = ["World"]
 
 
 class World:

@@ -31,7 +31,8 @@ from streams import (
 )
 from streams.testing import FaultyHooks, InjectedFault, PassThroughHooks
 
-from .conftest import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals, World
+from .conftest import World
+from .records import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals
 
 
 async def _orders(scope: StreamScope, n: int, *, finish: bool = True) -> None:

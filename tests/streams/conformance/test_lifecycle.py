@@ -23,7 +23,8 @@ from streams import (
 )
 from streams.testing import FaultyHooks, PassThroughHooks
 
-from .conftest import NUMBERS, World
+from .conftest import World
+from .records import NUMBERS
 
 OUT = Key("out", Stream[int])
 

@@ -23,7 +23,8 @@ from streams import (
 )
 from streams.testing import FaultyHooks, InjectedFault, PassThroughHooks
 
-from .conftest import NUMBERS, ORDERS, Order, World
+from .conftest import World
+from .records import NUMBERS, ORDERS, Order
 
 
 async def test_messages_are_delivered_in_contiguous_sequence(world: World) -> None:
