@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import FrameType, SimpleNamespace
 from typing import Any, Final, get_origin, get_type_hints
 
+import msgspec
 import pydantic_graph
 from pydantic import PydanticUserError, TypeAdapter
 from pydantic.errors import PydanticUndefinedAnnotation
@@ -47,16 +47,14 @@ from pydantic_graph.step import NodeStep
 __all__ = ["NO_ANNOTATION", "GraphNamespace", "Incomplete", "Unresolved", "caller_frame", "complete_adapter"]
 
 
-@dataclass(frozen=True)
-class Unresolved:
+class Unresolved(msgspec.Struct, frozen=True):
     """An annotation that names something no namespace reaches."""
 
     text: str
     error: str  # "name 'Order' is not defined"
 
 
-@dataclass(frozen=True)
-class Incomplete:
+class Incomplete(msgspec.Struct, frozen=True):
     """A type whose pydantic adapter cannot be completed: it refers to names nothing reaches."""
 
     error: str

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 from pydantic_graph import Graph, GraphBuilder, GraphRun, GraphTask, GraphTaskRequest, Join, Step, StepContext
 from pydantic_graph.node import StartNode
 
@@ -83,8 +83,7 @@ def is_stream_step(node: object) -> bool:
     return isinstance(node, Step) and getattr(node.call, "__code__", None) is _STREAM_WRAPPER_CODE
 
 
-@dataclass(frozen=True)
-class ForkRegions:
+class ForkRegions(msgspec.Struct, frozen=True):
     """The parts of a graph that lie between a fork and its join.
 
     pydantic-graph treats the start node as a fork with one thread, and by
@@ -121,8 +120,7 @@ class ForkRegions:
         return False
 
 
-@dataclass(frozen=True)
-class Boundary:
+class Boundary(msgspec.Struct, frozen=True):
     """A quiescent step boundary: the step that finished and the one task that comes next."""
 
     step_id: str

@@ -10,9 +10,9 @@ where and why, without values).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from pydantic import TypeAdapter, ValidationError
 
 from .._graph_runs import GraphCheckpoint
@@ -24,8 +24,7 @@ __all__ = ["Discard", "DiscardReason", "Restore", "restore_plan"]
 DiscardReason = Literal["format", "graph_changed", "untyped", "invalid"]
 
 
-@dataclass(frozen=True)
-class Restore:
+class Restore(msgspec.Struct, frozen=True):
     """A checkpoint to resume, with its values read back through this graph's types."""
 
     checkpoint: GraphCheckpoint
@@ -35,8 +34,7 @@ class Restore:
     output: Any
 
 
-@dataclass(frozen=True)
-class Discard:
+class Discard(msgspec.Struct, frozen=True):
     """Why a checkpoint is not resumed; ``error`` says where and why for ``invalid``."""
 
     reason: DiscardReason

@@ -5,12 +5,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Generic, Literal, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 import anyio
+import msgspec
 from opentelemetry.trace import Span, TracerProvider
 from pydantic_graph import EndMarker, Graph, GraphRun, GraphTask, GraphTaskRequest
 from pydantic_graph.id_types import TaskID
@@ -55,8 +55,7 @@ InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 
-@dataclass(frozen=True)
-class GraphRunResult(Generic[StateT, OutputT]):
+class GraphRunResult(msgspec.Struct, Generic[StateT, OutputT], frozen=True):
     """What a durable run ended with.
 
     ``resumed_from`` is the sequence number of the checkpoint the last attempt
@@ -73,8 +72,7 @@ class GraphRunResult(Generic[StateT, OutputT]):
     already_finished: bool
 
 
-@dataclass(frozen=True)
-class GraphRunStatus:
+class GraphRunStatus(msgspec.Struct, frozen=True):
     """A run as the ledger holds it: attempts, saved checkpoints, and what comes next.
 
     ``discarded`` is why the run's latest discarded checkpoint was not

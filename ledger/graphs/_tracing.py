@@ -23,9 +23,9 @@ import copy
 import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, cast
 
+import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, Tracer
 from pydantic_graph import Graph, Step, StepContext
@@ -39,8 +39,7 @@ from ._quiescence import is_stream_step
 __all__ = ["StepInfo", "current_step", "traced_graph"]
 
 
-@dataclass(frozen=True)
-class StepInfo:
+class StepInfo(msgspec.Struct, frozen=True):
     """What a running step knows about its durable run.
 
     ``idempotency_key`` is the same in every attempt of the run, in any

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, get_args, get_origin
 
+import msgspec
 from pydantic import TypeAdapter
 from pydantic_graph import Decision, Fork, Graph, Join, Step, StepContext
 from pydantic_graph.id_types import NodeID
@@ -50,8 +50,7 @@ from ._quiescence import ForkRegions, is_stream_step
 __all__ = ["GraphTypes", "graph_types"]
 
 
-@dataclass(frozen=True)
-class GraphTypes:
+class GraphTypes(msgspec.Struct, frozen=True):
     """The adapters of one graph: state, inputs, output, and every typed node's input.
 
     ``untyped`` maps each node that can follow a step outside a fork but has

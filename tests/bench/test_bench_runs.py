@@ -170,7 +170,7 @@ def test_graphs_bench_skips_a_peer_that_is_not_importable(
 def test_graphs_bench_reports_no_figure_when_a_checkpoint_is_missing(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import dataclasses
+    import msgspec
 
     from ledger.graphs import DurableGraph, GraphRunStatus
 
@@ -178,7 +178,7 @@ def test_graphs_bench_reports_no_figure_when_a_checkpoint_is_missing(
 
     def one_short(self: DurableGraph[Any, Any, Any, Any], run_id: str) -> GraphRunStatus | None:
         found = status(self, run_id)
-        return None if found is None else dataclasses.replace(found, checkpoints=found.checkpoints - 1)
+        return None if found is None else msgspec.structs.replace(found, checkpoints=found.checkpoints - 1)
 
     monkeypatch.setattr(DurableGraph, "status", one_short)
     assert main([*GRAPHS_TINY, "--skip-peers", "--json", "--workdir", str(tmp_path)]) == 1
