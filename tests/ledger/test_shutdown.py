@@ -45,6 +45,6 @@ async def test_a_cancelled_append_does_not_break_the_stream(tmp_path: Path) -> N
     assert outer.cancel_called
     async with open_ledger(tmp_path / "l") as ledger, open_scope(ledger.streams, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
-        appended = stream.snapshot().appended
-        assert appended in (1, 2)
-        assert stream.writer().position == appended
+        # the shielded send after the cancellation was appended too: the stream is not broken
+        assert stream.snapshot().appended == 2
+        assert stream.writer().position == 2

@@ -99,16 +99,25 @@ async def test_a_cancelled_handler_leaves_the_endpoint_agreeing_with_the_ledger(
         await _send_finished(numbers, 200)
         seen: list[int] = []
 
-        async def h(tx: MessageTx[int], value: int) -> None:
-            seen.append(value)
-            tx.set_state(tx.state + value)
-            tx.send(out.writer(), value)
-            if len(seen) == 50:
-                await anyio.lowlevel.checkpoint()
+        with anyio.CancelScope() as first_call:
 
-        with anyio.move_on_after(0):
+            async def h(tx: MessageTx[int], value: int) -> None:
+                seen.append(value)
+                tx.set_state(tx.state + value)
+                tx.send(out.writer(), value)
+                if len(seen) == 50:  # cancelled inside message 50: it is not confirmed
+                    first_call.cancel()
+                    await anyio.lowlevel.checkpoint()
+
             await handle_messages(numbers.reader("g"), h, initial_state=0)
+        assert first_call.cancelled_caught
+        # What the first call finished, and only that, is confirmed: messages 1 to 49.
+        (group,) = numbers.snapshot().groups
+        assert group.acked_through == 49
+        assert out.snapshot().appended == 49
+
         result = await handle_messages(numbers.reader("g"), h, initial_state=0)
+        assert result.handled == 151  # 50 again, then the rest
         assert result.state == sum(range(1, 201))
         assert out.snapshot().appended == 200
         await out.writer().finish()
