@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -9,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger import open_ledger
 from streams import (
     AppendBatch,
     MemoryStore,
@@ -64,16 +69,33 @@ message_plans = st.lists(
 )
 
 
+@asynccontextmanager
+async def _fresh_store(kind: str) -> AsyncIterator[StreamHooks]:
+    if kind == "memory":
+        yield MemoryStore()
+        return
+    with tempfile.TemporaryDirectory(prefix="runs-") as tmp:
+        async with open_ledger(Path(tmp) / "ledger") as ledger:
+            yield ledger.streams
+
+
+@pytest.mark.parametrize("kind", ["memory", "lmdb"])
 @settings(max_examples=60, deadline=None)
 @given(plans=message_plans, acked_before=st.sets(st.integers(1, 25), max_size=6), stop=st.booleans())
 def test_runs_leave_the_records_their_single_commits_leave(
-    plans: list[tuple[bytes | None, dict[str, bytes], int, bool]], acked_before: set[int], stop: bool
+    kind: str,
+    plans: list[tuple[bytes | None, dict[str, bytes], int, bool]],
+    acked_before: set[int],
+    stop: bool,
 ) -> None:
     n = len(plans)
     acked_before = {s for s in acked_before if s <= n}
 
     async def apply(as_runs: bool) -> Any:
-        store = MemoryStore()
+        async with _fresh_store(kind) as store:
+            return await _apply(store, as_runs)
+
+    async def _apply(store: StreamHooks, as_runs: bool) -> Any:
         orders_gen, invoices_gen = await _setup(store, n)
         # some messages acknowledged out of order first, by single commits
         await store.commit([_run(s, 0, orders_gen) for s in sorted(acked_before)])
