@@ -1,17 +1,57 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import sniffio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from ledger import LedgerEnv
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+def _on_an_event_loop() -> str | None:
+    """The async library running on this thread, or None (a worker thread, or plain sync code)."""
+    try:
+        return sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return None
+
+
+def _off_the_loop(what: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.split(".")[0] in ("ledger", "streams"):  # the library's own calls; tests may block
+            library = _on_an_event_loop()
+            assert library is None, f"{what} ran on the {library} event loop's thread, which it blocks"
+        return call(*args, **kwargs)
+
+    return guarded
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_ledger_calls_on_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail a test in which the library opens LMDB or begins a write transaction on an event loop's thread.
+
+    Both block on file I/O and fsync (an open takes tens of milliseconds),
+    which must never stall the loop: ``open_ledger`` opens in a worker
+    thread, and write transactions belong to the writer thread. Calls made
+    by test code itself (reading a ledger back after a run) are not checked.
+    """
+    monkeypatch.setattr(LedgerEnv, "open", _off_the_loop("LedgerEnv.open", LedgerEnv.open))
+    monkeypatch.setattr(
+        LedgerEnv, "open_readonly", _off_the_loop("LedgerEnv.open_readonly", LedgerEnv.open_readonly)
+    )
+    monkeypatch.setattr(LedgerEnv, "begin_write", _off_the_loop("a write transaction", LedgerEnv.begin_write))
 
 
 _exporter = InMemorySpanExporter()

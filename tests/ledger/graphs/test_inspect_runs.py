@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
@@ -43,8 +44,9 @@ def one_step(name: str) -> Graph:
     return g.build()
 
 
-def _inspect(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
-    assert main(["inspect", str(path), *flags]) == 0
+async def _inspect(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+    """What the command prints; run off the event loop, as a command line runs."""
+    assert await anyio.to_thread.run_sync(main, ["inspect", str(path), *flags]) == 0
     return capsys.readouterr().out
 
 
@@ -53,7 +55,7 @@ async def test_inspect_lists_graph_runs_with_status_attempts_checkpoints_and_whe
 ) -> None:
     path = tmp_path / "l"
     await _ledger_with_three_runs(path)
-    report: dict[str, Any] = json.loads(_inspect(path, capsys, "--json"))
+    report: dict[str, Any] = json.loads(await _inspect(path, capsys, "--json"))
     runs = {run["run_id"]: run for run in report["graph_runs"]}
     assert list(runs) == ["broken", "changed", "done"]
     assert runs["done"] | {"graph": None} == {
@@ -85,7 +87,7 @@ async def test_inspect_lists_graph_runs_with_status_attempts_checkpoints_and_whe
     )
     assert "values" not in json.dumps(report) and "secret-start" not in json.dumps(report)
 
-    table = _inspect(path, capsys)
+    table = await _inspect(path, capsys)
     assert "graph runs" in table
     lines = {line.split()[0]: line for line in table.splitlines() if line.startswith("  ")}
     assert lines["broken"].split()[:6] == ["broken", "three", "failed", "1", "2", "three"]
@@ -100,7 +102,7 @@ async def test_inspect_shows_a_runs_checkpoint_values_only_when_asked(
 ) -> None:
     path = tmp_path / "l"
     await _ledger_with_three_runs(path)
-    report: dict[str, Any] = json.loads(_inspect(path, capsys, "--json", "--values"))
+    report: dict[str, Any] = json.loads(await _inspect(path, capsys, "--json", "--values"))
     runs = {run["run_id"]: run for run in report["graph_runs"]}
     assert runs["done"]["values"] == {
         "state": {"steps": ["secret-start", "one", "two", "three"]},
@@ -110,4 +112,4 @@ async def test_inspect_shows_a_runs_checkpoint_values_only_when_asked(
     }
     assert runs["broken"]["values"]["next_inputs"] == 16  # (7 + 1) * 2, for step three
     assert "values" not in runs["changed"]  # its checkpoint was discarded: nothing to show
-    assert "secret-start" in _inspect(path, capsys, "--values")
+    assert "secret-start" in await _inspect(path, capsys, "--values")
