@@ -2,7 +2,8 @@
 
 It imports the machines of the test suite (``tests/ledger/stateful.py``) and
 runs them in rounds with fresh seeds and longer programs than the suite
-does, cycling through the stores and event loops, until the time is up. A
+does, cycling through the stores, the lockstep machine and the event loops,
+until the time is up. A
 failure prints hypothesis's shrunk program and exits 1.
 """
 
@@ -16,13 +17,15 @@ import time
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.ledger.stateful import LedgerMachine
+from tests.ledger.stateful import LedgerMachine, LockstepMachine
 
 
-def machines() -> list[type[LedgerMachine]]:
-    found: list[type[LedgerMachine]] = []
-    for kind, backend in (("lmdb", "asyncio"), ("lmdb", "trio"), ("memory", "asyncio")):
-        found.append(type(f"Fuzz_{kind}_{backend}", (LedgerMachine,), {"kind": kind, "backend": backend}))
+def machines() -> list[type[LedgerMachine] | type[LockstepMachine]]:
+    found: list[type[LedgerMachine] | type[LockstepMachine]] = []
+    for backend in ("asyncio", "trio"):
+        for kind in ("lmdb", "memory"):
+            found.append(type(f"Fuzz_{kind}_{backend}", (LedgerMachine,), {"kind": kind, "backend": backend}))
+        found.append(type(f"Fuzz_lockstep_{backend}", (LockstepMachine,), {"backend": backend}))
     return found
 
 
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
         print(
-            f"round {rounds}: {machine.kind} on {machine.backend}, {args.examples} programs of up to "
+            f"round {rounds}: {getattr(machine, 'kind', 'lockstep')} on {machine.backend}, "
+            f"{args.examples} programs of up to "
             f"{args.steps} rules, {time.monotonic() - started:.1f}s, no counterexample",
             flush=True,
         )

@@ -1,13 +1,19 @@
-"""The ledger's stateful model test: the real stack against a tiny model, with crashes.
+"""The ledger's stateful model tests: the real stack against a tiny model, with crashes.
 
-Rules append messages, handle them (succeeding, failing, stopping), ack
-another group's messages out of order, lose commits (before and after the
-store confirmed them) and crash and reopen the ledger. After every step the
-ledger must agree with the model: contiguous sequences, a contiguous
-frontier, one transaction per message (the state is the sum of exactly the
-acknowledged messages and each produced one output), budgets that never
-refill and generations raised on every open. ``fuzz/`` runs this same
-machine for longer.
+:class:`LedgerMachine` appends messages, handles them (succeeding, failing,
+stopping), acks another group's messages out of order, loses commits (before
+and after the store confirmed them) and crashes and reopens the ledger.
+After every step the store must agree with the model: contiguous sequences,
+a contiguous frontier, one transaction per message (the state is the sum of
+exactly the acknowledged messages and each produced one output), budgets
+that never refill and generations raised on every open.
+
+:class:`LockstepMachine` drives ``MemoryStore`` and the LMDB ledger with the
+same rules and, after every step, requires the two to agree on everything
+the endpoints show: the reference store and the durable one cannot drift.
+
+``fuzz/`` runs these same machines for longer. Nothing is caught that a
+rule does not mean to catch.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -36,106 +41,177 @@ from streams import (
     handle_messages,
     open_scope,
 )
-from streams.testing import FaultyHooks, InjectedFault
+from streams.testing import FaultyHooks
 
 NUMBERS = Key("numbers", Stream[int])
 SUMS = Key("sums", Stream[int])
 ATTEMPTS = 2
 #: A value fails on every attempt below ``value % 3``: 0 never fails, 2 exhausts a budget of 2.
 FAILING = 3
+#: A value that stops the handler after it is confirmed.
+STOP = 13
 
 
 def attempts_needed(value: int) -> int:
     return value % FAILING if value % 7 == 0 else 0
 
 
-class LedgerMachine(RuleBasedStateMachine):
-    """Subclasses choose the store (``kind``) and the event loop (``backend``)."""
+def adder(sums: ManagedStream[int]) -> Any:
+    """The handler every machine runs: add the value to the state, send the running sum."""
 
-    kind = "lmdb"
+    async def add(tx: MessageTx[int], value: int) -> None:
+        if tx.attempt < attempts_needed(value):
+            raise ValueError("a business failure")
+        tx.set_state(tx.state + value)
+        tx.send(sums.writer(), tx.state)
+        if value == STOP:
+            tx.stop()
+
+    return add
+
+
+async def open_streams(scope: Any) -> tuple[ManagedStream[int], ManagedStream[int]]:
+    numbers = await scope.open_stream(
+        NUMBERS, node="src", groups=("adder", "audit"), capacity=10_000, resumable=True
+    )
+    sums = await scope.open_stream(SUMS, node="adder", groups=("out",), capacity=10_000, resumable=True)
+    return numbers, sums
+
+
+class Stack:
+    """One store, a scope on it and the two streams, across simulated process lifetimes."""
+
+    def __init__(self, kind: str, portal: BlockingPortal, path: Path) -> None:
+        self.kind = kind
+        self.portal = portal
+        self.path = path
+        self.memory = MemoryStore()
+        self.session: contextlib.ExitStack | None = None
+        self.opens = 0
+
+    def open(self) -> None:
+        session = contextlib.ExitStack()
+        if self.kind == "lmdb":
+            ledger = session.enter_context(self.portal.wrap_async_context_manager(open_ledger(self.path)))
+            self.hooks: StreamHooks = ledger.streams
+        else:
+            self.hooks = self.memory
+        scope = session.enter_context(
+            self.portal.wrap_async_context_manager(open_scope(self.hooks, scope="m"))
+        )
+        self.numbers, self.sums = self.portal.call(open_streams, scope)
+        self.opens += 1
+        self.session = session
+
+    def close(self) -> None:
+        """End this process lifetime: leave the scope and close the store."""
+        assert self.session is not None
+        session, self.session = self.session, None
+        session.close()
+
+    def append(self, values: list[int], first: int) -> None:
+        async def send() -> None:
+            writer = self.numbers.writer()
+            for i, v in enumerate(values):
+                await writer.send(v, send_at=first + i)
+            await writer.flush()
+
+        self.portal.call(send)
+
+    def finish(self) -> None:
+        self.portal.call(self.numbers.writer().finish)
+
+    def handle(self, limit: int) -> bool:
+        """Handle up to ``limit`` messages; True if a message exhausted its budget."""
+
+        async def run() -> None:
+            await handle_messages(
+                self.numbers.reader("adder"),
+                adder(self.sums),
+                initial_state=0,
+                attempts=ATTEMPTS,
+                limit=limit,
+            )
+
+        try:
+            self.portal.call(run)
+        except MessageExhaustedError:
+            return True
+        return False
+
+    def ack_audit(self, seqs: list[int]) -> None:
+        async def ack() -> None:
+            reader = self.numbers.reader("audit")
+            for seq in seqs:
+                await reader.ack(seq)
+
+        self.portal.call(ack)
+
+    def state(self) -> int:
+        group = self.numbers._groups["adder"]
+        state: int = 0 if group.state is None else self.numbers.codec.decode(group.state)
+        return state
+
+    def view(self) -> tuple[Any, ...]:
+        """Everything the endpoints show, values-free, and the adder's state."""
+        return (self.numbers.snapshot(), self.sums.snapshot(), self.state())
+
+
+class _Machine(RuleBasedStateMachine):
     backend = "asyncio"
 
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="streamledger-machine-"))
-        self.memory = MemoryStore()
         self.exit_stack = contextlib.ExitStack()
         self.portal: BlockingPortal = self.exit_stack.enter_context(start_blocking_portal(self.backend))
+
+    def stacks(self) -> list[Stack]:
+        raise NotImplementedError  # each machine says which stacks it drives
+
+    def teardown(self) -> None:
+        try:
+            for stack in self.stacks():
+                if stack.session is not None:
+                    stack.close()
+        finally:
+            self.exit_stack.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LedgerMachine(_Machine):
+    """One store against the model; subclasses choose the store (``kind``) and event loop (``backend``)."""
+
+    kind = "lmdb"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = Stack(self.kind, self.portal, self.dir / "l")
         # the model
         self.values: list[int] = []  # values[i] is message seq i+1
         self.finished = False
-        self.opens = 0
         self.handled = 0  # the sum group's contiguous frontier
         self.exhausted_at: int | None = None
         self.stopped = False
         self.audit_acked: set[int] = set()
-        self.audit_delivered: list[int] = []
-        self.session: contextlib.ExitStack | None = None
-        self._open()
+        self.stack.open()
 
-    # -- sessions --------------------------------------------------------------------------
-
-    def _open(self) -> None:
-        session = contextlib.ExitStack()
-        if self.kind == "lmdb":
-            ledger = session.enter_context(
-                self.portal.wrap_async_context_manager(open_ledger(self.dir / "l"))
-            )
-            hooks: StreamHooks = ledger.streams
-        else:
-            hooks = self.memory
-        self.hooks = hooks
-        self.scope = session.enter_context(
-            self.portal.wrap_async_context_manager(open_scope(hooks, scope="m"))
-        )
-        self.numbers: ManagedStream[int] = self.portal.call(self._open_stream, NUMBERS, "src")
-        self.sums: ManagedStream[int] = self.portal.call(self._open_stream, SUMS, "adder")
-        self.opens += 1
-        self.audit_delivered = []
-        self.session = session
-
-    async def _open_stream(self, key: Key[Stream[int]], node: str) -> ManagedStream[int]:
-        groups = ("adder", "audit") if key is NUMBERS else ("out",)
-        return await self.scope.open_stream(key, node=node, groups=groups, capacity=10_000, resumable=True)
-
-    def _close(self) -> None:
-        assert self.session is not None
-        with contextlib.suppress(BaseException):
-            self.session.close()
-        self.session = None
-
-    def teardown(self) -> None:
-        self._close()
-        self.exit_stack.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def stacks(self) -> list[Stack]:
+        return [self.stack]
 
     # -- rules -----------------------------------------------------------------------------
 
     @precondition(lambda self: not self.finished)
     @rule(values=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=20))
     def append(self, values: list[int]) -> None:
-        async def send() -> None:
-            writer = self.numbers.writer()
-            for v in values:
-                await writer.send(v, send_at=len(self.values) + 1)
-                self.values.append(v)
-            await writer.flush()
-
-        self.portal.call(send)
+        self.stack.append(values, len(self.values) + 1)
+        self.values.extend(values)
 
     @precondition(lambda self: not self.finished)
     @rule()
     def finish(self) -> None:
-        self.portal.call(self.numbers.writer().finish)
+        self.stack.finish()
         self.finished = True
-
-    async def _add(self, tx: MessageTx[int], value: int) -> None:
-        if tx.attempt < attempts_needed(value):
-            raise ValueError("a business failure")
-        tx.set_state(tx.state + value)
-        tx.send(self.sums.writer(), tx.state)
-        if value == 13:
-            tx.stop()
 
     def _expect_handle(self, limit: int) -> tuple[int, bool]:
         """What handling up to ``limit`` messages must do: (how many commit, exhausted?)."""
@@ -143,12 +219,11 @@ class LedgerMachine(RuleBasedStateMachine):
         seq = self.handled
         while count < limit and seq < len(self.values) and not self.stopped:
             value = self.values[seq]
-            needed = attempts_needed(value)
-            if needed >= ATTEMPTS:
+            if attempts_needed(value) >= ATTEMPTS:
                 return count, True
             seq += 1
             count += 1
-            if value == 13:
+            if value == STOP:
                 break
         return count, False
 
@@ -157,25 +232,11 @@ class LedgerMachine(RuleBasedStateMachine):
     def handle(self, limit: int) -> None:
         limit = min(limit, len(self.values) - self.handled)
         expected, exhausts = self._expect_handle(limit)
-
-        async def run() -> None:
-            await handle_messages(
-                self.numbers.reader("adder"), self._add, initial_state=0, attempts=ATTEMPTS, limit=limit
-            )
-
+        exhausted = self.stack.handle(limit)
+        assert exhausted == exhausts, "an exhausted message was swallowed into success" if exhausts else ""
         if exhausts:
-            try:
-                self.portal.call(run)
-            except MessageExhaustedError:
-                pass
-            else:
-                raise AssertionError("an exhausted message was swallowed into success")
             self.exhausted_at = self.handled + expected + 1
-        else:
-            self.portal.call(run)
-        self.stopped = self.stopped or any(
-            v == 13 for v in self.values[self.handled : self.handled + expected]
-        )
+        self.stopped = self.stopped or STOP in self.values[self.handled : self.handled + expected]
         self.handled += expected
 
     @precondition(lambda self: self.kind == "lmdb" and self.exhausted_at is None and not self.stopped)
@@ -184,48 +245,32 @@ class LedgerMachine(RuleBasedStateMachine):
         """A commit fails (or its answer is lost); the process dies; the ledger decides."""
         before = self.handled
         remaining = len(self.values) - before
-        faulty = FaultyHooks(self.hooks, fail={"commit": call}, after=after)
+        self.stack.close()
 
-        async def run() -> None:
+        async def run(hooks: StreamHooks) -> None:
+            faulty = FaultyHooks(hooks, fail={"commit": call}, after=after)
             async with open_scope(faulty, scope="m") as scope:
-                numbers = await scope.open_stream(
-                    NUMBERS, node="src", groups=("adder", "audit"), capacity=10_000, resumable=True
-                )
-                sums = await scope.open_stream(
-                    SUMS, node="adder", groups=("out",), capacity=10_000, resumable=True
-                )
-
-                async def add(tx: MessageTx[int], value: int) -> None:
-                    if tx.attempt < attempts_needed(value):
-                        raise ValueError("a business failure")
-                    tx.set_state(tx.state + value)
-                    tx.send(sums.writer(), tx.state)
-                    if value == 13:
-                        tx.stop()
-
+                numbers, sums = await open_streams(scope)
                 await handle_messages(
-                    numbers.reader("adder"), add, initial_state=0, attempts=ATTEMPTS, limit=remaining
+                    numbers.reader("adder"), adder(sums), initial_state=0, attempts=ATTEMPTS, limit=remaining
                 )
 
-        self._close()
-        self.session = None
         # The faulty scope opens the streams again: one more generation.
-        ledger_cm = self.portal.wrap_async_context_manager(open_ledger(self.dir / "l"))
-        with ledger_cm as ledger:
-            faulty.inner = ledger.streams
-            with contextlib.suppress(
-                CheckpointError, InjectedFault, MessageExhaustedError, ExceptionGroup, anyio.EndOfStream
-            ):
-                self.portal.call(run)
-        self.opens += 1
-        self._open()
-        frontier = self.numbers.snapshot().groups[0].acked_through
+        with (
+            self.portal.wrap_async_context_manager(open_ledger(self.stack.path)) as ledger,
+            # the chosen commit failed, or a message ran out of attempts first: the ledger decides below
+            contextlib.suppress(CheckpointError, MessageExhaustedError),
+        ):
+            self.portal.call(run, ledger.streams)
+        self.stack.opens += 1
+        self.stack.open()
+        frontier = self.stack.numbers.snapshot().groups[0].acked_through
         expected_max, _ = self._expect_handle(len(self.values))
         assert before <= frontier <= before + expected_max
         if frontier > before:
-            self.stopped = self.stopped or any(v == 13 for v in self.values[before:frontier])
+            self.stopped = self.stopped or STOP in self.values[before:frontier]
         self.handled = frontier
-        if self.exhausted_at is None and self.numbers.snapshot().groups[0].exhausted:
+        if self.exhausted_at is None and self.stack.numbers.snapshot().groups[0].exhausted:
             self.exhausted_at = frontier + 1
 
     @rule(data=st.data())
@@ -234,33 +279,27 @@ class LedgerMachine(RuleBasedStateMachine):
         if not available:
             return
         chosen = data.draw(st.lists(st.sampled_from(available), unique=True, max_size=8))
-
-        async def ack() -> None:
-            reader = self.numbers.reader("audit")
-            for seq in chosen:
-                await reader.ack(seq)
-
-        self.portal.call(ack)
+        self.stack.ack_audit(chosen)
         self.audit_acked.update(chosen)
 
     @rule()
     def crash_and_reopen(self) -> None:
-        self._close()
-        self._open()
+        self.stack.close()
+        self.stack.open()
 
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()
     def ledger_agrees_with_the_model(self) -> None:
-        numbers = self.numbers.snapshot()
-        sums = self.sums.snapshot()
+        numbers = self.stack.numbers.snapshot()
+        sums = self.stack.sums.snapshot()
         assert numbers.appended == len(self.values)
-        assert numbers.generation == self.opens
+        assert numbers.generation == self.stack.opens
         assert numbers.finished == self.finished
-        adder, audit = numbers.groups
-        assert adder.acked_through == self.handled
+        adder_group, audit = numbers.groups
+        assert adder_group.acked_through == self.handled
         assert sums.appended == self.handled  # one output per handled message, same transaction
-        assert adder.exhausted == (1 if self.exhausted_at is not None else 0)
+        assert adder_group.exhausted == (1 if self.exhausted_at is not None else 0)
         frontier = 0
         while frontier + 1 in self.audit_acked:
             frontier += 1
@@ -269,6 +308,67 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def state_is_the_sum_of_exactly_the_handled_messages(self) -> None:
-        group = self.numbers._groups["adder"]
-        state: Any = 0 if group.state is None else self.numbers.codec.decode(group.state)
-        assert state == sum(self.values[: self.handled])
+        assert self.stack.state() == sum(self.values[: self.handled])
+
+
+class LockstepMachine(_Machine):
+    """``MemoryStore`` and the LMDB ledger, driven by the same rules, compared after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = Stack("memory", self.portal, self.dir / "unused")
+        self.lmdb = Stack("lmdb", self.portal, self.dir / "l")
+        self.appended = 0
+        self.finished = False
+        self.exhausted = False
+        self.audit_acked: set[int] = set()
+        for stack in self.stacks():
+            stack.open()
+
+    def stacks(self) -> list[Stack]:
+        return [self.memory, self.lmdb]
+
+    @precondition(lambda self: not self.finished)
+    @rule(values=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=20))
+    def append(self, values: list[int]) -> None:
+        for stack in self.stacks():
+            stack.append(values, self.appended + 1)
+        self.appended += len(values)
+
+    @precondition(lambda self: not self.finished)
+    @rule()
+    def finish(self) -> None:
+        for stack in self.stacks():
+            stack.finish()
+        self.finished = True
+
+    @precondition(lambda self: not self.exhausted)
+    @rule(limit=st.integers(min_value=0, max_value=30))
+    def handle(self, limit: int) -> None:
+        (group, _) = self.lmdb.numbers.snapshot().groups
+        limit = min(limit, self.appended - group.acked_through)  # no waiting for messages never sent
+        outcomes = {stack.kind: stack.handle(limit) for stack in self.stacks()}
+        assert outcomes["memory"] == outcomes["lmdb"], (
+            f"one store exhausted a message, the other not: {outcomes}"
+        )
+        self.exhausted = outcomes["lmdb"]
+
+    @rule(data=st.data())
+    def audit_out_of_order(self, data: st.DataObject) -> None:
+        available = [s for s in range(1, self.appended + 1) if s not in self.audit_acked]
+        if not available:
+            return
+        chosen = data.draw(st.lists(st.sampled_from(available), unique=True, max_size=8))
+        for stack in self.stacks():
+            stack.ack_audit(chosen)
+        self.audit_acked.update(chosen)
+
+    @rule()
+    def crash_and_reopen(self) -> None:
+        for stack in self.stacks():
+            stack.close()
+            stack.open()
+
+    @invariant()
+    def both_stores_show_the_same(self) -> None:
+        assert self.memory.view() == self.lmdb.view()

@@ -1,10 +1,10 @@
-"""Run the ledger's stateful machine on both stores and both event loops."""
+"""Run the ledger's stateful machines on both stores and both event loops."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 
-from .stateful import LedgerMachine
+from .stateful import LedgerMachine, LockstepMachine
 
 SETTINGS = settings(
     max_examples=20,
@@ -14,24 +14,17 @@ SETTINGS = settings(
 )
 
 
-class LmdbOnAsyncio(LedgerMachine):
-    kind = "lmdb"
-    backend = "asyncio"
+def _case(machine: type[LedgerMachine] | type[LockstepMachine]) -> object:
+    case = machine.TestCase
+    case.settings = SETTINGS
+    return case
 
 
-class LmdbOnTrio(LedgerMachine):
-    kind = "lmdb"
-    backend = "trio"
-
-
-class MemoryOnAsyncio(LedgerMachine):
-    kind = "memory"
-    backend = "asyncio"
-
-
-TestLmdbOnAsyncio = LmdbOnAsyncio.TestCase
-TestLmdbOnAsyncio.settings = SETTINGS
-TestLmdbOnTrio = LmdbOnTrio.TestCase
-TestLmdbOnTrio.settings = SETTINGS
-TestMemoryOnAsyncio = MemoryOnAsyncio.TestCase
-TestMemoryOnAsyncio.settings = SETTINGS
+TestLmdbOnAsyncio = _case(type("LmdbOnAsyncio", (LedgerMachine,), {"kind": "lmdb", "backend": "asyncio"}))
+TestLmdbOnTrio = _case(type("LmdbOnTrio", (LedgerMachine,), {"kind": "lmdb", "backend": "trio"}))
+TestMemoryOnAsyncio = _case(
+    type("MemoryOnAsyncio", (LedgerMachine,), {"kind": "memory", "backend": "asyncio"})
+)
+TestMemoryOnTrio = _case(type("MemoryOnTrio", (LedgerMachine,), {"kind": "memory", "backend": "trio"}))
+TestLockstepOnAsyncio = _case(type("LockstepOnAsyncio", (LockstepMachine,), {"backend": "asyncio"}))
+TestLockstepOnTrio = _case(type("LockstepOnTrio", (LockstepMachine,), {"backend": "trio"}))
