@@ -1,6 +1,6 @@
 """streamledger's durable store: an embedded LMDB ledger for streams, nodes and graph runs."""
 
-from streams._public import publish as _publish
+from streams.store import publish as _publish
 
 from ._env import LedgerEnv as LedgerEnv
 from ._env import WriteTicket as WriteTicket

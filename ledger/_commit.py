@@ -29,7 +29,7 @@ import anyio
 import anyio.abc
 import lmdb
 
-from streams._tracing import ATTR, SPAN, failed, tracer
+from streams.store import ATTR, SPAN, failed, tracer
 
 from ._errors import MapFullError, WriteFailedError
 

@@ -24,7 +24,7 @@ import anyio.lowlevel
 import msgspec
 
 from streams import Key, ManagedStream, MessageTx, Stream, StreamHooks, handle_messages, open_scope
-from streams._unwrap import single_error
+from streams.store import single_error
 
 from ._errors import LedgerError
 from ._inspect import inspect_ledger

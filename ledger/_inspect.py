@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from streams._codec import to_plain
+from streams.store import to_plain
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError

@@ -33,8 +33,7 @@ from typing import Final
 
 import msgspec
 
-from streams._records import StreamRef
-from streams._store import AttemptKey
+from streams.store import AttemptKey, StreamRef
 
 from ._errors import InvalidRunIdError
 

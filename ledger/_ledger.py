@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 
-from streams._unwrap import single_error
+from streams.store import single_error
 
 from ._env import LedgerEnv
 from ._streams import LmdbStreamHooks

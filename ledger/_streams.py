@@ -1,7 +1,7 @@
 """``StreamHooks`` on the LMDB ledger.
 
-The store logic lives once in :mod:`streams._store`; this module supplies its
-:class:`~streams._store.RecordView` over an LMDB transaction and runs every
+The store logic lives once in :mod:`streams.store`; this module supplies its
+:class:`~streams.store.RecordView` over an LMDB transaction and runs every
 hook call as one write of the group committer (``open_message`` only reads and
 runs inline on a read transaction).
 
@@ -22,23 +22,26 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from streams import _store
-from streams._records import (
+from streams import store
+from streams.store import (
+    ATTR,
+    SPAN,
     AppendBatch,
+    AttemptKey,
+    AttemptRecord,
     GroupFrontier,
     MessageAttempt,
     MessageCommit,
     MessageFail,
     MessageOpen,
     StoredMessage,
+    StreamDescriptor,
     StreamFinish,
     StreamOpen,
     StreamOpened,
     StreamRef,
+    span,
 )
-from streams._rules import AttemptRecord, StreamDescriptor
-from streams._store import AttemptKey
-from streams._tracing import ATTR, SPAN, span
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
@@ -96,7 +99,7 @@ def _at_run_holding(cursor: Any, prefix: bytes, seq: int) -> bool:
 
 
 class LmdbView:
-    """A :class:`~streams._store.RecordView` over one LMDB transaction.
+    """A :class:`~streams.store.RecordView` over one LMDB transaction.
 
     ``known_ids`` maps streams to ids already committed; ids resolved or
     allocated here are collected in :attr:`ids` for the caller to remember
@@ -345,7 +348,7 @@ class LmdbStreamHooks:
                 ATTR.STREAM_KEY: request.ref.key,
             },
         ) as current:
-            opened, reads = await self._write(lambda view: _store.open_stream(view, request))
+            opened, reads = await self._write(lambda view: store.open_stream(view, request))
             if current.is_recording():
                 current.set_attributes(
                     {
@@ -360,27 +363,27 @@ class LmdbStreamHooks:
 
     async def append(self, batch: AppendBatch) -> None:
         """Save messages and their cursor in one write."""
-        await self._write(lambda view: _store.append(view, batch))
+        await self._write(lambda view: store.append(view, batch))
 
     async def open_message(self, request: MessageOpen) -> MessageAttempt:
         """Read the message's budget and the group's state inline; never waits on the writer."""
         with self.env.read() as txn:
             view = LmdbView(txn, self._dbs, self._ids)
-            attempt = _store.open_message(view, request)
+            attempt = store.open_message(view, request)
         if view.ids:
             self._ids.update(view.ids)
         return attempt
 
     async def fail_message(self, request: MessageFail) -> MessageAttempt:
         """Confirm a failed attempt in one write and return the next attempt."""
-        attempt, _ = await self._write(lambda view: _store.fail_message(view, request))
+        attempt, _ = await self._write(lambda view: store.fail_message(view, request))
         return attempt
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
         """Confirm every commit in one write: all of them or none."""
         batch = tuple(commits)
-        await self._write(lambda view: _store.commit(view, batch))
+        await self._write(lambda view: store.commit(view, batch))
 
     async def finish(self, request: StreamFinish) -> None:
         """Confirm the writer's terminal in one write."""
-        await self._write(lambda view: _store.finish(view, request))
+        await self._write(lambda view: store.finish(view, request))

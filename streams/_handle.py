@@ -34,8 +34,8 @@ from ._errors import (
     StreamStateError,
 )
 from ._keys import Key, NoValue, NoValueType, check_name
-from ._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._staging import CommitStager
+from ._store._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
 from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
 from ._tracing import ATTR, EVENT, SPAN, span, tracer
 from ._unwrap import single_error

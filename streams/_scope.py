@@ -10,9 +10,9 @@ import anyio
 import anyio.abc
 
 from ._errors import StreamStateError
-from ._hooks import StreamHooks
 from ._keys import Key, Stream, check_name, type_name
-from ._records import StreamOpen, StreamRef
+from ._store._hooks import StreamHooks
+from ._store._records import StreamOpen, StreamRef
 from ._stream import ManagedStream
 from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._records import MessageCommit, MessageRef, OutputBatch, StreamRef
+from ._store._records import MessageCommit, MessageRef, OutputBatch, StreamRef
 
 __all__ = ["CommitStager"]
 

@@ -23,9 +23,9 @@ from ._errors import (
     StreamFailedError,
     StreamStateError,
 )
-from ._hooks import StreamHooks
 from ._keys import Key, Stream
-from ._records import (
+from ._store._hooks import StreamHooks
+from ._store._records import (
     AppendBatch,
     GroupFrontier,
     MessageCommit,
@@ -34,7 +34,7 @@ from ._records import (
     StreamOpened,
     StreamRef,
 )
-from ._rules import FrontierDraft, min_frontier
+from ._store._rules import FrontierDraft, min_frontier
 
 if TYPE_CHECKING:
     from ._scope import StreamScope

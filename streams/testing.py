@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
-from ._hooks import StreamHooks
-from ._records import (
+from ._store._hooks import StreamHooks
+from ._store._records import (
     AppendBatch,
     MessageAttempt,
     MessageCommit,

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["streams", "ledger"])
+@pytest.mark.parametrize("name", ["streams", "streams.store", "ledger", "ledger.graphs"])
 def test_all_names_are_public_and_exist(name: str) -> None:
     module = importlib.import_module(name)
     assert sorted(module.__all__) == sorted(set(module.__all__))
@@ -34,6 +34,20 @@ def test_streams_never_imports_ledger() -> None:
             else:
                 continue
             assert not any(n == "ledger" or n.startswith("ledger.") for n in names), path
+
+
+def test_ledger_imports_only_the_public_modules_of_streams() -> None:
+    for path in (ROOT / "ledger").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] == "streams":
+                    assert node.module in ("streams", "streams.store"), f"{path}: from {node.module}"
+                    private = [a.name for a in node.names if a.name.startswith("_")]
+                    assert not private, f"{path}: imports {private} from {node.module}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith("streams._"), f"{path}: import {alias.name}"
 
 
 def test_library_code_uses_anyio_not_asyncio() -> None:

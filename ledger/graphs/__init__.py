@@ -6,7 +6,7 @@ same run id again resumes from the latest checkpoint without repeating the
 steps it had completed. See ``docs/graphs.md``.
 """
 
-from streams._public import publish as _publish
+from streams.store import publish as _publish
 
 from ._errors import GraphInputTypeError as GraphInputTypeError
 from ._errors import GraphRunActiveError as GraphRunActiveError

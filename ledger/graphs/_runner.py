@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, TracerProvider
 from pydantic_graph import EndMarker, Graph, GraphRun, GraphTask, GraphTaskRequest
 from pydantic_graph.id_types import TaskID
 
-from streams._tracing import ATTR, EVENT, SPAN, failed, tracer
+from streams.store import ATTR, EVENT, SPAN, failed, tracer
 
 from .._env import LedgerEnv
 from .._errors import LedgerError

@@ -31,7 +31,7 @@ from opentelemetry.trace import Span, Tracer
 from pydantic_graph import Graph, Step, StepContext
 from pydantic_graph.step import StepFunction
 
-from streams._tracing import ATTR, SPAN, failed
+from streams.store import ATTR, SPAN, failed
 
 from ._errors import NotInGraphStepError
 from ._quiescence import is_stream_step

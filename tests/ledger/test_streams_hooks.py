@@ -39,11 +39,11 @@ from streams import (
     StreamOpen,
     StreamOpened,
     StreamRef,
-    _store,
     handle_messages,
     open_scope,
+    store,
 )
-from streams._store import COMPACT_CHUNK
+from streams._store._operations import COMPACT_CHUNK
 
 ORDERS = StreamRef("run", "source", "orders")
 INVOICES = StreamRef("run", "billing", "invoices")
@@ -464,7 +464,7 @@ async def test_a_commit_of_256_messages_writes_each_frontier_and_descriptor_once
             )
             for s in range(1, 257)
         ]
-        puts = await run_counted(ledger, lambda view: _store.commit(view, commits))
+        puts = await run_counted(ledger, lambda view: store.commit(view, commits))
         assert puts == {"groups": 1, "streams": 1, "messages": 1}  # the 256 invoices are one run
         again = await ledger.streams.open(opening(INVOICES, "audit"))
         assert again.appended == 256

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from anyio.lowlevel import checkpoint
 
-from . import _store
+from . import _operations
+from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import (
     AppendBatch,
     GroupFrontier,
@@ -28,8 +29,7 @@ from ._records import (
     StreamOpened,
     StreamRef,
 )
-from ._rules import AttemptRecord, StreamDescriptor
-from ._store import AttemptKey
+from ._view import AttemptKey
 
 __all__ = ["MemoryStore"]
 
@@ -111,38 +111,38 @@ class MemoryStore:
 
     async def open(self, request: StreamOpen) -> StreamOpened:
         overlay = _Overlay(self)
-        opened = _store.open_stream(overlay, request)
+        opened = _operations.open_stream(overlay, request)
         overlay.merge()
         await checkpoint()
         return opened
 
     async def append(self, batch: AppendBatch) -> None:
         overlay = _Overlay(self)
-        _store.append(overlay, batch)
+        _operations.append(overlay, batch)
         overlay.merge()
         await checkpoint()
 
     async def open_message(self, request: MessageOpen) -> MessageAttempt:
-        attempt = _store.open_message(_Overlay(self), request)
+        attempt = _operations.open_message(_Overlay(self), request)
         await checkpoint()
         return attempt
 
     async def fail_message(self, request: MessageFail) -> MessageAttempt:
         overlay = _Overlay(self)
-        attempt = _store.fail_message(overlay, request)
+        attempt = _operations.fail_message(overlay, request)
         overlay.merge()
         await checkpoint()
         return attempt
 
     async def commit(self, commits: Sequence[MessageCommit]) -> None:
         overlay = _Overlay(self)
-        _store.commit(overlay, commits)
+        _operations.commit(overlay, commits)
         overlay.merge()
         await checkpoint()
 
     async def finish(self, request: StreamFinish) -> None:
         overlay = _Overlay(self)
-        _store.finish(overlay, request)
+        _operations.finish(overlay, request)
         overlay.merge()
         await checkpoint()
 

@@ -14,45 +14,23 @@ import bisect
 
 import msgspec
 
-from ._errors import (
+from .._errors import (
     SequenceError,
     SourceNotResumableError,
     StaleGenerationError,
     StreamFinishedError,
 )
-from ._records import GroupFrontier, StreamOpen, StreamRef
+from ._layouts import StreamDescriptor
+from ._records import GroupFrontier, StreamOpen
 
 __all__ = [
-    "AttemptRecord",
     "FrontierDraft",
-    "StreamDescriptor",
     "Subject",
     "check_appendable",
     "check_generation",
     "is_acked",
     "reopen",
 ]
-
-
-class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
-    """A stream's persistent descriptor."""
-
-    ref: StreamRef
-    type_name: str
-    capacity: int
-    generation: int
-    groups: tuple[str, ...]
-    appended: int = 0
-    position: int | None = None
-    finished: bool = False
-    failed: bool = False
-    compacted_through: int = 0  # every seq <= it was acknowledged by every group and removed
-    format: int = 1
-
-
-class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    failures: int
-    exhausted: bool
 
 
 def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescriptor:

@@ -1,7 +1,7 @@
 """The operations behind every :class:`StreamHooks` call, written once over a record view.
 
-A store supplies a :class:`RecordView`: get and put its four kinds of record
-inside one transaction. The functions here read, check and write through it;
+A store supplies a :class:`~streams.store.RecordView`: get and put its four
+kinds of record inside one transaction. The functions here read, check and write through it;
 a store runs each call in one transaction of its own and commits it only if
 the function returns. :class:`~streams.MemoryStore` runs them over dicts, the
 LMDB ledger over an LMDB write transaction, so both keep the same ledger.
@@ -9,12 +9,12 @@ LMDB ledger over an LMDB write transaction, so both keep the same ledger.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 import msgspec
 
-from ._errors import SequenceError, StreamFinishedError, UnknownStreamError
+from .._errors import SequenceError, StreamFinishedError, UnknownStreamError
+from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import (
     AppendBatch,
     GroupFrontier,
@@ -23,16 +23,13 @@ from ._records import (
     MessageFail,
     MessageOpen,
     MessageRef,
-    StoredMessage,
     StreamFinish,
     StreamOpen,
     StreamOpened,
     StreamRef,
 )
 from ._rules import (
-    AttemptRecord,
     FrontierDraft,
-    StreamDescriptor,
     Subject,
     check_appendable,
     check_generation,
@@ -40,10 +37,9 @@ from ._rules import (
     min_frontier,
     reopen,
 )
+from ._view import AttemptKey, RecordView
 
 __all__ = [
-    "AttemptKey",
-    "RecordView",
     "append",
     "commit",
     "fail_message",
@@ -51,26 +47,6 @@ __all__ = [
     "open_message",
     "open_stream",
 ]
-
-#: (stream, group, seq, processing node, parent attempt): the identity of a message budget.
-AttemptKey = tuple[StreamRef, str, int, str, str]
-
-
-class RecordView(Protocol):
-    """A store's records as seen inside one transaction."""
-
-    def get_descriptor(self, ref: StreamRef) -> StreamDescriptor | None: ...
-    def put_descriptor(self, desc: StreamDescriptor) -> None: ...
-    def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None: ...
-    def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None: ...
-    def get_attempt(self, key: AttemptKey) -> AttemptRecord | None: ...
-    def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None: ...
-    def delete_attempt(self, key: AttemptKey) -> None: ...
-    def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None: ...
-    def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]: ...
-    def compact(self, ref: StreamRef, through: int) -> None:
-        """Remove every message with a sequence <= ``through``."""
-        ...
 
 
 def _descriptor(view: RecordView, ref: StreamRef, what: object) -> StreamDescriptor:
@@ -89,7 +65,7 @@ def _frontier(view: RecordView, desc: StreamDescriptor, group: str, what: object
 
 def _attempt_key(message: MessageRef, node: str, parent_attempt: str, seq: int | None = None) -> AttemptKey:
     """The budget of ``message`` (or of message ``seq`` of the run starting there)."""
-    return (message.ref, message.group, message.seq if seq is None else seq, node, parent_attempt)
+    return AttemptKey(message.ref, message.group, message.seq if seq is None else seq, node, parent_attempt)
 
 
 def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:

@@ -1,0 +1,36 @@
+"""The records a store keeps besides the hooks' own: a descriptor per stream, a budget per failed message.
+
+Stores persist these as they are (the LMDB ledger as msgpack, see
+:mod:`ledger._layout`); the rules read and write them through a
+:class:`~streams.store.RecordView`. Consumer-group frontiers are kept as the
+hooks' own :class:`~streams.store.GroupFrontier`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ._records import StreamRef
+
+__all__ = ["AttemptRecord", "StreamDescriptor"]
+
+
+class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
+    """A stream's persistent descriptor."""
+
+    ref: StreamRef
+    type_name: str
+    capacity: int
+    generation: int
+    groups: tuple[str, ...]
+    appended: int = 0
+    position: int | None = None
+    finished: bool = False
+    failed: bool = False
+    compacted_through: int = 0  # every seq <= it was acknowledged by every group and removed
+    format: int = 1
+
+
+class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    failures: int
+    exhausted: bool

@@ -1,0 +1,110 @@
+"""For authors of stores: everything a :class:`StreamHooks` implementation is built from.
+
+A store answers the six calls of :class:`StreamHooks`, each one atomic
+record (see the protocol's docstrings). The rules every store must apply
+(contiguous sequences, generation fencing, frontiers that never move back,
+budgets that only advance on confirmed failures, terminals that do not
+regress, compaction) are written once here, as operations over a
+:class:`RecordView`: a store opens one transaction per call, wraps it in a
+view of its records, runs the operation of that call, and commits only if
+it returned. ``MemoryStore`` does so over dicts and the LMDB ledger over an
+LMDB write transaction, so the two cannot drift; a new store that does the
+same keeps the same ledger. Prove it with the conformance suite, which runs
+against any store (``tests/streams/conformance`` in this repository).
+
+The pieces:
+
+* the hook protocol and its records: :class:`StreamHooks`,
+  :class:`StreamRef`, :class:`StreamOpen`, :class:`StreamOpened`,
+  :class:`GroupFrontier`, :class:`AppendBatch`, :class:`StoredMessage`,
+  :class:`MessageRef`, :class:`MessageOpen`, :class:`MessageAttempt`,
+  :class:`MessageFail`, :class:`MessageCommit`, :class:`OutputBatch`,
+  :class:`StreamFinish`;
+* the records a store keeps besides those: :class:`StreamDescriptor`,
+  :class:`AttemptRecord`, keyed by :class:`AttemptKey`;
+* the record view a store supplies: :class:`RecordView` (its isolation:
+  one writer at a time, or serializable transactions);
+* the operations, one per hook call: :func:`open_stream`, :func:`append`,
+  :func:`open_message`, :func:`fail_message`, :func:`commit`,
+  :func:`finish`;
+* :class:`MemoryStore`, the in-process reference store.
+
+This module also gives packages built on streams the library's tracing
+vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`ATTR`, :func:`span`,
+:func:`tracer`, :func:`failed`), :func:`single_error` (a task group's lone
+error raised as itself), :func:`to_plain` (a stored value as plain data,
+for inspection) and :func:`publish` (name exported objects after their
+package).
+"""
+
+from ._codec import to_plain as to_plain
+from ._public import publish as publish
+from ._store._hooks import StreamHooks as StreamHooks
+from ._store._layouts import AttemptRecord as AttemptRecord
+from ._store._layouts import StreamDescriptor as StreamDescriptor
+from ._store._memory import MemoryStore as MemoryStore
+from ._store._operations import append as append
+from ._store._operations import commit as commit
+from ._store._operations import fail_message as fail_message
+from ._store._operations import finish as finish
+from ._store._operations import open_message as open_message
+from ._store._operations import open_stream as open_stream
+from ._store._records import AppendBatch as AppendBatch
+from ._store._records import GroupFrontier as GroupFrontier
+from ._store._records import MessageAttempt as MessageAttempt
+from ._store._records import MessageCommit as MessageCommit
+from ._store._records import MessageFail as MessageFail
+from ._store._records import MessageOpen as MessageOpen
+from ._store._records import MessageRef as MessageRef
+from ._store._records import OutputBatch as OutputBatch
+from ._store._records import StoredMessage as StoredMessage
+from ._store._records import StreamFinish as StreamFinish
+from ._store._records import StreamOpen as StreamOpen
+from ._store._records import StreamOpened as StreamOpened
+from ._store._records import StreamRef as StreamRef
+from ._store._view import AttemptKey as AttemptKey
+from ._store._view import RecordView as RecordView
+from ._tracing import ATTR as ATTR
+from ._tracing import EVENT as EVENT
+from ._tracing import SPAN as SPAN
+from ._tracing import failed as failed
+from ._tracing import span as span
+from ._tracing import tracer as tracer
+from ._unwrap import single_error as single_error
+
+__all__ = [
+    "ATTR",
+    "EVENT",
+    "SPAN",
+    "AppendBatch",
+    "AttemptKey",
+    "AttemptRecord",
+    "GroupFrontier",
+    "MemoryStore",
+    "MessageAttempt",
+    "MessageCommit",
+    "MessageFail",
+    "MessageOpen",
+    "MessageRef",
+    "OutputBatch",
+    "RecordView",
+    "StoredMessage",
+    "StreamDescriptor",
+    "StreamFinish",
+    "StreamHooks",
+    "StreamOpen",
+    "StreamOpened",
+    "StreamRef",
+    "append",
+    "commit",
+    "fail_message",
+    "failed",
+    "finish",
+    "open_message",
+    "open_stream",
+    "publish",
+    "single_error",
+    "span",
+    "to_plain",
+    "tracer",
+]
