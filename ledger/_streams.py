@@ -29,6 +29,7 @@ from streams.store import (
     AppendBatch,
     AttemptKey,
     AttemptRecord,
+    CachedView,
     GroupFrontier,
     MessageAttempt,
     MessageCommit,
@@ -98,38 +99,24 @@ def _at_run_holding(cursor: Any, prefix: bytes, seq: int) -> bool:
     return bool(cursor.next()) and cursor.key()[:8] == prefix
 
 
-class LmdbView:
+class LmdbView(CachedView):
     """A :class:`~streams.store.RecordView` over one LMDB transaction.
 
     ``known_ids`` maps streams to ids already committed; ids resolved or
     allocated here are collected in :attr:`ids` for the caller to remember
     once the transaction is durable. :attr:`reads` counts the records read.
+    Reads are memory-mapped lookups, so a batch is read one key at a time.
     """
 
-    __slots__ = (
-        "_attempts",
-        "_dbs",
-        "_descriptors",
-        "_dirty_descriptors",
-        "_dirty_groups",
-        "_groups",
-        "_known_ids",
-        "_txn",
-        "ids",
-        "reads",
-    )
+    __slots__ = ("_dbs", "_known_ids", "_txn", "ids", "reads")
 
     def __init__(self, txn: Any, dbs: Mapping[str, Any], known_ids: Mapping[StreamRef, int]) -> None:
+        super().__init__()
         self._txn = txn
         self._dbs = dbs
         self._known_ids = known_ids
         self.ids: dict[StreamRef, int] = {}
         self.reads = 0
-        self._descriptors: dict[StreamRef, StreamDescriptor | None] = {}
-        self._groups: dict[tuple[StreamRef, str], GroupFrontier | None] = {}
-        self._attempts: dict[AttemptKey, AttemptRecord | None] = {}
-        self._dirty_descriptors: dict[StreamRef, None] = {}
-        self._dirty_groups: dict[tuple[StreamRef, str], None] = {}
 
     # -- ids -------------------------------------------------------------------------------
 
@@ -162,84 +149,84 @@ class LmdbView:
         stream_id = self._id(ref)
         return self._allocate(ref) if stream_id is None else stream_id
 
-    # -- RecordView ------------------------------------------------------------------------
+    # -- CachedView ------------------------------------------------------------------------
 
-    def get_descriptor(self, ref: StreamRef) -> StreamDescriptor | None:
-        try:
-            return self._descriptors[ref]
-        except KeyError:
-            pass
-        desc: StreamDescriptor | None = None
+    def _read_descriptors(self, refs: Sequence[StreamRef]) -> list[StreamDescriptor | None]:
+        return [self._read_descriptor(ref) for ref in refs]
+
+    def _read_descriptor(self, ref: StreamRef) -> StreamDescriptor | None:
         stream_id = self._id(ref)
-        if stream_id is not None:
-            key = descriptor_key(stream_id)
-            raw = self._txn.get(key, db=self._dbs["streams"])
-            self.reads += 1
-            if raw is None:
-                raise CorruptRecordError(
-                    f"stream {ref} has id {stream_id} but no descriptor; the ledger file is damaged"
-                )
-            desc = decode_descriptor(key, raw)
-            if desc.ref != ref:
-                raise CorruptRecordError(
-                    f"stream {ref} maps to id {stream_id}, whose descriptor is for {desc.ref}; "
-                    "the ledger file is damaged"
-                )
-        self._descriptors[ref] = desc
+        if stream_id is None:
+            return None
+        key = descriptor_key(stream_id)
+        raw = self._txn.get(key, db=self._dbs["streams"])
+        self.reads += 1
+        if raw is None:
+            raise CorruptRecordError(
+                f"stream {ref} has id {stream_id} but no descriptor; the ledger file is damaged"
+            )
+        desc = decode_descriptor(key, raw)
+        if desc.ref != ref:
+            raise CorruptRecordError(
+                f"stream {ref} maps to id {stream_id}, whose descriptor is for {desc.ref}; "
+                "the ledger file is damaged"
+            )
         return desc
 
-    def put_descriptor(self, desc: StreamDescriptor) -> None:
-        self._descriptors[desc.ref] = desc
-        self._dirty_descriptors[desc.ref] = None
+    def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> list[GroupFrontier | None]:
+        found: list[GroupFrontier | None] = []
+        for ref, group in keys:
+            stream_id = self._id(ref)
+            frontier = None
+            if stream_id is not None:
+                key = group_key(stream_id, group)
+                raw = self._txn.get(key, db=self._dbs["groups"])
+                self.reads += 1
+                if raw is not None:
+                    frontier = decode_frontier(key, raw)
+            found.append(frontier)
+        return found
 
-    def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None:
-        cache_key = (ref, group)
-        try:
-            return self._groups[cache_key]
-        except KeyError:
-            pass
-        frontier: GroupFrontier | None = None
-        stream_id = self._id(ref)
-        if stream_id is not None:
-            key = group_key(stream_id, group)
-            raw = self._txn.get(key, db=self._dbs["groups"])
-            self.reads += 1
-            if raw is not None:
-                frontier = decode_frontier(key, raw)
-        self._groups[cache_key] = frontier
-        return frontier
+    def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:
+        found: list[AttemptRecord | None] = []
+        for key in keys:
+            stream_id = self._id(key.ref)
+            record = None
+            if stream_id is not None:
+                raw_key = attempt_key(stream_id, key)
+                raw = self._txn.get(raw_key, db=self._dbs["attempts"])
+                self.reads += 1
+                if raw is not None:
+                    record = decode_record(raw, _attempt_decoder, db="attempts", key=raw_key)
+            found.append(record)
+        return found
 
-    def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None:
-        cache_key = (ref, frontier.group)
-        self._groups[cache_key] = frontier
-        self._dirty_groups[cache_key] = None
+    def _write(
+        self,
+        descriptors: Mapping[StreamRef, StreamDescriptor],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier],
+        attempts: Mapping[AttemptKey, AttemptRecord | None],
+    ) -> None:
+        txn = self._txn
+        if descriptors:
+            streams = self._dbs["streams"]
+            for ref, desc in descriptors.items():
+                txn.put(descriptor_key(self._require_id(ref)), seal(_encoder.encode(desc)), db=streams)
+        if groups:
+            db = self._dbs["groups"]
+            for (ref, group), frontier in groups.items():
+                txn.put(group_key(self._require_id(ref), group), seal(_encoder.encode(frontier)), db=db)
+        if attempts:
+            db = self._dbs["attempts"]
+            for key, record in attempts.items():
+                if record is not None:
+                    txn.put(attempt_key(self._require_id(key.ref), key), seal(_encoder.encode(record)), db=db)
+                else:
+                    stream_id = self._id(key.ref)
+                    if stream_id is not None:
+                        txn.delete(attempt_key(stream_id, key), db=db)
 
-    def get_attempt(self, key: AttemptKey) -> AttemptRecord | None:
-        try:
-            return self._attempts[key]
-        except KeyError:
-            pass
-        record: AttemptRecord | None = None
-        stream_id = self._id(key[0])
-        if stream_id is not None:
-            raw_key = attempt_key(stream_id, key)
-            raw = self._txn.get(raw_key, db=self._dbs["attempts"])
-            self.reads += 1
-            if raw is not None:
-                record = decode_record(raw, _attempt_decoder, db="attempts", key=raw_key)
-        self._attempts[key] = record
-        return record
-
-    def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None:
-        raw_key = attempt_key(self._require_id(key[0]), key)
-        self._txn.put(raw_key, seal(_encoder.encode(record)), db=self._dbs["attempts"])
-        self._attempts[key] = record
-
-    def delete_attempt(self, key: AttemptKey) -> None:
-        stream_id = self._id(key[0])
-        if stream_id is not None:
-            self._txn.delete(attempt_key(stream_id, key), db=self._dbs["attempts"])
-        self._attempts[key] = None
+    # -- messages --------------------------------------------------------------------------
 
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
         prefix = U64.pack(self._require_id(ref))
@@ -285,30 +272,6 @@ class LmdbView:
                 last = U64.unpack_from(key, 8)[0] + len(decode_run(key, cursor.value())) - 1
                 if last > through or not cursor.delete():
                     return
-
-    # -- end of the call -------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Write each changed descriptor and frontier once."""
-        txn = self._txn
-        if self._dirty_descriptors:
-            streams = self._dbs["streams"]
-            for ref in self._dirty_descriptors:
-                desc = self._descriptors[ref]
-                key = descriptor_key(self._require_id(ref))
-                txn.put(key, seal(_encoder.encode(desc)), db=streams)
-            self._dirty_descriptors.clear()
-        if self._dirty_groups:
-            groups = self._dbs["groups"]
-            for cache_key in self._dirty_groups:
-                ref, group = cache_key
-                frontier = self._groups[cache_key]
-                txn.put(
-                    group_key(self._require_id(ref), group),
-                    seal(_encoder.encode(frontier)),
-                    db=groups,
-                )
-            self._dirty_groups.clear()
 
 
 class LmdbStreamHooks:

@@ -23,7 +23,9 @@ The pieces:
 * the records a store keeps besides those: :class:`StreamDescriptor`,
   :class:`AttemptRecord`, keyed by :class:`AttemptKey`;
 * the record view a store supplies: :class:`RecordView` (its isolation:
-  one writer at a time, or serializable transactions);
+  one writer at a time, or serializable transactions), and its shared base
+  :class:`CachedView`, which caches every record, reads them in batches
+  (:meth:`CachedView.load`) and writes each changed one once;
 * the operations, one per hook call: :func:`open_stream`, :func:`append`,
   :func:`open_message`, :func:`fail_message`, :func:`commit`,
   :func:`finish`;
@@ -63,6 +65,7 @@ from ._store._records import StreamOpen as StreamOpen
 from ._store._records import StreamOpened as StreamOpened
 from ._store._records import StreamRef as StreamRef
 from ._store._view import AttemptKey as AttemptKey
+from ._store._view import CachedView as CachedView
 from ._store._view import RecordView as RecordView
 from ._tracing import ATTR as ATTR
 from ._tracing import EVENT as EVENT
@@ -79,6 +82,7 @@ __all__ = [
     "AppendBatch",
     "AttemptKey",
     "AttemptRecord",
+    "CachedView",
     "GroupFrontier",
     "MemoryStore",
     "MessageAttempt",

@@ -24,10 +24,13 @@ class StreamHooks(Protocol):
     """What a store confirms for managed streams. Every call is one atomic record.
 
     The engine calls these concurrently from many tasks; a store must be safe
-    for that. A call that raises has confirmed nothing, unless the outcome was
-    lost (the process died inside it): recovery then reads the ledger, never
-    assumes failure. Errors a store raises for records that do not fit its
-    ledger are :class:`~streams.CheckpointError` subclasses.
+    for that, and run each call isolated from every other: one call at a
+    time (one writer), or each in a serializable transaction. A call that
+    raises has confirmed nothing, unless the outcome was lost (the process
+    died inside it): recovery then reads the ledger, never assumes failure.
+    Errors a store raises for records that do not fit its ledger are
+    :class:`~streams.CheckpointError` subclasses. :mod:`streams.store` has
+    the rules every store applies, written once.
     """
 
     async def open(self, request: StreamOpen) -> StreamOpened:

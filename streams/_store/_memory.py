@@ -10,7 +10,7 @@ is merged only if the whole call succeeded, exactly as a store transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from anyio.lowlevel import checkpoint
 
@@ -29,46 +29,45 @@ from ._records import (
     StreamOpened,
     StreamRef,
 )
-from ._view import AttemptKey
+from ._view import AttemptKey, CachedView
 
 __all__ = ["MemoryStore"]
 
-_DELETED = object()
 
-
-class _Overlay:
+class _Overlay(CachedView):
     """One transaction over the store's dicts: reads fall through, writes stay until merged."""
 
+    __slots__ = ("_store", "compacted", "messages")
+
     def __init__(self, store: MemoryStore) -> None:
+        super().__init__()
         self._store = store
-        self.descriptors: dict[StreamRef, StreamDescriptor] = {}
-        self.groups: dict[tuple[StreamRef, str], GroupFrontier] = {}
-        self.attempts: dict[AttemptKey, AttemptRecord | object] = {}
         self.messages: dict[StreamRef, dict[int, bytes]] = {}
         self.compacted: dict[StreamRef, int] = {}
 
-    def get_descriptor(self, ref: StreamRef) -> StreamDescriptor | None:
-        return self.descriptors.get(ref) or self._store._descriptors.get(ref)
+    def _read_descriptors(self, refs: Sequence[StreamRef]) -> list[StreamDescriptor | None]:
+        return [self._store._descriptors.get(ref) for ref in refs]
 
-    def put_descriptor(self, desc: StreamDescriptor) -> None:
-        self.descriptors[desc.ref] = desc
+    def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> list[GroupFrontier | None]:
+        return [self._store._groups.get(key) for key in keys]
 
-    def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None:
-        key = (ref, group)
-        return self.groups.get(key) or self._store._groups.get(key)
+    def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:
+        return [self._store._attempts.get(key) for key in keys]
 
-    def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None:
-        self.groups[(ref, frontier.group)] = frontier
-
-    def get_attempt(self, key: AttemptKey) -> AttemptRecord | None:
-        record = self.attempts.get(key, self._store._attempts.get(key))
-        return record if isinstance(record, AttemptRecord) else None
-
-    def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None:
-        self.attempts[key] = record
-
-    def delete_attempt(self, key: AttemptKey) -> None:
-        self.attempts[key] = _DELETED
+    def _write(
+        self,
+        descriptors: Mapping[StreamRef, StreamDescriptor],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier],
+        attempts: Mapping[AttemptKey, AttemptRecord | None],
+    ) -> None:
+        store = self._store
+        store._descriptors.update(descriptors)
+        store._groups.update(groups)
+        for key, record in attempts.items():
+            if record is None:
+                store._attempts.pop(key, None)
+            else:
+                store._attempts[key] = record
 
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
         target = self.messages.setdefault(ref, {})
@@ -84,14 +83,9 @@ class _Overlay:
         self.compacted[ref] = max(through, self.compacted.get(ref, 0))
 
     def merge(self) -> None:
+        """Apply the call to the store: it succeeded as a whole."""
+        self.flush()
         store = self._store
-        store._descriptors.update(self.descriptors)
-        store._groups.update(self.groups)
-        for key, record in self.attempts.items():
-            if isinstance(record, AttemptRecord):
-                store._attempts[key] = record
-            else:
-                store._attempts.pop(key, None)
         for ref, messages in self.messages.items():
             store._messages.setdefault(ref, {}).update(messages)
         for ref, through in self.compacted.items():

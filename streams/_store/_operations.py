@@ -69,6 +69,7 @@ def _attempt_key(message: MessageRef, node: str, parent_attempt: str, seq: int |
 
 
 def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
+    view.load(descriptors=(request.ref,), groups=[(request.ref, g) for g in request.groups])
     current = view.get_descriptor(request.ref)
     desc = reopen(current, request)
     view.put_descriptor(desc)
@@ -98,6 +99,7 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
 
 
 def append(view: RecordView, batch: AppendBatch) -> None:
+    view.load(descriptors=(batch.ref,))
     desc = _descriptor(view, batch.ref, "append")
     check_appendable(desc, batch.generation, batch.first_seq, "append")
     view.put_messages(desc.ref, batch.first_seq, batch.payloads)
@@ -112,6 +114,7 @@ def append(view: RecordView, batch: AppendBatch) -> None:
 
 def open_message(view: RecordView, request: MessageOpen) -> MessageAttempt:
     message = request.message
+    _load_message(view, message, _attempt_key(message, request.node, request.parent_attempt))
     desc = _descriptor(view, message.ref, f"open of {message}")
     check_generation(desc, message.generation, f"open of {message}")
     frontier = _frontier(view, desc, message.group, f"open of {message}")
@@ -128,6 +131,7 @@ def open_message(view: RecordView, request: MessageOpen) -> MessageAttempt:
 def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
     message = request.message
     what = f"failure of {message}"
+    _load_message(view, message, _attempt_key(message, request.node, request.parent_attempt))
     desc = _descriptor(view, message.ref, what)
     check_generation(desc, message.generation, what)
     frontier = _frontier(view, desc, message.group, what)
@@ -175,6 +179,7 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
     """
     streams: dict[StreamRef, _StreamDraft] = {}
     groups: dict[tuple[StreamRef, str], tuple[_StreamDraft, FrontierDraft]] = {}
+    _load_commits(view, commits)
 
     def stream(ref: StreamRef, what: str, message: MessageRef) -> _StreamDraft:
         draft = streams.get(ref)
@@ -251,6 +256,27 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         view.put_group(ref, group.record())
     for ref in {ref for ref, _ in groups}:
         _maybe_compact(view, ref)
+
+
+def _load_message(view: RecordView, message: MessageRef, budget: AttemptKey) -> None:
+    view.load(descriptors=(message.ref,), groups=((message.ref, message.group),), attempts=(budget,))
+
+
+def _load_commits(view: RecordView, commits: Sequence[MessageCommit]) -> None:
+    """Read ahead what a batch of commits touches: its streams, then every group of the committed ones.
+
+    Every group, not only the committing ones: compaction reads them all.
+    """
+    sources = {c.message.ref: None for c in commits}
+    view.load(descriptors=[*sources, *(out.ref for c in commits for out in c.outputs)])
+    view.load(
+        groups=[
+            (ref, group)
+            for ref in sources
+            if (desc := view.get_descriptor(ref)) is not None
+            for group in desc.groups
+        ]
+    )
 
 
 def _at(message: MessageRef, seq: int) -> MessageRef:

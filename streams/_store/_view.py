@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import abc
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import GroupFrontier, StoredMessage, StreamRef
 
-__all__ = ["AttemptKey", "RecordView"]
+__all__ = ["AttemptKey", "CachedView", "RecordView"]
 
 
 class AttemptKey(NamedTuple):
@@ -43,3 +44,140 @@ class RecordView(Protocol):
     def compact(self, ref: StreamRef, through: int) -> None:
         """Remove every message with a sequence <= ``through``."""
         ...
+
+    def load(
+        self,
+        descriptors: Iterable[StreamRef] = (),
+        groups: Iterable[tuple[StreamRef, str]] = (),
+        attempts: Iterable[AttemptKey] = (),
+    ) -> None:
+        """Read the named records ahead, in as few round trips as the store can (a hint, never needed)."""
+        ...
+
+
+class CachedView(abc.ABC):
+    """The shared base of record views: every record read or written is cached; reads come in batches.
+
+    A store subclasses it and supplies, for its own transaction, batched raw
+    reads (:meth:`_read_descriptors`, :meth:`_read_groups`,
+    :meth:`_read_attempts`, one answer per key, None when absent), the raw
+    writes :meth:`_write` makes once when the call ends, and the message
+    methods of :class:`RecordView`. The operations call :meth:`load` first,
+    with every record the call will touch that its request names, so a
+    store across a network pays one or two round trips a call; whatever is
+    read later (a retried message's budget, a stream's other groups before
+    compaction) is read one key at a time. Changed descriptors, frontiers
+    and budgets are written once each, by :meth:`flush`.
+    """
+
+    __slots__ = (
+        "_attempts",
+        "_descriptors",
+        "_dirty_attempts",
+        "_dirty_descriptors",
+        "_dirty_groups",
+        "_groups",
+    )
+
+    def __init__(self) -> None:
+        self._descriptors: dict[StreamRef, StreamDescriptor | None] = {}
+        self._groups: dict[tuple[StreamRef, str], GroupFrontier | None] = {}
+        self._attempts: dict[AttemptKey, AttemptRecord | None] = {}
+        self._dirty_descriptors: dict[StreamRef, None] = {}
+        self._dirty_groups: dict[tuple[StreamRef, str], None] = {}
+        self._dirty_attempts: dict[AttemptKey, None] = {}
+
+    # -- what a store supplies ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _read_descriptors(self, refs: Sequence[StreamRef]) -> Sequence[StreamDescriptor | None]:
+        """One answer per key, in order; None for a record the store does not hold."""
+
+    @abc.abstractmethod
+    def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> Sequence[GroupFrontier | None]:
+        """One answer per key, in order; None for a record the store does not hold."""
+
+    @abc.abstractmethod
+    def _read_attempts(self, keys: Sequence[AttemptKey]) -> Sequence[AttemptRecord | None]:
+        """One answer per key, in order; None for a record the store does not hold."""
+
+    @abc.abstractmethod
+    def _write(
+        self,
+        descriptors: Mapping[StreamRef, StreamDescriptor],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier],
+        attempts: Mapping[AttemptKey, AttemptRecord | None],
+    ) -> None:
+        """Write what the call changed; a budget mapped to None is deleted."""
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def load(
+        self,
+        descriptors: Iterable[StreamRef] = (),
+        groups: Iterable[tuple[StreamRef, str]] = (),
+        attempts: Iterable[AttemptKey] = (),
+    ) -> None:
+        """Read every named record not read yet, one batch per kind."""
+        refs = [ref for ref in dict.fromkeys(descriptors) if ref not in self._descriptors]
+        if refs:
+            self._descriptors.update(zip(refs, self._read_descriptors(refs), strict=True))
+        pairs = [key for key in dict.fromkeys(groups) if key not in self._groups]
+        if pairs:
+            self._groups.update(zip(pairs, self._read_groups(pairs), strict=True))
+        keys = [key for key in dict.fromkeys(attempts) if key not in self._attempts]
+        if keys:
+            self._attempts.update(zip(keys, self._read_attempts(keys), strict=True))
+
+    def flush(self) -> None:
+        """Write each changed descriptor, frontier and budget once."""
+        if not (self._dirty_descriptors or self._dirty_groups or self._dirty_attempts):
+            return
+        descriptors = {ref: self._descriptors[ref] for ref in self._dirty_descriptors}
+        groups = {key: self._groups[key] for key in self._dirty_groups}
+        attempts = {key: self._attempts[key] for key in self._dirty_attempts}
+        self._dirty_descriptors.clear()
+        self._dirty_groups.clear()
+        self._dirty_attempts.clear()
+        self._write(descriptors, groups, attempts)  # type: ignore[arg-type]  # dirty means written
+
+    # -- RecordView ----------------------------------------------------------------------------
+
+    def get_descriptor(self, ref: StreamRef) -> StreamDescriptor | None:
+        try:
+            return self._descriptors[ref]
+        except KeyError:
+            desc = self._descriptors[ref] = self._read_descriptors((ref,))[0]
+            return desc
+
+    def put_descriptor(self, desc: StreamDescriptor) -> None:
+        self._descriptors[desc.ref] = desc
+        self._dirty_descriptors[desc.ref] = None
+
+    def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None:
+        key = (ref, group)
+        try:
+            return self._groups[key]
+        except KeyError:
+            frontier = self._groups[key] = self._read_groups((key,))[0]
+            return frontier
+
+    def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None:
+        key = (ref, frontier.group)
+        self._groups[key] = frontier
+        self._dirty_groups[key] = None
+
+    def get_attempt(self, key: AttemptKey) -> AttemptRecord | None:
+        try:
+            return self._attempts[key]
+        except KeyError:
+            record = self._attempts[key] = self._read_attempts((key,))[0]
+            return record
+
+    def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None:
+        self._attempts[key] = record
+        self._dirty_attempts[key] = None
+
+    def delete_attempt(self, key: AttemptKey) -> None:
+        self._attempts[key] = None
+        self._dirty_attempts[key] = None

@@ -1,0 +1,90 @@
+"""streams.store for store authors: the page that teaches it runs, and views read in batches."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams import store
+
+from .conformance.conftest import example_store, example_view
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ORDERS = store.StreamRef("s", "src", "orders")
+INVOICES = store.StreamRef("s", "billing", "invoices")
+
+
+def test_the_code_blocks_of_docs_stores_md_run_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    page = (ROOT / "docs" / "stores.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(blocks) == 2
+    module = types.ModuleType("docs_stores_page")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    for number, block in enumerate(blocks, 1):
+        exec(compile(block, f"docs/stores.md block {number}", "exec"), module.__dict__)
+
+
+class _Counting:
+    """Wraps a DictView's batched reads: how many batches of each kind, and how many keys."""
+
+    def __init__(self, view: Any) -> None:
+        self.batches: dict[str, list[int]] = {"descriptors": [], "groups": [], "attempts": []}
+        for kind in self.batches:
+            read = getattr(view, f"_read_{kind}")
+
+            def counted(keys: Sequence[Any], __read: Any = read, __kind: str = kind) -> Any:
+                self.batches[__kind].append(len(keys))
+                return __read(keys)
+
+            setattr(view, f"_read_{kind}", counted)
+
+
+async def test_a_commit_reads_its_streams_in_one_batch_and_their_groups_in_another() -> None:
+    hooks: Any = example_store()
+    orders = await hooks.open(store.StreamOpen(ORDERS, "int", 1000, ("billing", "audit"), resumable=True))
+    invoices = await hooks.open(store.StreamOpen(INVOICES, "int", 1000, ("out",), resumable=True))
+    await hooks.append(
+        store.AppendBatch(ORDERS, orders.generation, 1, tuple(b"%d" % i for i in range(1, 51)))
+    )
+    commits = [
+        store.MessageCommit(
+            store.MessageRef(ORDERS, "billing", orders.generation, seq),
+            state=b"%d" % seq,
+            outputs=(store.OutputBatch(INVOICES, invoices.generation, seq, (b"invoice",)),),
+        )
+        for seq in range(1, 51)
+    ]
+    view = example_view(hooks)
+    counting = _Counting(view)
+    store.commit(view, commits)
+    view.flush()
+    # both streams at once, then every group of the committed stream at once; nothing one by one
+    assert counting.batches == {"descriptors": [2], "groups": [2], "attempts": []}
+    assert hooks.groups[(ORDERS, "billing")].acked_through == 50
+    assert hooks.descriptors[INVOICES].appended == 50
+
+
+async def test_a_failed_attempt_reads_its_stream_group_and_budget_in_one_batch_each() -> None:
+    hooks: Any = example_store()
+    orders = await hooks.open(store.StreamOpen(ORDERS, "int", 1000, ("billing",), resumable=True))
+    await hooks.append(store.AppendBatch(ORDERS, orders.generation, 1, (b"1",)))
+    view = example_view(hooks)
+    counting = _Counting(view)
+    message = store.MessageRef(ORDERS, "billing", orders.generation, 1)
+    attempt = store.fail_message(view, store.MessageFail(message, node="billing", limit=3, index=0))
+    assert attempt.index == 1
+    assert counting.batches == {"descriptors": [1], "groups": [1], "attempts": [1]}
+
+
+def test_attempt_keys_name_their_parts() -> None:
+    key = store.AttemptKey(ORDERS, "billing", 7, "billing", "retry-1")
+    parts = (key.ref, key.group, key.seq, key.node, key.parent_attempt)
+    assert parts == (ORDERS, "billing", 7, "billing", "retry-1")
+    assert key == (ORDERS, "billing", 7, "billing", "retry-1")  # still a tuple: stores key it as before
