@@ -9,8 +9,8 @@ regress, compaction) are written once here, as operations over a
 view of its records, runs the operation of that call, and commits only if
 it returned. ``MemoryStore`` does so over dicts and the LMDB ledger over an
 LMDB write transaction, so the two cannot drift; a new store that does the
-same keeps the same ledger. Prove it with the conformance suite, which runs
-against any store (``tests/streams/conformance`` in this repository).
+same keeps the same ledger. Prove it with the conformance suite:
+:func:`streams.testing.check_stream_store`.
 
 The pieces:
 

@@ -12,12 +12,18 @@ commit).
 
 For a wrapper of your own (one that gates, counts or refuses some calls),
 subclass :class:`PassThroughHooks` and override only the calls it changes.
+
+A store of your own is proven by the conformance suite:
+:func:`check_stream_store` runs every check against it, and
+:func:`stream_store_checks` lists them for a test runner to run one by one
+(see ``docs/stores.md``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, TypeVar
 
 from ._store._hooks import StreamHooks
 from ._store._records import (
@@ -31,7 +37,14 @@ from ._store._records import (
     StreamOpened,
 )
 
-__all__ = ["FaultyHooks", "InjectedFault", "PassThroughHooks"]
+__all__ = [
+    "FaultyHooks",
+    "InjectedFault",
+    "PassThroughHooks",
+    "StoreWorld",
+    "check_stream_store",
+    "stream_store_checks",
+]
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -110,3 +123,39 @@ class FaultyHooks(PassThroughHooks):
 
     async def finish(self, request: StreamFinish) -> None:
         await self._call("finish", self.inner.finish, request)
+
+
+class StoreWorld(Protocol):
+    """A store's storage reached through sessions; each session is one process lifetime.
+
+    ``session()`` is an async context manager giving the store's
+    :class:`~streams.StreamHooks`. Leaving a session and entering a new one is
+    a restart: a store that keeps its records elsewhere opens them again, an
+    in-process store gives the same object again.
+    """
+
+    def session(self) -> AbstractAsyncContextManager[StreamHooks]: ...
+
+
+def stream_store_checks() -> list[tuple[str, Callable[[StoreWorld], Awaitable[None]]]]:
+    """Every check of the conformance suite, named, to run one by one (one test each).
+
+    Each check wants a fresh world: storage that no check used before.
+    """
+    from ._conformance import CHECKS  # the checks use this module's wrappers
+
+    return [(c.name, c.run) for c in CHECKS]
+
+
+async def check_stream_store(new_world: Callable[[], StoreWorld]) -> None:
+    """Run the whole conformance suite against a store; raise at the first check that fails.
+
+    ``new_world()`` gives fresh storage for each check. The failure says
+    which check failed (as a note on the exception).
+    """
+    for name, run in stream_store_checks():
+        try:
+            await run(new_world())
+        except BaseException as exc:
+            exc.add_note(f"conformance check {name} failed")
+            raise

@@ -17,7 +17,7 @@ def test_every_test_the_conformance_page_names_exists() -> None:
         for ref in re.findall(r"`([^`]*::[^`]*)`", line):
             where, _, name = ref.partition("::")
             if where:
-                path = where if where.startswith("tests/") else f"tests/ledger/graphs/{where}"
+                path = where if where.startswith(("tests/", "streams/")) else f"tests/ledger/graphs/{where}"
             if path is None:
                 continue
             test = re.sub(r"\[.*$", "", name).strip()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streams import store
+from streams.testing import PassThroughHooks, check_stream_store
 
 from .conformance.conftest import example_store, example_view
 
@@ -24,7 +26,7 @@ INVOICES = store.StreamRef("s", "billing", "invoices")
 def test_the_code_blocks_of_docs_stores_md_run_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     page = (ROOT / "docs" / "stores.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     module = types.ModuleType("docs_stores_page")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     for number, block in enumerate(blocks, 1):
@@ -88,3 +90,32 @@ def test_attempt_keys_name_their_parts() -> None:
     parts = (key.ref, key.group, key.seq, key.node, key.parent_attempt)
     assert parts == (ORDERS, "billing", 7, "billing", "retry-1")
     assert key == (ORDERS, "billing", 7, "billing", "retry-1")  # still a tuple: stores key it as before
+
+
+class _Sessions:
+    """A world over one in-process store: every session hands out the same object."""
+
+    def __init__(self, hooks: Any) -> None:
+        self.hooks = hooks
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Any]:
+        yield self.hooks
+
+
+async def test_check_stream_store_runs_the_whole_suite_against_a_store() -> None:
+    await check_stream_store(lambda: _Sessions(example_store()))
+
+
+async def test_check_stream_store_names_the_check_a_broken_store_fails() -> None:
+    class Forgetful(PassThroughHooks):
+        """Budgets refill: a failed attempt is never confirmed."""
+
+        async def open_message(self, request: store.MessageOpen) -> store.MessageAttempt:
+            attempt = await self.inner.open_message(request)
+            return store.MessageAttempt(index=0, exhausted=False, state=attempt.state)
+
+    with pytest.raises(BaseException) as failed:
+        await check_stream_store(lambda: _Sessions(Forgetful(example_store())))
+    notes = getattr(failed.value, "__notes__", [])
+    assert len(notes) == 1 and notes[0].startswith("conformance check test_") and notes[0].endswith(" failed")

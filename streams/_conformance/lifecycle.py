@@ -6,9 +6,8 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.lowlevel
-import pytest
 
-from streams import (
+from .. import (
     CheckpointError,
     GroupBusyError,
     Key,
@@ -21,9 +20,8 @@ from streams import (
     handle_messages,
     open_scope,
 )
-from streams.testing import FaultyHooks, PassThroughHooks
-
-from .conftest import World
+from ..testing import FaultyHooks, PassThroughHooks
+from ._support import World, cases, check, raises
 from .records import NUMBERS
 
 OUT = Key("out", Stream[int])
@@ -37,6 +35,7 @@ async def _send_finished(stream: ManagedStream[int], n: int) -> None:
     await writer.finish()
 
 
+@check
 async def test_a_shielded_finish_after_a_cancelled_append_completes(world: World) -> None:
     async with world.session() as hooks:
         with anyio.CancelScope() as outer:
@@ -55,6 +54,7 @@ async def test_a_shielded_finish_after_a_cancelled_append_completes(world: World
         assert (stream.snapshot().finished, stream.snapshot().appended) == (True, 1)
 
 
+@check
 async def test_a_handler_error_commits_what_was_staged_and_leaves_the_output_writable(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -64,7 +64,7 @@ async def test_a_handler_error_commits_what_was_staged_and_leaves_the_output_wri
         async def h(tx: MessageTx[None], value: int) -> None:
             tx.send(out.writer(), "bad" if value == 3 else value)  # type: ignore[misc]
 
-        with pytest.raises(PayloadTypeError):
+        with raises(PayloadTypeError):
             await handle_messages(numbers.reader("g"), h)
         assert numbers.snapshot().groups[0].acked_through == 2
         with anyio.fail_after(10):
@@ -72,10 +72,11 @@ async def test_a_handler_error_commits_what_was_staged_and_leaves_the_output_wri
         assert out.snapshot().appended == 2
 
 
+@check
 async def test_a_failed_commit_latches_the_failure_and_the_output_does_not_hang(world: World) -> None:
     async with world.session() as hooks:
         faulty = FaultyHooks(hooks, fail={"commit": 1})
-        with pytest.raises(CheckpointError):
+        with raises(CheckpointError):
             async with open_scope(faulty, scope="s") as scope:
                 numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
                 out = await scope.open_stream(OUT, node="h", groups=("o",))
@@ -88,10 +89,11 @@ async def test_a_failed_commit_latches_the_failure_and_the_output_does_not_hang(
                 try:
                     await handle_messages(numbers.reader("g"), h)
                 finally:
-                    with anyio.fail_after(10), pytest.raises(CheckpointError):
+                    with anyio.fail_after(10), raises(CheckpointError):
                         await out.writer().fail()
 
 
+@check
 async def test_a_cancelled_handler_leaves_the_endpoint_agreeing_with_the_ledger(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -124,6 +126,7 @@ async def test_a_cancelled_handler_leaves_the_endpoint_agreeing_with_the_ledger(
         assert [m.value async for m in out.reader("o")] == list(range(1, 201))
 
 
+@check
 async def test_concurrent_opens_of_a_stream_share_one_endpoint_and_one_generation(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         opened = []
@@ -140,6 +143,7 @@ async def test_concurrent_opens_of_a_stream_share_one_endpoint_and_one_generatio
         await opened[0].writer().flush()
 
 
+@check
 async def test_acking_by_sequence_before_receiving_skips_that_message(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -149,6 +153,7 @@ async def test_acking_by_sequence_before_receiving_skips_that_message(world: Wor
         assert [m.seq async for m in reader] == [2, 3]
 
 
+@check
 async def test_a_handler_takes_over_messages_a_reader_received_but_did_not_ack(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -164,6 +169,7 @@ async def test_a_handler_takes_over_messages_a_reader_received_but_did_not_ack(w
         assert stream.snapshot().groups[0].acked_through == 3
 
 
+@check
 async def test_a_stopped_group_holds_back_neither_the_writer_nor_compaction(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4)
@@ -180,6 +186,7 @@ async def test_a_stopped_group_holds_back_neither_the_writer_nor_compaction(worl
         assert stream.snapshot().appended == 11
 
 
+@check
 async def test_two_handlers_cannot_write_one_output_stream(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"))
@@ -200,12 +207,13 @@ async def test_two_handlers_cannot_write_one_output_stream(world: World) -> None
         async with anyio.create_task_group() as tg:
             tg.start_soon(handle_messages, numbers.reader("a"), slow)
             await first_staged.wait()
-            with pytest.raises(StreamStateError, match="another running message handler"):
+            with raises(StreamStateError, match="another running message handler"):
                 await handle_messages(numbers.reader("b"), other)
             release.set()
         assert out.snapshot().appended == 4
 
 
+@check
 async def test_a_plain_ack_on_a_group_a_handler_consumes_is_refused(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -214,7 +222,7 @@ async def test_a_plain_ack_on_a_group_a_handler_consumes_is_refused(world: World
         acked = anyio.Event()
 
         async def h(tx: MessageTx[None], value: int) -> None:
-            with pytest.raises(GroupBusyError):
+            with raises(GroupBusyError):
                 await stream.reader("g").ack(1)
             acked.set()
 
@@ -222,19 +230,20 @@ async def test_a_plain_ack_on_a_group_a_handler_consumes_is_refused(world: World
         assert acked.is_set()
 
 
-@pytest.mark.parametrize("name", ["a/b", "", "bad\udc80"])
+@cases(("a/b",), ("",), ("bad\udc80",), ids=["slash", "empty", "not-utf-8"])
 async def test_names_that_could_collide_or_not_be_stored_are_refused(world: World, name: str) -> None:
     async with world.session() as hooks:
-        with pytest.raises(ValueError):
+        with raises(ValueError):
             async with open_scope(hooks, scope=name):
                 pass
         async with open_scope(hooks, scope="s") as scope:
-            with pytest.raises(ValueError):
+            with raises(ValueError):
                 await scope.open_stream(NUMBERS, node=name, groups=("g",))
-            with pytest.raises(ValueError):
+            with raises(ValueError):
                 await scope.open_stream(NUMBERS, node="src", groups=(name,))
 
 
+@check
 async def test_a_waiting_reader_never_takes_messages_from_a_handler(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -242,7 +251,7 @@ async def test_a_waiting_reader_never_takes_messages_from_a_handler(world: World
         refused = anyio.Event()
 
         async def plain_reader() -> None:
-            with pytest.raises(GroupBusyError):
+            with raises(GroupBusyError):
                 await stream.reader("g").receive()
             refused.set()
 
@@ -259,10 +268,11 @@ async def test_a_waiting_reader_never_takes_messages_from_a_handler(world: World
         assert handled == [1, 2, 3]
 
 
+@check
 async def test_a_latched_failure_stops_the_next_handler_run_before_its_handler(world: World) -> None:
     async with world.session() as hooks:
         faulty = FaultyHooks(hooks, fail={"commit": 1})
-        with pytest.raises(CheckpointError):
+        with raises(CheckpointError):
             async with open_scope(faulty, scope="s") as scope:
                 stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
                 for i in range(3):
@@ -273,16 +283,17 @@ async def test_a_latched_failure_stops_the_next_handler_run_before_its_handler(w
                 async def h(tx: MessageTx[None], value: int) -> None:
                     calls.append(value)
 
-                with pytest.raises(CheckpointError) as first:
+                with raises(CheckpointError) as first:
                     await handle_messages(stream.reader("g"), h)
                 calls.clear()
-                with pytest.raises(CheckpointError) as second:
+                with raises(CheckpointError) as second:
                     await handle_messages(stream.reader("g"), h)
                 assert calls == []
                 assert second.value is first.value
                 raise first.value
 
 
+@check
 async def test_a_stopped_group_keeps_no_values_and_its_reader_is_refused(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4, resumable=True)
@@ -296,13 +307,14 @@ async def test_a_stopped_group_keeps_no_values_and_its_reader_is_refused(world: 
             await stream.writer().send(i)
         await stream.writer().flush()
         assert len(stream._values) <= stream.capacity
-        with pytest.raises(StreamStateError, match="stopped"):
+        with raises(StreamStateError, match="stopped"):
             await stream.reader("g").receive()
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4, resumable=True)
         assert stream._values == []  # a recovery loads no tail for a group that reads no more
 
 
+@check
 async def test_a_failed_attempt_leaves_no_trace_in_the_state_of_the_retry(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -322,6 +334,7 @@ async def test_a_failed_attempt_leaves_no_trace_in_the_state_of_the_retry(world:
         assert result.state == {"total": 5}
 
 
+@check
 async def test_a_value_too_large_for_its_type_is_a_payload_error_not_a_failed_attempt(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -332,21 +345,23 @@ async def test_a_value_too_large_for_its_type_is_a_payload_error_not_a_failed_at
         async def h(tx: MessageTx[None], value: int) -> None:
             tx.send(out.writer(), 2**70)
 
-        with pytest.raises(PayloadTypeError):
+        with raises(PayloadTypeError):
             await handle_messages(numbers.reader("g"), h, attempts=3)
         assert numbers.snapshot().groups[0].exhausted == 0
 
 
+@check
 async def test_a_failed_append_surfaces_as_a_checkpoint_error(world: World) -> None:
     async with world.session() as hooks:
         faulty = FaultyHooks(hooks, fail={"append": 1})
-        with pytest.raises(CheckpointError):
+        with raises(CheckpointError):
             async with open_scope(faulty, scope="s") as scope:
                 stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
                 await stream.writer().send(1)
                 await anyio.sleep_forever()
 
 
+@check
 async def test_a_commit_error_that_meets_a_cancellation_is_raised_as_itself(world: World) -> None:
     gate = anyio.Event()
 
@@ -370,5 +385,5 @@ async def test_a_commit_error_that_meets_a_cancellation_is_raised_as_itself(worl
                     gate.set()
                     await anyio.sleep_forever()
 
-            with pytest.raises(CheckpointError, match="commit refused"), outer:
+            with raises(CheckpointError, match="commit refused"), outer:
                 await handle_messages(stream.reader("g"), h)

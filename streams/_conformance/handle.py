@@ -7,9 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import anyio.lowlevel
-import pytest
 
-from streams import (
+from .. import (
     CheckpointError,
     HandleResult,
     Key,
@@ -29,9 +28,8 @@ from streams import (
     handle_messages,
     open_scope,
 )
-from streams.testing import FaultyHooks, InjectedFault, PassThroughHooks
-
-from .conftest import World
+from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
+from ._support import World, check, raises
 from .records import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals
 
 
@@ -67,6 +65,7 @@ async def _invoices(scope: StreamScope) -> list[Invoice]:
     return [m.value async for m in invoices.reader("audit")]
 
 
+@check
 async def test_state_outputs_and_results_are_confirmed_with_each_ack(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 50)
@@ -77,6 +76,7 @@ async def test_state_outputs_and_results_are_confirmed_with_each_ack(world: Worl
         assert [i.order for i in await _invoices(scope)] == list(range(1, 51))
 
 
+@check
 async def test_a_failed_commit_confirms_nothing_and_recovery_resumes_from_the_last_commit(
     world: World,
 ) -> None:
@@ -84,7 +84,7 @@ async def test_a_failed_commit_confirms_nothing_and_recovery_resumes_from_the_la
         await _orders(scope, 300)
     async with world.session() as hooks:
         faulty = FaultyHooks(hooks, fail={"commit": 2})
-        with pytest.raises(CheckpointError) as info:
+        with raises(CheckpointError) as info:
             async with open_scope(faulty, scope="s") as scope:
                 await _bill(scope)
         assert isinstance(info.value.__cause__, InjectedFault)
@@ -99,12 +99,13 @@ async def test_a_failed_commit_confirms_nothing_and_recovery_resumes_from_the_la
         assert [i.order for i in await _invoices(scope)] == list(range(1, 301))
 
 
+@check
 async def test_a_commit_whose_answer_was_lost_is_found_in_the_ledger(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 20)
     async with world.session() as hooks:
         faulty = FaultyHooks(hooks, fail={"commit": 1}, after=True)
-        with pytest.raises(CheckpointError):
+        with raises(CheckpointError):
             async with open_scope(faulty, scope="s") as scope:
                 await _bill(scope)
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
@@ -117,6 +118,7 @@ async def test_a_commit_whose_answer_was_lost_is_found_in_the_ledger(world: Worl
         assert len(await _invoices(scope)) == 20
 
 
+@check
 async def test_failed_attempt_publishes_no_outputs_and_retries_from_the_same_state(world: World) -> None:
     attempts_seen: list[tuple[int, int]] = []
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
@@ -138,10 +140,11 @@ async def test_failed_attempt_publishes_no_outputs_and_retries_from_the_same_sta
         assert [i.order for i in await _invoices(scope)] == [1, 2, 3]
 
 
+@check
 async def test_exhausted_message_fails_the_handler_here_and_after_every_restart(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 5)
-        with pytest.raises(MessageExhaustedError, match="#3"):
+        with raises(MessageExhaustedError, match="#3"):
             await _bill(scope, fail_on=3, attempts=2)
         orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
         group = orders.snapshot().groups[0]
@@ -153,11 +156,12 @@ async def test_exhausted_message_fails_the_handler_here_and_after_every_restart(
         async def never(tx: MessageTx[None], order: Order) -> None:
             calls.append(order.id)
 
-        with pytest.raises(MessageExhaustedError):
+        with raises(MessageExhaustedError):
             await handle_messages(orders.reader("billing"), never, attempts=2)
     assert calls == []
 
 
+@check
 async def test_crash_inside_an_attempt_reclaims_the_same_attempt(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
@@ -188,6 +192,7 @@ async def test_crash_inside_an_attempt_reclaims_the_same_attempt(world: World) -
     assert tries == [0]
 
 
+@check
 async def test_a_new_parent_attempt_has_a_budget_of_its_own(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
@@ -196,7 +201,7 @@ async def test_a_new_parent_attempt_has_a_budget_of_its_own(world: World) -> Non
         async def boom(tx: MessageTx[None], order: Order) -> None:
             raise RuntimeError("boom")
 
-        with pytest.raises(MessageExhaustedError):
+        with raises(MessageExhaustedError):
             await handle_messages(orders.reader("billing"), boom, parent_attempt="parent/0")
 
         async def ok(tx: MessageTx[None], order: Order) -> None:
@@ -207,6 +212,7 @@ async def test_a_new_parent_attempt_has_a_budget_of_its_own(world: World) -> Non
         assert orders.snapshot().groups[0].exhausted == 0
 
 
+@check
 async def test_raising_the_generation_never_replenishes_a_budget(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
@@ -215,7 +221,7 @@ async def test_raising_the_generation_never_replenishes_a_budget(world: World) -
         async def fail_once(tx: MessageTx[None], order: Order) -> None:
             raise RuntimeError("boom")
 
-        with pytest.raises(MessageExhaustedError):
+        with raises(MessageExhaustedError):
             await handle_messages(orders.reader("billing"), fail_once, attempts=2)
     attempts: list[int] = []
     for _ in range(3):
@@ -226,11 +232,12 @@ async def test_raising_the_generation_never_replenishes_a_budget(world: World) -
                 attempts.append(tx.attempt)
                 raise RuntimeError("boom")
 
-            with pytest.raises(MessageExhaustedError):
+            with raises(MessageExhaustedError):
                 await handle_messages(orders.reader("billing"), record, attempts=2)
     assert attempts == []
 
 
+@check
 async def test_budget_survives_restart_between_failures(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
@@ -245,7 +252,7 @@ async def test_budget_survives_restart_between_failures(world: World) -> None:
                     seen.append(tx.attempt)
                     raise RuntimeError("boom")
 
-                with pytest.raises((MessageExhaustedError, InjectedFault)):
+                with raises((MessageExhaustedError, InjectedFault)):
                     await handle_messages(orders.reader("billing"), fail, attempts=3)
     assert seen == [0, 1, 2]
 
@@ -271,12 +278,13 @@ def _invoicing(
     return invoice
 
 
+@check
 async def test_more_than_max_outputs_is_refused_and_nothing_is_committed(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 2)
         orders, invoices = await _billing_streams(scope, capacity=1000)
         spray = _invoicing(invoices.writer(), lambda order: 65)
-        with pytest.raises(OutputLimitError, match="64"):
+        with raises(OutputLimitError, match="64"):
             await handle_messages(orders.reader("billing"), spray)
         assert orders.snapshot().groups[0].acked_through == 0
         assert invoices.snapshot().appended == 0
@@ -285,28 +293,31 @@ async def test_more_than_max_outputs_is_refused_and_nothing_is_committed(world: 
         assert invoices.snapshot().appended == 130
 
 
+@check
 async def test_output_batch_larger_than_its_stream_capacity_is_refused(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
         orders, invoices = await _billing_streams(scope, capacity=4)
         five = _invoicing(invoices.writer(), lambda order: 5)
-        with pytest.raises(OutputLimitError, match="capacity of 4"):
+        with raises(OutputLimitError, match="capacity of 4"):
             await handle_messages(orders.reader("billing"), five)
         assert orders.snapshot().groups[0].acked_through == 0
         assert invoices.snapshot().appended == 0
 
 
+@check
 async def test_messages_staged_before_an_output_batch_over_capacity_still_commit(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 2)
         orders, invoices = await _billing_streams(scope, capacity=4)
         grow = _invoicing(invoices.writer(), lambda order: 1 if order.id == 1 else 5)
-        with pytest.raises(OutputLimitError, match="capacity of 4"):
+        with raises(OutputLimitError, match="capacity of 4"):
             await handle_messages(orders.reader("billing"), grow)
         assert orders.snapshot().groups[0].acked_through == 1
         assert invoices.snapshot().appended == 1
 
 
+@check
 async def test_an_output_error_while_an_earlier_commit_fails_raises_one_checkpoint_error(
     world: World,
 ) -> None:
@@ -319,11 +330,12 @@ async def test_an_output_error_while_an_earlier_commit_fails_raises_one_checkpoi
         async with open_scope(faulty, scope="s") as scope:
             orders, invoices = await _billing_streams(scope, capacity=4)
             grow = _invoicing(invoices.writer(), lambda order: 1 if order.id == 1 else 5)
-            with pytest.raises(CheckpointError) as info:
+            with raises(CheckpointError) as info:
                 await handle_messages(orders.reader("billing"), grow)
             assert isinstance(info.value.__cause__, InjectedFault)
 
 
+@check
 async def test_wrong_output_type_is_refused_without_spending_the_budget(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)
@@ -334,7 +346,7 @@ async def test_wrong_output_type_is_refused_without_spending_the_budget(world: W
         async def wrong(tx: MessageTx[None], order: Order) -> None:
             tx.send(out, order)  # type: ignore[misc]
 
-        with pytest.raises(PayloadTypeError):
+        with raises(PayloadTypeError):
             await handle_messages(orders.reader("billing"), wrong)
         assert orders.snapshot().groups[0].exhausted == 0
 
@@ -344,6 +356,7 @@ async def test_wrong_output_type_is_refused_without_spending_the_budget(world: W
         assert (await handle_messages(orders.reader("billing"), right)).handled == 1
 
 
+@check
 async def test_stop_is_confirmed_with_its_message(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 10)
@@ -363,6 +376,7 @@ async def test_stop_is_confirmed_with_its_message(world: World) -> None:
         assert orders.snapshot().groups[0].acked_through == 4
 
 
+@check
 async def test_handler_on_a_failed_stream_raises_after_the_tail(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         orders = await scope.open_stream(ORDERS, node="src", groups=("billing",))
@@ -373,12 +387,13 @@ async def test_handler_on_a_failed_stream_raises_after_the_tail(world: World) ->
         async def h(tx: MessageTx[None], order: Order) -> None:
             handled.append(order.id)
 
-        with pytest.raises(StreamFailedError):
+        with raises(StreamFailedError):
             await handle_messages(orders.reader("billing"), h)
         assert handled == [1]
         assert orders.snapshot().groups[0].acked_through == 1
 
 
+@check
 async def test_results_are_restored_after_restart(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 3, finish=False)
@@ -408,6 +423,7 @@ class _CountingHooks(PassThroughHooks):
         await self.inner.commit(commits)
 
 
+@check
 async def test_commits_are_pipelined_and_land_in_order(world: World) -> None:
     async with world.session() as hooks:
         counting = _CountingHooks(hooks)
@@ -422,6 +438,7 @@ async def test_commits_are_pipelined_and_land_in_order(world: World) -> None:
 RECEIPTS = Key("receipts", Stream[Invoice])
 
 
+@check
 async def test_outputs_of_a_message_waiting_for_room_are_not_published_with_an_earlier_batch(
     world: World,
 ) -> None:
@@ -461,6 +478,7 @@ async def test_outputs_of_a_message_waiting_for_room_are_not_published_with_an_e
         assert all(acked >= order for order, acked in seen), seen
 
 
+@check
 async def test_a_mutated_state_that_was_not_set_reaches_no_other_attempt(world: World) -> None:
     """Each attempt gets its own copy of a mutable state: in-place changes are not staged."""
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
@@ -513,11 +531,12 @@ async def _refused_while_a_is_read(
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_a)
-            with pytest.raises(error, match=match):
+            with raises(error, match=match):
                 await handle_messages(numbers.reader("g"), handler)
             tg.cancel_scope.cancel()
 
 
+@check
 async def test_an_output_batch_over_capacity_is_refused_without_waiting_for_room_elsewhere(
     world: World,
 ) -> None:
@@ -537,6 +556,7 @@ async def test_an_output_batch_over_capacity_is_refused_without_waiting_for_room
         assert b.snapshot().appended == 1
 
 
+@check
 async def test_a_stream_the_handler_may_not_write_is_refused_without_waiting_for_room_elsewhere(
     world: World,
 ) -> None:
@@ -554,6 +574,7 @@ async def test_a_stream_the_handler_may_not_write_is_refused_without_waiting_for
         await _refused_while_a_is_read(numbers, a, handler, StreamStateError, "direct sends")
 
 
+@check
 async def test_a_retry_does_not_run_inside_the_failure_before_it(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -565,7 +586,7 @@ async def test_a_retry_does_not_run_inside_the_failure_before_it(world: World) -
             handling.append(sys.exc_info()[1])
             raise RuntimeError(f"attempt {tx.attempt}")
 
-        with pytest.raises(MessageExhaustedError) as info:
+        with raises(MessageExhaustedError) as info:
             await handle_messages(numbers.reader("g"), handler, attempts=2)
         assert handling == [None, None]
         last = info.value.__cause__
@@ -573,6 +594,7 @@ async def test_a_retry_does_not_run_inside_the_failure_before_it(world: World) -
         assert last.__context__ is None
 
 
+@check
 async def test_a_paused_handler_resumes_from_the_state_and_results_it_committed(world: World) -> None:
     """Without a restart: the next run in the same scope starts where the last one confirmed."""
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:

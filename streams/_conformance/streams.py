@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import anyio
-import pytest
 
-from streams import (
+from .. import (
     AppendBatch,
     CheckpointError,
     Key,
@@ -21,12 +20,12 @@ from streams import (
     StreamRef,
     open_scope,
 )
-from streams.testing import FaultyHooks, InjectedFault, PassThroughHooks
-
-from .conftest import World
+from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
+from ._support import World, check, raises
 from .records import NUMBERS, ORDERS, Order
 
 
+@check
 async def test_messages_are_delivered_in_contiguous_sequence(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -38,6 +37,7 @@ async def test_messages_are_delivered_in_contiguous_sequence(world: World) -> No
     assert seen == [(i + 1, i) for i in range(10)]
 
 
+@check
 async def test_reader_never_sees_a_message_before_its_append_is_confirmed(world: World) -> None:
     async with world.session() as hooks:
         gate = anyio.Event()
@@ -69,10 +69,11 @@ async def test_reader_never_sees_a_message_before_its_append_is_confirmed(world:
             assert received == [7]
 
 
+@check
 async def test_failed_append_delivers_nothing_and_stops_the_scope(world: World) -> None:
     async with world.session() as hooks:
         faulty = FaultyHooks(hooks, fail={"append": 1})
-        with pytest.raises(CheckpointError) as info:
+        with raises(CheckpointError) as info:
             async with open_scope(faulty, scope="s") as scope:
                 stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
                 await stream.writer().send(1)
@@ -83,15 +84,17 @@ async def test_failed_append_delivers_nothing_and_stops_the_scope(world: World) 
         assert stream.snapshot().appended == 0
 
 
+@check
 async def test_wrong_payload_type_is_refused_and_nothing_is_written(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(ORDERS, node="src", groups=("g",))
-        with pytest.raises(PayloadTypeError, match="orders"):
+        with raises(PayloadTypeError, match="orders"):
             await stream.writer().send("not an order")  # type: ignore[arg-type]
         await stream.writer().flush()
         assert stream.snapshot().appended == 0
 
 
+@check
 async def test_acked_through_is_the_contiguous_frontier_and_never_moves_back(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
@@ -119,6 +122,7 @@ async def test_acked_through_is_the_contiguous_frontier_and_never_moves_back(wor
         assert stream.snapshot().groups[0].acked_through == 5
 
 
+@check
 async def test_a_recovered_tail_with_messages_acked_out_of_order_delivers_the_right_values(
     world: World,
 ) -> None:
@@ -148,6 +152,7 @@ async def test_a_recovered_tail_with_messages_acked_out_of_order_delivers_the_ri
         assert stream.snapshot().groups[0].acked_through == 6
 
 
+@check
 async def test_acking_twice_is_refused_by_the_store(world: World) -> None:
     async with world.session() as hooks:
         ref = StreamRef("s", "src", "numbers")
@@ -155,12 +160,13 @@ async def test_acking_twice_is_refused_by_the_store(world: World) -> None:
         await hooks.append(AppendBatch(ref, opened.generation, 1, (b"\x01",)))
         ack = MessageCommit(MessageRef(ref, "g", opened.generation, 1))
         await hooks.commit([ack])
-        with pytest.raises(SequenceError):
+        with raises(SequenceError):
             await hooks.commit([ack])
-        with pytest.raises(SequenceError):
+        with raises(SequenceError):
             await hooks.append(AppendBatch(ref, opened.generation, 3, (b"\x01",)))
 
 
+@check
 async def test_each_group_sees_every_message(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"))
@@ -173,6 +179,7 @@ async def test_each_group_sees_every_message(world: World) -> None:
             assert [m.value async for m in reader] == [0, 1, 2]
 
 
+@check
 async def test_writer_waits_at_capacity_until_a_message_is_acked(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=2)
@@ -196,6 +203,7 @@ async def test_writer_waits_at_capacity_until_a_message_is_acked(world: World) -
         assert stream.snapshot().appended == 3
 
 
+@check
 async def test_generation_is_raised_on_every_open_and_fences_older_records(world: World) -> None:
     async with world.session() as hooks:
         ref = StreamRef("s", "src", "numbers")
@@ -203,9 +211,9 @@ async def test_generation_is_raised_on_every_open_and_fences_older_records(world
         await hooks.append(AppendBatch(ref, first.generation, 1, (b"\x01", b"\x02")))
         second = await hooks.open(StreamOpen(ref, "int", 16, ("g",), resumable=True))
         assert second.generation == first.generation + 1
-        with pytest.raises(StaleGenerationError):
+        with raises(StaleGenerationError):
             await hooks.commit([MessageCommit(MessageRef(ref, "g", first.generation, 1))])
-        with pytest.raises(StaleGenerationError):
+        with raises(StaleGenerationError):
             await hooks.append(AppendBatch(ref, first.generation, 3, (b"\x03",)))
     async with world.session() as hooks:
         third = await hooks.open(StreamOpen(ref, "int", 16, ("g",), resumable=True))
@@ -214,6 +222,7 @@ async def test_generation_is_raised_on_every_open_and_fences_older_records(world
         assert [m.seq for m in third.tail] == [1, 2]
 
 
+@check
 async def test_finished_stream_stays_finished_and_replays_its_tail(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -230,6 +239,7 @@ async def test_finished_stream_stays_finished_and_replays_its_tail(world: World)
         await stream.wait_done()
 
 
+@check
 async def test_active_stream_resumes_only_with_a_continuation_promise(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
@@ -237,7 +247,7 @@ async def test_active_stream_resumes_only_with_a_continuation_promise(world: Wor
             await stream.writer().send(i * 10, send_at=i)
         await stream.writer().flush()
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
-        with pytest.raises(SourceNotResumableError, match="resumable"):
+        with raises(SourceNotResumableError, match="resumable"):
             await scope.open_stream(NUMBERS, node="src", groups=("g",))
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
@@ -249,6 +259,7 @@ async def test_active_stream_resumes_only_with_a_continuation_promise(world: Wor
         assert [m.value async for m in stream.reader("g")] == [10, 20, 30, 40, 50]
 
 
+@check
 async def test_failed_writer_propagates_failure_to_readers_not_eof(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -256,13 +267,14 @@ async def test_failed_writer_propagates_failure_to_readers_not_eof(world: World)
         await stream.writer().fail()
         reader = stream.reader("g")
         assert (await reader.receive()).value == 1
-        with pytest.raises(StreamFailedError):
+        with raises(StreamFailedError):
             await reader.receive()
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
         assert stream.snapshot().failed
 
 
+@check
 async def test_snapshot_carries_no_values(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(ORDERS, node="src", groups=("g",))
@@ -273,6 +285,7 @@ async def test_snapshot_carries_no_values(world: World) -> None:
         assert snapshot.appended == 1
 
 
+@check
 async def test_opening_the_same_stream_twice_shares_one_endpoint(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         a = await scope.open_stream(NUMBERS, node="src", groups=("g",))
@@ -280,5 +293,5 @@ async def test_opening_the_same_stream_twice_shares_one_endpoint(world: World) -
         assert a is b
         assert a.snapshot().generation == 1
         other = Key("numbers", Stream[str])
-        with pytest.raises(Exception, match="already open"):
+        with raises(Exception, match="already open"):
             await scope.open_stream(other, node="src", groups=("g",))

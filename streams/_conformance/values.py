@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 import msgspec
-import pytest
 
-from streams import (
+from .. import (
     Key,
     MessageTx,
     PayloadTypeError,
@@ -17,8 +16,7 @@ from streams import (
     handle_messages,
     open_scope,
 )
-
-from .conftest import World
+from ._support import World, cases, check, raises
 
 
 class Order(msgspec.Struct):
@@ -40,12 +38,12 @@ BOXED = Key("boxed", Box[int])
 ANYTHING = Key("anything", Stream[Any])
 
 
-@pytest.mark.parametrize("bad", [Order(amount="not an int"), True], ids=["struct-field", "bool-for-int"])  # type: ignore[arg-type]
+@cases((Order(amount="not an int"),), (True,), ids=["struct-field", "bool-for-int"])  # type: ignore[arg-type]
 async def test_a_value_that_does_not_read_back_as_its_type_is_refused(world: World, bad: object) -> None:
     key: Key[Stream[Any]] = ORDERS if isinstance(bad, Order) else INTS
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(key, node="src", groups=("g",), resumable=True)
-        with pytest.raises(PayloadTypeError, match="does not read back"):
+        with raises(PayloadTypeError, match="does not read back"):
             await stream.writer().send(bad)
         await stream.writer().flush()
         assert stream.snapshot().appended == 0
@@ -54,6 +52,7 @@ async def test_a_value_that_does_not_read_back_as_its_type_is_refused(world: Wor
         assert stream.snapshot().appended == 0
 
 
+@check
 async def test_a_state_that_does_not_read_back_is_refused_without_spending_the_budget(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(INTS, node="src", groups=("g",))
@@ -63,11 +62,12 @@ async def test_a_state_that_does_not_read_back_is_refused_without_spending_the_b
         async def bad_state(tx: MessageTx[Order], value: int) -> None:
             tx.set_state(Order(amount="x"))  # type: ignore[arg-type]
 
-        with pytest.raises(PayloadTypeError):
+        with raises(PayloadTypeError):
             await handle_messages(stream.reader("g"), bad_state, initial_state=Order(0))
         assert stream.snapshot().groups[0].exhausted == 0
 
 
+@check
 async def test_the_default_any_state_and_any_payloads_work(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(ANYTHING, node="src", groups=("g",))
@@ -82,6 +82,7 @@ async def test_the_default_any_state_and_any_payloads_work(world: World) -> None
         assert result.state == {"last": [2]}
 
 
+@check
 async def test_handlers_see_values_as_a_restarted_run_would(world: World) -> None:
     seen: list[Any] = []
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
@@ -97,6 +98,7 @@ async def test_handlers_see_values_as_a_restarted_run_would(world: World) -> Non
     assert seen == [([1, 2], {"seen": [1, 2]})]
 
 
+@check
 async def test_a_stored_value_of_a_changed_type_stops_recovery_with_a_typed_error(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(INTS, node="src", groups=("g",))
@@ -113,13 +115,14 @@ async def test_a_stored_value_of_a_changed_type_stops_recovery_with_a_typed_erro
         async def count(tx: MessageTx[int], value: int) -> None:
             tx.set_state(tx.state + 1)
 
-        with pytest.raises(RecordDecodeError, match="state of group 'g'"):
+        with raises(RecordDecodeError, match="state of group 'g'"):
             await handle_messages(stream.reader("g"), count, initial_state=0)
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
-        with pytest.raises(SourceNotResumableError, match="holds int messages"):
+        with raises(SourceNotResumableError, match="holds int messages"):
             await scope.open_stream(Key("ints", Stream[str]), node="src", groups=("g",))
 
 
+@check
 async def test_a_parameterized_generic_struct_is_a_message_a_state_and_a_result(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         boxes = await scope.open_stream(BOXES, node="src", groups=("g",))
