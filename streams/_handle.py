@@ -127,14 +127,16 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
         return f"{run.stream.ref}/{run.group.name}/{self.seq}"
 
 
-class HandleResult(Generic[S]):
-    """What :func:`handle_messages` confirmed."""
+class HandleResult(msgspec.Struct, Generic[S], frozen=True, repr_omit_defaults=True):
+    """What :func:`handle_messages` confirmed: messages handled, whether it stopped, the state.
 
-    def __init__(self, handled: int, stopped: bool, state: S, results: dict[str, bytes]) -> None:
-        self.handled = handled
-        self.stopped = stopped
-        self.state = state
-        self._results = results
+    Read the committed ordinary results with :meth:`result`.
+    """
+
+    handled: int
+    stopped: bool
+    state: S
+    _results: dict[str, bytes] = {}
 
     def result(self, key: Key[U]) -> U | NoValueType:
         """The committed value of an ordinary result, or ``NoValue`` if none was set."""

@@ -84,6 +84,8 @@ def caller_frame(depth: int) -> FrameType | None:
 class GraphNamespace:
     """Where the names in a graph's annotations are looked up (see the module docstring)."""
 
+    __slots__ = ("_caller_locals", "_fallback")
+
     def __init__(self, graph: Graph, caller: FrameType | None) -> None:
         self._caller_locals: dict[str, Any] = {}
         self._fallback: dict[str, Any] = {}
