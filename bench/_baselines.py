@@ -23,12 +23,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from zlib import crc32
 
 import lmdb
 import msgspec
 
 from ledger._env import write_mode
+from ledger._seal import seal, unseal
 from streams import GroupFrontier
 
 from ._shape import BenchError, Invoice, Order, Totals, expected_total
@@ -51,16 +51,6 @@ class BaselineRun:
     @property
     def msgs_per_s(self) -> float:
         return self.messages / self.seconds
-
-
-def _seal(body: bytes) -> bytes:
-    return crc32(body).to_bytes(4, "big") + body
-
-
-def _unseal(value: bytes) -> bytes:
-    if int.from_bytes(value[:4], "big") != crc32(value[4:]):
-        raise BenchError("a raw LMDB record fails its checksum")
-    return value[4:]
 
 
 def probe_fsync(*, count: int = 50, workdir: Path | None = None) -> float:
@@ -92,22 +82,28 @@ def run_raw_lmdb(n: int, *, sync: bool, batch: int = 256, workdir: Path | None =
             for first in range(1, n + 1, batch):
                 with env.begin(write=True) as txn:
                     for i in range(first, min(first + batch, n + 1)):
-                        txn.put(orders_id + pack(i), _seal(_encode(Order(i, i))), db=messages)
+                        key = orders_id + pack(i)
+                        txn.put(key, seal("messages", key, _encode(Order(i, i))), db=messages)
                         total += i
                         count += 1
                         billing = GroupFrontier(
                             "billing", acked_through=i, state=_encode(Totals(total, count))
                         )
-                        txn.put(billing_key, _seal(_encode(billing)), db=groups)
-                        txn.put(invoices_id + pack(i), _seal(_encode(Invoice(i, i))), db=messages)
+                        txn.put(billing_key, seal("groups", billing_key, _encode(billing)), db=groups)
+                        key = invoices_id + pack(i)
+                        txn.put(key, seal("messages", key, _encode(Invoice(i, i))), db=messages)
                         audited += 1
                         audit = GroupFrontier("audit", acked_through=i, state=_encode(audited))
-                        txn.put(audit_key, _seal(_encode(audit)), db=groups)
+                        txn.put(audit_key, seal("groups", audit_key, _encode(audit)), db=groups)
             seconds = time.perf_counter() - started
             with env.begin() as txn:
                 stored = txn.stat(messages)["entries"]
                 raw = txn.get(billing_key, db=groups)
-                frontier = _frontier.decode(_unseal(raw)) if raw is not None else None
+                frontier = (
+                    _frontier.decode(unseal(bytes(raw), db="groups", key=billing_key))
+                    if raw is not None
+                    else None
+                )
         finally:
             env.close()
     state = _totals.decode(frontier.state) if frontier and frontier.state else None

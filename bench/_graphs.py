@@ -53,9 +53,9 @@ from pydantic_graph import Graph, GraphBuilder, StepContext
 from ledger import Ledger, open_ledger
 from ledger._env import write_mode
 from ledger._graph_runs import GraphCheckpoint, SavedTask
+from ledger._seal import seal
 from ledger.graphs import DurableGraph
 
-from ._baselines import _seal
 from ._shape import BenchError
 
 __all__ = [
@@ -293,7 +293,7 @@ def run_raw_commits(n: int, *, workdir: Path | None = None) -> GraphFigure:
                     b"%d" % n,
                     (SavedTask("loop", b"%d" % (n - i), ()),),
                 )
-                value = _seal(encode(record))
+                value = seal("graph_runs", key, encode(record))
                 size = len(value)
                 with env.begin(write=True) as txn:
                     txn.put(key, value, db=db)

@@ -1,8 +1,8 @@
 """The command line, ``python -m ledger``: ``demo`` and ``inspect``.
 
 Exit codes: 0 success, 1 a failure while running, 2 bad usage or input (a
-path that is not a ledger, a ledger of another version, a damaged record, a
-ledger another process owns), 130 interrupted with Ctrl-C. Errors are one
+path that is not a ledger, a ledger of another version, a damaged or missing
+record, a ledger another process owns), 130 interrupted with Ctrl-C. Errors are one
 line on stderr; the ledger is left as it was.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Final, TextIO
 
 import anyio
 
-from streams import StreamsError
+from streams import StoreDamagedError, StreamsError
 
 from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
 from ._env import LedgerEnv
@@ -43,6 +43,7 @@ _BAD_INPUT: Final = (
     NotALedgerError,
     SchemaVersionError,
     CorruptRecordError,
+    StoreDamagedError,
     LedgerLockedError,
     LedgerInUseError,
     DemoMismatchError,

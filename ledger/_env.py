@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ import msgspec
 
 from ._commit import BeforeCommit, GroupCommitter, WriteTicket
 from ._errors import (
+    CorruptRecordError,
     LedgerClosedError,
     LedgerInUseError,
     LedgerLockedError,
@@ -40,7 +42,7 @@ from ._seal import decode_record, seal
 __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket", "write_mode"]
 
 FORMAT: Final = "streamledger"
-SCHEMA_VERSION: Final = 2  # 2: messages stored as runs
+SCHEMA_VERSION: Final = 3  # 2: messages stored as runs; 3: checksums cover database, key and value
 CODEC: Final = "msgpack"
 CODEC_VERSION: Final = 1
 
@@ -386,6 +388,22 @@ def _is_empty(env: lmdb.Environment) -> bool:
         return int(txn.stat()["entries"]) == 0
 
 
+def _decode_meta(raw: bytes, path: Path) -> LedgerMeta:
+    """The schema record; one of schema 2 or before (its checksum covered the value only) reads too.
+
+    so that an older ledger is refused as of another schema, not as damaged.
+    """
+    try:
+        return decode_record(raw, _meta_decoder, db="meta", key=META_KEY)
+    except CorruptRecordError:
+        if len(raw) >= 4 and int.from_bytes(raw[:4], "big") == zlib.crc32(raw[4:]):
+            with contextlib.suppress(msgspec.DecodeError):
+                older = _meta_decoder.decode(raw[4:])
+                if older.schema_version < 3:
+                    return older
+        raise
+
+
 def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     try:
         meta_db = env.open_db(b"meta", create=False)
@@ -395,7 +413,7 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
         raw = txn.get(META_KEY)
     if raw is None:
         raise NotALedgerError(f"{path} has no schema record; it is not a streamledger ledger")
-    meta = decode_record(raw, _meta_decoder, db="meta", key=META_KEY)
+    meta = _decode_meta(bytes(raw), path)
     if meta.format != FORMAT:
         raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
     if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
@@ -418,7 +436,7 @@ def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
     record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
     with env.begin(write=True) as txn:  # the database and its record in one transaction
         meta_db = env.open_db(b"meta", txn=txn)
-        txn.put(META_KEY, seal(msgspec.msgpack.encode(record)), db=meta_db)
+        txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
 
 
 def _take_owner_lock(path: Path) -> int:

@@ -170,8 +170,8 @@ async def write_run(
     """Write a run's record, with its new checkpoint or without its old one, in one durable commit."""
     db = env.db(DB)
     rkey, ckey = run_key(record.run_id), checkpoint_key(record.run_id)
-    rvalue = seal(_encoder.encode(record))
-    cvalue = None if checkpoint is None else seal(_encoder.encode(checkpoint))
+    rvalue = seal(DB, rkey, _encoder.encode(record))
+    cvalue = None if checkpoint is None else seal(DB, ckey, _encoder.encode(checkpoint))
 
     def write(txn: lmdb.Transaction) -> None:
         txn.put(rkey, rvalue, db=db)

@@ -139,9 +139,10 @@ class LmdbView(CachedView):
         raw = self._txn.get(COUNTER_KEY, db=streams)
         last = 0 if raw is None else decode_record(raw, _int_decoder, db="streams", key=COUNTER_KEY)
         stream_id = last + 1
-        value = seal(_encoder.encode(stream_id))
-        self._txn.put(COUNTER_KEY, value, db=streams)
-        self._txn.put(index_key(ref), value, db=streams)
+        body = _encoder.encode(stream_id)
+        index = index_key(ref)
+        self._txn.put(COUNTER_KEY, seal("streams", COUNTER_KEY, body), db=streams)
+        self._txn.put(index, seal("streams", index, body), db=streams)
         self.ids[ref] = stream_id
         return stream_id
 
@@ -211,20 +212,23 @@ class LmdbView(CachedView):
         if descriptors:
             streams = self._dbs["streams"]
             for ref, desc in descriptors.items():
-                txn.put(descriptor_key(self._require_id(ref)), seal(_encoder.encode(desc)), db=streams)
+                key = descriptor_key(self._require_id(ref))
+                txn.put(key, seal("streams", key, _encoder.encode(desc)), db=streams)
         if groups:
             db = self._dbs["groups"]
             for (ref, group), frontier in groups.items():
-                txn.put(group_key(self._require_id(ref), group), seal(_encoder.encode(frontier)), db=db)
+                key = group_key(self._require_id(ref), group)
+                txn.put(key, seal("groups", key, _encoder.encode(frontier)), db=db)
         if attempts:
             db = self._dbs["attempts"]
-            for key, record in attempts.items():
+            for budget, record in attempts.items():
                 if record is not None:
-                    txn.put(attempt_key(self._require_id(key.ref), key), seal(_encoder.encode(record)), db=db)
+                    raw_key = attempt_key(self._require_id(budget.ref), budget)
+                    txn.put(raw_key, seal("attempts", raw_key, _encoder.encode(record)), db=db)
                 else:
-                    stream_id = self._id(key.ref)
+                    stream_id = self._id(budget.ref)
                     if stream_id is not None:
-                        txn.delete(attempt_key(stream_id, key), db=db)
+                        txn.delete(attempt_key(stream_id, budget), db=db)
 
     # -- messages --------------------------------------------------------------------------
 
@@ -234,7 +238,8 @@ class LmdbView(CachedView):
         put = self._txn.put
         for start in range(0, len(payloads), CHUNK):
             run = payloads[start : start + CHUNK]
-            put(prefix + U64.pack(first_seq + start), seal(_encoder.encode(run)), db=db)
+            key = prefix + U64.pack(first_seq + start)
+            put(key, seal("messages", key, _encoder.encode(run)), db=db)
 
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:
         stream_id = self._id(ref)

@@ -15,6 +15,7 @@ from ._errors import RecordDecodeError as RecordDecodeError
 from ._errors import SequenceError as SequenceError
 from ._errors import SourceNotResumableError as SourceNotResumableError
 from ._errors import StaleGenerationError as StaleGenerationError
+from ._errors import StoreDamagedError as StoreDamagedError
 from ._errors import StreamClosedError as StreamClosedError
 from ._errors import StreamFailedError as StreamFailedError
 from ._errors import StreamFinishedError as StreamFinishedError
@@ -82,6 +83,7 @@ __all__ = [
     "SequenceError",
     "SourceNotResumableError",
     "StaleGenerationError",
+    "StoreDamagedError",
     "StoredMessage",
     "Stream",
     "StreamClosedError",

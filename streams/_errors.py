@@ -21,7 +21,8 @@ Messages name the stream, group and sequence involved, never a payload.
         ├── SequenceError                       a gap, a repeat or an unknown sequence number
         ├── UnknownStreamError                  a record for a stream never opened
         ├── StreamFinishedError                 a write to a stream the ledger knows finished
-        └── RecordDecodeError                   a stored payload or state no longer reads as its type
+        ├── RecordDecodeError                   a stored payload or state no longer reads as its type
+        └── StoreDamagedError                   the store's records contradict each other: one is missing
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "SequenceError",
     "SourceNotResumableError",
     "StaleGenerationError",
+    "StoreDamagedError",
     "StreamClosedError",
     "StreamFailedError",
     "StreamFinishedError",
@@ -103,3 +105,11 @@ class StreamFinishedError(CheckpointError):
 
 class RecordDecodeError(CheckpointError):
     """A stored payload, state or result no longer decodes as its type; recovery stops."""
+
+
+class StoreDamagedError(CheckpointError):
+    """A record the store's other records name is missing (a stream's group without its frontier).
+
+    The store is damaged; nothing was changed and recovery stops. It is never
+    read as empty history (a new group, a fresh budget).
+    """

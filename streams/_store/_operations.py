@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .._errors import SequenceError, StreamFinishedError, UnknownStreamError
+from .._errors import SequenceError, StoreDamagedError, StreamFinishedError, UnknownStreamError
 from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import (
     AppendBatch,
@@ -58,9 +58,18 @@ def _descriptor(view: RecordView, ref: StreamRef, what: object) -> StreamDescrip
 
 def _frontier(view: RecordView, desc: StreamDescriptor, group: str, what: object) -> GroupFrontier:
     frontier = view.get_group(desc.ref, group)
+    if frontier is None and group in desc.groups:
+        raise _missing_frontier(desc, group, what)
     if frontier is None:
         raise UnknownStreamError(f"{what}: stream {desc.ref} has no consumer group {group!r}")
     return frontier
+
+
+def _missing_frontier(desc: StreamDescriptor, group: str, what: object) -> StoreDamagedError:
+    return StoreDamagedError(
+        f"{what}: stream {desc.ref} lists consumer group {group!r}, whose frontier is missing from "
+        "the store; the store is damaged: restore it from a copy (nothing was changed)"
+    )
 
 
 def _attempt_key(message: MessageRef, node: str, parent_attempt: str, seq: int | None = None) -> AttemptKey:
@@ -77,6 +86,8 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
     for group in desc.groups:
         frontier = view.get_group(desc.ref, group)
         if frontier is None:
+            if current is not None and group in current.groups:
+                raise _missing_frontier(desc, group, "open")
             frontier = GroupFrontier(group=group, acked_through=desc.compacted_through)
             view.put_group(desc.ref, frontier)
         frontiers.append(frontier)
@@ -313,8 +324,8 @@ def _maybe_compact(view: RecordView, ref: StreamRef) -> None:
     desc = view.get_descriptor(ref)
     if desc is None:
         return
-    frontiers = [view.get_group(desc.ref, g) for g in desc.groups]
-    floor = min_frontier([f for f in frontiers if f is not None], desc.appended)
+    frontiers = [_frontier(view, desc, g, "compaction") for g in desc.groups]
+    floor = min_frontier(frontiers, desc.appended)
     if floor - desc.compacted_through >= COMPACT_CHUNK or (
         floor > desc.compacted_through and floor == desc.appended and (desc.finished or desc.failed)
     ):

@@ -418,7 +418,7 @@ def test_cli_refuses_a_ledger_of_another_schema_version(tmp_path: Path, command:
     path = tmp_path / "ledger"
     anyio.run(run_demo, path, 20)
     meta = LedgerMeta("streamledger", 99, "msgpack", 1)
-    _rewrite(path, "meta", lambda key, value: seal(msgspec.msgpack.encode(meta)))
+    _rewrite(path, "meta", lambda key, value: seal("meta", key, msgspec.msgpack.encode(meta)))
     before = (path / "data.mdb").read_bytes()
     done = cli(command, str(path))
     assert done.returncode == 2

@@ -62,7 +62,7 @@ def rewrite_schema(path: Path, meta: LedgerMeta) -> None:
     with raw_env(path) as env:
         db = env.open_db(b"meta", create=False)
         with env.begin(write=True, db=db) as txn:
-            txn.put(b"schema", seal(msgspec.msgpack.encode(meta)))
+            txn.put(b"schema", seal("meta", b"schema", msgspec.msgpack.encode(meta)))
 
 
 def spawn(code: str) -> subprocess.Popen[str]:
@@ -302,7 +302,7 @@ async def test_a_corrupted_record_raises_when_read_and_reading_changes_nothing(
         db = ledger.env.db("nodes")
 
         def put(txn: lmdb.Transaction) -> None:
-            txn.put(b"rec", seal(msgspec.msgpack.encode(Sample("x", 3))), db=db)
+            txn.put(b"rec", seal("nodes", b"rec", msgspec.msgpack.encode(Sample("x", 3))), db=db)
 
         await ledger.env.write(put)
     flip_last_byte(path, b"nodes", b"rec")

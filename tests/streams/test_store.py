@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from streams import store
+from streams import SequenceError, StoreDamagedError, UnknownStreamError, store
 from streams.testing import PassThroughHooks, check_stream_store
 
 from .conformance.conftest import example_store, example_view
@@ -115,7 +115,27 @@ async def test_check_stream_store_names_the_check_a_broken_store_fails() -> None
             attempt = await self.inner.open_message(request)
             return store.MessageAttempt(index=0, exhausted=False, state=attempt.state)
 
-    with pytest.raises(BaseException) as failed:
+    with pytest.raises(SequenceError, match="exhausted its attempt budget") as failed:
         await check_stream_store(lambda: _Sessions(Forgetful(example_store())))
-    notes = getattr(failed.value, "__notes__", [])
-    assert len(notes) == 1 and notes[0].startswith("conformance check test_") and notes[0].endswith(" failed")
+    assert failed.value.__notes__ == [
+        "conformance check test_exhausted_message_fails_the_handler_here_and_after_every_restart failed"
+    ]
+
+
+async def test_a_listed_group_without_its_frontier_is_damage_never_a_new_group() -> None:
+    hooks: Any = example_store()
+    opening = store.StreamOpen(ORDERS, "int", 1000, ("billing", "audit"), resumable=True)
+    opened = await hooks.open(opening)
+    await hooks.append(store.AppendBatch(ORDERS, opened.generation, 1, (b"1", b"2")))
+    del hooks.groups[(ORDERS, "billing")]  # the store lost a record its descriptor names
+    descriptor = hooks.descriptors[ORDERS]
+    with pytest.raises(StoreDamagedError, match="lists consumer group 'billing', whose frontier is missing"):
+        await hooks.open(opening)
+    commit = store.MessageCommit(store.MessageRef(ORDERS, "billing", opened.generation, 1))
+    with pytest.raises(StoreDamagedError, match="'billing', whose frontier is missing"):
+        await hooks.commit([commit])
+    assert hooks.descriptors[ORDERS] == descriptor and (ORDERS, "billing") not in hooks.groups  # unchanged
+    # a group the descriptor never listed is still a caller's mistake, not damage
+    other = store.MessageCommit(store.MessageRef(ORDERS, "nobody", opened.generation, 1))
+    with pytest.raises(UnknownStreamError, match="has no consumer group 'nobody'"):
+        await hooks.commit([other])

@@ -81,7 +81,7 @@ async def test_a_checkpoint_of_another_format_starts_over(
 ) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
         await fail_at(ledger, three_steps(), "three", state=Log(), inputs=5)
-        await overwrite_checkpoint(ledger, seal(body))
+        await overwrite_checkpoint(ledger, seal("graph_runs", checkpoint_key("r"), body))
         ran, result = await rerun(ledger, three_steps(), provider, state=Log(), inputs=5)
     assert ran == ["one", "two", "three"]
     assert result.output == 9

@@ -1,0 +1,120 @@
+"""A damaged record is found, never read as other data or as empty history."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import lmdb
+import pytest
+
+from ledger import CorruptRecordError, LedgerEnv, inspect_ledger, open_ledger
+from ledger._demo import run_demo
+from ledger._layout import descriptor_key, group_key
+from streams import Key, StoreDamagedError, Stream, open_scope
+
+NUMBERS = Key("numbers", Stream[int])
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def raw_db(path: Path, name: bytes) -> Iterator[tuple[lmdb.Environment, Any]]:
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        yield env, env.open_db(name, create=False)
+    finally:
+        env.close()
+
+
+def move_record(path: Path, db_name: bytes, key: bytes, new_key: bytes) -> None:
+    """What a damaged key does: the record is gone from its key and sits under another."""
+    with raw_db(path, db_name) as (env, db), env.begin(write=True, db=db) as txn:
+        value = txn.get(key)
+        assert value is not None
+        txn.delete(key)
+        txn.put(new_key, value)
+
+
+def flip_a_bit(key: bytes, index: int) -> bytes:
+    damaged = bytearray(key)
+    damaged[index] ^= 0x04
+    return bytes(damaged)
+
+
+async def a_stream_with_two_groups(path: Path) -> None:
+    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("billing", "audit"), resumable=True)
+        for n in range(1, 6):
+            await stream.writer().send(n, send_at=n)
+        await stream.writer().flush()
+        await stream.reader("billing").ack(1)
+
+
+async def reopen(path: Path) -> None:
+    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        await scope.open_stream(NUMBERS, node="src", groups=("billing", "audit"), resumable=True)
+
+
+async def test_a_group_whose_key_was_damaged_stops_recovery_and_is_never_recreated(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    await a_stream_with_two_groups(path)
+    billing = group_key(1, "billing")
+    move_record(path, b"groups", billing, flip_a_bit(billing, len(billing) - 1))
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(StoreDamagedError, match="lists consumer group 'billing', whose frontier is missing"):
+        await reopen(path)
+    assert (path / "data.mdb").read_bytes() == before  # nothing recreated, nothing written
+    env = await anyio.to_thread.run_sync(LedgerEnv.open_readonly, path)
+    try:
+        with pytest.raises(CorruptRecordError, match="in database 'groups' of the ledger fails its checksum"):
+            inspect_ledger(env)  # the moved record is found by its stream's prefix, and refused
+    finally:
+        env.close()
+
+
+async def test_a_record_under_another_records_key_fails_its_checksum(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    await a_stream_with_two_groups(path)
+    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        other = Key("other", Stream[int])
+        await scope.open_stream(other, node="src", groups=("g",))
+    # stream 2's descriptor key now holds stream 1's descriptor, a well-formed record of another key
+    with raw_db(path, b"streams") as (raw, db), raw.begin(write=True, db=db) as txn:
+        moved = txn.get(descriptor_key(1))
+        assert moved is not None
+        txn.put(descriptor_key(2), moved)
+    ledger_env = await anyio.to_thread.run_sync(LedgerEnv.open_readonly, path)
+    try:
+        with pytest.raises(
+            CorruptRecordError, match=f"record {descriptor_key(2).hex()} in database 'streams'"
+        ):
+            inspect_ledger(ledger_env)
+    finally:
+        ledger_env.close()
+
+
+def test_the_demo_on_a_ledger_with_a_damaged_key_exits_2_with_one_line_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger"
+    anyio.run(run_demo, path, 30)
+    billing = group_key(1, "billing")
+    move_record(path, b"groups", billing, flip_a_bit(billing, 9))
+    before = (path / "data.mdb").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "demo", str(path), "--messages", "30"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ") and "damaged" in line  # the moved record, or the missing one
+    assert (path / "data.mdb").read_bytes() == before
