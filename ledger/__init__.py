@@ -5,6 +5,7 @@ from streams.store import publish as _publish
 from ._env import LedgerEnv as LedgerEnv
 from ._env import WriteTicket as WriteTicket
 from ._errors import CorruptRecordError as CorruptRecordError
+from ._errors import DamagedLedgerError as DamagedLedgerError
 from ._errors import LedgerClosedError as LedgerClosedError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerInUseError as LedgerInUseError
@@ -20,6 +21,7 @@ from ._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
     "CorruptRecordError",
+    "DamagedLedgerError",
     "Ledger",
     "LedgerClosedError",
     "LedgerEnv",

@@ -23,6 +23,7 @@ from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
 from ._env import LedgerEnv
 from ._errors import (
     CorruptRecordError,
+    DamagedLedgerError,
     LedgerError,
     LedgerInUseError,
     LedgerLockedError,
@@ -43,6 +44,7 @@ _BAD_INPUT: Final = (
     NotALedgerError,
     SchemaVersionError,
     CorruptRecordError,
+    DamagedLedgerError,
     StoreDamagedError,
     LedgerLockedError,
     LedgerInUseError,

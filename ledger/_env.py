@@ -36,6 +36,7 @@ from ._errors import (
     NotALedgerError,
     SchemaVersionError,
 )
+from ._files import check_data_file
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
 
@@ -174,7 +175,7 @@ class LedgerEnv:
         """
         p = Path(path)
         with _registered(p) as key:
-            _check_path(p, create=False)
+            _check_path(p, create=False)  # checks the data file before it is mapped
             try:
                 env = lmdb.open(
                     str(p), readonly=True, max_dbs=len(DATABASES) + 4, readahead=False, max_readers=256
@@ -194,10 +195,17 @@ class LedgerEnv:
     def db(self, name: str) -> Any:
         """The handle of a named database from :data:`DATABASES`.
 
-        A read-only ledger written by an older build may lack a database;
-        :meth:`has_db` tells.
+        A ledger opened read-only whose creation was interrupted may lack a
+        database (opening it for writing completes it); :meth:`has_db` tells,
+        and asking for a missing one raises :class:`NotALedgerError`.
         """
-        return self._dbs[name]
+        try:
+            return self._dbs[name]
+        except KeyError:
+            raise NotALedgerError(
+                f"ledger {self.path} has no {name!r} database: its creation was interrupted; open it "
+                "for writing once (python -m ledger demo, or open_ledger) to complete it"
+            ) from None
 
     def has_db(self, name: str) -> bool:
         return name in self._dbs
@@ -362,6 +370,7 @@ def _check_path(path: Path, *, create: bool) -> bool:
         raise NotALedgerError(
             f"{path} is a directory with other files and no ledger; choose an empty or new path"
         )
+    check_data_file(path)  # before LMDB maps it: a truncated file would kill the process
     try:
         probe = lmdb.open(str(path), readonly=True, lock=False, max_dbs=len(DATABASES) + 4)
     except lmdb.Error as exc:

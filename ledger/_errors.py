@@ -10,6 +10,7 @@ business payload. A ledger that raised one of these is left as it was.
     ├── NotALedgerError (ValueError)        the path holds something else
     ├── SchemaVersionError (ValueError)     written by another schema or codec version
     ├── CorruptRecordError (ValueError)     a record fails its checksum or does not decode
+    ├── DamagedLedgerError (ValueError)     a ledger file is damaged (truncated) and is not mapped
     ├── LedgerLockedError                   another process owns the ledger
     ├── LedgerInUseError                    this process has the path open already
     ├── LedgerClosedError                   the ledger was closed
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptRecordError",
+    "DamagedLedgerError",
     "InvalidRunIdError",
     "LedgerClosedError",
     "LedgerError",
@@ -48,6 +50,10 @@ class SchemaVersionError(LedgerError, ValueError):
 
 class CorruptRecordError(LedgerError, ValueError):
     """A stored record fails its checksum or does not decode as its layout."""
+
+
+class DamagedLedgerError(LedgerError, ValueError):
+    """A ledger file is damaged so that mapping it could kill the process (it was truncated)."""
 
 
 class LedgerLockedError(LedgerError):

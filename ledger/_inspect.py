@@ -28,8 +28,10 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
     next task's inputs and output as the JSON they were saved as. Reads one
     consistent snapshot per part; writes nothing.
     """
-    streams_db, groups_db = env.db("streams"), env.db("groups")
     streams: list[dict[str, Any]] = []
+    if not (env.has_db("streams") and env.has_db("groups")):  # a creation interrupted before them
+        return {"path": str(env.path), "streams": streams, "graph_runs": _graph_runs(env, values=values)}
+    streams_db, groups_db = env.db("streams"), env.db("groups")
     with env.read() as txn, txn.cursor(db=streams_db) as cursor:
         found = cursor.set_range(DESCRIPTOR_PREFIX)
         while found:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import anyio
 import lmdb
 import pytest
 
-from ledger import CorruptRecordError, LedgerEnv, inspect_ledger, open_ledger
+from ledger import CorruptRecordError, LedgerEnv, NotALedgerError, inspect_ledger, open_ledger
 from ledger._demo import run_demo
 from ledger._layout import descriptor_key, group_key
 from streams import Key, StoreDamagedError, Stream, open_scope
@@ -118,3 +119,46 @@ def test_the_demo_on_a_ledger_with_a_damaged_key_exits_2_with_one_line_and_chang
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: ") and "damaged" in line  # the moved record, or the missing one
     assert (path / "data.mdb").read_bytes() == before
+
+
+def test_a_data_file_cut_at_any_page_is_refused_with_a_typed_error_never_a_signal(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    anyio.run(run_demo, path, 2000)
+    work = tmp_path / "cuts"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.ledger.truncate_child", str(path), str(work)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, f"the reader died ({done.returncode}): {done.stderr[-500:]}"
+    cuts = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(cuts) >= 10
+    assert {c["outcome"] for c in cuts} == {"DamagedLedgerError"}  # every cut is inside used pages
+
+
+def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_and_completed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "l"
+    LedgerEnv.open(path).close()
+    # as if killed before the named databases were made
+    with raw_db(path, b"meta") as (raw, _), raw.begin(write=True) as txn:
+        for name in (b"streams", b"messages", b"groups", b"attempts", b"graph_runs", b"nodes"):
+            txn.drop(raw.open_db(name, txn=txn), delete=True)
+    env = LedgerEnv.open_readonly(path)
+    try:
+        assert inspect_ledger(env) == {"path": str(path), "streams": [], "graph_runs": []}
+        with pytest.raises(NotALedgerError, match="no 'streams' database: its creation was interrupted"):
+            env.db("streams")
+    finally:
+        env.close()
+    LedgerEnv.open(path).close()  # opened for writing: completed
+    env = LedgerEnv.open_readonly(path)
+    try:
+        assert env.has_db("streams") and env.has_db("graph_runs")
+    finally:
+        env.close()
