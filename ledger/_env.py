@@ -2,7 +2,8 @@
 
 One :class:`LedgerEnv` exists per ledger path in a process (LMDB refuses to
 open an environment twice in one process) and one process owns a ledger path
-at a time, enforced by an ``fcntl`` lock on ``owner.lock``. Reads are
+at a time, enforced by an ``flock`` on the ledger's directory itself (a lock
+file could be deleted while its owner runs; the directory cannot). Reads are
 memory-mapped lookups of a microsecond or two and run inline on the caller's
 thread. Writes go through :meth:`LedgerEnv.submit` to the group committer
 (:mod:`ledger._commit`), which exists only while :meth:`LedgerEnv.serve`
@@ -449,7 +450,8 @@ def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
 
 
 def _take_owner_lock(path: Path) -> int:
-    fd = os.open(path / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    """Lock the ledger's directory itself: a lock file could be deleted while the owner runs."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

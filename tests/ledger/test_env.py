@@ -180,6 +180,30 @@ def test_a_second_process_on_the_same_ledger_gets_ledger_locked(tmp_path: Path) 
     LedgerEnv.open(path).close()  # free again once the owner is gone
 
 
+def test_deleting_the_ledgers_other_files_does_not_let_a_second_process_in(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    with spawn(
+        f"""
+        import sys
+        from ledger import LedgerEnv
+        env = LedgerEnv.open({str(path)!r})
+        print("ready", flush=True)
+        sys.stdin.read()
+        env.close()
+        """
+    ) as owner:
+        assert owner.stdin is not None and owner.stdout is not None
+        assert owner.stdout.readline() == "ready\n"
+        (path / "owner.lock").touch()  # a lock file of an older build, then every file but the data
+        for other in path.iterdir():
+            if other.name != "data.mdb":
+                other.unlink()
+        with pytest.raises(LedgerLockedError, match="owned by another process"):
+            LedgerEnv.open(path)
+        owner.stdin.close()
+        assert owner.wait() == 0
+
+
 def test_the_same_process_opening_a_ledger_twice_gets_ledger_in_use(tmp_path: Path) -> None:
     env = LedgerEnv.open(tmp_path / "l")
     try:
