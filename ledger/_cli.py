@@ -1,4 +1,4 @@
-"""The command line, ``python -m ledger``: ``demo`` and ``inspect``.
+"""The command line, ``python -m ledger``: ``demo``, ``inspect``, ``check`` and ``backup``.
 
 Exit codes: 0 success, 1 a failure while running, 2 bad usage or input (a
 path that is not a ledger, a ledger of another version, a damaged or missing
@@ -13,12 +13,15 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
+import msgspec
 
 from streams import StoreDamagedError, StreamsError
 
+from ._check import check_ledger
 from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
 from ._env import LedgerEnv
 from ._errors import (
@@ -39,8 +42,14 @@ EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 
+
 #: Errors that mean the input was wrong, not that something broke while running.
+class BackupDestinationError(LedgerError, ValueError):
+    """The backup's destination exists already."""
+
+
 _BAD_INPUT: Final = (
+    BackupDestinationError,
     NotALedgerError,
     SchemaVersionError,
     CorruptRecordError,
@@ -91,6 +100,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("path", metavar="PATH", help="ledger directory")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    check = commands.add_parser(
+        "check",
+        help="verify every record and reference of a ledger",
+        description=(
+            "Verify every record of a ledger (its checksum, its layout) and every reference between "
+            "records; print what was found. Exit 0 if the ledger is sound, 1 if not. Changes nothing."
+        ),
+    )
+    check.add_argument("path", metavar="PATH", help="ledger directory")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+
+    backup = commands.add_parser(
+        "backup",
+        help="write a consistent copy of a ledger, even while its owner runs",
+        description=(
+            "Write a consistent, compacted copy of the ledger at PATH into the new directory DEST, "
+            "as of the moment it starts; the owner may keep running."
+        ),
+    )
+    backup.add_argument("path", metavar="PATH", help="ledger directory")
+    backup.add_argument("destination", metavar="DEST", help="a directory that does not exist yet")
+
     inspect.add_argument(
         "--values",
         action="store_true",
@@ -125,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "demo":
             return _demo(args)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "backup":
+            return _backup(args)
         return _inspect(args)
     except _BAD_INPUT as exc:
         _error(exc)
@@ -237,6 +272,49 @@ async def _cancel_on_sigint(scope: anyio.CancelScope) -> None:
         async for _ in signals:
             scope.cancel()
             return
+
+
+# -- check and backup -----------------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> int:
+    env = LedgerEnv.open_readonly(args.path)  # beside a running owner, like inspect
+    try:
+        report = check_ledger(env)
+    finally:
+        env.close()
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(report) | {"sound": report.sound}))
+    else:
+        total = sum(report.records.values())
+        if report.sound:
+            print(f"ledger {report.path}: {total} records checked, sound")
+        else:
+            print(f"ledger {report.path}: {total} records checked, {len(report.problems)} problems")
+            for problem in report.problems:
+                print(f"  {problem}")
+    return EXIT_OK if report.sound else EXIT_FAILURE
+
+
+def _backup(args: argparse.Namespace) -> int:
+    destination = Path(args.destination)
+    if destination.exists():
+        raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
+    env = LedgerEnv.open_readonly(args.path)
+    try:
+        env.copy_to(destination)
+    finally:
+        env.close()
+    copy = LedgerEnv.open_readonly(destination)
+    try:
+        report = check_ledger(copy)
+    finally:
+        copy.close()
+    if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
+        print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"ledger {args.path} copied to {destination}: {sum(report.records.values())} records, sound")
+    return EXIT_OK
 
 
 # -- inspect --------------------------------------------------------------------------------

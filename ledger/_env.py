@@ -298,6 +298,16 @@ class LedgerEnv:
         self._check_open()
         return int(self._env.reader_check())
 
+    def copy_to(self, destination: Path) -> None:
+        """Write a consistent, compacted copy of the ledger into the new directory ``destination``.
+
+        LMDB's own copy, from one read transaction: it runs beside the owner's
+        writes and holds exactly what was committed when it began.
+        """
+        self._check_open()
+        destination.mkdir(parents=True)
+        self._env.copy(str(destination), compact=True)
+
     def info(self) -> dict[str, int]:
         """LMDB's environment info (map size, last transaction id, readers)."""
         return {name: int(value) for name, value in self._env.info().items()}  # type: ignore[call-overload]
