@@ -32,6 +32,7 @@ import lmdb
 from streams.store import ATTR, SPAN, failed, tracer
 
 from ._errors import MapFullError, WriteFailedError
+from ._files import damaged
 
 if TYPE_CHECKING:
     from ._env import LedgerEnv
@@ -199,6 +200,9 @@ class GroupCommitter:
                 except lmdb.MapFullError:
                     child.abort()
                     raise
+                except lmdb.Error as exc:  # a damaged page met while writing: the whole batch fails
+                    child.abort()
+                    raise damaged(self._env.path, exc) from None
                 except Exception as exc:
                     child.abort()
                     outcomes.append((False, exc))

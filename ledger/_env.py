@@ -37,7 +37,7 @@ from ._errors import (
     NotALedgerError,
     SchemaVersionError,
 )
-from ._files import check_data_file
+from ._files import check_data_file, damaged
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
 
@@ -156,6 +156,9 @@ class LedgerEnv:
                     env.reader_check()
                     _ensure_schema(env, p)
                     self = cls(p, env, lock_fd, max_map_size=max_map_size)
+                except lmdb.Error as exc:  # a damaged page met while reading the schema or databases
+                    env.close()
+                    raise damaged(p, exc) from None
                 except BaseException:
                     env.close()
                     raise
@@ -185,6 +188,9 @@ class LedgerEnv:
                 raise NotALedgerError(f"{p} cannot be opened for reading: {exc}") from None
             try:
                 self = cls(p, env, -1, max_map_size=0, readonly=True)
+            except lmdb.Error as exc:
+                env.close()
+                raise damaged(p, exc) from None
             except BaseException:
                 env.close()
                 raise
@@ -213,7 +219,10 @@ class LedgerEnv:
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
-        """A read transaction on the caller's thread, seeing the last committed batch."""
+        """A read transaction on the caller's thread, seeing the last committed batch.
+
+        An LMDB error while reading (a damaged page) is :class:`CorruptRecordError`.
+        """
         self._check_open()
         with self._map_lock:
             try:
@@ -222,8 +231,13 @@ class LedgerEnv:
                 # the owning process grew the map; adopt its size (read-only ledgers only)
                 self._env.set_mapsize(0)
                 txn = self._env.begin(buffers=False)
+            except lmdb.Error as exc:
+                raise damaged(self.path, exc) from None
             with txn:
-                yield txn
+                try:
+                    yield txn
+                except lmdb.Error as exc:
+                    raise damaged(self.path, exc) from None
 
     # -- writes --------------------------------------------------------------------------
 
@@ -393,6 +407,8 @@ def _check_path(path: Path, *, create: bool) -> bool:
                 raise NotALedgerError(f"{path} holds no ledger (create=False)")
             return True
         _read_schema(probe, path)
+    except lmdb.Error as exc:  # a damaged page met while reading the schema
+        raise damaged(path, exc) from None
     finally:
         probe.close()
     return False

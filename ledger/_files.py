@@ -20,9 +20,11 @@ import struct
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from ._errors import DamagedLedgerError, NotALedgerError
+import lmdb
 
-__all__ = ["check_data_file"]
+from ._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
+
+__all__ = ["check_data_file", "damaged"]
 
 _MAGIC: Final = 0xBEEFC0DE
 _VERSION: Final = 1
@@ -77,3 +79,11 @@ def _meta(page: bytes) -> _Meta | None:
     if magic != _MAGIC or version != _VERSION or page_size < _SMALLEST_PAGE or page_size & (page_size - 1):
         return None
     return _Meta(page_size, last_page, txnid)
+
+
+def damaged(path: Path, exc: lmdb.Error) -> CorruptRecordError:
+    """LMDB's own error on a damaged file, as the ledger's typed error."""
+    return CorruptRecordError(
+        f"LMDB could not read ledger {path} ({type(exc).__name__}: {exc}); the file is damaged: "
+        "verify it with python -m ledger check and restore it from a copy"
+    )
