@@ -180,7 +180,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(exc: BaseException) -> None:
-    print(f"error: {exc}", file=sys.stderr)
+    """One line: what failed, and the ledger's own cause when it says more (the disk is full)."""
+    root: BaseException = exc
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, LedgerError):
+            root = cause
+        cause = cause.__cause__
+    text = str(exc)
+    if root is not exc and str(root) and str(root) not in text:
+        text = f"{text} (because: {str(root).splitlines()[0]})"
+    print(f"error: {' '.join(text.splitlines())}", file=sys.stderr)
 
 
 def _interrupted() -> None:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import queue
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import anyio
@@ -215,7 +217,9 @@ class GroupCommitter:
             raise
         except lmdb.Error as exc:
             txn.abort()
-            raise WriteFailedError(f"LMDB refused a write batch on {self._env.path}: {exc}") from exc
+            raise WriteFailedError(
+                f"LMDB refused a write batch on {self._env.path}: {exc}{_disk_note(self._env.path)}"
+            ) from exc
         except BaseException:
             txn.abort()
             raise
@@ -226,6 +230,25 @@ class GroupCommitter:
         if observer is not None:
             observer(len(batch), sum(1 for ok, _ in outcomes if ok))
         return outcomes
+
+
+def _disk_note(path: Path) -> str:
+    """Why a write may have failed that LMDB does not say (it reports a full disk as an I/O error)."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return ""
+    free = stats.f_bavail * stats.f_frsize
+    if free >= _DISK_NEARLY_FULL:
+        return ""
+    return (
+        f"; the disk holding it is full ({free} bytes free): free space, then run the same command "
+        "again to resume"
+    )
+
+
+#: Free space under which a failed write is put down to a full disk.
+_DISK_NEARLY_FULL: Final = 1 << 20
 
 
 class _WriterThread:
