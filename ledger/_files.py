@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import lmdb
 
 from ._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
 
-__all__ = ["check_data_file", "damaged"]
+__all__ = ["check_data_file", "check_pages", "damaged"]
 
 _MAGIC: Final = 0xBEEFC0DE
 _VERSION: Final = 1
@@ -69,6 +69,7 @@ def check_data_file(path: Path) -> None:
             f"{current.last_page} of {current.page_size} bytes): the file was truncated; restore the "
             "ledger from a copy"
         )
+    check_pages(path)
 
 
 def _meta(page: bytes) -> _Meta | None:
@@ -86,4 +87,124 @@ def damaged(path: Path, exc: lmdb.Error) -> CorruptRecordError:
     return CorruptRecordError(
         f"LMDB could not read ledger {path} ({type(exc).__name__}: {exc}); the file is damaged: "
         "verify it with python -m ledger check and restore it from a copy"
+    )
+
+
+# -- the pages LMDB will read ---------------------------------------------------------------
+
+_P_BRANCH: Final = 0x01
+_P_LEAF: Final = 0x02
+_P_OVERFLOW: Final = 0x04
+_F_BIGDATA: Final = 0x01
+_F_SUBDATA: Final = 0x02
+_F_DUPDATA: Final = 0x04
+_NODE: Final = struct.Struct("=HHHH")  # mn_lo, mn_hi, mn_flags, mn_ksize
+_HEADER: Final = struct.Struct("=QHHHH")  # mp_pgno, mp_pad, mp_flags, mp_lower, mp_upper
+_PAGES: Final = struct.Struct("=I")  # an overflow page's mp_pages, where lower and upper would be
+_ROOT: Final = struct.Struct("=Q")
+_META_ROOTS: Final = (_PAGE_HEADER + 24 + 40, _PAGE_HEADER + 72 + 40)  # md_root of the free and main dbs
+_SUBDB_ROOT: Final = 40  # md_root inside an MDB_db record
+_SUBDB: Final = 48
+_INVALID: Final = (1 << 64) - 1
+
+
+def check_pages(path: Path) -> None:
+    """Walk every page the current meta page reaches and refuse one that would send LMDB astray.
+
+    LMDB trusts the offsets and sizes inside its pages; a damaged one makes it
+    read past the end of the file or the map, and the process dies of a
+    signal. Each page reached from the roots (the free and main databases,
+    each named database, each overflow run) is read from the file, not the
+    map, and must name itself, hold its node offsets and sizes inside the
+    page, and point only at pages the file holds. Raises
+    :class:`DamagedLedgerError` naming the page.
+    """
+    data_file = path / "data.mdb"
+    with data_file.open("rb") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return
+        f.seek(0)
+        first = _meta(f.read(_PAGE_HEADER + _META.size))
+        if first is None:
+            return  # check_data_file said what is wrong
+        f.seek(first.page_size)
+        second = _meta(f.read(_PAGE_HEADER + _META.size))
+        current, index = max(
+            ((m, i) for i, m in enumerate((first, second)) if m is not None), key=lambda pair: pair[0].txnid
+        )
+        psize, pages = current.page_size, current.last_page + 1
+        f.seek(index * psize)
+        meta_page = f.read(psize)
+        todo = [_ROOT.unpack_from(meta_page, at)[0] for at in _META_ROOTS]
+        seen: set[int] = set()
+        while todo:
+            pgno = todo.pop()
+            if pgno == _INVALID or pgno in seen:
+                continue
+            if pgno < 2 or pgno >= pages:
+                raise _bad(data_file, pgno, f"is referenced, but the file holds pages 2 to {pages - 1}")
+            seen.add(pgno)
+            f.seek(pgno * psize)
+            page = f.read(psize)
+            todo.extend(_page_references(data_file, page, pgno, psize, pages, f))
+
+
+def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages: int, f: Any) -> list[int]:
+    """The pages ``page`` points at, after checking that LMDB can read it within bounds."""
+    if len(page) < psize:
+        raise _bad(data_file, pgno, "is cut short by the end of the file")
+    own, _, flags, lower, upper = _HEADER.unpack_from(page)
+    if own != pgno:
+        raise _bad(data_file, pgno, f"says it is page {own}")
+    if not flags & (_P_BRANCH | _P_LEAF) or flags & _P_OVERFLOW:
+        raise _bad(data_file, pgno, f"is referenced as a tree page but has flags {flags:#x}")
+    if not _PAGE_HEADER <= lower <= upper <= psize or (lower - _PAGE_HEADER) % 2:
+        raise _bad(data_file, pgno, f"has free space from {lower} to {upper}, outside the page")
+    found: list[int] = []
+    for i in range((lower - _PAGE_HEADER) // 2):
+        (offset,) = struct.unpack_from("=H", page, _PAGE_HEADER + 2 * i)
+        if not upper <= offset <= psize - _NODE.size:
+            raise _bad(data_file, pgno, f"has node {i} at offset {offset}, outside its nodes")
+        lo, hi, node_flags, ksize = _NODE.unpack_from(page, offset)
+        key_end = offset + _NODE.size + ksize
+        if key_end > psize:
+            raise _bad(data_file, pgno, f"has node {i} whose key runs past the page")
+        if flags & _P_BRANCH:
+            found.append(lo | hi << 16 | node_flags << 32)
+            continue
+        dsize = lo | hi << 16
+        if node_flags & _F_BIGDATA:
+            if key_end + 8 > psize:
+                raise _bad(data_file, pgno, f"has node {i} whose overflow page number runs past the page")
+            (first,) = _ROOT.unpack_from(page, key_end)
+            _check_overflow(data_file, f, first, dsize, psize, pages)
+        elif key_end + dsize > psize:
+            raise _bad(data_file, pgno, f"has node {i} whose {dsize} bytes of data run past the page")
+        elif node_flags & (_F_SUBDATA | _F_DUPDATA):
+            if dsize != _SUBDB or node_flags & _F_DUPDATA:
+                raise _bad(
+                    data_file, pgno, f"has node {i} with flags {node_flags:#x} no ledger database uses"
+                )
+            found.append(_ROOT.unpack_from(page, key_end + _SUBDB_ROOT)[0])
+    return found
+
+
+def _check_overflow(data_file: Path, f: Any, first: int, dsize: int, psize: int, pages: int) -> None:
+    if first < 2 or first >= pages:
+        raise _bad(data_file, first, "is referenced as an overflow page, but the file does not hold it")
+    f.seek(first * psize)
+    header = f.read(_PAGE_HEADER)
+    own, _, flags = _HEADER.unpack_from(header)[:3]
+    (count,) = _PAGES.unpack_from(header, 12)
+    if own != first or not flags & _P_OVERFLOW:
+        raise _bad(data_file, first, "is referenced as an overflow page but is not one")
+    if count < 1 or first + count > pages or dsize > count * psize - _PAGE_HEADER:
+        raise _bad(data_file, first, f"starts {count} overflow pages that cannot hold {dsize} bytes")
+
+
+def _bad(data_file: Path, pgno: int, what: str) -> DamagedLedgerError:
+    return DamagedLedgerError(
+        f"{data_file}: page {pgno} {what}; the file is damaged, and LMDB would read past it: restore "
+        "the ledger from a copy"
     )

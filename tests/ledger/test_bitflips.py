@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What a flip may lead to: nothing seen (the bit was in unused space, or the demo resumed to its
@@ -25,14 +23,6 @@ ALLOWED = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "flip 876 of this seed (page 8, byte 19: a node offset of the last page) makes LMDB read past "
-        "the end of data.mdb and the process dies of SIGBUS; LMDB does not bound-check offsets inside "
-        "a page, so a validator of every page must run before LMDB reads them"
-    ),
-)
 def test_two_thousand_flipped_bits_each_leave_the_ledger_exact_or_raise_a_typed_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.ledger.bitflip_child", str(tmp_path), "20261130", "2000"],
@@ -48,23 +38,5 @@ def test_two_thousand_flipped_bits_each_leave_the_ledger_exact_or_raise_a_typed_
     assert sum(outcomes.values()) == 2000
     assert set(outcomes) <= ALLOWED, outcomes
     assert outcomes["unchanged"] < 2000  # the flips did reach records: some were found
-
-
-def test_the_first_eight_hundred_flips_of_the_seed_leave_the_ledger_exact_or_raise_a_typed_error(
-    tmp_path: Path,
-) -> None:
-    """The same suite up to the flip that finds the open problem: no other outcome is tolerated."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.ledger.bitflip_child", str(tmp_path), "20261130", "800"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        check=False,
-    )
-    assert done.returncode == 0, f"the reader died ({done.returncode}): {done.stderr[-800:]}"
-    outcomes = collections.Counter(
-        line["outcome"] for line in map(json.loads, done.stdout.splitlines()) if "outcome" in line
-    )
-    assert sum(outcomes.values()) == 800 and set(outcomes) <= ALLOWED, outcomes
-    assert outcomes["unchanged"] < 800
+    # flip 876 of this seed damages a node offset of the last page: before the page walk of
+    # ledger._files.check_pages, LMDB read past the end of the file and the process died of SIGBUS
