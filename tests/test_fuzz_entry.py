@@ -10,3 +10,10 @@ def test_fuzz_runs_the_suite_machines_and_reports(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "round 1: lmdb on asyncio" in out
     assert "no counterexample" in out
+
+
+def test_the_long_bit_flip_run_reports_its_outcomes(capsys: pytest.CaptureFixture[str]) -> None:
+    from fuzz.bitflips import main as bitflips
+
+    assert bitflips(["--flips", "40", "--seed", "3"]) == 0
+    assert capsys.readouterr().out.startswith("bitflips: 40 flips: ")
