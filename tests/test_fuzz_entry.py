@@ -17,3 +17,10 @@ def test_the_long_bit_flip_run_reports_its_outcomes(capsys: pytest.CaptureFixtur
 
     assert bitflips(["--flips", "40", "--seed", "3"]) == 0
     assert capsys.readouterr().out.startswith("bitflips: 40 flips: ")
+
+
+def test_the_kill_loop_reports_its_kills(capsys: pytest.CaptureFixture[str]) -> None:
+    from fuzz.kill import main as kill
+
+    assert kill(["--minutes", "0.001", "--kills", "3"]) == 0
+    assert "every answer exact" in capsys.readouterr().out
