@@ -159,8 +159,9 @@ def test_a_ledger_of_another_version_is_refused_and_left_unchanged(tmp_path: Pat
 # -- ownership -------------------------------------------------------------------------------
 
 
-def test_a_second_process_on_the_same_ledger_gets_ledger_locked(tmp_path: Path) -> None:
-    path = tmp_path / "l"
+@contextmanager
+def owned_by_another_process(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A child process that opens the ledger and holds it until the block ends (then it exits 0)."""
     with spawn(
         f"""
         import sys
@@ -173,35 +174,27 @@ def test_a_second_process_on_the_same_ledger_gets_ledger_locked(tmp_path: Path) 
     ) as owner:
         assert owner.stdin is not None and owner.stdout is not None
         assert owner.stdout.readline() == "ready\n"
-        with pytest.raises(LedgerLockedError, match="owned by another process"):
-            LedgerEnv.open(path)
+        yield owner
         owner.stdin.close()
         assert owner.wait() == 0
+
+
+def test_a_second_process_on_the_same_ledger_gets_ledger_locked(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    with owned_by_another_process(path), pytest.raises(LedgerLockedError, match="owned by another process"):
+        LedgerEnv.open(path)
     LedgerEnv.open(path).close()  # free again once the owner is gone
 
 
 def test_deleting_the_ledgers_other_files_does_not_let_a_second_process_in(tmp_path: Path) -> None:
     path = tmp_path / "l"
-    with spawn(
-        f"""
-        import sys
-        from ledger import LedgerEnv
-        env = LedgerEnv.open({str(path)!r})
-        print("ready", flush=True)
-        sys.stdin.read()
-        env.close()
-        """
-    ) as owner:
-        assert owner.stdin is not None and owner.stdout is not None
-        assert owner.stdout.readline() == "ready\n"
+    with owned_by_another_process(path):
         (path / "owner.lock").touch()  # a lock file of an older build, then every file but the data
         for other in path.iterdir():
             if other.name != "data.mdb":
                 other.unlink()
         with pytest.raises(LedgerLockedError, match="owned by another process"):
             LedgerEnv.open(path)
-        owner.stdin.close()
-        assert owner.wait() == 0
 
 
 def test_the_same_process_opening_a_ledger_twice_gets_ledger_in_use(tmp_path: Path) -> None:
