@@ -165,13 +165,11 @@ class _Machine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="streamledger-machine-"))
         self.exit_stack = contextlib.ExitStack()
         self.portal: BlockingPortal = self.exit_stack.enter_context(start_blocking_portal(self.backend))
-
-    def stacks(self) -> list[Stack]:
-        raise NotImplementedError  # each machine says which stacks it drives
+        self.stacks: list[Stack] = []  # what the machine drives; each machine adds its own
 
     def teardown(self) -> None:
         try:
-            for stack in self.stacks():
+            for stack in self.stacks:
                 if stack.session is not None:
                     stack.close()
         finally:
@@ -187,6 +185,7 @@ class LedgerMachine(_Machine):
     def __init__(self) -> None:
         super().__init__()
         self.stack = Stack(self.kind, self.portal, self.dir / "l")
+        self.stacks.append(self.stack)
         # the model
         self.values: list[int] = []  # values[i] is message seq i+1
         self.finished = False
@@ -195,9 +194,6 @@ class LedgerMachine(_Machine):
         self.stopped = False
         self.audit_acked: set[int] = set()
         self.stack.open()
-
-    def stacks(self) -> list[Stack]:
-        return [self.stack]
 
     # -- rules -----------------------------------------------------------------------------
 
@@ -318,27 +314,25 @@ class LockstepMachine(_Machine):
         super().__init__()
         self.memory = Stack("memory", self.portal, self.dir / "unused")
         self.lmdb = Stack("lmdb", self.portal, self.dir / "l")
+        self.stacks.extend((self.memory, self.lmdb))
         self.appended = 0
         self.finished = False
         self.exhausted = False
         self.audit_acked: set[int] = set()
-        for stack in self.stacks():
+        for stack in self.stacks:
             stack.open()
-
-    def stacks(self) -> list[Stack]:
-        return [self.memory, self.lmdb]
 
     @precondition(lambda self: not self.finished)
     @rule(values=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=20))
     def append(self, values: list[int]) -> None:
-        for stack in self.stacks():
+        for stack in self.stacks:
             stack.append(values, self.appended + 1)
         self.appended += len(values)
 
     @precondition(lambda self: not self.finished)
     @rule()
     def finish(self) -> None:
-        for stack in self.stacks():
+        for stack in self.stacks:
             stack.finish()
         self.finished = True
 
@@ -347,7 +341,7 @@ class LockstepMachine(_Machine):
     def handle(self, limit: int) -> None:
         (group, _) = self.lmdb.numbers.snapshot().groups
         limit = min(limit, self.appended - group.acked_through)  # no waiting for messages never sent
-        outcomes = {stack.kind: stack.handle(limit) for stack in self.stacks()}
+        outcomes = {stack.kind: stack.handle(limit) for stack in self.stacks}
         assert outcomes["memory"] == outcomes["lmdb"], (
             f"one store exhausted a message, the other not: {outcomes}"
         )
@@ -359,13 +353,13 @@ class LockstepMachine(_Machine):
         if not available:
             return
         chosen = data.draw(st.lists(st.sampled_from(available), unique=True, max_size=8))
-        for stack in self.stacks():
+        for stack in self.stacks:
             stack.ack_audit(chosen)
         self.audit_acked.update(chosen)
 
     @rule()
     def crash_and_reopen(self) -> None:
-        for stack in self.stacks():
+        for stack in self.stacks:
             stack.close()
             stack.open()
 
