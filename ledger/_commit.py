@@ -3,12 +3,15 @@
 While a ledger serves writes (:meth:`ledger.LedgerEnv.serve`), a
 :class:`GroupCommitter` exists for it, and only then. Each write is a
 function of an LMDB write transaction, submitted for a :class:`WriteTicket`.
-The committer gathers every write submitted while the previous batch was
-committing into one write transaction and one fsync. Each write runs in its
+The committer gathers the writes submitted in one step of the event loop, or
+while the previous batch was committing, into one write transaction and one
+fsync. Each write runs in its
 own nested transaction, so one that raises is rolled back alone and the
 others still commit. One writer thread owns every write transaction (LMDB
 ties them to the thread that began them); the committer hands it a batch and
-is woken once when it is durable, so the event loop never blocks on LMDB.
+the writer thread schedules one callback on the loop when it is durable, so
+the event loop never blocks on LMDB and no task sits between a write and its
+commit.
 
 Each batch is one ``streamledger.commit_batch`` span (writes, failed writes,
 map growths), started and ended on the event loop so the writer thread does
@@ -21,7 +24,6 @@ import collections
 import contextlib
 import os
 import queue
-import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +31,9 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import lmdb
+from opentelemetry.trace import Span
 
 from streams.store import ATTR, SPAN, failed, tracer
 
@@ -79,30 +83,55 @@ class WriteTicket(Generic[T]):
 
 
 class GroupCommitter:
-    """Commits the writes submitted to one ledger while it serves; see the module docstring."""
+    """Commits the writes submitted to one ledger while it serves; see the module docstring.
+
+    Made on the event loop's thread, where every method but :meth:`_commit_batch`
+    runs. Writes submitted while no batch is committing leave together at the
+    end of the loop's current step; writes submitted while one commits wait in
+    ``_pending`` and leave together when it lands. The writer thread lands a
+    batch by scheduling :meth:`_landed` on the loop, so a write costs one
+    hand-over and one wake-up of the loop, with no task of the committer's in
+    between.
+    """
 
     def __init__(self, env: LedgerEnv, *, before_commit: BeforeCommit | None = None) -> None:
         self._env = env
         self._before_commit = before_commit
         self._pending: list[WriteTicket[Any]] = []
-        self._wakeup = anyio.Event()
+        self._batch: list[WriteTicket[Any]] | None = None  # the batch the writer thread holds
+        self._span: Span | None = None
         self._stopping = False
+        self._closed = False  # run() has ended: nothing more is handed to the writer thread
+        self._failure: BaseException | None = None
+        self._finished = anyio.Event()  # stopped with nothing left, or a batch failed
         self._batches = 0
-        self._writer = _WriterThread(self._commit_batch, name=f"streamledger-writer {env.path.name}")
+        self._loop = _LoopCalls()
+        self._dispatching = False  # a dispatch is scheduled, or a batch is with the writer thread
+        self._writer = _WriterThread(
+            self._commit_batch,
+            self._loop.from_thread(self._landed),
+            name=f"streamledger-writer {env.path.name}",
+        )
 
     def submit(self, fn: Callable[[lmdb.Transaction], T]) -> WriteTicket[T]:
         ticket: WriteTicket[T] = WriteTicket(fn)
+        if self._failure is not None:
+            ticket.resolve(False, self._stopped_error())
+            return ticket
         self._pending.append(ticket)
-        self._wakeup.set()
+        if not self._dispatching:  # the writes submitted in this step of the loop leave together
+            self._dispatching = True
+            self._loop.soon(self._dispatch)
         return ticket
 
     def stop(self) -> None:
         """Let :meth:`run` return once every write submitted so far is committed."""
         self._stopping = True
-        self._wakeup.set()
+        if not self._dispatching:
+            self._finished.set()
 
     async def run(self) -> None:
-        """Commit submitted writes until :meth:`stop`, then what is pending; shielded from cancellation.
+        """Wait until :meth:`stop` and every write submitted before it is committed; shielded.
 
         Code that unwinds after a cancellation (a handler confirming what it
         finished, a shielded cleanup) can still write until the owner of the
@@ -111,55 +140,80 @@ class GroupCommitter:
         """
         try:
             with anyio.CancelScope(shield=True):
-                while True:
-                    await self._wakeup.wait()
-                    self._wakeup = anyio.Event()
-                    await self._commit_pending()
-                    if self._stopping and not self._pending:
-                        break
+                await self._finished.wait()
         finally:
+            self._closed = True
             self._writer.stop()
-            pending, self._pending = self._pending, []
-            for ticket in pending:
-                ticket.resolve(
-                    False,
-                    WriteFailedError(
-                        f"ledger {self._env.path} stopped serving writes after a failed batch; "
-                        "this write was not made: reopen the ledger to recover"
-                    ),
-                )
+            if self._batch is not None:  # the loop stopped under us: the writer thread has landed it
+                self._landed()
+            self._fail_pending()
+        if self._failure is not None:
+            raise self._failure
 
-    async def _commit_pending(self) -> None:
+    def _dispatch(self) -> None:
         batch, self._pending = self._pending, []
-        if not batch:
+        if not batch or self._failure is not None or self._closed:
+            self._pending[:0] = batch
+            self._dispatching = False
+            if self._stopping:
+                self._finished.set()
             return
-        span = tracer().start_span(SPAN.COMMIT_BATCH)
-        try:
-            outcomes, growths = await self._writer.commit(batch)
-        except BaseException as exc:
-            error = (
-                exc if isinstance(exc, Exception) else WriteFailedError(f"write batch interrupted: {exc!r}")
-            )
-            for ticket in batch:
-                ticket.resolve(False, error)
+        self._batch = batch
+        self._span = tracer().start_span(SPAN.COMMIT_BATCH)
+        self._writer.hand(batch)
+
+    def _landed(self) -> None:
+        """Loop thread: settle the batch the writer thread committed, then hand it the next one."""
+        batch, span = self._batch, self._span
+        if batch is None or span is None:
+            return
+        self._batch = self._span = None
+        self._dispatching = False
+        ok, value = self._writer.take()
+        if ok:
+            outcomes, growths = value
+            refused = 0
+            for ticket, (written, result) in zip(batch, outcomes, strict=True):
+                refused += not written
+                ticket.resolve(written, result)
             if span.is_recording():
-                span.set_attributes({ATTR.BATCH_WRITES: len(batch), ATTR.BATCH_FAILED: len(batch)})
-                failed(span, error)
+                span.set_attributes(
+                    {
+                        ATTR.BATCH_WRITES: len(batch),
+                        ATTR.BATCH_FAILED: refused,
+                        ATTR.BATCH_MAP_GROWTHS: growths,
+                    }
+                )
             span.end()
-            raise
-        refused = 0
-        for ticket, (ok, value) in zip(batch, outcomes, strict=True):
-            refused += not ok
-            ticket.resolve(ok, value)
+            if self._pending and not self._closed:
+                self._dispatching = True
+                self._dispatch()
+            elif self._stopping:
+                self._finished.set()
+            return
+        error = (
+            value if isinstance(value, Exception) else WriteFailedError(f"write batch interrupted: {value!r}")
+        )
+        for ticket in batch:
+            ticket.resolve(False, error)
         if span.is_recording():
-            span.set_attributes(
-                {
-                    ATTR.BATCH_WRITES: len(batch),
-                    ATTR.BATCH_FAILED: refused,
-                    ATTR.BATCH_MAP_GROWTHS: growths,
-                }
-            )
+            span.set_attributes({ATTR.BATCH_WRITES: len(batch), ATTR.BATCH_FAILED: len(batch)})
+            failed(span, error)
         span.end()
+        self._failure = error
+        self._fail_pending()
+        self._finished.set()
+
+    def _fail_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for ticket in pending:
+            ticket.resolve(False, self._stopped_error())
+
+    def _stopped_error(self) -> WriteFailedError:
+        return WriteFailedError(
+            f"ledger {self._env.path} stopped serving writes after a failed batch; "
+            "this write was not made: reopen the ledger to recover"
+        )
 
     def _commit_batch(self, batch: list[WriteTicket[Any]]) -> tuple[list[tuple[bool, Any]], int]:
         """Writer thread: one write transaction and one fsync for the whole batch.
@@ -251,20 +305,48 @@ def _disk_note(path: Path) -> str:
 _DISK_NEARLY_FULL: Final = 1 << 20
 
 
+class _LoopCalls:
+    """Scheduling functions on the current event loop: from its own thread, or from any thread."""
+
+    def __init__(self) -> None:
+        native: Any = anyio.lowlevel.current_token().native_token
+        if hasattr(native, "run_sync_soon"):  # trio's TrioToken: one call, from any thread
+            self._soon: Callable[[Callable[[], None]], object] = native.run_sync_soon
+            self._threadsafe: Callable[[Callable[[], None]], object] = native.run_sync_soon
+        else:  # an asyncio event loop
+            self._soon = native.call_soon
+            self._threadsafe = native.call_soon_threadsafe
+
+    def soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop after the current step (call from the loop's thread)."""
+        self._soon(fn)
+
+    def from_thread(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """A function any thread may call to have ``fn`` run soon on the loop's thread."""
+        threadsafe = self._threadsafe
+
+        def call() -> None:
+            threadsafe(fn)
+
+        return call
+
+
 class _WriterThread:
     """The one thread that owns the ledger's write transactions.
 
-    The committer hands it a batch through a queue and waits, without
-    blocking the event loop, for one byte on a socket pair: one wake-up of
-    the loop per committed batch, on asyncio and trio alike.
+    :meth:`hand` gives it a batch through a queue; once the batch is
+    committed (or failed) it keeps the outcome for :meth:`take` and calls
+    ``landed``, which schedules the committer on the event loop: one wake-up
+    of the loop per batch, on asyncio and trio alike.
     """
 
-    def __init__(self, commit: Callable[[list[WriteTicket[Any]]], Any], *, name: str) -> None:
+    def __init__(
+        self, commit: Callable[[list[WriteTicket[Any]]], Any], landed: Callable[[], None], *, name: str
+    ) -> None:
         self._commit = commit
+        self._landed = landed
         self._requests: queue.SimpleQueue[list[WriteTicket[Any]] | None] = queue.SimpleQueue()
         self._results: collections.deque[tuple[bool, Any]] = collections.deque()
-        self._receive, self._send = socket.socketpair()
-        self._receive.setblocking(False)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -278,23 +360,18 @@ class _WriterThread:
             except BaseException as exc:
                 result = (False, exc)
             self._results.append(result)
-            self._send.send(b"\0")
+            with contextlib.suppress(RuntimeError):  # the loop closed: run() takes the outcome itself
+                self._landed()
 
-    async def commit(self, batch: list[WriteTicket[Any]]) -> Any:
+    def hand(self, batch: list[WriteTicket[Any]]) -> None:
         """Commit ``batch`` on the writer thread; a batch handed over always finishes."""
         self._requests.put(batch)
-        with anyio.CancelScope(shield=True):
-            while not self._results:
-                await anyio.wait_readable(self._receive)
-                with contextlib.suppress(BlockingIOError):
-                    self._receive.recv(4096)
-        ok, value = self._results.popleft()
-        if ok:
-            return value
-        raise value
+
+    def take(self) -> tuple[bool, Any]:
+        """The outcome of the batch handed over first: ``(True, result)`` or ``(False, error)``."""
+        return self._results.popleft()
 
     def stop(self) -> None:
+        """Finish the batch handed over, if any, and end the thread."""
         self._requests.put(None)
         self._thread.join()
-        self._receive.close()
-        self._send.close()

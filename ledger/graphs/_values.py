@@ -10,6 +10,7 @@ any of this is not written, and the boundary is skipped.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final, Literal
 
@@ -65,6 +66,8 @@ def holds_one_shot(value: Any) -> bool:
     stack = [value]
     while stack:
         item = stack.pop()
+        if type(item) in _ATOMIC:  # the common case first: no ABC check for plain values
+            continue
         if isinstance(item, Iterator | AsyncIterator):
             return True
         if isinstance(item, str | bytes | bytearray | int | float | bool | None) or id(item) in seen:
@@ -75,13 +78,31 @@ def holds_one_shot(value: Any) -> bool:
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
-        elif isinstance(item, BaseModel):
-            stack.extend(getattr(item, name) for name in type(item).model_fields)
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(getattr(item, field.name) for field in dataclasses.fields(item))
+        else:
+            stack.extend(getattr(item, name) for name in _attribute_names(type(item)))
     return False
 
 
+def _attribute_names(cls: type[object]) -> tuple[str, ...]:
+    """The fields of a pydantic model or dataclass, which may hold iterators; none for other classes."""
+    names = _ATTRIBUTE_NAMES.get(cls)
+    if names is None:
+        if issubclass(cls, BaseModel):
+            names = tuple(cls.model_fields)
+        elif dataclasses.is_dataclass(cls):
+            names = tuple(field.name for field in dataclasses.fields(cls))
+        else:
+            names = ()
+        _ATTRIBUTE_NAMES[cls] = names
+    return names
+
+
+_ATTRIBUTE_NAMES: Final[weakref.WeakKeyDictionary[type[object], tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+_ATOMIC: Final = frozenset({str, bytes, bytearray, int, float, bool, type(None)})
 _MAX_ERRORS: Final = 5
 
 
