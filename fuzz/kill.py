@@ -1,11 +1,13 @@
-"""``python -m fuzz.kill --minutes N``: kill the demo with SIGKILL at random moments, round after round.
+"""``python -m fuzz.kill --minutes N``: kill a multi-stage workload at random moments, round after round.
 
-Each round runs ``python -m ledger demo`` on a fresh ledger of a million
-orders (two stages: billing keeps a running total and sends an invoice per
-order, audit counts invoices), kills it ``--kills`` times at random moments,
-checks the ledger's history after every kill (``ledger.testing``), and at
-the end requires the exact answer. It prints the kills made and exits 1 at
-the first violation.
+Each round runs ``python -m fuzz.workload`` (:mod:`fuzz.workload`: four
+streams, five groups, handlers that fail on chosen messages, one poisoned
+message exhausted for good, outputs that name their order) on a fresh
+ledger, kills it ``--kills`` times at random moments, and after every kill
+checks the ledger's history (``ledger.testing``: sound, nothing moved back,
+no budget refilled) and what one transaction per message implies
+(:func:`fuzz.workload.check_confirmed`). At the end it requires the exact
+answer. It prints the kills made and exits 1 at the first violation.
 """
 
 from __future__ import annotations
@@ -17,41 +19,48 @@ import tempfile
 import time
 from pathlib import Path
 
-from ledger import LedgerEnv, inspect_ledger
 from ledger.testing import HistoryViolation, LedgerHistory, kill_until_done
 
+from .workload import WorkloadViolation, check_answer, check_confirmed, read
+
 ROOT = Path(__file__).resolve().parents[1]
-N = 1_000_000
+#: Orders per round: enough that the workload rarely finishes before its kills.
+N = 150_000
 
 
-def one_round(kills: int, seed: int) -> int:
+def one_round(kills: int, seed: int, *, messages: int = N) -> int:
+    """One fresh ledger killed up to ``kills`` times, checked after each; returns the kills that landed.
+
+    Fewer land when the workload finishes first. Raises :class:`HistoryViolation`.
+    """
     with tempfile.TemporaryDirectory(prefix="kill-") as tmp:
         path = Path(tmp) / "ledger"
         history = LedgerHistory(path)
-        command = [
-            sys.executable,
-            "-m",
-            "ledger",
-            "demo",
-            str(path),
-            "--messages",
-            str(N),
-            "--progress-interval",
-            "60",
-        ]
+
+        def after_kill() -> None:
+            history.observe()
+            if (path / "data.mdb").exists():
+                _confirmed(path, seed)
+
+        command = [sys.executable, "-m", "fuzz.workload", str(path), "--messages", str(messages)]
         landed = kill_until_done(
-            command, kills=kills, max_delay=0.6, seed=seed, after_kill=history.observe, cwd=ROOT
+            command, kills=kills, max_delay=0.6, seed=seed, after_kill=after_kill, cwd=ROOT
         )
         history.observe()
-        env = LedgerEnv.open_readonly(path)
         try:
-            streams = {s["key"]: s for s in inspect_ledger(env)["streams"]}
-        finally:
-            env.close()
-        state = streams["orders"]["groups"][0]["state"]
-        if state != {"total": N * (N + 1) // 2, "count": N} or streams["invoices"]["appended"] != N:
-            raise HistoryViolation(f"round {seed}: the demo ended with {state}, not the exact answer")
+            check_answer(read(path), messages)
+        except WorkloadViolation as wrong:
+            raise HistoryViolation(
+                f"round {seed}: the workload did not end with the exact answer: {wrong}"
+            ) from None
         return landed
+
+
+def _confirmed(path: Path, seed: int) -> None:
+    try:
+        check_confirmed(read(path))
+    except WorkloadViolation as wrong:
+        raise HistoryViolation(f"round {seed}, after a kill: {wrong}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
