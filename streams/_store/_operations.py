@@ -23,6 +23,7 @@ from ._records import (
     MessageFail,
     MessageOpen,
     MessageRef,
+    StoredMessage,
     StreamFinish,
     StreamOpen,
     StreamOpened,
@@ -72,6 +73,23 @@ def _missing_frontier(desc: StreamDescriptor, group: str, what: object) -> Store
     )
 
 
+def _check_stored(desc: StreamDescriptor, floor: int, stored: list[StoredMessage]) -> None:
+    """Every message above the groups' floor, through the last appended, is in the store, in order."""
+    expected = range(floor + 1, desc.appended + 1)
+    if (
+        floor >= desc.compacted_through
+        and len(stored) == len(expected)
+        and all(m.seq == seq for m, seq in zip(stored, expected, strict=True))
+    ):
+        return
+    found = f"{len(stored)} message(s)" + (f", {stored[0].seq} to {stored[-1].seq}" if stored else "")
+    raise StoreDamagedError(
+        f"open: stream {desc.ref} should hold messages {floor + 1} to {desc.appended} for its groups "
+        f"(compacted through {desc.compacted_through}), the store has {found}; "
+        "the store is damaged: restore it from a copy (nothing was changed)"
+    )
+
+
 def _attempt_key(message: MessageRef, node: str, parent_attempt: str, seq: int | None = None) -> AttemptKey:
     """The budget of ``message`` (or of message ``seq`` of the run starting there)."""
     return AttemptKey(message.ref, message.group, message.seq if seq is None else seq, node, parent_attempt)
@@ -93,9 +111,9 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
         frontiers.append(frontier)
     floor = min_frontier(frontiers, desc.appended)
     reading = [f for f in frontiers if not f.stopped]
-    tail = tuple(
-        m for m in view.messages_after(desc.ref, floor) if not all(is_acked(f, m.seq) for f in reading)
-    )
+    stored = list(view.messages_after(desc.ref, floor))
+    _check_stored(desc, floor, stored)
+    tail = tuple(m for m in stored if not all(is_acked(f, m.seq) for f in reading))
     return StreamOpened(
         ref=desc.ref,
         generation=desc.generation,

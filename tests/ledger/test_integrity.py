@@ -16,7 +16,7 @@ import pytest
 
 from ledger import CorruptRecordError, LedgerEnv, NotALedgerError, inspect_ledger, open_ledger
 from ledger._demo import run_demo
-from ledger._layout import descriptor_key, group_key
+from ledger._layout import descriptor_key, group_key, message_key
 from streams import Key, StoreDamagedError, Stream, open_scope
 
 NUMBERS = Key("numbers", Stream[int])
@@ -59,6 +59,20 @@ async def a_stream_with_two_groups(path: Path) -> None:
 async def reopen(path: Path) -> None:
     async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
         await scope.open_stream(NUMBERS, node="src", groups=("billing", "audit"), resumable=True)
+
+
+async def test_a_message_missing_from_a_groups_tail_stops_recovery(tmp_path: Path) -> None:
+    # the descriptor says five messages were appended and audit acknowledged none: all five must
+    # be stored; their run gone (a lost page, a record deleted by hand) is damage, never a shorter
+    # tail. (A run whose key was damaged is still found under its stream and fails its checksum.)
+    path = tmp_path / "l"
+    await a_stream_with_two_groups(path)
+    with raw_db(path, b"messages") as (env, db), env.begin(write=True, db=db) as txn:
+        assert txn.delete(message_key(1, 1))
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(StoreDamagedError, match=r"should hold messages 1 to 5 .* has 0 message"):
+        await reopen(path)
+    assert (path / "data.mdb").read_bytes() == before
 
 
 async def test_a_group_whose_key_was_damaged_stops_recovery_and_is_never_recreated(tmp_path: Path) -> None:
