@@ -34,6 +34,7 @@ import anyio
 import msgspec
 
 from ledger import LedgerEnv, LedgerError, inspect_ledger, open_ledger
+from ledger._demo import Invoice, Order  # the demo's own records
 from streams import Key, MessageExhaustedError, MessageTx, Stream, handle_messages, open_scope
 from streams.store import single_error
 
@@ -48,16 +49,6 @@ ALERT_EVERY: Final = 1000
 #: The order whose alert the pager can never handle.
 POISON: Final = 3000
 _CAPACITY: Final = 4096
-
-
-class Order(msgspec.Struct, frozen=True, gc=False):
-    id: int
-    amount: int
-
-
-class Invoice(msgspec.Struct, frozen=True, gc=False):
-    order: int
-    amount: int
 
 
 class Shipment(msgspec.Struct, frozen=True, gc=False):
