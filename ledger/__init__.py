@@ -10,6 +10,7 @@ from ._errors import LedgerClosedError as LedgerClosedError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerInUseError as LedgerInUseError
 from ._errors import LedgerLockedError as LedgerLockedError
+from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import MapFullError as MapFullError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import SchemaVersionError as SchemaVersionError
@@ -28,6 +29,7 @@ __all__ = [
     "LedgerError",
     "LedgerInUseError",
     "LedgerLockedError",
+    "LedgerReadOnlyError",
     "LmdbStreamHooks",
     "MapFullError",
     "NotALedgerError",

@@ -30,6 +30,7 @@ from ._errors import (
     LedgerError,
     LedgerInUseError,
     LedgerLockedError,
+    LedgerReadOnlyError,
     NotALedgerError,
     SchemaVersionError,
 )
@@ -57,6 +58,7 @@ _BAD_INPUT: Final = (
     StoreDamagedError,
     LedgerLockedError,
     LedgerInUseError,
+    LedgerReadOnlyError,
     DemoMismatchError,
 )
 
@@ -88,6 +90,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop (default asyncio)"
+    )
+    demo.add_argument(
+        "--max-map-size",
+        type=_size,
+        default=1 << 40,
+        metavar="BYTES",
+        help=(
+            "the most the ledger's map may grow to, in bytes or with a K, M, G or T suffix "
+            "(powers of 1024; default 1T); a write that does not fit stops the demo, and the same "
+            "command with a larger limit resumes it"
+        ),
     )
 
     inspect = commands.add_parser(
@@ -137,6 +150,23 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+#: The suffixes ``--max-map-size`` takes, each a power of 1024.
+_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """A positive size in bytes: ``65536``, ``64K``, ``1M``, ``2G`` (binary units; ``KiB`` or ``KB`` too)."""
+    digits = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = digits[-1:] if digits[-1:] in _UNITS else ""
+    number = digits.removesuffix(unit) if unit else digits
+    if not (number.isascii() and number.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (like 65536, 64K, 1M or 2G)")
+    value = int(number) * _UNITS[unit]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1 byte")
     return value
 
 
@@ -243,6 +273,7 @@ def _demo(args: argparse.Namespace) -> int:
                             args.messages,
                             progress=line,
                             progress_interval=args.progress_interval,
+                            max_map_size=args.max_map_size,
                         )
                     )
                 except Exception as exc:  # raised again outside the event loop, unwrapped

@@ -133,6 +133,7 @@ async def run_demo(
     progress: ProgressCallback | None = None,
     progress_interval: float = 0.25,
     sync: bool = True,
+    max_map_size: int = 1 << 40,
 ) -> DemoSummary:
     """Run (or resume) the demo pipeline on the ledger at ``path`` and return its figures.
 
@@ -140,7 +141,10 @@ async def run_demo(
     are open, then every ``progress_interval`` seconds, and once at the end;
     it reads endpoint snapshots and never touches the messages. If the ledger
     holds a finished demo, nothing is opened or written and the summary has
-    ``already_finished=True``.
+    ``already_finished=True``. ``max_map_size`` is the ledger's map limit
+    (:func:`~ledger.open_ledger`): a message whose write does not fit stops
+    the run with a :class:`~streams.CheckpointError` caused by
+    :class:`~ledger.MapFullError`, and the same call with a larger limit resumes.
 
     Raises :class:`DemoMismatchError` if the ledger holds a demo that already
     went past ``messages`` orders, and the ledger's own errors
@@ -151,7 +155,7 @@ async def run_demo(
         raise ValueError("the demo needs at least one message")
     if progress_interval <= 0:
         raise ValueError("progress_interval must be positive")
-    async with open_ledger(path, sync=sync) as ledger:
+    async with open_ledger(path, sync=sync, max_map_size=max_map_size) as ledger:
         return await _run_on(ledger, path, messages, progress, progress_interval)
 
 

@@ -34,6 +34,8 @@ from ._errors import (
     LedgerClosedError,
     LedgerInUseError,
     LedgerLockedError,
+    LedgerReadOnlyError,
+    MapFullError,
     NotALedgerError,
     SchemaVersionError,
 )
@@ -136,26 +138,38 @@ class LedgerEnv:
     ) -> LedgerEnv:
         """Open (or create) the ledger at ``path`` for this process alone.
 
-        Raises :class:`NotALedgerError` when the path holds something else,
-        :class:`SchemaVersionError` for another schema or codec version,
+        The map starts at ``map_size`` (at most ``max_map_size``) and grows up
+        to ``max_map_size``. Raises :class:`NotALedgerError` when the path
+        holds something else, :class:`SchemaVersionError` for another schema
+        or codec version, :class:`LedgerReadOnlyError` when the ledger (or the
+        place it would be created) cannot be written, :class:`MapFullError`
+        when its databases do not fit in ``max_map_size``,
         :class:`LedgerLockedError` when another process owns it and
         :class:`LedgerInUseError` when this process has it open already.
         Nothing is written to a path that is refused.
         """
+        if map_size < 1 or max_map_size < 1:
+            raise ValueError(f"map_size and max_map_size must be positive, not {map_size} and {max_map_size}")
         p = Path(path)
         with _registered(p) as key:
             fresh = _check_path(p, create=create)
-            if fresh:
-                p.mkdir(parents=True, exist_ok=True)
+            _refuse_read_only(p, fresh=fresh)
+            with _read_only_as_typed(p, fresh=fresh):
+                if fresh:
+                    p.mkdir(parents=True, exist_ok=True)
             lock_fd = _take_owner_lock(p)
             try:
-                env = lmdb.open(
-                    str(p), map_size=map_size, max_dbs=len(DATABASES) + 4, max_readers=256, **write_mode(sync)
-                )
+                with _read_only_as_typed(p, fresh=fresh):
+                    env = lmdb.open(
+                        str(p),
+                        map_size=min(map_size, max_map_size),
+                        max_dbs=len(DATABASES) + 4,
+                        max_readers=256,
+                        **write_mode(sync),
+                    )
                 try:
                     env.reader_check()
-                    _ensure_schema(env, p)
-                    self = cls(p, env, lock_fd, max_map_size=max_map_size)
+                    self = _complete(cls, p, env, lock_fd, max_map_size=max_map_size)
                 except lmdb.Error as exc:  # a damaged page met while reading the schema or databases
                     env.close()
                     raise damaged(p, exc) from None
@@ -174,7 +188,9 @@ class LedgerEnv:
         """Open an existing ledger for reading, beside the process that owns it.
 
         Takes no owner lock and writes nothing: readers register in LMDB's
-        reader table like any other. Raises the same errors as :meth:`open`
+        reader table like any other. On a read-only filesystem, where no
+        process can be writing, LMDB finds its lock file cannot be opened for
+        writing and reads without it. Raises the same errors as :meth:`open`
         for a path that is not a ledger or of another version.
         """
         p = Path(path)
@@ -473,6 +489,80 @@ def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
     with env.begin(write=True) as txn:  # the database and its record in one transaction
         meta_db = env.open_db(b"meta", txn=txn)
         txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
+
+
+def _complete(
+    cls: type[LedgerEnv], path: Path, env: lmdb.Environment, lock_fd: int, *, max_map_size: int
+) -> LedgerEnv:
+    """Check (or write) the schema and open the databases, growing the map up to its limit as needed.
+
+    Both are idempotent, so a step the map could not hold is taken again
+    once it has grown; a ledger whose creation does not fit in
+    ``max_map_size`` is left as an interrupted creation, which a later
+    open with a larger limit completes.
+    """
+    while True:
+        try:
+            _ensure_schema(env, path)
+            return cls(path, env, lock_fd, max_map_size=max_map_size)
+        except lmdb.MapFullError:
+            current = int(env.info()["map_size"])
+            if current >= max_map_size:
+                raise MapFullError(
+                    f"ledger {path} does not fit in its map limit of {max_map_size} bytes: creating its "
+                    "databases needs more. Open the ledger with a larger max_map_size"
+                ) from None
+            env.set_mapsize(min(current * 2, max_map_size))
+
+
+def _refuse_read_only(path: Path, *, fresh: bool) -> None:
+    """Refuse a ledger this process cannot write before anything is made or opened.
+
+    A path that does not exist needs the nearest existing folder above it,
+    where it is made; one that exists needs its files, and itself when one
+    of them is missing. On a read-only filesystem even root may not write.
+    """
+    place = path
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    needed = [place]
+    if place == path:
+        files = [path / "data.mdb", path / "lock.mdb"]
+        needed = [f for f in files if f.exists()]
+        if len(needed) < len(files):
+            needed.append(path)
+    for target in needed:
+        if not os.access(target, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+            raise _read_only_error(path, target, fresh=fresh)
+
+
+def _read_only_error(path: Path, target: Path, *, fresh: bool) -> LedgerReadOnlyError:
+    try:
+        on_read_only_fs = bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+    except OSError:
+        on_read_only_fs = False
+    why = "its filesystem is mounted read-only" if on_read_only_fs else f"this user may not write {target}"
+    if fresh:
+        return LedgerReadOnlyError(
+            f"ledger {path} cannot be created: {target} is read-only ({why}); choose a writable path"
+        )
+    return LedgerReadOnlyError(
+        f"ledger {path} is read-only ({why}): it cannot be opened for writing; "
+        "python -m ledger inspect and check still read it"
+    )
+
+
+@contextmanager
+def _read_only_as_typed(path: Path, *, fresh: bool) -> Iterator[None]:
+    """A write refused because the place turned read-only after :func:`_refuse_read_only` looked."""
+    try:
+        yield
+    except (OSError, lmdb.Error):
+        try:
+            _refuse_read_only(path, fresh=fresh)
+        except LedgerReadOnlyError as refused:
+            raise refused from None
+        raise
 
 
 def _take_owner_lock(path: Path) -> int:

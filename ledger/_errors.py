@@ -13,6 +13,7 @@ business payload. A ledger that raised one of these is left as it was.
     ├── DamagedLedgerError (ValueError)     a ledger file is damaged (truncated) and is not mapped
     ├── LedgerLockedError                   another process owns the ledger
     ├── LedgerInUseError                    this process has the path open already
+    ├── LedgerReadOnlyError                 the ledger cannot be written (a read-only filesystem or file)
     ├── LedgerClosedError                   the ledger was closed
     ├── MapFullError                        the map could not grow to fit a write
     ├── WriteFailedError                    LMDB refused a write transaction
@@ -29,6 +30,7 @@ __all__ = [
     "LedgerError",
     "LedgerInUseError",
     "LedgerLockedError",
+    "LedgerReadOnlyError",
     "MapFullError",
     "NotALedgerError",
     "SchemaVersionError",
@@ -62,6 +64,14 @@ class LedgerLockedError(LedgerError):
 
 class LedgerInUseError(LedgerError):
     """This process already has the ledger path open."""
+
+
+class LedgerReadOnlyError(LedgerError):
+    """The ledger cannot be opened for writing: its filesystem is read-only, or its files are.
+
+    Reading it still works (:meth:`~ledger.LedgerEnv.open_readonly`, ``python -m ledger inspect``
+    and ``check``).
+    """
 
 
 class LedgerClosedError(LedgerError):

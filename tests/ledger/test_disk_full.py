@@ -9,32 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from ._mounts import remount, tmpfs
+
 ROOT = Path(__file__).resolve().parents[2]
 N = 100_000
 
 
-def _mount(target: Path, size: str, *, remount: bool = False) -> subprocess.CompletedProcess[str]:
-    options = f"remount,size={size}" if remount else f"size={size}"
-    return subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A private 160 KiB tmpfs (needs root, as the project's machines and CI have)."""
-    target = tmp_path / "disk"
-    target.mkdir()
-    mounted = _mount(target, "160k")
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", str(target)], check=True)
+    """A private 160 KiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "160k") as disk:
+        yield disk
 
 
 def demo(path: Path) -> subprocess.CompletedProcess[str]:
@@ -77,7 +62,7 @@ def test_a_full_disk_fails_in_one_line_leaves_a_sound_ledger_and_the_demo_resume
     )
     assert checked.returncode == 0 and checked.stdout.rstrip().endswith("sound"), checked.stdout
 
-    assert _mount(small_disk, "64m", remount=True).returncode == 0  # space freed
+    remount(small_disk, "size=64m")  # space freed
     resumed = demo(path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"billing total {N * (N + 1) // 2}" in resumed.stdout
