@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
+import lmdb
 import msgspec
 
 from streams import StoreDamagedError, StreamsError
@@ -344,6 +345,9 @@ def _backup(args: argparse.Namespace) -> int:
     env = LedgerEnv.open_readonly(args.path)
     try:
         env.copy_to(destination)
+    except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BackupDestinationError(f"the copy cannot be written to {destination}: {reason}") from None
     finally:
         env.close()
     copy = LedgerEnv.open_readonly(destination)

@@ -148,3 +148,16 @@ def test_inspect_and_check_read_a_ledger_on_a_read_only_filesystem(disk: Path, l
         env.close()
     assert files(disk) == before
     assert (path / "lock.mdb").exists() == lock_file
+
+
+def test_a_backup_onto_a_read_only_filesystem_exits_2_with_one_line(disk: Path, tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    built = cli("demo", str(source), "--messages", "200", "--progress-interval", "60")
+    assert built.returncode == 0, built.stderr
+    remount(disk, "ro")
+    before = files(disk)
+    backup = cli("backup", str(source), str(disk / "copy"))
+    assert backup.returncode == 2
+    line = one_error_line(backup.stderr)
+    assert re.search(r"the copy cannot be written to .*copy: Read-only file system", line), line
+    assert files(disk) == before
