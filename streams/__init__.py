@@ -1,18 +1,26 @@
-"""streamledger's engine: typed keys, managed stream endpoints, per-message transactions.
+"""streamledger's engine: typed keys, graphs of nodes, managed stream endpoints, per-message transactions.
 
 Storage is behind the :class:`StreamHooks` protocol; :class:`MemoryStore` is
 the in-process reference store and ``ledger`` supplies the durable one.
 """
 
+from ._aspects import Aspect as Aspect
+from ._aspects import Proceed as Proceed
+from ._aspects import Retry as Retry
+from ._aspects import Timeout as Timeout
 from ._codec import CODEC_ID as CODEC_ID
 from ._codec import CODEC_VERSION as CODEC_VERSION
 from ._errors import CheckpointError as CheckpointError
+from ._errors import ExecutionCancelledError as ExecutionCancelledError
+from ._errors import GraphError as GraphError
 from ._errors import GroupBusyError as GroupBusyError
 from ._errors import MessageExhaustedError as MessageExhaustedError
+from ._errors import OutputError as OutputError
 from ._errors import OutputLimitError as OutputLimitError
 from ._errors import PayloadTypeError as PayloadTypeError
 from ._errors import RecordDecodeError as RecordDecodeError
 from ._errors import SequenceError as SequenceError
+from ._errors import SkippedInputError as SkippedInputError
 from ._errors import SourceNotResumableError as SourceNotResumableError
 from ._errors import StaleGenerationError as StaleGenerationError
 from ._errors import StoreDamagedError as StoreDamagedError
@@ -22,6 +30,24 @@ from ._errors import StreamFinishedError as StreamFinishedError
 from ._errors import StreamsError as StreamsError
 from ._errors import StreamStateError as StreamStateError
 from ._errors import UnknownStreamError as UnknownStreamError
+from ._execution import Child as Child
+from ._execution import Execution as Execution
+from ._execution import ExecutionEvent as ExecutionEvent
+from ._execution import ExecutionResult as ExecutionResult
+from ._execution import ExecutionSnapshot as ExecutionSnapshot
+from ._execution import Finished as Finished
+from ._execution import GraphStarted as GraphStarted
+from ._execution import NodeContext as NodeContext
+from ._execution import NodeSnapshot as NodeSnapshot
+from ._execution import NodeStatus as NodeStatus
+from ._execution import Running as Running
+from ._execution import Waiting as Waiting
+from ._execution import run_graph as run_graph
+from ._graph import Graph as Graph
+from ._graph import NodeSpec as NodeSpec
+from ._graph import PortSpec as PortSpec
+from ._graph import Topology as Topology
+from ._graph import TopologyNode as TopologyNode
 from ._handle import HandleResult as HandleResult
 from ._handle import MessageTx as MessageTx
 from ._handle import handle_messages as handle_messages
@@ -58,7 +84,18 @@ __all__ = [
     "CODEC_ID",
     "CODEC_VERSION",
     "AppendBatch",
+    "Aspect",
     "CheckpointError",
+    "Child",
+    "Execution",
+    "ExecutionCancelledError",
+    "ExecutionEvent",
+    "ExecutionResult",
+    "ExecutionSnapshot",
+    "Finished",
+    "Graph",
+    "GraphError",
+    "GraphStarted",
     "GroupBusyError",
     "GroupFrontier",
     "GroupSnapshot",
@@ -76,11 +113,21 @@ __all__ = [
     "MessageTx",
     "NoValue",
     "NoValueType",
+    "NodeContext",
+    "NodeSnapshot",
+    "NodeSpec",
+    "NodeStatus",
     "OutputBatch",
+    "OutputError",
     "OutputLimitError",
     "PayloadTypeError",
+    "PortSpec",
+    "Proceed",
     "RecordDecodeError",
+    "Retry",
+    "Running",
     "SequenceError",
+    "SkippedInputError",
     "SourceNotResumableError",
     "StaleGenerationError",
     "StoreDamagedError",
@@ -100,9 +147,14 @@ __all__ = [
     "StreamStateError",
     "StreamWriter",
     "StreamsError",
+    "Timeout",
+    "Topology",
+    "TopologyNode",
     "UnknownStreamError",
+    "Waiting",
     "handle_messages",
     "open_scope",
+    "run_graph",
 ]
 
 _publish(globals(), __all__)  # tracebacks and docs name the public module

@@ -16,6 +16,10 @@ Messages name the stream, group and sequence involved, never a payload.
     ├── StreamFailedError                       the writer failed; readers see the failure, not EOF
     ├── MessageExhaustedError                   a message used its whole attempt budget
     ├── SourceNotResumableError                 an active stream reopened without a continuation promise
+    ├── GraphError (ValueError)                 a graph that cannot run, or inputs it does not take
+    ├── OutputError (ValueError)                a node set a key it does not provide, or set one twice
+    ├── SkippedInputError (LookupError)         a node read an input that was skipped
+    ├── ExecutionCancelledError                 the execution was cancelled before it finished
     └── CheckpointError                         the ledger refused or lost a reliable operation
         ├── StaleGenerationError                a record from an older generation
         ├── SequenceError                       a gap, a repeat or an unknown sequence number
@@ -29,12 +33,16 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "ExecutionCancelledError",
+    "GraphError",
     "GroupBusyError",
     "MessageExhaustedError",
+    "OutputError",
     "OutputLimitError",
     "PayloadTypeError",
     "RecordDecodeError",
     "SequenceError",
+    "SkippedInputError",
     "SourceNotResumableError",
     "StaleGenerationError",
     "StoreDamagedError",
@@ -81,6 +89,26 @@ class MessageExhaustedError(StreamsError):
 
 class SourceNotResumableError(StreamsError):
     """An active stream was reopened by a writer that did not promise to continue it."""
+
+
+class GraphError(StreamsError, ValueError):
+    """A graph that cannot run, or inputs it does not take; ``problems`` lists each one found."""
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems or (message,)
+
+
+class OutputError(StreamsError, ValueError):
+    """A node set or skipped a key it does not provide, or a key already settled."""
+
+
+class SkippedInputError(StreamsError, LookupError):
+    """A node read ``ctx[key]`` for an input that was skipped: use ``ctx.get(key)`` to accept ``NoValue``."""
+
+
+class ExecutionCancelledError(StreamsError):
+    """The execution was cancelled (``Execution.cancel`` or its host) before it finished."""
 
 
 class CheckpointError(StreamsError):

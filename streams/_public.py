@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,5 +19,5 @@ def publish(namespace: Mapping[str, Any], names: Iterable[str]) -> None:
     package = namespace["__name__"]
     for name in names:
         obj = namespace[name]
-        if isinstance(obj, type) or callable(obj):
+        if isinstance(obj, type | types.FunctionType):  # not type aliases, whose module is fixed
             obj.__module__ = package

@@ -1,0 +1,103 @@
+"""Aspects: async wrappers around the rest of a node's chain (retries, timeouts, your own).
+
+An aspect is any ``async def aspect(ctx, proceed) -> None`` that calls
+``await proceed()`` to run the next link (the next aspect, finally the node's
+function) and may call it again, skip it, or wrap it. A node's chain is, from
+the outside in: the execution's own aspects (unless a Sub mount above it was
+made ``without_aspects``), then the node's aspects in the order given, then
+its function. A Sub mount's aspects wrap the whole child execution.
+
+What an aspect raises fails the node; what it catches does not. A node that
+skips itself (``ctx.skip_node()``) and a cancellation pass through
+:class:`Retry` untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+
+from ._errors import OutputError, SkippedInputError
+
+if TYPE_CHECKING:
+    from ._execution import NodeContext
+
+__all__ = ["Aspect", "Proceed", "Retry", "Timeout", "chain"]
+
+Proceed = Callable[[], Awaitable[None]]
+
+
+class Aspect(Protocol):
+    """``async def __call__(ctx, proceed)``: ``await proceed()`` zero or more times, and what you like."""
+
+    async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None: ...
+
+
+#: Errors of the caller's own contract: retrying cannot help, so Retry lets them through at once.
+NOT_RETRIED: tuple[type[BaseException], ...] = (OutputError, SkippedInputError)
+
+
+class Retry:
+    """Run the rest of the chain up to ``attempts`` times while it raises, ``delay`` seconds apart.
+
+    The last failure is raised. Contract errors (a key set twice, an output
+    not declared, a skipped input read) are raised at once.
+    """
+
+    def __init__(self, attempts: int = 3, *, delay: float = 0.0) -> None:
+        if not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"Retry needs at least one attempt, got {attempts!r}")
+        if not math.isfinite(delay) or delay < 0:
+            raise ValueError(f"Retry's delay must be a finite number of seconds >= 0, got {delay!r}")
+        self.attempts = attempts
+        self.delay = delay
+
+    def __repr__(self) -> str:
+        return f"Retry(attempts={self.attempts}, delay={self.delay})"
+
+    async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None:
+        for attempt in range(self.attempts):
+            try:
+                await proceed()
+                return
+            except NOT_RETRIED:
+                raise
+            except Exception:
+                if attempt + 1 == self.attempts:
+                    raise
+            if self.delay:
+                await anyio.sleep(self.delay)
+
+
+class Timeout:
+    """Fail the rest of the chain with :class:`TimeoutError` if it runs longer than ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise ValueError(f"Timeout needs a finite number of seconds > 0, got {seconds!r}")
+        self.seconds = seconds
+
+    def __repr__(self) -> str:
+        return f"Timeout({self.seconds})"
+
+    async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None:
+        with anyio.fail_after(self.seconds):
+            await proceed()
+
+
+def chain(aspects: Sequence[Aspect], ctx: NodeContext, body: Proceed) -> Proceed:
+    """``body`` wrapped by ``aspects``, the first one outermost."""
+    link = body
+    for aspect in reversed(aspects):
+        link = _link(aspect, ctx, link)
+    return link
+
+
+def _link(aspect: Aspect, ctx: NodeContext, proceed: Proceed) -> Proceed:
+    async def run() -> None:
+        await aspect(ctx, proceed)
+
+    return run

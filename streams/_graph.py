@@ -1,0 +1,544 @@
+"""Graphs: nodes with typed ports, Sub mounts, and the checks that make a definition runnable.
+
+A :class:`Graph` declares its external ``inputs`` and its nodes. A node
+``requires`` keys (each produced by exactly one node of the graph, or an
+input) and ``provides`` keys. A Sub mount runs another graph as one node of
+this one: ``inlets`` wire the child's inputs to keys of this graph (a child
+input may instead be ``fixed`` to a value), ``outlets`` expose keys the child
+provides under keys of this graph. Wiring is live: a child node starts as
+soon as its own inputs have arrived, whatever other inlets still wait.
+
+:meth:`Graph.validate` checks the whole tree at once and reports every
+problem with its mount path; :meth:`Graph.topology` orders the nodes and
+fingerprints the structure; :meth:`Graph.checkpoint_nodes` and
+:meth:`Graph.checkpoint_ports` copy the declarations with their real types,
+as a store needs them to check and decode a recovery plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+from ._codec import codec_for
+from ._errors import GraphError, PayloadTypeError
+from ._keys import Key, check_name, type_name
+
+if TYPE_CHECKING:
+    from ._aspects import Aspect
+    from ._execution import NodeContext
+
+__all__ = ["Graph", "NodeDef", "NodeSpec", "PortSpec", "SubDef", "Topology", "TopologyNode"]
+
+NodeFn = Callable[["NodeContext"], Awaitable[None]]
+F = TypeVar("F", bound=NodeFn)
+
+
+@dataclass(frozen=True, eq=False)
+class NodeDef:
+    """A business node: its function runs once its required keys have arrived."""
+
+    name: str
+    fn: NodeFn
+    requires: tuple[Key[Any], ...]
+    provides: tuple[Key[Any], ...]
+    aspects: tuple[Aspect, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class SubDef:
+    """A Sub mount: ``graph`` run as one node, its ports wired to this graph's keys."""
+
+    name: str
+    graph: Graph
+    inlets: tuple[tuple[Key[Any], Key[Any]], ...]  # (child input, key of this graph)
+    outlets: tuple[tuple[Key[Any], Key[Any]], ...]  # (child key, key of this graph)
+    fixed: tuple[tuple[Key[Any], Any], ...]  # (child input, the value read back as its type)
+    aspects: tuple[Aspect, ...] = ()
+    without_aspects: bool = False
+
+    @property
+    def requires(self) -> tuple[Key[Any], ...]:
+        """The keys of this graph the mount reads: its wiring, not a gate (inlets may stay pending)."""
+        return tuple(dict.fromkeys(parent for _, parent in self.inlets))  # one key may feed several inlets
+
+    @property
+    def provides(self) -> tuple[Key[Any], ...]:
+        return tuple(parent for _, parent in self.outlets)
+
+
+Member = NodeDef | SubDef
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One declared port of a graph in the tree: where, what, and its real type."""
+
+    path: tuple[str, ...]  # mount names from the root to the graph declaring the port
+    node: str  # the node or mount declaring it; "" for the graph's own inputs
+    role: Literal["input", "requires", "provides", "inlet", "outlet", "fixed"]
+    key: str
+    type: Any
+    type_name: str
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the tree as a recovery plan must match it."""
+
+    path: tuple[str, ...]  # mount names from the root to the graph holding the node
+    name: str
+    kind: Literal["node", "sub"]
+    requires: tuple[tuple[str, Any], ...]  # (key name, real type)
+    provides: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class TopologyNode:
+    name: str
+    kind: Literal["node", "sub"]
+    requires: tuple[str, ...]
+    provides: tuple[str, ...]
+    after: tuple[str, ...]  # the nodes whose outputs it reads
+    child: Topology | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A graph's nodes in an order that runs producers first, and a fingerprint of the structure.
+
+    The fingerprint covers names, version, ports with their type names and the
+    wiring of every Sub; it cannot see a change inside a node's function, a
+    fixed value or an aspect: change the graph's ``version`` when those change.
+    """
+
+    graph: str
+    version: str
+    inputs: tuple[str, ...]
+    nodes: tuple[TopologyNode, ...]
+    fingerprint: str = field(compare=False)
+
+
+class Graph:
+    """A named, versioned graph of nodes and Sub mounts; see the module docstring."""
+
+    def __init__(self, name: str, *, version: str = "1", inputs: Iterable[Key[Any]] = ()) -> None:
+        check_name(name, "a graph name")
+        if not isinstance(version, str) or not version:
+            raise ValueError(f"a graph version must be a non-empty string, got {version!r}")
+        self.name = name
+        self.version = version
+        self.inputs: tuple[Key[Any], ...] = _keys(inputs, f"graph {name!r} inputs")
+        self._members: list[Member] = []
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, version={self.version!r}, nodes={len(self._members)})"
+
+    @property
+    def members(self) -> tuple[Member, ...]:
+        """The nodes and Sub mounts, in the order they were added."""
+        return tuple(self._members)
+
+    @overload
+    def node(self, fn: F, /) -> F: ...
+    @overload
+    def node(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        requires: Iterable[Key[Any]] = (),
+        provides: Iterable[Key[Any]] = (),
+        aspects: Iterable[Aspect] = (),
+    ) -> Callable[[F], F]: ...
+    def node(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        requires: Iterable[Key[Any]] = (),
+        provides: Iterable[Key[Any]] = (),
+        aspects: Iterable[Aspect] = (),
+    ) -> F | Callable[[F], F]:
+        """Add ``async def fn(ctx)`` as a node (a decorator, with or without arguments); returns ``fn``."""
+
+        def add(fn: F) -> F:
+            self.add_node(name or fn.__name__, fn, requires=requires, provides=provides, aspects=aspects)
+            return fn
+
+        return add if fn is None else add(fn)
+
+    def add_node(
+        self,
+        name: str,
+        fn: NodeFn,
+        *,
+        requires: Iterable[Key[Any]] = (),
+        provides: Iterable[Key[Any]] = (),
+        aspects: Iterable[Aspect] = (),
+    ) -> NodeDef:
+        check_name(name, "a node name")
+        if not callable(fn):
+            raise TypeError(f"node {name!r}: its function must be an async callable, got {fn!r}")
+        node = NodeDef(
+            name,
+            fn,
+            _keys(requires, f"node {name!r} requires"),
+            _keys(provides, f"node {name!r} provides"),
+            _aspects(aspects, name),
+        )
+        self._members.append(node)
+        return node
+
+    def sub(
+        self,
+        name: str,
+        graph: Graph,
+        *,
+        inlets: Mapping[Key[Any], Key[Any]] | None = None,
+        outlets: Mapping[Key[Any], Key[Any]] | None = None,
+        fixed: Mapping[Key[Any], Any] | None = None,
+        aspects: Iterable[Aspect] = (),
+        without_aspects: bool = False,
+    ) -> SubDef:
+        """Mount ``graph`` as node ``name``: ``inlets``/``outlets`` map child keys to keys of this graph.
+
+        ``fixed`` gives child inputs a value instead (read back as the key's
+        type now). ``aspects`` wrap the whole mount; ``without_aspects``
+        keeps the execution's own aspects off the nodes inside it.
+        """
+        check_name(name, "a Sub mount name")
+        if not isinstance(graph, Graph):
+            raise TypeError(f"Sub {name!r}: expected a Graph, got {graph!r}")
+        wiring = {"inlets": dict(inlets or {}), "outlets": dict(outlets or {})}
+        for what, pairs in wiring.items():
+            for child, parent in pairs.items():
+                if not isinstance(child, Key) or not isinstance(parent, Key):
+                    raise TypeError(f"Sub {name!r}: {what} map Keys to Keys, got {child!r}: {parent!r}")
+        values: list[tuple[Key[Any], Any]] = []
+        for key, value in (fixed or {}).items():
+            if not isinstance(key, Key):
+                raise TypeError(f"Sub {name!r}: fixed values are given per Key, got {key!r}")
+            try:
+                copy, _ = codec_for(key.type).prepare(value, what=f"fixed {key!r} of Sub {name!r}")
+            except PayloadTypeError as exc:
+                raise GraphError(str(exc), problems=(str(exc),)) from None
+            values.append((key, copy))
+        mount = SubDef(
+            name,
+            graph,
+            tuple(wiring["inlets"].items()),
+            tuple(wiring["outlets"].items()),
+            tuple(values),
+            _aspects(aspects, name),
+            bool(without_aspects),
+        )
+        self._members.append(mount)
+        return mount
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the whole tree; :class:`GraphError` lists every problem, each with its mount path."""
+        problems = list(_problems(self, ()))
+        if problems:
+            more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
+            listed = "; ".join(problems[:10]) + more
+            raise GraphError(f"graph {self.name!r} cannot run: {listed}", problems=tuple(problems))
+
+    def topology(self) -> Topology:
+        """The validated graph's nodes, producers first, and its structural fingerprint."""
+        self.validate()
+        return _topology(self)
+
+    def checkpoint_nodes(self) -> tuple[NodeSpec, ...]:
+        """Every node of the tree with its mount path and ports (a fresh copy each call)."""
+        return tuple(_node_specs(self, ()))
+
+    def checkpoint_ports(self) -> tuple[PortSpec, ...]:
+        """Every declared port of the tree, used or not, pass-through ports included (a fresh copy)."""
+        return tuple(_port_specs(self, ()))
+
+    def producers(self) -> dict[Key[Any], Member | None]:
+        """Which member provides each key (None for the graph's inputs); assumes a valid graph."""
+        found: dict[Key[Any], Member | None] = dict.fromkeys(self.inputs)
+        for member in self._members:
+            for key in member.provides:
+                found.setdefault(key, member)
+        return found
+
+
+def _keys(keys: Iterable[Key[Any]], what: str) -> tuple[Key[Any], ...]:
+    found = tuple(keys)
+    for key in found:
+        if not isinstance(key, Key):
+            raise TypeError(f"{what}: expected Keys, got {key!r}")
+    return found
+
+
+def _aspects(aspects: Iterable[Aspect], name: str) -> tuple[Aspect, ...]:
+    found = tuple(aspects)
+    for aspect in found:
+        if not callable(aspect):
+            raise TypeError(f"node {name!r}: an aspect is an async callable (ctx, proceed), got {aspect!r}")
+    return found
+
+
+def _where(path: tuple[str, ...]) -> str:
+    return "/".join(path) + ": " if path else ""
+
+
+def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
+    at = _where(path)
+    names: set[str] = set()
+    producers: dict[Key[Any], str] = {}
+    for key in graph.inputs:
+        if key in producers:
+            yield f"{at}input {key!r} is declared twice"
+        producers[key] = "the graph's inputs"
+    for member in graph.members:
+        if member.name in names:
+            yield f"{at}two nodes are named {member.name!r}"
+        names.add(member.name)
+        ports = (*member.requires, *member.provides)
+        for key in ports:
+            if key.is_stream:
+                yield (
+                    f"{at}node {member.name!r} declares stream port {key!r}; stream ports inside graphs "
+                    "are not supported yet: open the stream with open_scope beside the execution"
+                )
+        for what, keys in (("requires", member.requires), ("provides", member.provides)):
+            if len(set(keys)) != len(keys):
+                yield f"{at}node {member.name!r} {what} a key twice"
+        for key in member.provides:
+            other = producers.get(key)
+            if other is not None:
+                yield f"{at}key {key!r} has two producers: {other} and node {member.name!r}"
+            else:
+                producers[key] = f"node {member.name!r}"
+        if isinstance(member, NodeDef):  # a Sub mount's wiring is followed through its child instead
+            for key in set(member.requires) & set(member.provides):
+                yield f"{at}node {member.name!r} requires and provides {key!r}: a cycle"
+        if isinstance(member, SubDef):
+            yield from _sub_problems(member, path)
+    named = {key.name: key for key in producers}
+    for member in graph.members:
+        for key in member.requires:
+            if key in producers:
+                continue
+            similar = named.get(key.name)
+            if similar is not None:
+                yield (
+                    f"{at}node {member.name!r} requires {key!r}, but {producers[similar]} provides "
+                    f"{similar!r}: the types differ"
+                )
+            else:
+                yield (
+                    f"{at}node {member.name!r} requires {key!r}, which no node provides and which is not "
+                    f"an input of graph {graph.name!r}"
+                )
+    yield from _cycles(graph, at)
+
+
+def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
+    at, child = _where(path), mount.graph
+    inner = (*path, mount.name)
+    child_inputs = set(child.inputs)
+    child_provided = {key for member in child.members for key in member.provides}
+    wired: dict[Key[Any], str] = {}
+    for key, parent in mount.inlets:
+        if key not in child_inputs:
+            yield f"{at}Sub {mount.name!r} wires inlet {key!r}, which is not an input of graph {child.name!r}"
+        if key.type != parent.type:
+            yield (
+                f"{at}Sub {mount.name!r} wires {parent!r} to {key!r}: the types differ "
+                f"({type_name(parent.type)} into {type_name(key.type)})"
+            )
+        if key in wired:
+            yield f"{at}Sub {mount.name!r} wires {key!r} twice"
+        wired[key] = "inlet"
+    for key, _ in mount.fixed:
+        if key not in child_inputs:
+            yield f"{at}Sub {mount.name!r} fixes {key!r}, which is not an input of graph {child.name!r}"
+        if key in wired:
+            yield f"{at}Sub {mount.name!r} both wires and fixes {key!r}"
+        wired[key] = "fixed"
+    for key in child.inputs:
+        if key not in wired:
+            yield (
+                f"{at}Sub {mount.name!r}: input {key!r} of graph {child.name!r} is neither wired by an "
+                "inlet nor fixed, so nothing produces it"
+            )
+    for key, parent in mount.outlets:
+        if key not in child_provided and key not in child_inputs:
+            yield f"{at}Sub {mount.name!r} exposes {key!r}, which graph {child.name!r} does not provide"
+        if key.type != parent.type:
+            yield (
+                f"{at}Sub {mount.name!r} exposes {key!r} as {parent!r}: the types differ "
+                f"({type_name(key.type)} into {type_name(parent.type)})"
+            )
+    yield from _problems(child, inner)
+
+
+def _dependencies(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
+    """For each key a member provides, the keys of the same graph it is computed from."""
+    deps: dict[Key[Any], set[Key[Any]]] = {}
+    for member in graph.members:
+        if isinstance(member, NodeDef):
+            for key in member.provides:
+                deps.setdefault(key, set()).update(member.requires)
+            continue
+        inner = _closure(member.graph)
+        inlet_of = {child: parent for child, parent in member.inlets}
+        for child_key, parent in member.outlets:
+            needed = inner.get(child_key, set()) | ({child_key} if child_key in inlet_of else set())
+            deps.setdefault(parent, set()).update(inlet_of[k] for k in needed if k in inlet_of)
+    return deps
+
+
+def _closure(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
+    """For each key of ``graph``, the inputs of ``graph`` it depends on, transitively (a sound graph)."""
+    deps = _dependencies(graph)
+    inputs = set(graph.inputs)
+    found: dict[Key[Any], set[Key[Any]]] = {}
+
+    def visit(key: Key[Any], seen: frozenset[Key[Any]]) -> set[Key[Any]]:
+        if key in found:
+            return found[key]
+        result: set[Key[Any]] = {key} & inputs
+        for dep in deps.get(key, ()):
+            if dep not in seen:
+                result |= visit(dep, seen | {dep})
+        found[key] = result
+        return result
+
+    for key in deps:
+        visit(key, frozenset({key}))
+    return found
+
+
+def _cycles(graph: Graph, at: str) -> Iterator[str]:
+    deps = _dependencies(graph)
+    producer = {key: member.name for member in graph.members for key in member.provides}
+    state: dict[Key[Any], int] = {}  # 1: on the current path, 2: done
+    reported: set[frozenset[str]] = set()
+
+    def visit(key: Key[Any], trail: list[Key[Any]]) -> Iterator[str]:
+        state[key] = 1
+        trail.append(key)
+        for dep in sorted(deps.get(key, ()), key=lambda k: k.name):
+            if state.get(dep) == 1:
+                loop = [*trail[trail.index(dep) :], dep]
+                members = frozenset(producer.get(k, "") for k in loop)
+                if members not in reported:
+                    reported.add(members)
+                    steps = " <- ".join(f"{k.name} ({producer.get(k, 'input')})" for k in loop)
+                    yield f"{at}cycle: {steps}"
+            elif dep not in state:
+                yield from visit(dep, trail)
+        trail.pop()
+        state[key] = 2
+
+    for key in sorted(deps, key=lambda k: k.name):
+        if key not in state:
+            yield from visit(key, [])
+
+
+def _ordered(graph: Graph) -> list[Member]:
+    producer = {key: member for member in graph.members for key in member.provides}
+    placed: list[Member] = []
+    seen: set[str] = set()
+
+    def place(member: Member) -> None:
+        if member.name in seen:
+            return
+        seen.add(member.name)
+        for key in member.requires:
+            before = producer.get(key)
+            if before is not None:
+                place(before)
+        placed.append(member)
+
+    for member in graph.members:
+        place(member)
+    return placed
+
+
+def _topology(graph: Graph) -> Topology:
+    producer = {key: member.name for member in graph.members for key in member.provides}
+    nodes = tuple(
+        TopologyNode(
+            member.name,
+            "node" if isinstance(member, NodeDef) else "sub",
+            tuple(k.name for k in member.requires),
+            tuple(k.name for k in member.provides),
+            tuple(sorted({producer[k] for k in member.requires if k in producer})),
+            _topology(member.graph) if isinstance(member, SubDef) else None,
+        )
+        for member in _ordered(graph)
+    )
+    inputs = tuple(k.name for k in graph.inputs)
+    return Topology(graph.name, graph.version, inputs, nodes, _fingerprint(graph))
+
+
+def _fingerprint(graph: Graph) -> str:
+    return hashlib.sha256(json.dumps(_shape(graph), sort_keys=True).encode()).hexdigest()
+
+
+def _shape(graph: Graph) -> dict[str, Any]:
+    def ports(keys: Sequence[Key[Any]]) -> list[list[str]]:
+        return sorted([k.name, type_name(k.type)] for k in keys)
+
+    members: list[dict[str, Any]] = []
+    for member in graph.members:
+        shape: dict[str, Any] = {"name": member.name, "requires": ports(member.requires)}
+        shape["provides"] = ports(member.provides)
+        if isinstance(member, SubDef):
+            shape["graph"] = _shape(member.graph)
+            shape["inlets"] = sorted([c.name, p.name] for c, p in member.inlets)
+            shape["outlets"] = sorted([c.name, p.name] for c, p in member.outlets)
+            shape["fixed"] = sorted(k.name for k, _ in member.fixed)
+        members.append(shape)
+    members.sort(key=lambda m: str(m["name"]))
+    return {"name": graph.name, "version": graph.version, "inputs": ports(graph.inputs), "members": members}
+
+
+def _node_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[NodeSpec]:
+    for member in graph.members:
+        kind: Literal["node", "sub"] = "node" if isinstance(member, NodeDef) else "sub"
+        yield NodeSpec(
+            path,
+            member.name,
+            kind,
+            tuple((k.name, k.type) for k in member.requires),
+            tuple((k.name, k.type) for k in member.provides),
+        )
+        if isinstance(member, SubDef):
+            yield from _node_specs(member.graph, (*path, member.name))
+
+
+def _port_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[PortSpec]:
+    def port(node: str, role: Any, key: Key[Any]) -> PortSpec:
+        return PortSpec(path, node, role, key.name, key.type, type_name(key.type))
+
+    for key in graph.inputs:
+        yield port("", "input", key)
+    for member in graph.members:
+        if isinstance(member, NodeDef):
+            for key in member.requires:
+                yield port(member.name, "requires", key)
+            for key in member.provides:
+                yield port(member.name, "provides", key)
+            continue
+        for _, parent in member.inlets:
+            yield port(member.name, "inlet", parent)
+        for _, parent in member.outlets:
+            yield port(member.name, "outlet", parent)
+        for key, _ in member.fixed:
+            yield port(member.name, "fixed", key)
+        yield from _port_specs(member.graph, (*path, member.name))
