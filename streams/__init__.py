@@ -8,9 +8,13 @@ from ._aspects import Aspect as Aspect
 from ._aspects import Proceed as Proceed
 from ._aspects import Retry as Retry
 from ._aspects import Timeout as Timeout
+from ._checkpoint import ExecCheckpoint as ExecCheckpoint
 from ._codec import CODEC_ID as CODEC_ID
 from ._codec import CODEC_VERSION as CODEC_VERSION
 from ._errors import CheckpointError as CheckpointError
+from ._errors import CheckpointNotStarted as CheckpointNotStarted
+from ._errors import CheckpointScopeFailure as CheckpointScopeFailure
+from ._errors import ConfirmedFailureError as ConfirmedFailureError
 from ._errors import ExecutionCancelledError as ExecutionCancelledError
 from ._errors import GraphError as GraphError
 from ._errors import GroupBusyError as GroupBusyError
@@ -19,6 +23,7 @@ from ._errors import OutputError as OutputError
 from ._errors import OutputLimitError as OutputLimitError
 from ._errors import PayloadTypeError as PayloadTypeError
 from ._errors import RecordDecodeError as RecordDecodeError
+from ._errors import RestorePlanError as RestorePlanError
 from ._errors import SequenceError as SequenceError
 from ._errors import SkippedInputError as SkippedInputError
 from ._errors import SourceNotResumableError as SourceNotResumableError
@@ -58,8 +63,16 @@ from ._keys import Stream as Stream
 from ._public import publish as _publish
 from ._scope import StreamScope as StreamScope
 from ._scope import open_scope as open_scope
+from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import StreamHooks as StreamHooks
 from ._store._memory import MemoryStore as MemoryStore
+from ._store._node_records import CheckpointAttempt as CheckpointAttempt
+from ._store._node_records import CheckpointAttemptRequest as CheckpointAttemptRequest
+from ._store._node_records import CheckpointChild as CheckpointChild
+from ._store._node_records import CheckpointChildOpened as CheckpointChildOpened
+from ._store._node_records import CheckpointCommit as CheckpointCommit
+from ._store._node_records import CheckpointOutput as CheckpointOutput
+from ._store._node_records import NodeCheckpoint as NodeCheckpoint
 from ._store._records import AppendBatch as AppendBatch
 from ._store._records import GroupFrontier as GroupFrontier
 from ._store._records import MessageAttempt as MessageAttempt
@@ -85,8 +98,19 @@ __all__ = [
     "CODEC_VERSION",
     "AppendBatch",
     "Aspect",
+    "CheckpointAttempt",
+    "CheckpointAttemptRequest",
+    "CheckpointChild",
+    "CheckpointChildOpened",
+    "CheckpointCommit",
     "CheckpointError",
+    "CheckpointHooks",
+    "CheckpointNotStarted",
+    "CheckpointOutput",
+    "CheckpointScopeFailure",
     "Child",
+    "ConfirmedFailureError",
+    "ExecCheckpoint",
     "Execution",
     "ExecutionCancelledError",
     "ExecutionEvent",
@@ -113,6 +137,7 @@ __all__ = [
     "MessageTx",
     "NoValue",
     "NoValueType",
+    "NodeCheckpoint",
     "NodeContext",
     "NodeSnapshot",
     "NodeSpec",
@@ -124,6 +149,7 @@ __all__ = [
     "PortSpec",
     "Proceed",
     "RecordDecodeError",
+    "RestorePlanError",
     "Retry",
     "Running",
     "SequenceError",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from ._errors import OutputError, SkippedInputError
+from ._errors import CheckpointError, ConfirmedFailureError, OutputError, SkippedInputError
 
 if TYPE_CHECKING:
     from ._execution import NodeContext
@@ -36,8 +36,9 @@ class Aspect(Protocol):
     async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None: ...
 
 
-#: Errors of the caller's own contract: retrying cannot help, so Retry lets them through at once.
-NOT_RETRIED: tuple[type[BaseException], ...] = (OutputError, SkippedInputError)
+#: Errors of the caller's own contract, and reliable failures (latched for the whole execution):
+#: retrying cannot help, so Retry lets them through at once.
+NOT_RETRIED: tuple[type[BaseException], ...] = (OutputError, SkippedInputError, CheckpointError)
 
 
 class Retry:
@@ -59,6 +60,9 @@ class Retry:
         return f"Retry(attempts={self.attempts}, delay={self.delay})"
 
     async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None:
+        if ctx._checkpointing:
+            await self._persistent(ctx, proceed)
+            return
         for attempt in range(self.attempts):
             try:
                 await proceed()
@@ -67,6 +71,35 @@ class Retry:
                 raise
             except Exception:
                 if attempt + 1 == self.attempts:
+                    raise
+            if self.delay:
+                await anyio.sleep(self.delay)
+
+    async def _persistent(self, ctx: NodeContext, proceed: Proceed) -> None:
+        """Checkpoint mode: the budget lives in the store, keyed by the enclosing attempt and this position.
+
+        Each real failure is confirmed (``fail_attempt``) before the next
+        attempt, and what the failed attempt staged is dropped. A restart
+        reclaims the current attempt; a budget used up earlier stays used up.
+        """
+        position = ctx._position
+        attempt = await ctx._open_attempt(position, self.attempts)
+        while True:
+            if attempt.exhausted:
+                raise ConfirmedFailureError(
+                    f"node {ctx.node!r}: the Retry at position {position} of its chain used its "
+                    f"{self.attempts} attempts (confirmed earlier); its budget is not refilled"
+                )
+            mark = ctx._mark()
+            try:
+                await ctx._within(attempt.scope, proceed)
+                return
+            except NOT_RETRIED:
+                raise
+            except Exception:
+                ctx._rollback(mark)
+                attempt = await ctx._fail_attempt(attempt.scope)
+                if attempt.exhausted:
                     raise
             if self.delay:
                 await anyio.sleep(self.delay)
@@ -91,13 +124,14 @@ class Timeout:
 def chain(aspects: Sequence[Aspect], ctx: NodeContext, body: Proceed) -> Proceed:
     """``body`` wrapped by ``aspects``, the first one outermost."""
     link = body
-    for aspect in reversed(aspects):
-        link = _link(aspect, ctx, link)
+    for position, aspect in reversed(list(enumerate(aspects, start=1))):
+        link = _link(aspect, ctx, link, position)
     return link
 
 
-def _link(aspect: Aspect, ctx: NodeContext, proceed: Proceed) -> Proceed:
+def _link(aspect: Aspect, ctx: NodeContext, proceed: Proceed, position: int) -> Proceed:
     async def run() -> None:
+        ctx._position = position  # a persistent Retry keys its budget by it
         await aspect(ctx, proceed)
 
     return run

@@ -33,6 +33,9 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "CheckpointNotStarted",
+    "CheckpointScopeFailure",
+    "ConfirmedFailureError",
     "ExecutionCancelledError",
     "GraphError",
     "GroupBusyError",
@@ -41,6 +44,7 @@ __all__ = [
     "OutputLimitError",
     "PayloadTypeError",
     "RecordDecodeError",
+    "RestorePlanError",
     "SequenceError",
     "SkippedInputError",
     "SourceNotResumableError",
@@ -141,3 +145,26 @@ class StoreDamagedError(CheckpointError):
     The store is damaged; nothing was changed and recovery stops. It is never
     read as empty history (a new group, a fresh budget).
     """
+
+
+class CheckpointScopeFailure(Exception):
+    """Raised by ``open_child``, exactly this type: the scope's final business failure is confirmed."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"scope {scope!r} failed for good (confirmed)")
+        self.scope = scope
+
+
+class CheckpointNotStarted(Exception):
+    """Raised by a hook, exactly this type, only if cancelled before any reliable operation began."""
+
+
+class ConfirmedFailureError(StreamsError):
+    """A node's (or a retry boundary's) final failure was confirmed earlier; its budget is not refilled.
+
+    The original error is not kept: a new run of the same work needs a new scope (run id).
+    """
+
+
+class RestorePlanError(StreamsError, ValueError):
+    """A recovery plan that does not fit the graph; nothing of it was installed."""

@@ -21,19 +21,42 @@ cannot set again a key its failed attempt already published.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import hashlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
 
 from ._aspects import Aspect, chain
+from ._checkpoint import ExecCheckpoint
 from ._codec import codec_for
-from ._errors import ExecutionCancelledError, GraphError, OutputError, PayloadTypeError, SkippedInputError
+from ._context import NodeContext, NodeSkipped, Slot, WriteSet
+from ._errors import (
+    CheckpointError,
+    CheckpointScopeFailure,
+    ConfirmedFailureError,
+    ExecutionCancelledError,
+    GraphError,
+    PayloadTypeError,
+    RestorePlanError,
+    SkippedInputError,
+)
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType
+from ._plan import RestoredNode, check_plan, encode_outputs
+from ._store._hooks import CheckpointHooks
+from ._store._node_records import (
+    COMPLETE_CHAIN,
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointCommit,
+    NodeCheckpoint,
+)
 from ._unwrap import single_error
 
 __all__ = [
@@ -141,107 +164,9 @@ class ExecutionResult:
         return value
 
 
-class _NodeSkipped(BaseException):
-    """``ctx.skip_node()``: a normal skip, not a failure, so no aspect retries or catches it as one."""
-
-
-_UNSET: Final = object()
-
-
-class _Slot:
-    """One key of one graph level: settled once, with a value or ``NoValue``."""
-
-    __slots__ = ("arrived", "listeners", "value")
-
-    def __init__(self) -> None:
-        self.arrived = anyio.Event()
-        self.value: Any = _UNSET
-        self.listeners: list[Callable[[Any], None]] = []
-
-    @property
-    def settled(self) -> bool:
-        return self.value is not _UNSET
-
-    def settle(self, value: Any) -> None:
-        self.value = value
-        self.arrived.set()
-        for listener in self.listeners:
-            listener(value)
-
-    def on_settle(self, listener: Callable[[Any], None]) -> None:
-        if self.settled:
-            listener(self.value)
-        else:
-            self.listeners.append(listener)
-
-
-class NodeContext:
-    """What a node's function and aspects see: its inputs, and Set/Skip for what it provides."""
-
-    __slots__ = ("_level", "_member")
-
-    def __init__(self, level: _Level, member: NodeDef | SubDef) -> None:
-        self._level = level
-        self._member = member
-
-    @property
-    def node(self) -> str:
-        return self._member.name
-
-    @property
-    def path(self) -> tuple[str, ...]:
-        """The mount names from the root execution to this node's graph."""
-        return self._level.path
-
-    def __repr__(self) -> str:
-        return f"NodeContext({'/'.join((*self.path, self.node))})"
-
-    def __getitem__(self, key: Key[T]) -> T:
-        """The value of a required key; :class:`SkippedInputError` if it was skipped."""
-        value = self.get(key)
-        if value is NoValue:
-            raise SkippedInputError(f"node {self.node!r}: input {key!r} was skipped")
-        return value  # type: ignore[return-value]
-
-    def get(self, key: Key[T]) -> T | NoValueType:
-        """The value of a required key, or ``NoValue`` if it was skipped."""
-        if key not in self._member.requires:
-            raise KeyError(f"node {self.node!r} does not require {key!r}")
-        slot = self._level.slots[key]
-        if not slot.settled:  # a Sub mount reads its inlets live; a node never gets here
-            raise KeyError(f"node {self.node!r}: {key!r} has not arrived yet")
-        value: T | NoValueType = slot.value
-        return value
-
-    def set(self, key: Key[T], value: T) -> None:
-        """Publish ``value`` for ``key`` (read back as its type; downstream sees the copy)."""
-        slot = self._writable(key, "set")
-        copy, _ = codec_for(key.type).prepare(value, what=f"{key!r} of node {self.node!r}")
-        slot.settle(copy)
-
-    def skip(self, key: Key[Any]) -> None:
-        """Publish ``key`` as skipped: nodes requiring it see ``NoValue``."""
-        self._writable(key, "skip").settle(NoValue)
-
-    def skip_node(self) -> None:
-        """End the node here as skipped (not failed): what it did not set is skipped."""
-        raise _NodeSkipped
-
-    def _writable(self, key: Key[Any], what: str) -> _Slot:
-        if key not in self._member.provides:
-            raise OutputError(f"node {self.node!r} cannot {what} {key!r}: it does not provide it")
-        slot = self._level.slots[key]
-        if slot.settled:
-            raise OutputError(
-                f"node {self.node!r} cannot {what} {key!r}: it was already published (in ordinary mode "
-                "a key is published when set, and a retried attempt cannot set it again)"
-            )
-        return slot
-
-
-def _slots_for(graph: Graph) -> dict[Key[Any], _Slot]:
+def _slots_for(graph: Graph) -> dict[Key[Any], Slot]:
     keys = [*graph.inputs, *(key for member in graph.members for key in member.provides)]
-    return {key: _Slot() for key in keys}
+    return {key: Slot() for key in keys}
 
 
 class _Level:
@@ -253,33 +178,73 @@ class _Level:
         graph: Graph,
         path: tuple[str, ...],
         ambient: tuple[Aspect, ...],
-        slots: dict[Key[Any], _Slot],
+        slots: dict[Key[Any], Slot],
+        *,
+        scope: str = "",
+        plan: Mapping[str, RestoredNode] | None = None,
     ) -> None:
         self.execution = execution
         self.graph = graph
         self.path = path
         self.ambient = ambient
         self.slots = slots
+        self.scope = scope  # the execution scope in checkpoint mode ("" in ordinary mode)
+        self.plan = dict(plan or {})
+        self.failure: BaseException | None = None
+        self._cancel: anyio.CancelScope | None = None
+
+    def fail(self, exc: BaseException, where: tuple[str, ...]) -> None:
+        """A node of this level failed: cancel its other nodes; :meth:`run` raises ``exc`` to the mount."""
+        if self.failure is None:
+            noted = self.execution._noted
+            if not any(exc is seen for seen in noted):  # named where it arose, not again at each mount
+                noted.append(exc)
+                exc.add_note(f"in node {'/'.join(where)!r} of graph {self.execution.graph.name!r}")
+            self.failure = exc
+        if self._cancel is not None:
+            self._cancel.cancel()
 
     async def run(self) -> None:
         self.execution._emit(GraphStarted(self.path, self.graph.name))
         async with anyio.create_task_group() as tg:
+            self._cancel = tg.cancel_scope
             for member in self.graph.members:
                 self.execution._status_of[(*self.path, member.name)] = "waiting"
                 tg.start_soon(self._member, member)
+        if self.failure is not None:  # the first failure of this graph, to its mount (or the execution)
+            raise self.failure
 
     async def _member(self, member: NodeDef | SubDef) -> None:
         execution, where = self.execution, (*self.path, member.name)
+        restored = self.plan.get(member.name)
+        if restored is not None:  # no body, no aspects, no commit: its outputs, and Finished once
+            self._publish(member, restored.outputs)
+            self._finish(member, restored.reason)
+            return
         execution._emit(Waiting(self.path, member.name))
         if isinstance(member, NodeDef):
             for key in member.requires:
                 await self.slots[key].arrived.wait()
-            if member.requires and all(self.slots[k].value is NoValue for k in member.requires):
-                self._finish(member, "skipped")
+        attempt = ""
+        if self.scope:
+            try:
+                opened = await self.open_attempt(self.scope, member.name, COMPLETE_CHAIN, 1)
+            except CheckpointError:
+                self._finish(member, "failed", settle=False)
                 return
+            if opened.exhausted:
+                self._finish(member, "failed", settle=False)
+                self.fail(_confirmed_failure(member, self.scope), where)
+                return
+            attempt = opened.scope
+        inputs = member.requires if isinstance(member, NodeDef) else ()
+        if inputs and all(self.slots[k].value is NoValue for k in inputs):  # skipped without running
+            await self._conclude(member, attempt, "skipped", {})
+            return
         execution._status_of[where] = "running"
         execution._emit(Running(self.path, member.name))
-        ctx = NodeContext(self, member)
+        frame = WriteSet() if self.scope else None
+        ctx = NodeContext(self, member, frame=frame, scope=attempt)
         if isinstance(member, NodeDef):
             fn = member.fn
 
@@ -294,16 +259,55 @@ class _Level:
         aspects = (*self.ambient, *member.aspects)
         try:
             await chain(aspects, ctx, body)()
-        except _NodeSkipped:
-            self._finish(member, "skipped")
+        except NodeSkipped:
+            reason: Literal["completed", "skipped"] = "skipped"
         except anyio.get_cancelled_exc_class():
-            self._finish(member, "cancelled", settle=False)
+            self._finish(member, "cancelled", settle=False)  # its attempt stays active for recovery
             raise
         except Exception as exc:
+            if attempt and execution._latched is None:  # a real failure: confirmed, and final
+                with contextlib.suppress(CheckpointError):
+                    await self.fail_attempt(attempt)
             self._finish(member, "failed", settle=False)
-            execution._fail(exc, where)
+            self.fail(exc, where)
+            return
         else:
-            self._finish(member, "completed")
+            reason = "completed"
+        await self._conclude(member, attempt, reason, frame.staged if frame is not None else {})
+
+    async def _conclude(
+        self,
+        member: NodeDef | SubDef,
+        attempt: str,
+        reason: Literal["completed", "skipped"],
+        staged: Mapping[Key[Any], tuple[Any, bytes | None]],
+    ) -> None:
+        """Ordinary mode: the node is done. Checkpoint mode: confirm its record, then publish key by key."""
+        if attempt:
+            outputs = encode_outputs(member.provides, {key: payload for key, (_, payload) in staged.items()})
+            record = NodeCheckpoint(member.name, reason, outputs)
+            try:
+                await self.execution._reliable(
+                    "commit_node",
+                    lambda hooks: hooks.commit_node(CheckpointCommit(self.scope, attempt, record)),
+                )
+            except CheckpointError:
+                self._finish(member, "failed", settle=False)
+                return
+            self._publish(member, {key: value for key, (value, _) in staged.items()})
+        self._finish(member, reason)
+
+    def _publish(self, member: NodeDef | SubDef, values: Mapping[Key[Any], Any]) -> None:
+        for key in member.provides:
+            if key in values:
+                self.slots[key].settle(values[key])
+
+    async def open_attempt(self, parent: str, node: str, position: int, limit: int) -> CheckpointAttempt:
+        request = CheckpointAttemptRequest(parent, node, position, limit)
+        return await self.execution._reliable("open_attempt", lambda hooks: hooks.open_attempt(request))
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        return await self.execution._reliable("fail_attempt", lambda hooks: hooks.fail_attempt(scope))
 
     def _finish(self, member: NodeDef | SubDef, status: NodeStatus, *, settle: bool = True) -> None:
         if settle:
@@ -316,6 +320,10 @@ class _Level:
 
     async def _run_sub(self, mount: SubDef, ctx: NodeContext) -> None:
         self.execution._emit(Child(self.path, mount.name))
+        path = (*self.path, mount.name)
+        scope, plan = "", dict[str, RestoredNode]()
+        if self.scope:
+            scope, plan = await self._open_child(mount, ctx._scopes[-1], path)
         slots = _slots_for(mount.graph)
         for key, value in mount.fixed:
             slots[key].settle(value)
@@ -324,10 +332,38 @@ class _Level:
         for child_key, parent_key in mount.outlets:
             slots[child_key].on_settle(_expose(ctx, parent_key))
         ambient = () if mount.without_aspects else self.ambient
-        await _Level(self.execution, mount.graph, (*self.path, mount.name), ambient, slots).run()
+        await _Level(self.execution, mount.graph, path, ambient, slots, scope=scope, plan=plan).run()
+
+    async def _open_child(
+        self, mount: SubDef, parent: str, path: tuple[str, ...]
+    ) -> tuple[str, dict[str, RestoredNode]]:
+        child = CheckpointChild(
+            parent,
+            mount.name,
+            mount.graph.name,
+            mount.graph.version,
+            mount.graph.topology().fingerprint,
+            _fixed_fingerprint(mount),
+            tuple(sorted((c.name, p.name) for c, p in mount.inlets)),
+        )
+        try:
+            opened = await self.execution._reliable(
+                "open_child", lambda hooks: hooks.open_child(child), scope_failure=parent
+            )
+        except CheckpointScopeFailure:
+            raise ConfirmedFailureError(
+                f"Sub {'/'.join(path)!r}: its child failed for good under attempt {parent!r} (confirmed)"
+            ) from None
+        try:
+            plan = check_plan(mount.graph, opened.nodes, where=f"Sub {'/'.join(path)!r}")
+        except RestorePlanError as exc:
+            raise self.execution._latch(
+                CheckpointError(f"open_child returned an invalid plan: {exc}")
+            ) from exc
+        return opened.scope, plan
 
 
-def _feed(slot: _Slot) -> Callable[[Any], None]:
+def _feed(slot: Slot) -> Callable[[Any], None]:
     def feed(value: Any) -> None:
         if not slot.settled:
             slot.settle(value)
@@ -337,12 +373,25 @@ def _feed(slot: _Slot) -> Callable[[Any], None]:
 
 def _expose(ctx: NodeContext, key: Key[Any]) -> Callable[[Any], None]:
     def expose(value: Any) -> None:
-        if value is NoValue:
-            ctx.skip(key)
-        else:
-            ctx._writable(key, "set").settle(value)  # already read back in the child
+        ctx._writable(key, "set")
+        payload = None if value is NoValue else codec_for(key.type).encode(value)  # read back in the child
+        ctx._put(key, value, payload)
 
     return expose
+
+
+def _fixed_fingerprint(mount: SubDef) -> str:
+    digest = hashlib.sha256()
+    for key, value in sorted(mount.fixed, key=lambda item: item[0].name):
+        digest.update(key.name.encode() + b"\0" + codec_for(key.type).encode(value) + b"\0")
+    return digest.hexdigest()
+
+
+def _confirmed_failure(member: NodeDef | SubDef, scope: str) -> ConfirmedFailureError:
+    return ConfirmedFailureError(
+        f"node {member.name!r} failed for good in scope {scope!r} in an earlier attempt (confirmed); "
+        "its budget is not refilled: a new run of this work needs a new run id"
+    )
 
 
 class Execution:
@@ -363,7 +412,10 @@ class Execution:
         *,
         aspects: Iterable[Aspect] = (),
         on_event: Callable[[ExecutionEvent], None] | None = None,
+        checkpoint: ExecCheckpoint | None = None,
     ) -> None:
+        if checkpoint is not None and not isinstance(checkpoint, ExecCheckpoint):
+            raise TypeError(f"checkpoint= takes an ExecCheckpoint(scope, hooks), got {checkpoint!r}")
         if not isinstance(graph, Graph):
             raise TypeError(f"Execution needs a Graph, got {graph!r}")
         graph.validate()
@@ -381,9 +433,31 @@ class Execution:
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._root = _Level(self, graph, (), self._aspects, _slots_for(graph))
+        self._checkpoint = checkpoint
+        self._latched: CheckpointError | None = None
+        self._noted: list[BaseException] = []
+        self._plan: dict[str, RestoredNode] = {}
+        self._records: tuple[NodeCheckpoint, ...] = ()
+        self._root = _Level(
+            self, graph, (), self._aspects, _slots_for(graph), scope=checkpoint.scope if checkpoint else ""
+        )
         for key, value in self._inputs.items():
             self._root.slots[key].settle(value)
+
+    def restore_nodes(self, records: Iterable[NodeCheckpoint]) -> None:
+        """Replace the recovery plan with ``records`` (confirmed nodes of the root graph), checked whole.
+
+        Before :meth:`__aenter__` only, in checkpoint mode. On
+        :class:`RestorePlanError` the previous plan stays. Restored nodes run
+        nothing at start: their outputs are published and they emit Finished.
+        """
+        if self._checkpoint is None:
+            raise RestorePlanError("restore_nodes needs checkpoint mode: Execution(..., checkpoint=...)")
+        if self._status != "created":
+            raise RestorePlanError("restore_nodes comes before the execution starts")
+        records = tuple(records)
+        self._plan = check_plan(self.graph, records, where=f"graph {self.graph.name!r}")
+        self._records = records
 
     def __repr__(self) -> str:
         return f"Execution({self.graph.name!r}, status={self._status!r})"
@@ -393,6 +467,9 @@ class Execution:
     async def __aenter__(self) -> Execution:
         if self._status != "created":
             raise RuntimeError(f"{self!r} was started already; make a new Execution to run again")
+        if self._checkpoint is not None:  # revalidated against the definition as it is now
+            self.graph.validate()
+            self._root.plan = check_plan(self.graph, self._records, where=f"graph {self.graph.name!r}")
         self._status = "running"
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
@@ -450,6 +527,9 @@ class Execution:
                 if self._cancel_requested:
                     self._scope.cancel()
                 await self._root.run()
+        except Exception as exc:  # the root graph's first failure
+            if self._failure is None:
+                self._failure = exc
         finally:
             if self._failure is not None:
                 self._status = "failed"
@@ -460,11 +540,54 @@ class Execution:
             self._done.set()
 
     def _fail(self, exc: BaseException, where: tuple[str, ...]) -> None:
+        """Fail the whole execution (a latched reliable failure, an observer that raised)."""
         if self._failure is None:
-            exc.add_note(f"in node {'/'.join(where)!r} of graph {self.graph.name!r}")
+            if where:
+                exc.add_note(f"in node {'/'.join(where)!r} of graph {self.graph.name!r}")
             self._failure = exc
         if self._scope is not None:
             self._scope.cancel()
+
+    async def _reliable(
+        self,
+        what: str,
+        call: Callable[[CheckpointHooks], Awaitable[T]],
+        *,
+        scope_failure: str | None = None,
+    ) -> T:
+        """One hook call, shielded once made; any failure latches a :class:`CheckpointError` for the tree.
+
+        Only ``open_child`` may signal a confirmed business failure, with a
+        :class:`CheckpointScopeFailure` of exactly that type for exactly the
+        requested parent attempt (``scope_failure``); it is raised as it is.
+        """
+        if self._latched is not None:
+            raise self._latched
+        assert self._checkpoint is not None
+        hooks = self._checkpoint.hooks
+        try:
+            with anyio.CancelScope(shield=True):
+                result = await call(hooks)
+        except CheckpointScopeFailure as exc:
+            if (
+                scope_failure is not None
+                and type(exc) is CheckpointScopeFailure
+                and exc.scope == scope_failure
+            ):
+                raise
+            raise self._latch(CheckpointError(f"{what}: an unexpected scope failure signal ({exc})")) from exc
+        except CheckpointError as exc:
+            raise self._latch(exc) from None
+        except Exception as exc:
+            raise self._latch(CheckpointError(f"{what} failed: {type(exc).__qualname__}: {exc}")) from exc
+        return result
+
+    def _latch(self, error: CheckpointError) -> CheckpointError:
+        """The execution's one failure latch: the first reliable failure stops the whole tree."""
+        if self._latched is None:
+            self._latched = error
+            self._fail(error, ())
+        return self._latched
 
     def _emit(self, event: ExecutionEvent) -> None:
         if self._on_event is None:

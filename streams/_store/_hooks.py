@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from ._node_records import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+)
 from ._records import (
     AppendBatch,
     MessageAttempt,
@@ -16,7 +23,7 @@ from ._records import (
     StreamOpened,
 )
 
-__all__ = ["StreamHooks"]
+__all__ = ["CheckpointHooks", "StreamHooks"]
 
 
 @runtime_checkable
@@ -66,4 +73,33 @@ class StreamHooks(Protocol):
 
     async def finish(self, request: StreamFinish) -> None:
         """Confirm the writer's terminal result."""
+        ...
+
+
+@runtime_checkable
+class CheckpointHooks(Protocol):
+    """What a store implements for node checkpoints; every call is one atomic store transaction.
+
+    Calls may be concurrent and must be concurrency-safe. ``streams`` is the
+    store's :class:`StreamHooks`. Errors other than the two signals below
+    are reliable failures: the execution stops with :class:`CheckpointError`.
+    """
+
+    @property
+    def streams(self) -> StreamHooks: ...
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        """Open the boundary's attempt, or reclaim the active one (same scope and index)."""
+        ...
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        """Confirm a real failure of attempt ``scope``; returns the next attempt (maybe exhausted)."""
+        ...
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        """The child scope of a Sub mount under its parent attempt, and that scope's confirmed nodes."""
+        ...
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        """Confirm a node's complete record (terminal status and every output) in one transaction."""
         ...

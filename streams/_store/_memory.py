@@ -1,4 +1,4 @@
-"""MemoryStore: the in-process reference implementation of :class:`StreamHooks`.
+"""MemoryStore: the in-process reference implementation of :class:`StreamHooks` and the node hooks.
 
 It proves in-process contracts only: its records live as long as the object.
 Like the LMDB ledger, a call that was made is applied even if its caller is
@@ -14,8 +14,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from anyio.lowlevel import checkpoint
 
-from . import _operations
+from . import _nodes, _operations
 from ._layouts import AttemptRecord, StreamDescriptor
+from ._node_records import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    NodeCheckpoint,
+)
+from ._nodes import NodeAttemptRecord, ScopeRecord
 from ._records import (
     AppendBatch,
     GroupFrontier,
@@ -94,14 +103,104 @@ class _Overlay(CachedView):
                 del kept[seq]
 
 
+class _NodeOverlay:
+    """One node-hook transaction over the store's dicts: writes are kept until merged."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self.attempts: dict[tuple[str, str, int], NodeAttemptRecord] = {}
+        self.scopes: dict[str, ScopeRecord] = {}
+        self.nodes_written: dict[tuple[str, str], NodeCheckpoint] = {}
+
+    def get_attempt(self, parent: str, node: str, position: int) -> NodeAttemptRecord | None:
+        key = (parent, node, position)
+        return self.attempts.get(key) or self._store._node_attempts.get(key)
+
+    def put_attempt(self, record: NodeAttemptRecord) -> None:
+        self.attempts[(record.parent, record.node, record.position)] = record
+
+    def get_scope(self, scope: str) -> ScopeRecord | None:
+        return self.scopes.get(scope) or self._store._scopes.get(scope)
+
+    def put_scope(self, scope: str, record: ScopeRecord) -> None:
+        self.scopes[scope] = record
+
+    def nodes(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        return tuple(self._store._nodes.get(scope, {}).values())
+
+    def get_node(self, scope: str, node: str) -> NodeCheckpoint | None:
+        return self.nodes_written.get((scope, node)) or self._store._nodes.get(scope, {}).get(node)
+
+    def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None:
+        self.nodes_written[(scope, checkpoint.node)] = checkpoint
+
+    def merge(self) -> None:
+        store = self._store
+        store._node_attempts.update(self.attempts)
+        store._scopes.update(self.scopes)
+        for (scope, node), record in self.nodes_written.items():
+            store._nodes.setdefault(scope, {})[node] = record
+
+
 class MemoryStore:
-    """An in-process :class:`~streams.StreamHooks` store with the ledger's exact rules."""
+    """An in-process store of streams and node checkpoints with the ledger's exact rules.
+
+    It is its own :class:`~streams.StreamHooks` (``store.streams is store``)
+    and a :class:`~streams.CheckpointHooks`.
+    """
 
     def __init__(self) -> None:
         self._descriptors: dict[StreamRef, StreamDescriptor] = {}
         self._groups: dict[tuple[StreamRef, str], GroupFrontier] = {}
         self._attempts: dict[AttemptKey, AttemptRecord] = {}
         self._messages: dict[StreamRef, dict[int, bytes]] = {}
+        self._node_attempts: dict[tuple[str, str, int], NodeAttemptRecord] = {}
+        self._scopes: dict[str, ScopeRecord] = {}
+        self._nodes: dict[str, dict[str, NodeCheckpoint]] = {}
+
+    @property
+    def streams(self) -> MemoryStore:
+        return self
+
+    # -- node hooks ------------------------------------------------------------------------
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        overlay = _NodeOverlay(self)
+        attempt = _nodes.open_attempt(overlay, request)
+        overlay.merge()
+        await checkpoint()
+        return attempt
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        overlay = _NodeOverlay(self)
+        attempt = _nodes.fail_attempt(overlay, scope)
+        overlay.merge()
+        await checkpoint()
+        return attempt
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        overlay = _NodeOverlay(self)
+        opened = _nodes.open_child(overlay, child)
+        overlay.merge()
+        await checkpoint()
+        return opened
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        overlay = _NodeOverlay(self)
+        _nodes.commit_node(overlay, commit)
+        overlay.merge()
+        await checkpoint()
+
+    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        """The confirmed nodes of execution scope ``scope`` (a run's root scope, say), for a restore plan."""
+        return tuple(self._nodes.get(scope, {}).values())
+
+    def scope_failed(self, scope: str) -> bool:
+        """Whether a final failure was confirmed in execution scope ``scope``."""
+        record = self._scopes.get(scope)
+        return record is not None and record.failed
+
+    # -- stream hooks ----------------------------------------------------------------------
 
     async def open(self, request: StreamOpen) -> StreamOpened:
         overlay = _Overlay(self)

@@ -1,0 +1,51 @@
+"""Checkpoint mode: ``ExecCheckpoint(scope, hooks)`` for an execution and its whole tree.
+
+In checkpoint mode every node that is not restored:
+
+1. opens (or reclaims) the persistent attempt of its complete chain with
+   ``hooks.open_attempt`` (limit 1: a confirmed final failure stays final);
+2. stages what the body and its aspects set or skip in a write set outside
+   the whole aspect chain (a :class:`~streams.Retry` opens its own
+   persistent attempts, confirms each real failure with
+   ``hooks.fail_attempt`` before the next, and drops what the failed
+   attempt staged);
+3. settles the keys it provides but did not set as skipped;
+4. has every output validated (read back as its key's type when staged);
+5. confirms the complete node record with ``hooks.commit_node`` (the
+   seed's Commit; named apart from the stream hooks' ``commit``, since one
+   store object usually implements both);
+6. publishes its outputs key by key, only after that.
+
+A Sub mount asks ``hooks.open_child`` for the scope of its child under the
+mount's current attempt, and for the child's confirmed nodes, which are
+restored without running. A persistent scope is an attempt identity the
+store assigns: the same mount under another parent attempt has another
+scope, so a retried parent never borrows the results of a failed one.
+"""
+
+from __future__ import annotations
+
+from ._store._hooks import CheckpointHooks
+
+__all__ = ["CHECKPOINT_HOOKS", "ExecCheckpoint"]
+
+#: The method names a complete set of node hooks has; checked when an execution is built.
+CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_node", "streams")
+
+
+class ExecCheckpoint:
+    """Checkpoint mode for an execution and its tree: the run's ``scope`` and the store's ``hooks``."""
+
+    def __init__(self, scope: str, hooks: CheckpointHooks) -> None:
+        if not isinstance(scope, str) or not scope:
+            raise ValueError(f"a checkpoint scope must be a non-empty string, got {scope!r}")
+        missing = [name for name in CHECKPOINT_HOOKS if not hasattr(hooks, name)]
+        if missing:
+            raise TypeError(
+                f"checkpoint hooks {hooks!r} lack {', '.join(missing)}: a store implements all of them"
+            )
+        self.scope = scope
+        self.hooks = hooks
+
+    def __repr__(self) -> str:
+        return f"ExecCheckpoint({self.scope!r}, {self.hooks!r})"

@@ -1,0 +1,182 @@
+"""What a node sees while it runs: its inputs, Set/Skip of what it provides, and the slots behind them.
+
+A :class:`Slot` is one key of one graph level, settled once with a value or
+``NoValue``; settling it wakes the nodes waiting for it. In ordinary mode
+``ctx.set`` settles the slot at once. In checkpoint mode it stages the value
+in the node's :class:`WriteSet`, outside the whole aspect chain, and the
+slot is settled only after the node's complete record is confirmed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import anyio
+
+from ._codec import codec_for
+from ._errors import OutputError, SkippedInputError
+from ._graph import NodeDef, SubDef
+from ._keys import Key, NoValue, NoValueType
+from ._store._node_records import CheckpointAttempt
+
+if TYPE_CHECKING:
+    from ._execution import _Level
+
+__all__ = ["NodeContext", "NodeSkipped", "Slot", "WriteSet"]
+
+T = TypeVar("T")
+_UNSET: Final = object()
+
+
+class NodeSkipped(BaseException):
+    """``ctx.skip_node()``: a normal skip, not a failure, so no aspect retries or catches it as one."""
+
+
+class Slot:
+    """One key of one graph level: settled once, with a value or ``NoValue``."""
+
+    __slots__ = ("arrived", "listeners", "value")
+
+    def __init__(self) -> None:
+        self.arrived = anyio.Event()
+        self.value: Any = _UNSET
+        self.listeners: list[Callable[[Any], None]] = []
+
+    @property
+    def settled(self) -> bool:
+        return self.value is not _UNSET
+
+    def settle(self, value: Any) -> None:
+        self.value = value
+        self.arrived.set()
+        for listener in self.listeners:
+            listener(value)
+
+    def on_settle(self, listener: Callable[[Any], None]) -> None:
+        if self.settled:
+            listener(self.value)
+        else:
+            self.listeners.append(listener)
+
+
+class WriteSet:
+    """A node's outputs staged in checkpoint mode: key -> (value as read back, bytes, or None if skipped)."""
+
+    __slots__ = ("staged",)
+
+    def __init__(self) -> None:
+        self.staged: dict[Key[Any], tuple[Any, bytes | None]] = {}
+
+    def mark(self) -> int:
+        return len(self.staged)
+
+    def rollback(self, mark: int) -> None:
+        """Drop what was staged after ``mark`` (a failed retry attempt's outputs)."""
+        for key in list(self.staged)[mark:]:
+            del self.staged[key]
+
+
+class NodeContext:
+    """What a node's function and aspects see: its inputs, and Set/Skip for what it provides."""
+
+    __slots__ = ("_frame", "_level", "_member", "_position", "_scopes")
+
+    def __init__(
+        self, level: _Level, member: NodeDef | SubDef, *, frame: WriteSet | None = None, scope: str = ""
+    ) -> None:
+        self._level = level
+        self._member = member
+        self._frame = frame
+        self._scopes = [scope] if scope else []  # the attempt scopes enclosing the running link
+        self._position = 0  # the aspect-chain position of the aspect being entered
+
+    @property
+    def node(self) -> str:
+        return self._member.name
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The mount names from the root execution to this node's graph."""
+        return self._level.path
+
+    def __repr__(self) -> str:
+        return f"NodeContext({'/'.join((*self.path, self.node))})"
+
+    def __getitem__(self, key: Key[T]) -> T:
+        """The value of a required key; :class:`SkippedInputError` if it was skipped."""
+        value = self.get(key)
+        if value is NoValue:
+            raise SkippedInputError(f"node {self.node!r}: input {key!r} was skipped")
+        return value  # type: ignore[return-value]
+
+    def get(self, key: Key[T]) -> T | NoValueType:
+        """The value of a required key, or ``NoValue`` if it was skipped."""
+        if key not in self._member.requires:
+            raise KeyError(f"node {self.node!r} does not require {key!r}")
+        slot = self._level.slots[key]
+        if not slot.settled:  # a Sub mount reads its inlets live; a node never gets here
+            raise KeyError(f"node {self.node!r}: {key!r} has not arrived yet")
+        value: T | NoValueType = slot.value
+        return value
+
+    def set(self, key: Key[T], value: T) -> None:
+        """Set ``key`` (read back as its type; downstream sees the copy): published at once in ordinary mode,
+        after the node's record is confirmed in checkpoint mode."""
+        self._writable(key, "set")
+        copy, payload = codec_for(key.type).prepare(value, what=f"{key!r} of node {self.node!r}")
+        self._put(key, copy, payload)
+
+    def skip(self, key: Key[Any]) -> None:
+        """Skip ``key``: nodes requiring it see ``NoValue``."""
+        self._writable(key, "skip")
+        self._put(key, NoValue, None)
+
+    def skip_node(self) -> None:
+        """End the node here as skipped (not failed): what it did not set is skipped."""
+        raise NodeSkipped
+
+    def _writable(self, key: Key[Any], what: str) -> None:
+        if key not in self._member.provides:
+            raise OutputError(f"node {self.node!r} cannot {what} {key!r}: it does not provide it")
+        if self._frame is not None and key in self._frame.staged:
+            raise OutputError(f"node {self.node!r} cannot {what} {key!r}: this attempt settled it already")
+        if self._level.slots[key].settled:
+            raise OutputError(
+                f"node {self.node!r} cannot {what} {key!r}: it was already published (in ordinary mode "
+                "a key is published when set, and a retried attempt cannot set it again)"
+            )
+
+    def _put(self, key: Key[Any], value: Any, payload: bytes | None) -> None:
+        if self._frame is None:
+            self._level.slots[key].settle(value)
+        else:
+            self._frame.staged[key] = (value, payload)
+
+    # -- what Retry uses in checkpoint mode ------------------------------------------------
+
+    @property
+    def _checkpointing(self) -> bool:
+        return self._frame is not None
+
+    async def _open_attempt(self, position: int, limit: int) -> CheckpointAttempt:
+        return await self._level.open_attempt(self._scopes[-1], self.node, position, limit)
+
+    async def _fail_attempt(self, scope: str) -> CheckpointAttempt:
+        return await self._level.fail_attempt(scope)
+
+    def _mark(self) -> int:
+        assert self._frame is not None
+        return self._frame.mark()
+
+    def _rollback(self, mark: int) -> None:
+        assert self._frame is not None
+        self._frame.rollback(mark)
+
+    async def _within(self, scope: str, proceed: Callable[[], Awaitable[None]]) -> None:
+        """Run ``proceed`` as attempt ``scope``: what it opens (inner retries, Sub children) is under it."""
+        self._scopes.append(scope)
+        try:
+            await proceed()
+        finally:
+            self._scopes.pop()

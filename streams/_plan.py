@@ -1,0 +1,105 @@
+"""Recovery plans: confirmed node records checked as a whole against a graph before anything is restored.
+
+A plan is accepted only if every record names a node of the graph once,
+concludes ``completed`` or ``skipped``, has an output for exactly the keys
+the node provides (``ready`` with a value that reads back as the key's type,
+or ``skipped``), and is closed over ordinary dependencies: a restored node
+that requires a key produced by another node of the graph comes with that
+node's record too. (A Sub mount's inlets are wiring, not a gate: a restored
+mount needs nothing else restored.) One bad record rejects the plan whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._codec import codec_for
+from ._errors import RecordDecodeError, RestorePlanError
+from ._graph import Graph, NodeDef, SubDef
+from ._keys import Key, NoValue
+from ._store._node_records import CheckpointOutput, NodeCheckpoint
+
+__all__ = ["RestoredNode", "check_plan", "encode_outputs"]
+
+
+@dataclass(frozen=True)
+class RestoredNode:
+    """A confirmed node, decoded: its conclusion and the value (or ``NoValue``) of each key it provides."""
+
+    reason: Literal["completed", "skipped"]
+    outputs: Mapping[Key[Any], Any]
+
+
+def check_plan(graph: Graph, records: Iterable[NodeCheckpoint], *, where: str) -> dict[str, RestoredNode]:
+    """The plan as restored nodes by name, or :class:`RestorePlanError` naming the first problem."""
+    members = {member.name: member for member in graph.members}
+    plan: dict[str, RestoredNode] = {}
+    for record in records:
+        if not isinstance(record, NodeCheckpoint):
+            raise RestorePlanError(f"{where}: a recovery plan holds NodeCheckpoint records, got {record!r}")
+        member = members.get(record.node)
+        if member is None:
+            raise RestorePlanError(f"{where}: graph {graph.name!r} has no node {record.node!r}")
+        if record.node in plan:
+            raise RestorePlanError(f"{where}: node {record.node!r} has two records")
+        if record.reason not in ("completed", "skipped"):
+            raise RestorePlanError(
+                f"{where}: node {record.node!r} concluded {record.reason!r}; only completed or skipped "
+                "is a confirmed result"
+            )
+        plan[record.node] = RestoredNode(record.reason, _outputs(member, record, where))
+    producers = {key: member.name for member in graph.members for key in member.provides}
+    for name in plan:
+        member = members[name]
+        if isinstance(member, SubDef):
+            continue
+        for key in member.requires:
+            producer = producers.get(key)
+            if producer is not None and producer not in plan:
+                raise RestorePlanError(
+                    f"{where}: node {name!r} is restored but node {producer!r}, which produces its input "
+                    f"{key!r}, is not: a plan is closed over the values its nodes read"
+                )
+    return plan
+
+
+def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> dict[Key[Any], Any]:
+    provided = {key.name: key for key in member.provides}
+    names = [output.key for output in record.outputs]
+    if sorted(names) != sorted(provided) or len(set(names)) != len(names):
+        raise RestorePlanError(
+            f"{where}: node {record.node!r} has outputs {sorted(names)}, but provides {sorted(provided)}: "
+            "a record covers every key its node provides, exactly once"
+        )
+    outputs: dict[Key[Any], Any] = {}
+    for output in record.outputs:
+        key = provided[output.key]
+        if output.state == "skipped" and output.value is None:
+            outputs[key] = NoValue
+        elif output.state == "ready" and output.value is not None:
+            try:
+                outputs[key] = codec_for(key.type).decode(
+                    output.value, what=f"{key!r} of node {record.node!r}"
+                )
+            except RecordDecodeError as exc:
+                raise RestorePlanError(f"{where}: {exc}") from None
+        else:
+            raise RestorePlanError(
+                f"{where}: output {output.key!r} of node {record.node!r} is {output.state!r}; a confirmed "
+                "output is ready with a value, or skipped without one"
+            )
+    return outputs
+
+
+def encode_outputs(
+    provides: Iterable[Key[Any]], staged: Mapping[Key[Any], bytes | None]
+) -> tuple[CheckpointOutput, ...]:
+    """The record's outputs: each provided key ready with its encoded value, or skipped."""
+    return tuple(
+        CheckpointOutput(key.name, "skipped")
+        if staged.get(key) is None
+        else CheckpointOutput(key.name, "ready", staged[key])
+        for key in provides
+    )

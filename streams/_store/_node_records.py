@@ -1,0 +1,88 @@
+"""The records of node checkpoints: what the engine and a store exchange through the node hooks."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "COMPLETE_CHAIN",
+    "CheckpointAttempt",
+    "CheckpointAttemptRequest",
+    "CheckpointChild",
+    "CheckpointChildOpened",
+    "CheckpointCommit",
+    "CheckpointOutput",
+    "NodeCheckpoint",
+]
+
+#: Aspect-chain position of a node's complete chain; a Retry at index i of the chain has i + 1.
+COMPLETE_CHAIN = 0
+
+
+class CheckpointAttemptRequest(msgspec.Struct, frozen=True):
+    """Open or reclaim the attempt of the retry boundary ``(parent, node, position)``."""
+
+    parent: str  # the scope the boundary lives in: an execution's scope or an enclosing attempt's
+    node: str
+    position: int  # COMPLETE_CHAIN, or the Retry's place in the node's aspect chain plus one
+    limit: int  # attempts the boundary allows (1 for the complete chain)
+
+
+class CheckpointOutput(msgspec.Struct, frozen=True):
+    """One output of a node: its key, ``ready`` with the encoded value, or ``skipped``."""
+
+    key: str
+    state: Literal["ready", "skipped"]
+    value: bytes | None = None
+
+
+class CheckpointAttempt(msgspec.Struct, frozen=True):
+    """The boundary's current attempt: its scope, its index (failures confirmed so far), exhausted or not."""
+
+    scope: str
+    index: int
+    exhausted: bool = False
+    values: tuple[CheckpointOutput, ...] = ()  # outputs contributed by confirmed messages (streams)
+
+
+class NodeCheckpoint(msgspec.Struct, frozen=True):
+    """A node's confirmed conclusion (``completed`` or ``skipped``) with an output per provided key."""
+
+    node: str
+    reason: Literal["completed", "skipped"]
+    outputs: tuple[CheckpointOutput, ...]
+
+
+class CheckpointChild(msgspec.Struct, frozen=True):
+    """A Sub mount asking for its child's scope under ``parent`` (the mount's current attempt).
+
+    The store keeps the first identity it sees for the scope and refuses a
+    different one: the graph, its version and topology fingerprint, the
+    fixed values' fingerprint, and the bindings (child input to the parent
+    key wired to it). Inputs that already arrived are not part of it.
+    """
+
+    parent: str
+    mount: str
+    graph: str
+    version: str
+    fingerprint: str
+    fixed: str
+    bindings: tuple[tuple[str, str], ...]
+
+
+class CheckpointChildOpened(msgspec.Struct, frozen=True):
+    """The child's scope and its confirmed nodes."""
+
+    scope: str
+    nodes: tuple[NodeCheckpoint, ...] = ()
+
+
+class CheckpointCommit(msgspec.Struct, frozen=True):
+    """Confirm ``checkpoint`` as the conclusion of the complete-chain attempt ``scope`` in ``parent``."""
+
+    parent: str
+    scope: str
+    checkpoint: NodeCheckpoint

@@ -1,0 +1,200 @@
+"""The node hooks' rules, written once for every store, over a :class:`NodeView` of its records.
+
+Persisted layouts:
+
+* :class:`NodeAttemptRecord`, one per retry boundary ``(parent, node,
+  position)``: its current attempt (scope and index), its limit, whether it
+  is exhausted (final failure confirmed) or committed;
+* :class:`ScopeRecord`, one per execution scope: the identity a Sub's child
+  was opened with (none for a root scope), and whether a final failure was
+  confirmed in it;
+* the confirmed :class:`NodeCheckpoint` of each node of a scope.
+
+Every operation checks everything first and writes last, so a refused call
+changes nothing; a store runs each one in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from .._errors import CheckpointError, CheckpointScopeFailure, SequenceError, StoreDamagedError
+from ._node_records import (
+    COMPLETE_CHAIN,
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    NodeCheckpoint,
+)
+
+__all__ = [
+    "NodeAttemptRecord",
+    "NodeView",
+    "ScopeRecord",
+    "commit_node",
+    "fail_attempt",
+    "open_attempt",
+    "open_child",
+    "parse_attempt_scope",
+]
+
+
+class NodeAttemptRecord(msgspec.Struct, frozen=True):
+    """A retry boundary's persistent state; ``index`` counts its confirmed failures."""
+
+    parent: str
+    node: str
+    position: int
+    limit: int
+    index: int
+    scope: str
+    exhausted: bool = False
+    committed: bool = False
+
+
+class ScopeRecord(msgspec.Struct, frozen=True):
+    """An execution scope: the child identity it was opened with, and whether it failed for good."""
+
+    child: CheckpointChild | None = None
+    failed: bool = False
+
+
+class NodeView(Protocol):
+    """The records one node-hook call reads and writes, inside one store transaction."""
+
+    def get_attempt(self, parent: str, node: str, position: int) -> NodeAttemptRecord | None: ...
+    def put_attempt(self, record: NodeAttemptRecord) -> None: ...
+    def get_scope(self, scope: str) -> ScopeRecord | None: ...
+    def put_scope(self, scope: str, record: ScopeRecord) -> None: ...
+    def nodes(self, scope: str) -> tuple[NodeCheckpoint, ...]: ...
+    def get_node(self, scope: str, node: str) -> NodeCheckpoint | None: ...
+    def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None: ...
+
+
+def attempt_scope(parent: str, node: str, position: int, index: int) -> str:
+    """The scope of attempt ``index`` of a boundary: unique per parent attempt, node and position."""
+    return f"{parent}/{node}@{position}.{index}"
+
+
+def parse_attempt_scope(scope: str) -> tuple[str, str, int, int] | None:
+    """``(parent, node, position, index)`` of an attempt scope, or None if ``scope`` is not one."""
+    parent, slash, last = scope.rpartition("/")
+    node, at, numbers = last.rpartition("@")
+    position, dot, index = numbers.partition(".")
+    if not (slash and at and dot and parent and node and position.isdigit() and index.isdigit()):
+        return None
+    return parent, node, int(position), int(index)
+
+
+def _attempt_of(view: NodeView, scope: str) -> NodeAttemptRecord | None:
+    """The boundary whose current, superseded or final attempt ``scope`` is."""
+    parsed = parse_attempt_scope(scope)
+    if parsed is None:
+        return None
+    parent, node, position, index = parsed
+    record = view.get_attempt(parent, node, position)
+    return record if record is not None and index <= record.index else None
+
+
+def open_attempt(view: NodeView, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+    if request.limit < 1 or request.position < 0 or not request.parent or not request.node:
+        raise CheckpointError(f"open_attempt: malformed request {request!r}")
+    current = view.get_attempt(request.parent, request.node, request.position)
+    if current is None:
+        current = NodeAttemptRecord(
+            request.parent,
+            request.node,
+            request.position,
+            request.limit,
+            0,
+            attempt_scope(request.parent, request.node, request.position, 0),
+        )
+        view.put_attempt(current)
+    elif current.limit != request.limit:
+        raise CheckpointError(
+            f"open_attempt: node {request.node!r} in {request.parent!r} (position {request.position}) was "
+            f"first run with a limit of {current.limit} attempts, now {request.limit}; a budget changes "
+            "only with a new business version and a new run"
+        )
+    return CheckpointAttempt(current.scope, current.index, current.exhausted)
+
+
+def fail_attempt(view: NodeView, scope: str) -> CheckpointAttempt:
+    current = _attempt_of(view, scope)
+    if current is None:
+        raise SequenceError(f"fail_attempt: no attempt {scope!r} was opened")
+    if current.scope != scope or current.exhausted or current.committed:
+        state = "exhausted" if current.exhausted else "committed" if current.committed else "superseded"
+        raise SequenceError(f"fail_attempt: attempt {scope!r} is {state}; its failure was not recorded again")
+    index = current.index + 1
+    if index >= current.limit:
+        failed = msgspec.structs.replace(current, index=index, exhausted=True)
+        if current.position == COMPLETE_CHAIN:  # the node failed for good: so did its scope
+            record = view.get_scope(current.parent) or ScopeRecord()
+            view.put_scope(current.parent, msgspec.structs.replace(record, failed=True))
+        view.put_attempt(failed)
+        return CheckpointAttempt(failed.scope, index, True)
+    nxt = msgspec.structs.replace(
+        current, index=index, scope=attempt_scope(current.parent, current.node, current.position, index)
+    )
+    view.put_attempt(nxt)
+    return CheckpointAttempt(nxt.scope, index, False)
+
+
+def open_child(view: NodeView, child: CheckpointChild) -> CheckpointChildOpened:
+    parent = _attempt_of(view, child.parent)
+    if parent is None or parent.scope != child.parent:
+        raise SequenceError(f"open_child: {child.parent!r} is not a current attempt")
+    scope = f"{child.parent}/{child.mount}"
+    record = view.get_scope(scope)
+    if record is None:
+        view.put_scope(scope, ScopeRecord(child))
+        return CheckpointChildOpened(scope)
+    if record.child != child:
+        differences = _differences(record.child, child)
+        raise CheckpointError(
+            f"open_child: scope {scope!r} holds results of another child ({differences}); "
+            "change the business version (and the run) when a graph's meaning changes"
+        )
+    if record.failed:
+        raise CheckpointScopeFailure(scope)
+    return CheckpointChildOpened(scope, view.nodes(scope))
+
+
+def _differences(before: CheckpointChild | None, now: CheckpointChild) -> str:
+    if before is None:
+        return "a root scope"
+    fields = ("graph", "version", "fingerprint", "fixed", "bindings")
+    return ", ".join(f"{name} differs" for name in fields if getattr(before, name) != getattr(now, name))
+
+
+def commit_node(view: NodeView, commit: CheckpointCommit) -> None:
+    current = _attempt_of(view, commit.scope)
+    checkpoint = commit.checkpoint
+    if current is None or current.scope != commit.scope:
+        raise SequenceError(f"commit: {commit.scope!r} is not a current attempt")
+    if (
+        current.position != COMPLETE_CHAIN
+        or current.parent != commit.parent
+        or current.node != checkpoint.node
+    ):
+        raise CheckpointError(
+            f"commit: {commit.scope!r} is not the complete-chain attempt of node {checkpoint.node!r} "
+            f"in {commit.parent!r}"
+        )
+    if current.exhausted:
+        raise SequenceError(f"commit: node {checkpoint.node!r} failed for good in {commit.parent!r}")
+    if current.committed:
+        if view.get_node(commit.parent, checkpoint.node) == checkpoint:
+            return  # the same record again: its first answer was lost
+        raise SequenceError(f"commit: node {checkpoint.node!r} in {commit.parent!r} was committed already")
+    if view.get_node(commit.parent, checkpoint.node) is not None:
+        raise StoreDamagedError(
+            f"commit: node {checkpoint.node!r} in {commit.parent!r} has a record its attempt does not know"
+        )
+    view.put_node(commit.parent, checkpoint)
+    view.put_attempt(msgspec.structs.replace(current, committed=True))
