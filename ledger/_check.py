@@ -20,7 +20,14 @@ from typing import Any
 import lmdb
 import msgspec
 
-from streams.store import AttemptRecord, GroupFrontier, StreamDescriptor
+from streams.store import (
+    AttemptRecord,
+    GroupFrontier,
+    NodeAttemptRecord,
+    NodeCheckpoint,
+    ScopeRecord,
+    StreamDescriptor,
+)
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
@@ -104,8 +111,9 @@ class _Checker:
         self.messages(descriptors)
         self.attempts(descriptors)
         self.graph_runs()
+        self.nodes()
         for db in DATABASES:
-            if db in ("meta", "streams", "groups", "messages", "attempts", "graph_runs"):
+            if db in ("meta", "streams", "groups", "messages", "attempts", "graph_runs", "nodes"):
                 continue
             for key, value in self.items(db):
                 try:
@@ -209,6 +217,15 @@ class _Checker:
                 continue
             if U64.unpack_from(key)[0] not in descriptors:
                 self.problems.append(f"budget {key.hex()} belongs to no stream")
+
+    def nodes(self) -> None:
+        layouts = {b"a": NodeAttemptRecord, b"s": ScopeRecord, b"n": NodeCheckpoint}
+        for key, value in self.items("nodes"):
+            layout = layouts.get(key[:1])
+            if layout is None:
+                self.problems.append(f"record {key.hex()} in database 'nodes' has no known layout")
+            else:
+                self.decode("nodes", key, value, layout)
 
     def graph_runs(self) -> None:
         runs: set[bytes] = set()

@@ -55,6 +55,10 @@ __all__ = [
     "group_key",
     "index_key",
     "message_key",
+    "node_attempt_key",
+    "node_record_key",
+    "node_scope_key",
+    "node_scope_prefix",
     "run_key",
 ]
 
@@ -80,6 +84,13 @@ MAX_KEY: Final = 256
 _DIGESTED: Final = b"\xff"
 #: The most messages one stored run holds (bounds what compaction must keep of a run).
 CHUNK: Final = 256
+
+#: ``nodes`` keys: a retry boundary's attempt record, an execution scope's record, a confirmed node.
+NODE_ATTEMPT_PREFIX: Final = b"a"
+NODE_SCOPE_PREFIX: Final = b"s"
+NODE_RECORD_PREFIX: Final = b"n"
+#: Scope and node names longer than this are digested in keys (the record holds them whole).
+_NAME_IN_KEY: Final = 200
 
 RUN_PREFIX: Final = b"run/"
 CHECKPOINT_PREFIX: Final = b"checkpoint/"
@@ -143,3 +154,31 @@ def _run_id_bytes(run_id: str) -> bytes:
             f"a run id must be 1 to {MAX_RUN_ID_BYTES} bytes of UTF-8; got {len(raw)} bytes"
         )
     return raw
+
+
+def _name_part(name: str) -> bytes:
+    raw = name.encode()
+    if len(raw) <= _NAME_IN_KEY:
+        return raw
+    return _DIGESTED + hashlib.blake2b(raw, digest_size=32).digest()
+
+
+def node_attempt_key(parent: str, node: str, position: int) -> bytes:
+    """The ``nodes`` key of a retry boundary: the complete chain of a node, or a Retry in it."""
+    return _bounded(NODE_ATTEMPT_PREFIX, _encoder.encode((parent, node, position)))
+
+
+def node_scope_key(scope: str) -> bytes:
+    """The ``nodes`` key of an execution scope's record (a child's identity, a final failure)."""
+    return NODE_SCOPE_PREFIX + _name_part(scope)
+
+
+def node_scope_prefix(scope: str) -> bytes:
+    """What the ``nodes`` keys of the confirmed nodes of ``scope`` start with."""
+    part = _name_part(scope)
+    return NODE_RECORD_PREFIX + _u32.pack(len(part)) + part
+
+
+def node_record_key(scope: str, node: str) -> bytes:
+    """The ``nodes`` key of a node's confirmed record in ``scope``."""
+    return node_scope_prefix(scope) + _name_part(node)

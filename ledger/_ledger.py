@@ -13,6 +13,7 @@ import anyio
 from streams.store import single_error
 
 from ._env import LedgerEnv
+from ._nodes import LmdbNodeHooks
 from ._streams import LmdbStreamHooks
 
 __all__ = ["Ledger", "open_ledger"]
@@ -25,6 +26,8 @@ class Ledger:
         self.env = env
         #: The managed-stream store on this ledger (:class:`~streams.StreamHooks`).
         self.streams = LmdbStreamHooks(env)
+        #: The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`).
+        self.nodes = LmdbNodeHooks(env, self.streams)
 
     @property
     def path(self) -> Path:

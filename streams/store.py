@@ -29,6 +29,14 @@ The pieces:
 * the operations, one per hook call: :func:`open_stream`, :func:`append`,
   :func:`open_message`, :func:`fail_message`, :func:`commit`,
   :func:`finish`;
+* the node hooks, the same way: :class:`CheckpointHooks` and its records
+  (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`,
+  :class:`CheckpointOutput`, :class:`NodeCheckpoint`,
+  :class:`CheckpointChild`, :class:`CheckpointChildOpened`,
+  :class:`CheckpointCommit`), the records a store keeps
+  (:class:`NodeAttemptRecord`, :class:`ScopeRecord`), the view it supplies
+  (:class:`NodeView`) and the operations :func:`open_attempt`,
+  :func:`fail_attempt`, :func:`open_child`, :func:`commit_node`;
 * :class:`MemoryStore`, the in-process reference store.
 
 This module also gives packages built on streams the library's tracing
@@ -41,10 +49,26 @@ package).
 
 from ._codec import to_plain as to_plain
 from ._public import publish as publish
+from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import StreamHooks as StreamHooks
 from ._store._layouts import AttemptRecord as AttemptRecord
 from ._store._layouts import StreamDescriptor as StreamDescriptor
 from ._store._memory import MemoryStore as MemoryStore
+from ._store._node_records import COMPLETE_CHAIN as COMPLETE_CHAIN
+from ._store._node_records import CheckpointAttempt as CheckpointAttempt
+from ._store._node_records import CheckpointAttemptRequest as CheckpointAttemptRequest
+from ._store._node_records import CheckpointChild as CheckpointChild
+from ._store._node_records import CheckpointChildOpened as CheckpointChildOpened
+from ._store._node_records import CheckpointCommit as CheckpointCommit
+from ._store._node_records import CheckpointOutput as CheckpointOutput
+from ._store._node_records import NodeCheckpoint as NodeCheckpoint
+from ._store._nodes import NodeAttemptRecord as NodeAttemptRecord
+from ._store._nodes import NodeView as NodeView
+from ._store._nodes import ScopeRecord as ScopeRecord
+from ._store._nodes import commit_node as commit_node
+from ._store._nodes import fail_attempt as fail_attempt
+from ._store._nodes import open_attempt as open_attempt
+from ._store._nodes import open_child as open_child
 from ._store._operations import append as append
 from ._store._operations import commit as commit
 from ._store._operations import fail_message as fail_message
@@ -77,12 +101,20 @@ from ._unwrap import single_error as single_error
 
 __all__ = [
     "ATTR",
+    "COMPLETE_CHAIN",
     "EVENT",
     "SPAN",
     "AppendBatch",
     "AttemptKey",
     "AttemptRecord",
     "CachedView",
+    "CheckpointAttempt",
+    "CheckpointAttemptRequest",
+    "CheckpointChild",
+    "CheckpointChildOpened",
+    "CheckpointCommit",
+    "CheckpointHooks",
+    "CheckpointOutput",
     "GroupFrontier",
     "MemoryStore",
     "MessageAttempt",
@@ -90,8 +122,12 @@ __all__ = [
     "MessageFail",
     "MessageOpen",
     "MessageRef",
+    "NodeAttemptRecord",
+    "NodeCheckpoint",
+    "NodeView",
     "OutputBatch",
     "RecordView",
+    "ScopeRecord",
     "StoredMessage",
     "StreamDescriptor",
     "StreamFinish",
@@ -101,9 +137,13 @@ __all__ = [
     "StreamRef",
     "append",
     "commit",
+    "commit_node",
+    "fail_attempt",
     "fail_message",
     "failed",
     "finish",
+    "open_attempt",
+    "open_child",
     "open_message",
     "open_stream",
     "publish",

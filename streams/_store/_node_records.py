@@ -1,7 +1,7 @@
 """The records of node checkpoints: what the engine and a store exchange through the node hooks."""
 
-from __future__ import annotations
-
+# No postponed annotations: the records are published as streams.X, and msgspec resolves their
+# field types where they are defined, now.
 from typing import Literal
 
 import msgspec

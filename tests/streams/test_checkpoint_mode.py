@@ -1,19 +1,22 @@
-"""Checkpoint mode on MemoryStore: confirm before publishing, restore without running, budgets stay spent.
+"""Checkpoint mode on both stores: confirm before publishing, restore without running, budgets stay spent.
 
-A "crash" here is a host cancellation: the execution's objects are dropped
-and a new execution resumes from what the store confirmed, as a new process
-would (tests/ledger kill real processes).
+Every test runs on MemoryStore and on the LMDB ledger's node hooks
+(``ledger.nodes``). A "crash" here is a host cancellation: the execution's
+objects are dropped and a new execution resumes from what the store
+confirmed, as a new process would (tests/ledger kill real processes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
 
+from ledger import open_ledger
 from streams import (
     CheckpointAttempt,
     CheckpointAttemptRequest,
@@ -46,6 +49,48 @@ TEXT = Key("text", str)
 SUMMARY = Key("summary", str)
 FIRST_URL = Key("first_url", str)
 FIRST_SUMMARY = Key("first_summary", str)
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    async with open_ledger(tmp_path / "ledger") as ledger:
+        yield ledger.nodes
+
+
+class Wrapper:
+    """Node hooks passed through to ``inner``; tests override the calls they fault or watch."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def streams(self) -> Any:
+        return self.inner.streams
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        result: CheckpointAttempt = await self.inner.open_attempt(request)
+        return result
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        result: CheckpointAttempt = await self.inner.fail_attempt(scope)
+        return result
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        result: CheckpointChildOpened = await self.inner.open_child(child)
+        return result
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        await self.inner.commit_node(commit)
+
+    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        result: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
+        return result
+
+    def scope_failed(self, scope: str) -> bool:
+        return bool(self.inner.scope_failed(scope))
 
 
 class Flaky(Exception):
@@ -97,18 +142,16 @@ async def crash_while(execution: Execution, ready: anyio.Event) -> None:
             await execution.wait()
 
 
-def resumed(
-    graph: Graph, store: MemoryStore, scope: str, inputs: dict[Key[Any], Any], **kw: Any
-) -> Execution:
+def resumed(graph: Graph, store: Any, scope: str, inputs: dict[Key[Any], Any], **kw: Any) -> Execution:
     execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(scope, store), **kw)
     execution.restore_nodes(store.node_records(scope))
     return execution
 
 
-async def test_resume_restores_confirmed_nodes_without_running_them_and_restarts_the_rest_from_entry() -> (
-    None
-):
-    store, doc = MemoryStore(), Doc()
+async def test_resume_restores_confirmed_nodes_without_running_them_and_restarts_the_rest_from_entry(
+    store: Any,
+) -> None:
+    doc = Doc()
     doc.hold_summarize = True
     first = Execution(doc.graph(), {URL: "x.org"}, checkpoint=ExecCheckpoint("run-1", store))
     await crash_while(first, doc.summarizing)  # download and extract are confirmed, summarize is not
@@ -130,10 +173,10 @@ async def test_resume_restores_confirmed_nodes_without_running_them_and_restarts
     assert Waiting((), "summarize") in events and Running((), "summarize") in events
 
 
-async def test_outputs_are_published_only_after_the_node_record_is_confirmed() -> None:
+async def test_outputs_are_published_only_after_the_node_record_is_confirmed(store: Any) -> None:
     order: list[str] = []
 
-    class Recording(MemoryStore):
+    class Recording(Wrapper):
         async def commit_node(self, commit: CheckpointCommit) -> None:
             await super().commit_node(commit)
             order.append(f"confirmed {commit.checkpoint.node}")
@@ -151,13 +194,15 @@ async def test_outputs_are_published_only_after_the_node_record_is_confirmed() -
         order.append("read page")
         ctx.set(SUMMARY, ctx[PAGE])
 
-    store = Recording()
+    store = Recording(store)
     async with Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store)) as execution:
         await execution.wait()
     assert order == ["confirmed produce", "read page", "confirmed read"]
 
 
-async def test_an_outer_aspect_failing_after_an_inner_retry_succeeded_publishes_and_commits_nothing() -> None:
+async def test_an_outer_aspect_failing_after_an_inner_retry_succeeded_publishes_and_commits_nothing(
+    store: Any,
+) -> None:
     async def refuse(ctx: NodeContext, proceed: Proceed) -> None:
         await proceed()
         raise Flaky("the outer aspect refuses the result")
@@ -174,7 +219,6 @@ async def test_an_outer_aspect_failing_after_an_inner_retry_succeeded_publishes_
         ctx.set(PAGE, "page")
 
     g.add_node("downstream", _fail_if_run, requires=[PAGE], provides=[TEXT])
-    store = MemoryStore()
     execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
     async with execution:
         with pytest.raises(Flaky, match="refuses"):
@@ -189,8 +233,8 @@ async def _fail_if_run(ctx: NodeContext) -> None:
     raise AssertionError("ran downstream of an unconfirmed output")
 
 
-async def test_budgets_are_never_refilled_across_restarts() -> None:
-    store, doc = MemoryStore(), Doc()
+async def test_budgets_are_never_refilled_across_restarts(store: Any) -> None:
+    doc = Doc()
     graph = doc.graph(summarize_attempts=3)
     # two failures confirmed, then a crash inside the third attempt
     doc.summarize_failures = 2
@@ -218,8 +262,8 @@ async def test_budgets_are_never_refilled_across_restarts() -> None:
     assert doc.runs == []
 
 
-async def test_a_host_cancellation_leaves_the_attempt_active_and_consumes_no_budget() -> None:
-    store, doc = MemoryStore(), Doc()
+async def test_a_host_cancellation_leaves_the_attempt_active_and_consumes_no_budget(store: Any) -> None:
+    doc = Doc()
     doc.hold_summarize = True
     graph = doc.graph(summarize_attempts=2)
     await crash_while(Execution(graph, {URL: "x"}, checkpoint=ExecCheckpoint("run", store)), doc.summarizing)
@@ -244,8 +288,8 @@ def pipeline(doc: Doc, *, mount_attempts: int = 1) -> Graph:
     return p
 
 
-async def test_a_sub_whose_children_were_all_confirmed_reruns_only_its_wrapping() -> None:
-    store, doc = MemoryStore(), Doc()
+async def test_a_sub_whose_children_were_all_confirmed_reruns_only_its_wrapping(store: Any) -> None:
+    doc = Doc()
     wrapping_runs = 0
     children_done = anyio.Event()
 
@@ -271,8 +315,8 @@ async def test_a_sub_whose_children_were_all_confirmed_reruns_only_its_wrapping(
     assert [r.node for r in store.node_records("run")] == ["first"]
 
 
-async def test_a_failed_parent_attempt_invalidates_its_childrens_results() -> None:
-    store, doc = MemoryStore(), Doc()
+async def test_a_failed_parent_attempt_invalidates_its_childrens_results(store: Any) -> None:
+    doc = Doc()
     doc.summarize_failures = 1  # the child's summarize fails once: the mount's first attempt fails
     execution = Execution(
         pipeline(doc, mount_attempts=2), {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", store)
@@ -291,9 +335,9 @@ def ready(key: Key[Any], value: Any) -> CheckpointOutput:
     return CheckpointOutput(key.name, "ready", msgspec.msgpack.encode(value))
 
 
-async def test_a_plan_is_checked_whole_and_a_bad_one_keeps_the_previous_plan() -> None:
+async def test_a_plan_is_checked_whole_and_a_bad_one_keeps_the_previous_plan(store: Any) -> None:
     doc = Doc()
-    execution = Execution(doc.graph(), {URL: "x"}, checkpoint=ExecCheckpoint("run", MemoryStore()))
+    execution = Execution(doc.graph(), {URL: "x"}, checkpoint=ExecCheckpoint("run", store))
     good = [record("download", ready(PAGE, "<x>"))]
     execution.restore_nodes(good)
     bad_plans = {
@@ -315,12 +359,11 @@ async def test_a_plan_is_checked_whole_and_a_bad_one_keeps_the_previous_plan() -
     assert doc.runs == ["extract", "summarize"]
 
 
-async def test_skipped_and_zero_output_nodes_save_complete_records() -> None:
+async def test_skipped_and_zero_output_nodes_save_complete_records(store: Any) -> None:
     g = Graph("g", inputs=[URL])
     g.add_node("skips", _return, requires=[URL], provides=[PAGE])
     g.add_node("nothing_out", _return, requires=[URL])
     g.add_node("after_skip", _fail_if_run, requires=[PAGE], provides=[TEXT])
-    store = MemoryStore()
     async with Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store)) as execution:
         await execution.wait()
     assert sorted(store.node_records("r"), key=lambda r: r.node) == [
@@ -334,11 +377,11 @@ async def _return(ctx: NodeContext) -> None:
     pass
 
 
-class Faulty(MemoryStore):
-    """Fails the n-th call of one hook, before or after it took effect."""
+class Faulty(Wrapper):
+    """Fails every call of one hook, before or after it took effect."""
 
-    def __init__(self, hook: str, *, after: bool = False) -> None:
-        super().__init__()
+    def __init__(self, inner: Any, hook: str, *, after: bool = False) -> None:
+        super().__init__(inner)
         self.hook, self.after = hook, after
 
     async def _maybe(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
@@ -359,7 +402,7 @@ class Faulty(MemoryStore):
         return result
 
 
-async def test_a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows() -> None:
+async def test_a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(store: Any) -> None:
     g = Graph("g", inputs=[URL])
     runs = 0
 
@@ -370,7 +413,7 @@ async def test_a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallow
 
     g.add_node("download", _download, requires=[URL], provides=[PAGE], aspects=[Retry(3), outer])
     g.add_node("extract", _fail_if_run, requires=[PAGE], provides=[TEXT])
-    store = Faulty("commit_node")
+    store = Faulty(store, "commit_node")
     execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
     async with execution:
         with pytest.raises(CheckpointError, match="commit_node failed: OSError: commit_node refused"):
@@ -383,10 +426,10 @@ async def _download(ctx: NodeContext) -> None:
     ctx.set(PAGE, "<" + ctx[URL] + ">")
 
 
-async def test_a_commit_whose_answer_was_lost_is_found_on_resume() -> None:
+async def test_a_commit_whose_answer_was_lost_is_found_on_resume(store: Any) -> None:
     g = Graph("g", inputs=[URL])
     g.add_node("download", _download, requires=[URL], provides=[PAGE])
-    store = Faulty("commit_node", after=True)
+    store = Faulty(store, "commit_node", after=True)
     execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
     async with execution:
         with pytest.raises(CheckpointError, match="answer was lost"):
@@ -398,10 +441,12 @@ async def test_a_commit_whose_answer_was_lost_is_found_on_resume() -> None:
         assert (await again.wait())[PAGE] == "<u>"
 
 
-async def test_a_confirmed_scope_failure_from_open_child_is_a_business_failure_of_the_mount() -> None:
+async def test_a_confirmed_scope_failure_from_open_child_is_a_business_failure_of_the_mount(
+    store: Any,
+) -> None:
     wrong_scope = False
 
-    class FailedChild(MemoryStore):
+    class FailedChild(Wrapper):
         async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
             raise CheckpointScopeFailure("another scope" if wrong_scope else child.parent)
 
@@ -417,13 +462,13 @@ async def test_a_confirmed_scope_failure_from_open_child_is_a_business_failure_o
 
     p = Graph("pipeline", inputs=[FIRST_URL])
     p.sub("first", doc.graph(), inlets={URL: FIRST_URL}, outlets={SUMMARY: FIRST_SUMMARY}, aspects=[note])
-    execution = Execution(p, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", FailedChild()))
+    execution = Execution(p, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", FailedChild(store)))
     async with execution:
         with pytest.raises(ConfirmedFailureError, match="its child failed for good"):
             await execution.wait()
     assert caught == [ConfirmedFailureError] and doc.runs == []  # a parent aspect saw it, no child ran
-    wrong_scope = True
-    execution = Execution(p, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", FailedChild()))
+    wrong_scope = True  # a new run: the mount of the first one failed for good
+    execution = Execution(p, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run-2", FailedChild(store)))
     async with execution:
         with pytest.raises(CheckpointError, match="unexpected scope failure signal"):
             await execution.wait()

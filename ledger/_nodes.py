@@ -1,0 +1,136 @@
+"""The node hooks on LMDB: :class:`~streams.CheckpointHooks` over the ledger's ``nodes`` database.
+
+Every call is one write of the group committer (``open_child`` too: it
+records the child's identity the first time), so node commits of concurrent
+nodes share one transaction and one fsync. The rules are
+:mod:`streams.store`'s, over :class:`LmdbNodeView`.
+
+Keys of the ``nodes`` database (see :mod:`ledger._layout`):
+
+* ``a`` + a boundary's ``(parent, node, position)``: its :class:`~streams.store.NodeAttemptRecord`;
+* ``s`` + a scope: its :class:`~streams.store.ScopeRecord`;
+* ``n`` + a scope + a node: the node's confirmed :class:`~streams.NodeCheckpoint`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+import lmdb
+import msgspec
+
+from streams import store
+from streams.store import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    NodeAttemptRecord,
+    NodeCheckpoint,
+    ScopeRecord,
+)
+
+from ._env import LedgerEnv
+from ._layout import node_attempt_key, node_record_key, node_scope_key, node_scope_prefix
+from ._seal import decode_record, seal
+
+__all__ = ["LmdbNodeHooks", "LmdbNodeView"]
+
+T = TypeVar("T")
+DB: Final = "nodes"
+_encoder: Final = msgspec.msgpack.Encoder()
+_attempt_decoder: Final = msgspec.msgpack.Decoder(NodeAttemptRecord)
+_scope_decoder: Final = msgspec.msgpack.Decoder(ScopeRecord)
+_node_decoder: Final = msgspec.msgpack.Decoder(NodeCheckpoint)
+
+
+class LmdbNodeView:
+    """One node-hook call's records, inside one LMDB transaction (:class:`~streams.store.NodeView`)."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any) -> None:
+        self._txn = txn
+        self._db = db
+
+    def _get(self, key: bytes, decoder: msgspec.msgpack.Decoder[T]) -> T | None:
+        raw = self._txn.get(key, db=self._db)
+        return None if raw is None else decode_record(bytes(raw), decoder, db=DB, key=key)
+
+    def _put(self, key: bytes, record: object) -> None:
+        self._txn.put(key, seal(DB, key, _encoder.encode(record)), db=self._db)
+
+    def get_attempt(self, parent: str, node: str, position: int) -> NodeAttemptRecord | None:
+        return self._get(node_attempt_key(parent, node, position), _attempt_decoder)
+
+    def put_attempt(self, record: NodeAttemptRecord) -> None:
+        self._put(node_attempt_key(record.parent, record.node, record.position), record)
+
+    def get_scope(self, scope: str) -> ScopeRecord | None:
+        return self._get(node_scope_key(scope), _scope_decoder)
+
+    def put_scope(self, scope: str, record: ScopeRecord) -> None:
+        self._put(node_scope_key(scope), record)
+
+    def nodes(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        return tuple(self._scan(scope))
+
+    def _scan(self, scope: str) -> Iterator[NodeCheckpoint]:
+        prefix = node_scope_prefix(scope)
+        with self._txn.cursor(db=self._db) as cursor:
+            found = cursor.set_range(prefix)
+            while found:
+                key = bytes(cursor.key())
+                if not key.startswith(prefix):
+                    return
+                yield decode_record(bytes(cursor.value()), _node_decoder, db=DB, key=key)
+                found = cursor.next()
+
+    def get_node(self, scope: str, node: str) -> NodeCheckpoint | None:
+        return self._get(node_record_key(scope, node), _node_decoder)
+
+    def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None:
+        self._put(node_record_key(scope, checkpoint.node), checkpoint)
+
+
+class LmdbNodeHooks:
+    """:class:`~streams.CheckpointHooks` on an open :class:`~ledger.LedgerEnv`: ``ledger.nodes``."""
+
+    def __init__(self, env: LedgerEnv, streams: Any) -> None:
+        self.env = env
+        self._streams = streams
+        self._db = env.db(DB)
+
+    @property
+    def streams(self) -> Any:
+        """The ledger's :class:`~streams.StreamHooks`."""
+        return self._streams
+
+    async def _write(self, op: Callable[[LmdbNodeView], T]) -> T:
+        db = self._db
+        return await self.env.write(lambda txn: op(LmdbNodeView(txn, db)))
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        return await self._write(lambda view: store.open_attempt(view, request))
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        return await self._write(lambda view: store.fail_attempt(view, scope))
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        return await self._write(lambda view: store.open_child(view, child))
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        await self._write(lambda view: store.commit_node(view, commit))
+
+    # -- reading (no write, no wait on the writer) -----------------------------------------
+
+    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        """The confirmed nodes of execution scope ``scope``, for a restore plan."""
+        with self.env.read() as txn:
+            return LmdbNodeView(txn, self._db).nodes(scope)
+
+    def scope_failed(self, scope: str) -> bool:
+        """Whether a final failure was confirmed in execution scope ``scope``."""
+        with self.env.read() as txn:
+            record = LmdbNodeView(txn, self._db).get_scope(scope)
+        return record is not None and record.failed
