@@ -18,6 +18,14 @@ from ._errors import WriteFailedError as WriteFailedError
 from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
 from ._ledger import open_ledger as open_ledger
+from ._nodes import LmdbNodeHooks as LmdbNodeHooks
+from ._runs import RunActiveError as RunActiveError
+from ._runs import RunExistsError as RunExistsError
+from ._runs import RunMismatchError as RunMismatchError
+from ._runs import RunRecord as RunRecord
+from ._runs import RunResult as RunResult
+from ._runs import Runs as Runs
+from ._runs import UnknownRunError as UnknownRunError
 from ._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
@@ -30,10 +38,18 @@ __all__ = [
     "LedgerInUseError",
     "LedgerLockedError",
     "LedgerReadOnlyError",
+    "LmdbNodeHooks",
     "LmdbStreamHooks",
     "MapFullError",
     "NotALedgerError",
+    "RunActiveError",
+    "RunExistsError",
+    "RunMismatchError",
+    "RunRecord",
+    "RunResult",
+    "Runs",
     "SchemaVersionError",
+    "UnknownRunError",
     "WriteFailedError",
     "WriteTicket",
     "inspect_ledger",

@@ -43,6 +43,7 @@ from ._layout import (
     group_key,
     index_key,
 )
+from ._runs import RunRecord
 from ._seal import decode_record, unseal
 
 __all__ = ["LedgerCheck", "check_ledger"]
@@ -219,7 +220,7 @@ class _Checker:
                 self.problems.append(f"budget {key.hex()} belongs to no stream")
 
     def nodes(self) -> None:
-        layouts = {b"a": NodeAttemptRecord, b"s": ScopeRecord, b"n": NodeCheckpoint}
+        layouts = {b"a": NodeAttemptRecord, b"s": ScopeRecord, b"n": NodeCheckpoint, b"r": RunRecord}
         for key, value in self.items("nodes"):
             layout = layouts.get(key[:1])
             if layout is None:

@@ -55,9 +55,11 @@ __all__ = [
     "group_key",
     "index_key",
     "message_key",
+    "NODE_RUN_PREFIX",
     "node_attempt_key",
     "node_record_key",
     "node_scope_key",
+    "node_run_key",
     "node_scope_prefix",
     "run_key",
 ]
@@ -89,6 +91,7 @@ CHUNK: Final = 256
 NODE_ATTEMPT_PREFIX: Final = b"a"
 NODE_SCOPE_PREFIX: Final = b"s"
 NODE_RECORD_PREFIX: Final = b"n"
+NODE_RUN_PREFIX: Final = b"r"  # a business run of ledger.run / ledger.resume
 #: Scope and node names longer than this are digested in keys (the record holds them whole).
 _NAME_IN_KEY: Final = 200
 
@@ -182,3 +185,8 @@ def node_scope_prefix(scope: str) -> bytes:
 def node_record_key(scope: str, node: str) -> bytes:
     """The ``nodes`` key of a node's confirmed record in ``scope``."""
     return node_scope_prefix(scope) + _name_part(node)
+
+
+def node_run_key(run_id: str) -> bytes:
+    """The ``nodes`` key of a business run's record (:class:`~ledger.RunRecord`)."""
+    return NODE_RUN_PREFIX + _run_id_bytes(run_id)

@@ -22,7 +22,7 @@ import os
 import random
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ from ._env import LedgerEnv
 from ._inspect import inspect_ledger
 
 __all__ = ["HistoryViolation", "LedgerHistory", "kill_until_done"]
+
+
+#: How check_ledger names a database missing because the ledger's creation was cut short.
+_INTERRUPTED_CREATION = "the ledger's creation was interrupted"
 
 
 class HistoryViolation(AssertionError):
@@ -46,19 +50,21 @@ def kill_until_done(
     seed: int | None = None,
     timeout: float = 600.0,
     cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Kill ``command`` with SIGKILL at random moments ``kills`` times, then let it finish.
 
     Each run is killed after a random delay of up to ``max_delay`` seconds
     (waiting on the process, which may finish first); ``after_kill`` runs
     after each kill. The last run must exit 0 within ``timeout`` seconds.
+    ``cwd`` and ``env`` are the command's working directory and environment.
     Returns how many kills landed.
     """
     rng = random.Random(seed)
     landed = 0
     for _ in range(kills):
         process = subprocess.Popen(
-            command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
         try:
             process.wait(timeout=rng.uniform(0, max_delay))
@@ -74,7 +80,9 @@ def kill_until_done(
         finally:
             if process.stderr is not None:
                 process.stderr.close()
-    final = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    final = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
     if final.returncode != 0:
         raise HistoryViolation(
             f"{command[0]} … exited {final.returncode} after {landed} kills: {final.stderr[-500:]}"
@@ -104,6 +112,8 @@ class LedgerHistory:
         try:
             report = check_ledger(env)
             if not report.sound:
+                if not self._streams and all(_INTERRUPTED_CREATION in p for p in report.problems):
+                    return  # killed while the ledger was being created: nothing confirmed yet
                 raise HistoryViolation(f"ledger {self.path} is damaged: {'; '.join(report.problems[:5])}")
             streams = inspect_ledger(env)["streams"]
         finally:

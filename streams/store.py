@@ -43,10 +43,11 @@ This module also gives packages built on streams the library's tracing
 vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`ATTR`, :func:`span`,
 :func:`tracer`, :func:`failed`), :func:`single_error` (a task group's lone
 error raised as itself), :func:`to_plain` (a stored value as plain data,
-for inspection) and :func:`publish` (name exported objects after their
-package).
+for inspection), :func:`codec_for` (the codec of a type) and
+:func:`publish` (name exported objects after their package).
 """
 
+from ._codec import codec_for as codec_for
 from ._codec import to_plain as to_plain
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
@@ -136,6 +137,7 @@ __all__ = [
     "StreamOpened",
     "StreamRef",
     "append",
+    "codec_for",
     "commit",
     "commit_node",
     "fail_attempt",

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import lmdb
 import pytest
 
 from fuzz import workload
 from fuzz.kill import one_round
-from ledger import open_ledger
+from ledger import LedgerEnv, open_ledger
 from ledger.testing import HistoryViolation, LedgerHistory
 from streams import Key, Stream, open_scope
 
@@ -65,3 +66,18 @@ async def test_the_history_check_fails_when_a_frontier_moves_back(tmp_path: Path
     history.path = moved
     with pytest.raises(HistoryViolation, match="group 'g': the frontier went back from 2 to 1"):
         await anyio.to_thread.run_sync(history.observe)
+
+
+def test_a_ledger_killed_while_it_was_created_is_an_empty_history_not_damage(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    LedgerEnv.open(path).close()
+    env = lmdb.open(str(path), max_dbs=16)  # as if killed before the named databases were made
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(b"nodes", txn=txn), delete=True)
+    env.close()
+    history = LedgerHistory(path)
+    history.observe()  # nothing confirmed yet: no violation
+    assert history.observations == 0
+    LedgerEnv.open(path).close()  # the next run completes the creation
+    history.observe()
+    assert history.observations == 1

@@ -1,0 +1,271 @@
+"""Run and Resume for business hosts: a graph run in checkpoint mode on the ledger, by run id.
+
+``await ledger.run(graph, inputs, run_id="order-42")`` records the run (its
+graph, version, topology fingerprint and the inputs, encoded) and executes
+the graph with complete-node checkpoints under scope ``run_id``. If the
+process dies, ``await ledger.resume("order-42", graph)`` checks that the
+graph is the one the run started with, rebuilds the inputs from the record,
+restores every confirmed node without running it and runs the rest from
+their function's entry. A run whose final failure was confirmed stays
+failed: resuming it raises :class:`~streams.ConfirmedFailureError` before
+anything starts, and a new run of the same work needs a new run id. A
+finished run resumed returns its result and runs nothing.
+
+One process owns a ledger; within it a run id is run by one execution at a
+time (:class:`RunActiveError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import msgspec
+
+from streams import (
+    Aspect,
+    CheckpointOutput,
+    ConfirmedFailureError,
+    ExecCheckpoint,
+    Execution,
+    ExecutionEvent,
+    ExecutionResult,
+    Graph,
+    Key,
+    NoValue,
+)
+from streams.store import codec_for
+
+from ._errors import LedgerError
+from ._layout import NODE_RUN_PREFIX, node_run_key
+from ._seal import decode_record, seal
+
+if TYPE_CHECKING:
+    from ._ledger import Ledger
+
+__all__ = [
+    "RunActiveError",
+    "RunExistsError",
+    "RunMismatchError",
+    "RunRecord",
+    "RunResult",
+    "Runs",
+    "UnknownRunError",
+]
+
+FORMAT_VERSION: Final = 1
+DB: Final = "nodes"
+
+
+class RunRecord(msgspec.Struct, frozen=True):
+    """What the ledger keeps of a graph run besides its node records."""
+
+    format_version: int
+    run_id: str
+    graph: str
+    version: str
+    fingerprint: str
+    inputs: tuple[CheckpointOutput, ...]
+    status: Literal["running", "completed", "failed"] = "running"
+    starts: int = 1  # executions started for it: the first run and each resume that ran something
+    error: str | None = None  # the type of a confirmed final failure, never its text
+
+
+class RunResult(msgspec.Struct, frozen=True):
+    """A run's outcome: the root graph's keys and node statuses, and how this call got there."""
+
+    run_id: str
+    result: ExecutionResult
+    resumed: bool = False
+    already_finished: bool = False
+
+
+class RunExistsError(LedgerError, ValueError):
+    """``run`` with a run id the ledger knows: resume it, or use a new id."""
+
+
+class UnknownRunError(LedgerError, LookupError):
+    """``resume`` with a run id the ledger does not know."""
+
+
+class RunMismatchError(LedgerError, ValueError):
+    """The graph given to ``resume`` is not the one the run started with (name, version or topology)."""
+
+
+class RunActiveError(LedgerError):
+    """The run id is being run by another execution of this process."""
+
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_decoder: Final = msgspec.msgpack.Decoder(RunRecord)
+
+
+def encode_inputs(graph: Graph, inputs: Mapping[Key[Any], Any]) -> tuple[CheckpointOutput, ...]:
+    encoded = []
+    for key in graph.inputs:
+        value = inputs.get(key, NoValue)
+        if value is NoValue:
+            encoded.append(CheckpointOutput(key.name, "skipped"))
+        else:
+            _, payload = codec_for(key.type).prepare(value, what=f"input {key!r}")
+            encoded.append(CheckpointOutput(key.name, "ready", payload))
+    return tuple(encoded)
+
+
+def decode_inputs(graph: Graph, record: RunRecord) -> dict[Key[Any], Any]:
+    keys = {key.name: key for key in graph.inputs}
+    inputs: dict[Key[Any], Any] = {}
+    for output in record.inputs:
+        key = keys[output.key]
+        inputs[key] = (
+            NoValue
+            if output.value is None
+            else codec_for(key.type).decode(output.value, what=f"input {key!r} of run {record.run_id!r}")
+        )
+    return inputs
+
+
+def read_run(ledger: Ledger, run_id: str) -> RunRecord | None:
+    key = node_run_key(run_id)
+    with ledger.env.read() as txn:
+        raw = txn.get(key, db=ledger.env.db(DB))
+    return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
+
+
+def list_runs(ledger: Ledger) -> Iterator[RunRecord]:
+    if not ledger.env.has_db(DB):
+        return
+    with ledger.env.read() as txn, txn.cursor(db=ledger.env.db(DB)) as cursor:
+        found = cursor.set_range(NODE_RUN_PREFIX)
+        while found:
+            key = bytes(cursor.key())
+            if not key.startswith(NODE_RUN_PREFIX):
+                return
+            yield decode_record(bytes(cursor.value()), _decoder, db=DB, key=key)
+            found = cursor.next()
+
+
+async def _write_run(ledger: Ledger, record: RunRecord, *, new: bool) -> None:
+    db = ledger.env.db(DB)
+    key = node_run_key(record.run_id)
+    value = seal(DB, key, _encoder.encode(record))
+
+    def write(txn: Any) -> None:
+        if new and txn.get(key, db=db) is not None:
+            raise RunExistsError(f"run {record.run_id!r} exists already: resume it, or use a new run id")
+        txn.put(key, value, db=db)
+
+    await ledger.env.write(write)
+
+
+class Runs:
+    """The runs of one open ledger (``ledger.run``, ``ledger.resume``, ``ledger.runs``)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._active: set[str] = set()
+
+    async def run(
+        self,
+        graph: Graph,
+        inputs: Mapping[Key[Any], Any],
+        *,
+        run_id: str,
+        aspects: Iterable[Aspect] = (),
+        on_event: Callable[[ExecutionEvent], None] | None = None,
+    ) -> RunResult:
+        """Start run ``run_id`` of ``graph`` and run it to its end; a known id is :class:`RunExistsError`."""
+        topology = graph.topology()  # validates
+        node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
+        execution = Execution(
+            graph,
+            inputs,
+            aspects=aspects,
+            on_event=on_event,
+            checkpoint=ExecCheckpoint(run_id, self._ledger.nodes),
+        )
+        record = RunRecord(
+            FORMAT_VERSION,
+            run_id,
+            graph.name,
+            graph.version,
+            topology.fingerprint,
+            encode_inputs(graph, execution.checkpoint_inputs()),
+        )
+        with self._owning(run_id):
+            await _write_run(self._ledger, record, new=True)
+            return await self._execute(execution, record, resumed=False)
+
+    async def resume(
+        self,
+        run_id: str,
+        graph: Graph,
+        *,
+        aspects: Iterable[Aspect] = (),
+        on_event: Callable[[ExecutionEvent], None] | None = None,
+    ) -> RunResult:
+        """Continue run ``run_id`` from what the ledger confirmed; a finished run returns its result."""
+        record = read_run(self._ledger, run_id)
+        if record is None:
+            raise UnknownRunError(f"ledger {self._ledger.path} has no run {run_id!r}")
+        fingerprint = graph.topology().fingerprint
+        if (record.graph, record.version, record.fingerprint) != (graph.name, graph.version, fingerprint):
+            raise RunMismatchError(
+                f"run {run_id!r} started with graph {record.graph!r} version {record.version!r}; the graph "
+                f"given is {graph.name!r} version {graph.version!r}"
+                + ("" if record.fingerprint == fingerprint else " with another topology")
+                + ": resume it with the graph it started with, or start a new run"
+            )
+        if record.status == "failed" or self._ledger.nodes.scope_failed(run_id):
+            raise ConfirmedFailureError(
+                f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
+                "a new run of this work needs a new run id"
+            )
+        with self._owning(run_id):
+            execution = Execution(
+                graph,
+                decode_inputs(graph, record),
+                aspects=aspects,
+                on_event=on_event,
+                checkpoint=ExecCheckpoint(run_id, self._ledger.nodes),
+            )
+            execution.restore_nodes(self._ledger.nodes.node_records(run_id))
+            if record.status == "completed":
+                async with execution:
+                    result = await execution.wait()
+                return RunResult(run_id, result, resumed=True, already_finished=True)
+            record = msgspec.structs.replace(record, starts=record.starts + 1)
+            await _write_run(self._ledger, record, new=False)
+            return await self._execute(execution, record, resumed=True)
+
+    def runs(self) -> list[RunRecord]:
+        """Every run of the ledger, by run id."""
+        return list(list_runs(self._ledger))
+
+    async def _execute(self, execution: Execution, record: RunRecord, *, resumed: bool) -> RunResult:
+        try:
+            async with execution:
+                result = await execution.wait()
+        except Exception as exc:
+            if self._ledger.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
+                failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
+                await _write_run(self._ledger, failed, new=False)
+            raise  # anything else leaves the run running, for resume to continue
+        await _write_run(self._ledger, msgspec.structs.replace(record, status="completed"), new=False)
+        return RunResult(record.run_id, result, resumed=resumed)
+
+    def _owning(self, run_id: str) -> _Owning:
+        return _Owning(self._active, run_id)
+
+
+class _Owning:
+    def __init__(self, active: set[str], run_id: str) -> None:
+        self._active, self._run_id = active, run_id
+
+    def __enter__(self) -> None:
+        if self._run_id in self._active:
+            raise RunActiveError(f"run {self._run_id!r} is being run by another execution of this process")
+        self._active.add(self._run_id)
+
+    def __exit__(self, *exc: object) -> None:
+        self._active.discard(self._run_id)

@@ -1,0 +1,181 @@
+"""Run/Resume on the LMDB ledger: graph runs in checkpoint mode, killed with SIGKILL and resumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from ledger import (
+    RunActiveError,
+    RunExistsError,
+    RunMismatchError,
+    UnknownRunError,
+    open_ledger,
+)
+from ledger._check import check_ledger
+from ledger._env import LedgerEnv
+from ledger.testing import LedgerHistory, kill_until_done
+from streams import ConfirmedFailureError, Graph, Key, NodeContext, Retry
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "doc_pipeline.py"
+ANSWER = "[en] a page about example | [en] a page about python"
+
+
+def example(path: Path, run_id: str = "run-1") -> list[str]:
+    return [sys.executable, str(EXAMPLE), str(path), run_id, "example.org", "python.org"]
+
+
+def work(path: Path) -> Counter[str]:
+    log = path / "work.log"
+    return Counter(log.read_text().split()) if log.exists() else Counter()
+
+
+def assert_sound(path: Path) -> None:
+    env = LedgerEnv.open_readonly(path)
+    try:
+        report = check_ledger(env)
+    finally:
+        env.close()
+    assert report.sound, report.problems
+
+
+def test_killed_after_extract_resume_restores_download_and_extract_and_restarts_summarize(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger"
+    paused = subprocess.Popen(
+        example(path),
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PAUSE_IN": "summarize"},
+    )
+    assert paused.stdout is not None
+    seen = [paused.stdout.readline(), paused.stdout.readline()]  # both mounts are inside summarize
+    assert sorted(seen) == ["paused in first/summarize\n", "paused in second/summarize\n"]
+    paused.send_signal(signal.SIGKILL)
+    paused.wait()
+    paused.stdout.close()
+    assert_sound(path)
+    before = work(path)
+    assert before == Counter(
+        {"first/download": 1, "first/extract": 1, "first/summarize": 1}
+        | {"second/download": 1, "second/extract": 1, "second/summarize": 1}
+    )
+
+    resumed = subprocess.run(example(path), capture_output=True, text=True, check=True, timeout=60)
+    assert resumed.stdout.strip() == f"{ANSWER} (resumed)"
+    after = work(path) - before
+    # download and extract restored, not run; summarize from its entry; combine once
+    assert after == Counter({"first/summarize": 1, "second/summarize": 1, "combine": 1})
+
+    again = subprocess.run(example(path), capture_output=True, text=True, check=True, timeout=60)
+    assert again.stdout.strip() == f"{ANSWER} (already finished)"
+    assert work(path) - before == after  # nothing ran
+    assert_sound(path)
+
+
+def test_killed_at_random_moments_the_run_ends_with_its_answer_on_a_sound_ledger(tmp_path: Path) -> None:
+    landed = 0
+    for attempt in range(10):  # a run that finishes before its kills starts over on a new ledger
+        path = tmp_path / f"ledger-{attempt}"
+        history = LedgerHistory(path)
+        command = example(path)
+        landed_here = kill_until_done(
+            command,
+            kills=5,
+            max_delay=1.0,
+            seed=20261130 + attempt,
+            after_kill=history.observe,  # sound after every kill, nothing moved back
+            cwd=ROOT,
+            env={**os.environ, "NODE_DELAY": "0.1"},
+        )
+        history.observe()
+        final = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
+        assert final.stdout.strip() == f"{ANSWER} (already finished)"
+        counts = work(path)
+        mounts = {f"{m}/{n}" for m in ("first", "second") for n in ("download", "extract", "summarize")}
+        assert set(counts) == mounts | {"combine"}
+        assert max(counts.values()) <= landed_here + 1  # a node runs again only after a kill
+        assert_sound(path)
+        landed += landed_here
+        if landed >= 5:
+            break
+    assert landed >= 5
+
+
+N = Key("n", int)
+DOUBLED = Key("doubled", int)
+
+
+def doubling(version: str = "1", *, fail: bool = False) -> Graph:
+    g = Graph("doubling", version=version, inputs=[N])
+
+    @g.node(requires=[N], provides=[DOUBLED], aspects=[Retry(2)])
+    async def double(ctx: NodeContext) -> None:
+        if fail:
+            raise ValueError("cannot double today")
+        ctx.set(DOUBLED, ctx[N] * 2)
+
+    return g
+
+
+async def test_runs_are_listed_and_a_run_id_is_used_once(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "ledger") as ledger:
+        outcome = await ledger.run(doubling(), {N: 21}, run_id="a")
+        assert outcome.result[DOUBLED] == 42 and not outcome.resumed
+        with pytest.raises(RunExistsError, match="run 'a' exists already: resume it"):
+            await ledger.run(doubling(), {N: 1}, run_id="a")
+        again = await ledger.resume("a", doubling())
+        assert again.already_finished and again.result[DOUBLED] == 42
+        with pytest.raises(UnknownRunError, match="has no run 'b'"):
+            await ledger.resume("b", doubling())
+        with pytest.raises(RunMismatchError, match="started with graph 'doubling' version '1'"):
+            await ledger.resume("a", doubling("2"))
+        [record] = ledger.runs()
+        assert (record.run_id, record.status, record.graph, record.starts) == (
+            "a",
+            "completed",
+            "doubling",
+            1,
+        )
+
+
+async def test_a_confirmed_final_failure_stays_final_and_is_raised_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    async with open_ledger(tmp_path / "ledger") as ledger:
+        with pytest.raises(ValueError, match="cannot double today"):
+            await ledger.run(doubling(fail=True), {N: 1}, run_id="f")
+        [record] = ledger.runs()
+        assert (record.status, record.error) == ("failed", "ValueError")
+    async with open_ledger(tmp_path / "ledger") as ledger:  # another process lifetime
+        with pytest.raises(ConfirmedFailureError, match="run 'f' failed for good \\(ValueError\\)"):
+            await ledger.resume("f", doubling())  # even with a graph that would succeed now
+
+
+async def test_one_execution_at_a_time_runs_a_run_id(tmp_path: Path) -> None:
+    started = anyio.Event()
+    g = Graph("slow", inputs=[N])
+
+    @g.node(requires=[N], provides=[DOUBLED])
+    async def wait(ctx: NodeContext) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    async with open_ledger(tmp_path / "ledger") as ledger, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: ledger.run(g, {N: 1}, run_id="x"))
+        await started.wait()
+        with pytest.raises(RunActiveError, match="run 'x' is being run"):
+            await ledger.resume("x", g)
+        tg.cancel_scope.cancel()
+    async with open_ledger(tmp_path / "ledger") as ledger:
+        [record] = ledger.runs()
+        assert record.status == "running"  # cancelled, not failed: it resumes
