@@ -12,7 +12,6 @@ from ._checkpoint import ExecCheckpoint as ExecCheckpoint
 from ._codec import CODEC_ID as CODEC_ID
 from ._codec import CODEC_VERSION as CODEC_VERSION
 from ._errors import CheckpointError as CheckpointError
-from ._errors import CheckpointNotStarted as CheckpointNotStarted
 from ._errors import CheckpointScopeFailure as CheckpointScopeFailure
 from ._errors import ConfirmedFailureError as ConfirmedFailureError
 from ._errors import ExecutionCancelledError as ExecutionCancelledError
@@ -105,7 +104,6 @@ __all__ = [
     "CheckpointCommit",
     "CheckpointError",
     "CheckpointHooks",
-    "CheckpointNotStarted",
     "CheckpointOutput",
     "CheckpointScopeFailure",
     "Child",

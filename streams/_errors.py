@@ -33,7 +33,6 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
-    "CheckpointNotStarted",
     "CheckpointScopeFailure",
     "ConfirmedFailureError",
     "ExecutionCancelledError",
@@ -153,10 +152,6 @@ class CheckpointScopeFailure(Exception):
     def __init__(self, scope: str) -> None:
         super().__init__(f"scope {scope!r} failed for good (confirmed)")
         self.scope = scope
-
-
-class CheckpointNotStarted(Exception):
-    """Raised by a hook, exactly this type, only if cancelled before any reliable operation began."""
 
 
 class ConfirmedFailureError(StreamsError):

@@ -488,3 +488,42 @@ def test_checkpoint_mode_needs_complete_hooks_and_a_scope() -> None:
         ExecCheckpoint("", MemoryStore())
     with pytest.raises(RestorePlanError, match="needs checkpoint mode"):
         Execution(Doc().graph(), {URL: "x"}).restore_nodes([])
+
+
+async def test_a_child_reopened_with_other_fixed_values_is_refused_as_incompatible_history(
+    store: Any,
+) -> None:
+    lang = Key("lang", str)
+    doc = Doc()
+    child = Graph("child", version="1", inputs=[URL, lang])
+    child.add_node("wait", _sleep_then_set, requires=[URL, lang], provides=[PAGE])
+
+    def mounted(fixed: str) -> Graph:
+        parent = Graph("parent", version="1", inputs=[FIRST_URL])
+        parent.sub(
+            "first", child, inlets={URL: FIRST_URL}, outlets={PAGE: Key("out", str)}, fixed={lang: fixed}
+        )
+        return parent
+
+    entered = anyio.Event()
+    _ENTERED.append(entered)
+    await crash_while(
+        Execution(mounted("en"), {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", store)), entered
+    )
+    _ENTERED.clear()
+    # the same topology (fixed values are not in it), other fixed values: the child's history does not fit
+    again = resumed(mounted("de"), store, "run", {FIRST_URL: "x"})
+    async with again:
+        with pytest.raises(CheckpointError, match="holds results of another child \\(fixed differs\\)"):
+            await again.wait()
+    assert doc.runs == []
+
+
+_ENTERED: list[anyio.Event] = []
+
+
+async def _sleep_then_set(ctx: NodeContext) -> None:
+    if _ENTERED:
+        _ENTERED[0].set()
+        await anyio.sleep_forever()
+    ctx.set(PAGE, ctx[URL])
