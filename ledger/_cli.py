@@ -407,8 +407,31 @@ def _table(report: dict[str, Any]) -> str:
             name, *numbers, state = row
             cells = [name.ljust(widths[0])] + [n.rjust(w) for n, w in zip(numbers, widths[1:], strict=True)]
             lines.append("  " + "  ".join([*cells, state]))
+    lines.extend(_node_runs_table(report["runs"]))
     lines.extend(_runs_table(report["graph_runs"]))
     return "\n".join(lines) + "\n"
+
+
+def _node_runs_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Runs of ledger.run: one line each, then each node's boundary, budget and conclusion."""
+    if not runs:
+        return []
+    lines = ["", "runs"]
+    for run in runs:
+        failed = f", failed with {run['error']}" if run["error"] else ""
+        lines.append(
+            f"  {run['run_id']}: graph {run['graph']} version {run['version']}, {run['status']}{failed}, "
+            f"started {run['starts']} time(s)"
+        )
+        for node in run["nodes"]:
+            budget = f"{node['failures']} of {node['limit']} attempt(s) failed"
+            if node["boundary"] == "node":
+                outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
+                lines.append(f"    {node['path']}: {node['status']}, {budget}{outputs}")
+            else:
+                exhausted = ", exhausted" if node["status"] == "failed" else ""
+                lines.append(f"    {node['path']}, {node['boundary']}: {budget}{exhausted}")
+    return lines
 
 
 def _runs_table(runs: list[dict[str, Any]]) -> list[str]:

@@ -14,6 +14,8 @@ from ._env import LedgerEnv
 from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, list_runs
 from ._layout import DESCRIPTOR_PREFIX
+from ._nodes import node_attempts, node_record
+from ._runs import list_runs as list_node_runs
 from ._streams import decode_descriptor, decode_frontier
 
 __all__ = ["inspect_ledger"]
@@ -30,7 +32,7 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
     """
     streams: list[dict[str, Any]] = []
     if not (env.has_db("streams") and env.has_db("groups")):  # a creation interrupted before them
-        return {"path": str(env.path), "streams": streams, "graph_runs": _graph_runs(env, values=values)}
+        return _report(env, streams, values=values)
     streams_db, groups_db = env.db("streams"), env.db("groups")
     with env.read() as txn, txn.cursor(db=streams_db) as cursor:
         found = cursor.set_range(DESCRIPTOR_PREFIX)
@@ -74,7 +76,78 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
                 }
             )
             found = cursor.next()
-    return {"path": str(env.path), "streams": streams, "graph_runs": _graph_runs(env, values=values)}
+    return _report(env, streams, values=values)
+
+
+def _report(env: LedgerEnv, streams: list[dict[str, Any]], *, values: bool) -> dict[str, Any]:
+    return {
+        "path": str(env.path),
+        "streams": streams,
+        "runs": _node_runs(env, values=values),
+        "graph_runs": _graph_runs(env, values=values),
+    }
+
+
+def _node_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
+    """Business runs (ledger.run): status, and every retry boundary with its budget and conclusion."""
+    runs = list(list_node_runs(env))
+    if not runs:
+        return []
+    boundaries = list(node_attempts(env))
+    report = []
+    for run in runs:
+        scope = run.run_id
+        nodes = []
+        for attempt in boundaries:
+            if attempt.parent != scope and not attempt.parent.startswith(scope + "/"):
+                continue
+            checkpoint = node_record(env, attempt.parent, attempt.node) if attempt.committed else None
+            status = (
+                checkpoint.reason if checkpoint is not None else "failed" if attempt.exhausted else "active"
+            )
+            node: dict[str, Any] = {
+                "path": _node_path(attempt.parent[len(scope) :], attempt.node),
+                "scope": attempt.parent,
+                "node": attempt.node,
+                "boundary": "node" if attempt.position == 0 else f"retry at {attempt.position}",
+                "failures": attempt.index,
+                "limit": attempt.limit,
+                "status": status,
+            }
+            if values and checkpoint is not None:
+                node["outputs"] = {
+                    o.key: None if o.value is None else _plain(to_plain(o.value)) for o in checkpoint.outputs
+                }
+            nodes.append(node)
+        nodes.sort(key=lambda n: (n["path"], n["boundary"] != "node", n["boundary"]))
+        report.append(
+            {
+                "run_id": run.run_id,
+                "graph": run.graph,
+                "version": run.version,
+                "status": run.status,
+                "starts": run.starts,
+                "error": run.error,
+                "nodes": nodes,
+            }
+        )
+    return report
+
+
+def _node_path(scope: str, node: str) -> str:
+    """A node's mount path from its scope below the run: attempt scopes ``m@p.i`` become ``m``
+    (``m#2`` for a mount's second attempt); a Retry's scope inside its own node is the node."""
+    names: list[str] = []
+    for part in scope.strip("/").split("/") if scope.strip("/") else []:
+        name, at, numbers = part.rpartition("@")
+        if at and numbers.replace(".", "").isdigit():
+            index = int(numbers.partition(".")[2])
+            names.append(name if index == 0 else f"{name}#{index + 1}")
+        elif not names or names[-1].split("#")[0] != part:
+            names.append(part)
+    if names and names[-1].split("#")[0] == node:  # a Retry boundary inside the node's own attempt
+        names.pop()
+    return "/".join([*names, node])
 
 
 def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:

@@ -33,10 +33,10 @@ from streams.store import (
 )
 
 from ._env import LedgerEnv
-from ._layout import node_attempt_key, node_record_key, node_scope_key, node_scope_prefix
+from ._layout import NODE_ATTEMPT_PREFIX, node_attempt_key, node_record_key, node_scope_key, node_scope_prefix
 from ._seal import decode_record, seal
 
-__all__ = ["LmdbNodeHooks", "LmdbNodeView"]
+__all__ = ["LmdbNodeHooks", "LmdbNodeView", "node_attempts", "node_record"]
 
 T = TypeVar("T")
 DB: Final = "nodes"
@@ -134,3 +134,23 @@ class LmdbNodeHooks:
         with self.env.read() as txn:
             record = LmdbNodeView(txn, self._db).get_scope(scope)
         return record is not None and record.failed
+
+
+def node_attempts(env: LedgerEnv) -> Iterator[NodeAttemptRecord]:
+    """Every retry boundary of the ledger (for inspection), from one snapshot."""
+    if not env.has_db(DB):
+        return
+    with env.read() as txn, txn.cursor(db=env.db(DB)) as cursor:
+        found = cursor.set_range(NODE_ATTEMPT_PREFIX)
+        while found:
+            key = bytes(cursor.key())
+            if not key.startswith(NODE_ATTEMPT_PREFIX):
+                return
+            yield decode_record(bytes(cursor.value()), _attempt_decoder, db=DB, key=key)
+            found = cursor.next()
+
+
+def node_record(env: LedgerEnv, scope: str, node: str) -> NodeCheckpoint | None:
+    """The confirmed record of ``node`` in ``scope``, if any."""
+    with env.read() as txn:
+        return LmdbNodeView(txn, env.db(DB)).get_node(scope, node)

@@ -36,6 +36,7 @@ from streams import (
 )
 from streams.store import codec_for
 
+from ._env import LedgerEnv
 from ._errors import LedgerError
 from ._layout import NODE_RUN_PREFIX, node_run_key
 from ._seal import decode_record, seal
@@ -132,10 +133,11 @@ def read_run(ledger: Ledger, run_id: str) -> RunRecord | None:
     return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
 
 
-def list_runs(ledger: Ledger) -> Iterator[RunRecord]:
-    if not ledger.env.has_db(DB):
+def list_runs(env: LedgerEnv) -> Iterator[RunRecord]:
+    """Every business run of the ledger, by run id, from one snapshot."""
+    if not env.has_db(DB):
         return
-    with ledger.env.read() as txn, txn.cursor(db=ledger.env.db(DB)) as cursor:
+    with env.read() as txn, txn.cursor(db=env.db(DB)) as cursor:
         found = cursor.set_range(NODE_RUN_PREFIX)
         while found:
             key = bytes(cursor.key())
@@ -240,7 +242,7 @@ class Runs:
 
     def runs(self) -> list[RunRecord]:
         """Every run of the ledger, by run id."""
-        return list(list_runs(self._ledger))
+        return list(list_runs(self._ledger.env))
 
     async def _execute(self, execution: Execution, record: RunRecord, *, resumed: bool) -> RunResult:
         try:

@@ -30,7 +30,8 @@ class Totals(msgspec.Struct):
 
 async def test_an_empty_ledger_has_no_streams_and_no_graph_runs(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
-        assert inspect_ledger(ledger.env) == {"path": str(tmp_path / "l"), "streams": [], "graph_runs": []}
+        empty = {"path": str(tmp_path / "l"), "streams": [], "runs": [], "graph_runs": []}
+        assert inspect_ledger(ledger.env) == empty
 
 
 async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Path) -> None:

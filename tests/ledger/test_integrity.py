@@ -165,7 +165,7 @@ def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_
             txn.drop(raw.open_db(name, txn=txn), delete=True)
     env = LedgerEnv.open_readonly(path)
     try:
-        assert inspect_ledger(env) == {"path": str(path), "streams": [], "graph_runs": []}
+        assert inspect_ledger(env) == {"path": str(path), "streams": [], "runs": [], "graph_runs": []}
         with pytest.raises(NotALedgerError, match="no 'streams' database: its creation was interrupted"):
             env.db("streams")
     finally:

@@ -179,3 +179,20 @@ async def test_one_execution_at_a_time_runs_a_run_id(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "ledger") as ledger:
         [record] = ledger.runs()
         assert record.status == "running"  # cancelled, not failed: it resumes
+
+
+async def test_inspect_lists_runs_with_each_nodes_budget_and_conclusion_values_free(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    async with open_ledger(path) as ledger:
+        await ledger.run(doubling(), {N: 21}, run_id="good")
+        with pytest.raises(ValueError):
+            await ledger.run(doubling(fail=True), {N: 1}, run_id="bad")
+    table = (await anyio.run_process([sys.executable, "-m", "ledger", "inspect", str(path)])).stdout.decode()
+    assert "  bad: graph doubling version 1, failed, failed with ValueError, started 1 time(s)" in table
+    assert "    double: failed, 1 of 1 attempt(s) failed" in table
+    assert "    double, retry at 1: 2 of 2 attempt(s) failed, exhausted" in table
+    assert "  good: graph doubling version 1, completed, started 1 time(s)" in table
+    assert "42" not in table  # no values unless asked
+    command = [sys.executable, "-m", "ledger", "inspect", str(path), "--values"]
+    with_values = (await anyio.run_process(command)).stdout.decode()
+    assert '    double: completed, 0 of 1 attempt(s) failed  {"doubled": 42}' in with_values
