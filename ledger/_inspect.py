@@ -141,7 +141,7 @@ def _node_path(scope: str, node: str) -> str:
     for part in scope.strip("/").split("/") if scope.strip("/") else []:
         name, at, numbers = part.rpartition("@")
         if at and numbers.replace(".", "").isdigit():
-            index = int(numbers.partition(".")[2])
+            index = int(numbers.rpartition(".")[2])
             names.append(name if index == 0 else f"{name}#{index + 1}")
         elif not names or names[-1].split("#")[0] != part:
             names.append(part)

@@ -111,7 +111,9 @@ class LmdbNodeHooks:
         return await self.env.write(lambda txn: op(LmdbNodeView(txn, db)))
 
     async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
-        return await self._write(lambda view: store.open_attempt(view, request))
+        """A read, never a write: a first attempt's record is written with its first failure or commit."""
+        with self.env.read() as txn:
+            return store.open_attempt(LmdbNodeView(txn, self._db), request)
 
     async def fail_attempt(self, scope: str) -> CheckpointAttempt:
         return await self._write(lambda view: store.fail_attempt(view, scope))

@@ -75,46 +75,54 @@ class NodeView(Protocol):
     def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None: ...
 
 
-def attempt_scope(parent: str, node: str, position: int, index: int) -> str:
-    """The scope of attempt ``index`` of a boundary: unique per parent attempt, node and position."""
-    return f"{parent}/{node}@{position}.{index}"
+def attempt_scope(parent: str, node: str, position: int, limit: int, index: int) -> str:
+    """The scope of attempt ``index`` of a boundary: unique per parent attempt, node and position.
+
+    It names the boundary's limit too, so that a first attempt needs no
+    record: opening it writes nothing (a crash before its first failure or
+    its commit leaves nothing to reclaim but the same scope, computed again).
+    """
+    return f"{parent}/{node}@{position}.{limit}.{index}"
 
 
-def parse_attempt_scope(scope: str) -> tuple[str, str, int, int] | None:
-    """``(parent, node, position, index)`` of an attempt scope, or None if ``scope`` is not one."""
+def parse_attempt_scope(scope: str) -> tuple[str, str, int, int, int] | None:
+    """``(parent, node, position, limit, index)`` of an attempt scope, or None if it is not one."""
     parent, slash, last = scope.rpartition("/")
     node, at, numbers = last.rpartition("@")
-    position, dot, index = numbers.partition(".")
-    if not (slash and at and dot and parent and node and position.isdigit() and index.isdigit()):
+    parts = numbers.split(".")
+    if not (slash and at and parent and node and len(parts) == 3 and all(p.isdigit() for p in parts)):
         return None
-    return parent, node, int(position), int(index)
+    position, limit, index = (int(p) for p in parts)
+    return parent, node, position, limit, index
 
 
 def _attempt_of(view: NodeView, scope: str) -> NodeAttemptRecord | None:
-    """The boundary whose current, superseded or final attempt ``scope`` is."""
+    """The boundary whose current, superseded or final attempt ``scope`` is.
+
+    A first attempt with no record yet (nothing failed or committed in it)
+    is returned as the record it would have; the caller writes it if it
+    changes it.
+    """
     parsed = parse_attempt_scope(scope)
     if parsed is None:
         return None
-    parent, node, position, index = parsed
+    parent, node, position, limit, index = parsed
     record = view.get_attempt(parent, node, position)
-    return record if record is not None and index <= record.index else None
+    if record is None:
+        first = index == 0 and limit > 0
+        return NodeAttemptRecord(parent, node, position, limit, 0, scope) if first else None
+    return record if index <= record.index and limit == record.limit else None
 
 
 def open_attempt(view: NodeView, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+    """The boundary's current attempt; writes nothing (a store may run it in a read transaction)."""
     if request.limit < 1 or request.position < 0 or not request.parent or not request.node:
         raise CheckpointError(f"open_attempt: malformed request {request!r}")
     current = view.get_attempt(request.parent, request.node, request.position)
-    if current is None:
-        current = NodeAttemptRecord(
-            request.parent,
-            request.node,
-            request.position,
-            request.limit,
-            0,
-            attempt_scope(request.parent, request.node, request.position, 0),
-        )
-        view.put_attempt(current)
-    elif current.limit != request.limit:
+    if current is None:  # the first attempt: its record is written with its first failure or commit
+        scope = attempt_scope(request.parent, request.node, request.position, request.limit, 0)
+        return CheckpointAttempt(scope, 0, False)
+    if current.limit != request.limit:
         raise CheckpointError(
             f"open_attempt: node {request.node!r} in {request.parent!r} (position {request.position}) was "
             f"first run with a limit of {current.limit} attempts, now {request.limit}; a budget changes "
@@ -138,9 +146,8 @@ def fail_attempt(view: NodeView, scope: str) -> CheckpointAttempt:
             view.put_scope(current.parent, msgspec.structs.replace(record, failed=True))
         view.put_attempt(failed)
         return CheckpointAttempt(failed.scope, index, True)
-    nxt = msgspec.structs.replace(
-        current, index=index, scope=attempt_scope(current.parent, current.node, current.position, index)
-    )
+    scope = attempt_scope(current.parent, current.node, current.position, current.limit, index)
+    nxt = msgspec.structs.replace(current, index=index, scope=scope)
     view.put_attempt(nxt)
     return CheckpointAttempt(nxt.scope, index, False)
 
