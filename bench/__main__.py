@@ -21,6 +21,7 @@ from typing import Any
 
 from ._baselines import probe_fsync, run_raw_lmdb, run_sqlite
 from ._graphs import PEERS, GraphFigure, peer_missing, run_durable, run_peer, run_plain, run_raw_commits
+from ._nodes import NodeFigure, run_durable_nodes, run_ordinary_nodes, run_raw_nodes
 from ._recovery import time_recovery
 from ._shape import BenchError, median
 from ._streams import WINDOW, run_engine_only, run_memory, run_streamledger
@@ -36,6 +37,8 @@ GOAL_SQLITE_RATIO = 5.0
 GOAL_DURABLE_TO_PLAIN_PLUS_COMMIT = 0.8
 GOAL_CONCURRENT_TO_PLAIN = 0.5
 GOAL_DURABLE_TO_FASTEST_PEER = 2.0
+GOAL_WIDE_DURABLE_NODES_PER_S = 20_000
+GOAL_CHAIN_TO_RAW = 0.8
 
 
 def _progress(quiet: bool, text: str) -> None:
@@ -463,6 +466,59 @@ def show_graphs(out: dict[str, Any]) -> str:
 # -- the command line ----------------------------------------------------------------------
 
 
+# -- nodes ---------------------------------------------------------------------------------
+
+
+def bench_nodes(args: argparse.Namespace) -> dict[str, Any]:
+    n: int = args.nodes
+    workdir: Path | None = args.workdir
+    quiet: bool = args.json
+    figures: dict[str, list[NodeFigure]] = {}
+    for round_ in range(args.repeat):
+        _progress(quiet, f"round {round_ + 1}/{args.repeat}: {n} nodes, wide and chain")
+        for shape in ("wide", "chain"):
+            ordinary = run_ordinary_nodes(shape, n)
+            durable = run_durable_nodes(shape, n, workdir=workdir)
+            batch = 1 if shape == "chain" else max(1, round(n / max(durable.txns, 1)))
+            raw = run_raw_nodes(n, batch, workdir=workdir)
+            named = ((f"{shape}_ordinary", ordinary), (f"{shape}_durable", durable), (f"{shape}_raw", raw))
+            for name, fig in named:
+                figures.setdefault(name, []).append(fig)
+                _progress(quiet, f"  {name}: {fig.nodes_per_s:,.0f} nodes/s ({fig.txns} txns)")
+    out: dict[str, Any] = {"nodes": n, "repeat": args.repeat}
+    for name, figs in figures.items():
+        out[f"{name}_nodes_per_s"] = median([f.nodes_per_s for f in figs])
+        out[f"{name}_txns"] = median([float(f.txns) for f in figs])
+    out["raw_lmdb_commits_per_s"] = out["chain_raw_nodes_per_s"]  # one fsynced transaction per node
+    out["chain_durable_to_raw"] = out["chain_durable_nodes_per_s"] / out["raw_lmdb_commits_per_s"]
+    out["wide_durable_to_raw"] = out["wide_durable_nodes_per_s"] / out["wide_raw_nodes_per_s"]
+    out["goals"] = {
+        f"wide_at_least_{GOAL_WIDE_DURABLE_NODES_PER_S}_durable_nodes_per_s": (
+            out["wide_durable_nodes_per_s"] >= GOAL_WIDE_DURABLE_NODES_PER_S
+        ),
+        f"chain_at_least_{GOAL_CHAIN_TO_RAW}_of_one_fsync_per_node": (
+            out["chain_durable_to_raw"] >= GOAL_CHAIN_TO_RAW
+        ),
+    }
+    return out
+
+
+def show_nodes(out: dict[str, Any]) -> str:
+    def rate(name: str) -> str:
+        return _shown(out, f"{name}_nodes_per_s", _rate)
+
+    rows: list[tuple[str, ...]] = [
+        ("nodes/s", "wide", "chain"),
+        ("ordinary mode (in memory)", rate("wide_ordinary"), rate("chain_ordinary")),
+        ("checkpoint mode on LMDB (durable)", rate("wide_durable"), rate("chain_durable")),
+        ("raw py-lmdb, the same records and batches", rate("wide_raw"), rate("chain_raw")),
+        ("LMDB transactions (durable)", _rate(out["wide_durable_txns"]), _rate(out["chain_durable_txns"])),
+        ("durable / raw", _ratio(out["wide_durable_to_raw"]), _ratio(out["chain_durable_to_raw"])),
+    ]
+    goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals"].items())
+    return f"nodes: {out['nodes']} per graph, median of {out['repeat']}\n{_table(rows)}\ngoals: {goals}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -505,6 +561,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrent-steps", type=int, default=100, help="steps of each concurrent run")
     p.add_argument("--skip-peers", action="store_true", help="leave out LangGraph and DBOS")
     common(p, 3)
+
+    p = sub.add_parser("nodes", help="durable node commits (wide graph, chain) vs ordinary mode and raw LMDB")
+    p.add_argument("--nodes", type=int, default=1_000, help="nodes of each graph")
+    common(p, 3)
     return parser
 
 
@@ -516,6 +576,7 @@ _COMMANDS: dict[str, tuple[Bench, Show]] = {
     "recovery": (bench_recovery, show_recovery),
     "writer": (bench_writer, show_writer),
     "graphs": (bench_graphs, show_graphs),
+    "nodes": (bench_nodes, show_nodes),
 }
 
 

@@ -133,6 +133,11 @@ class Graph:
         self.version = version
         self.inputs: tuple[Key[Any], ...] = _keys(inputs, f"graph {name!r} inputs")
         self._members: list[Member] = []
+        self._checked: tuple[int, tuple[str, ...], Topology | None] | None = None  # (changes, problems, ...)
+
+    def _changes(self) -> int:
+        """How many members the tree holds: validation is redone only when it grows."""
+        return len(self._members) + sum(m.graph._changes() for m in self._members if isinstance(m, SubDef))
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, version={self.version!r}, nodes={len(self._members)})"
@@ -245,7 +250,10 @@ class Graph:
 
     def validate(self) -> None:
         """Check the whole tree; :class:`GraphError` lists every problem, each with its mount path."""
-        problems = list(_problems(self, ()))
+        changes = self._changes()
+        if self._checked is None or self._checked[0] != changes:
+            self._checked = (changes, tuple(_problems(self, ())), None)
+        problems = self._checked[1]
         if problems:
             more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
             listed = "; ".join(problems[:10]) + more
@@ -254,7 +262,12 @@ class Graph:
     def topology(self) -> Topology:
         """The validated graph's nodes, producers first, and its structural fingerprint."""
         self.validate()
-        return _topology(self)
+        assert self._checked is not None
+        changes, problems, topology = self._checked
+        if topology is None:
+            topology = _topology(self)
+            self._checked = (changes, problems, topology)
+        return topology
 
     def checkpoint_nodes(self) -> tuple[NodeSpec, ...]:
         """Every node of the tree with its mount path and ports (a fresh copy each call)."""

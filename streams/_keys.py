@@ -50,13 +50,14 @@ class Key(Generic[T]):
     validate and decode values.
     """
 
-    __slots__ = ("item_type", "name", "type")
+    __slots__ = ("_hash", "item_type", "name", "type")
 
     def __init__(self, name: str, type_: type[T]) -> None:
         check_name(name, "a key name")
         self.name = name
         self.type: Any = type_
         self.item_type: Any = get_args(type_)[0] if get_origin(type_) is Stream else None
+        self._hash = hash((name, repr(type_)))  # keys are looked up in every graph and execution map
 
     @property
     def is_stream(self) -> bool:
@@ -67,7 +68,7 @@ class Key(Generic[T]):
         return isinstance(other, Key) and (self.name, self.type) == (other.name, other.type)
 
     def __hash__(self) -> int:
-        return hash((self.name, repr(self.type)))
+        return self._hash
 
     def __repr__(self) -> str:
         return f"Key({self.name!r}, {type_name(self.type)})"
