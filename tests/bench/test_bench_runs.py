@@ -185,3 +185,38 @@ def test_graphs_bench_reports_no_figure_when_a_checkpoint_is_missing(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "verification failed" in captured.err
+
+
+NODES_TINY = ("nodes", "--nodes", "20", "--repeat", "1")
+
+
+def test_nodes_bench_reports_every_figure_and_goal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_bench(capsys, *NODES_TINY, "--workdir", str(tmp_path))
+    for key in (
+        "wide_durable_nodes_per_s",
+        "wide_ordinary_nodes_per_s",
+        "chain_durable_nodes_per_s",
+        "chain_ordinary_nodes_per_s",
+        "raw_lmdb_commits_per_s",
+        "wide_raw_nodes_per_s",
+        "chain_durable_to_raw",
+    ):
+        assert isinstance(out[key], float), key
+    assert out["chain_durable_txns"] >= 20  # a chain cannot batch: at least one commit per node
+    assert set(out["goals"]) == {
+        "wide_at_least_20000_durable_nodes_per_s",
+        "chain_at_least_0.8_of_one_fsync_per_node",
+    }
+
+
+def test_nodes_bench_reports_no_figure_when_a_node_record_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ledger import LmdbNodeHooks
+
+    records = LmdbNodeHooks.node_records
+    monkeypatch.setattr(LmdbNodeHooks, "node_records", lambda self, scope: records(self, scope)[1:])
+    assert main([*NODES_TINY, "--json", "--workdir", str(tmp_path)]) == 1
+    assert "the ledger holds 19 node records, not 20" in capsys.readouterr().err
