@@ -1,6 +1,8 @@
 """``python -m fuzz --minutes N``: run the ledger's stateful machines for N minutes.
 
-It imports the machines of the test suite (``tests/ledger/stateful.py``) and
+It imports the machines of the test suite (``tests/ledger/stateful.py`` for
+streams, ``tests/ledger/node_machine.py`` for random graphs in checkpoint
+mode crashed at any hook call) and
 runs them in rounds with fresh seeds and longer programs than the suite
 does, cycling through the stores, the lockstep machine and the event loops,
 until the time is up. A
@@ -15,16 +17,20 @@ import sys
 import time
 
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
+from tests.ledger.node_machine import NodeMachine
 from tests.ledger.stateful import LedgerMachine, LockstepMachine
 
 
-def machines() -> list[type[LedgerMachine] | type[LockstepMachine]]:
-    found: list[type[LedgerMachine] | type[LockstepMachine]] = []
+def machines() -> list[type[RuleBasedStateMachine]]:
+    found: list[type[RuleBasedStateMachine]] = []
     for backend in ("asyncio", "trio"):
         for kind in ("lmdb", "memory"):
             found.append(type(f"Fuzz_{kind}_{backend}", (LedgerMachine,), {"kind": kind, "backend": backend}))
+            found.append(
+                type(f"Fuzz_nodes_{kind}_{backend}", (NodeMachine,), {"kind": kind, "backend": backend})
+            )
         found.append(type(f"Fuzz_lockstep_{backend}", (LockstepMachine,), {"backend": backend}))
     return found
 
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
         print(
-            f"round {rounds}: {getattr(machine, 'kind', 'lockstep')} on {machine.backend}, "
+            f"round {rounds}: {machine.__name__.removeprefix('Fuzz_')}, "
             f"{args.examples} programs of up to "
             f"{args.steps} rules, {time.monotonic() - started:.1f}s, no counterexample",
             flush=True,

@@ -8,7 +8,7 @@ from fuzz.__main__ import main
 def test_fuzz_runs_the_suite_machines_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--minutes", "0.001", "--examples", "2", "--steps", "5"]) == 0
     out = capsys.readouterr().out
-    assert "round 1: lmdb on asyncio" in out
+    assert "round 1: lmdb_asyncio, " in out
     assert "no counterexample" in out
 
 
