@@ -28,6 +28,7 @@ from ._errors import SkippedInputError as SkippedInputError
 from ._errors import SourceNotResumableError as SourceNotResumableError
 from ._errors import StaleGenerationError as StaleGenerationError
 from ._errors import StoreDamagedError as StoreDamagedError
+from ._errors import StrayCancellationError as StrayCancellationError
 from ._errors import StreamClosedError as StreamClosedError
 from ._errors import StreamFailedError as StreamFailedError
 from ._errors import StreamFinishedError as StreamFinishedError
@@ -156,6 +157,7 @@ __all__ = [
     "StaleGenerationError",
     "StoreDamagedError",
     "StoredMessage",
+    "StrayCancellationError",
     "Stream",
     "StreamClosedError",
     "StreamFailedError",

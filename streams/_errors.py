@@ -53,6 +53,7 @@ __all__ = [
     "StreamFailedError",
     "StreamFinishedError",
     "StreamStateError",
+    "StrayCancellationError",
     "StreamsError",
     "UnknownStreamError",
 ]
@@ -152,6 +153,15 @@ class CheckpointScopeFailure(Exception):
     def __init__(self, scope: str) -> None:
         super().__init__(f"scope {scope!r} failed for good (confirmed)")
         self.scope = scope
+
+
+class StrayCancellationError(StreamsError):
+    """A node's own code raised a cancellation while nothing cancelled its execution: a business failure.
+
+    The execution's cancel scopes decide, not the exception's type: a
+    library that raises its own ``CancelledError`` fails the node (a Retry
+    may run it again); a cancellation of the execution or its host does not.
+    """
 
 
 class ConfirmedFailureError(StreamsError):

@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from ._aspects import Aspect, chain
 from ._checkpoint import ExecCheckpoint
@@ -44,6 +45,7 @@ from ._errors import (
     PayloadTypeError,
     RestorePlanError,
     SkippedInputError,
+    StrayCancellationError,
 )
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType
@@ -249,7 +251,14 @@ class _Level:
             fn = member.fn
 
             async def body() -> None:
-                await fn(ctx)
+                try:
+                    await fn(ctx)
+                except anyio.get_cancelled_exc_class() as exc:
+                    await anyio.lowlevel.checkpoint_if_cancelled()  # really cancelled: raised again here
+                    raise StrayCancellationError(
+                        f"node {'/'.join(where)!r} raised a cancellation while its execution was not "
+                        "cancelled: a failure of the node, not an interruption"
+                    ) from exc
 
         else:
 

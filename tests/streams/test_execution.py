@@ -25,6 +25,7 @@ from streams import (
     Retry,
     Running,
     SkippedInputError,
+    StrayCancellationError,
     Timeout,
     Waiting,
     run_graph,
@@ -407,3 +408,27 @@ async def test_a_host_cancellation_reaches_the_nodes_and_leaves_the_execution_ca
     assert host.cancelled_caught
     assert execution.snapshot().status == "cancelled"
     assert execution.result().statuses == {("forever",): "cancelled"}
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cancellation_raised_by_node_code_while_nothing_cancelled_it_is_a_failure(
+    anyio_backend: str,
+) -> None:
+    import asyncio  # a library raising its own CancelledError, as some RPC clients do
+
+    g = Graph("g", inputs=[N])
+    calls = 0
+    failing = 1  # how many first calls fail
+
+    @g.node(requires=[N], provides=[A], aspects=[Retry(2)])
+    async def rpc(ctx: NodeContext) -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= failing:
+            raise asyncio.CancelledError("the server closed the stream")
+        ctx.set(A, 1)
+
+    assert (await run_graph(g, {N: 0}))[A] == 1 and calls == 2  # a failure: Retry ran it again
+    calls, failing = 0, 2
+    with pytest.raises(StrayCancellationError, match="raised a cancellation while its execution was not"):
+        await run_graph(g, {N: 0})
