@@ -16,14 +16,16 @@ subclass :class:`PassThroughHooks` and override only the calls it changes.
 A store of your own is proven by the conformance suite:
 :func:`check_stream_store` runs every check against it, and
 :func:`stream_store_checks` lists them for a test runner to run one by one
-(see ``docs/stores.md``).
+(see ``docs/stores.md``). A store of node checkpoints
+(:class:`~streams.CheckpointHooks`) is proven the same way by
+:func:`check_node_store` and :func:`node_store_checks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._store._hooks import StreamHooks
 from ._store._records import (
@@ -42,7 +44,9 @@ __all__ = [
     "InjectedFault",
     "PassThroughHooks",
     "StoreWorld",
+    "check_node_store",
     "check_stream_store",
+    "node_store_checks",
     "stream_store_checks",
 ]
 
@@ -158,4 +162,26 @@ async def check_stream_store(new_world: Callable[[], StoreWorld]) -> None:
             await run(new_world())
         except BaseException as exc:
             exc.add_note(f"conformance check {name} failed")
+            raise
+
+
+def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
+    """Every check of the node-hook conformance suite, named; each wants a fresh world.
+
+    A world has ``session()``, an async context manager yielding the store's
+    :class:`~streams.CheckpointHooks` (with ``node_records(scope)`` and
+    ``scope_failed(scope)``, what a host reads to resume).
+    """
+    from ._conformance.nodes import NODE_CHECKS
+
+    return list(NODE_CHECKS)
+
+
+async def check_node_store(new_world: Callable[[], Any]) -> None:
+    """Run the node-hook conformance suite against a store; raise at the first check that fails."""
+    for name, run in node_store_checks():
+        try:
+            await run(new_world())
+        except BaseException as exc:
+            exc.add_note(f"node conformance check {name} failed")
             raise

@@ -1,0 +1,528 @@
+"""Node-hook conformance: what every :class:`~streams.CheckpointHooks` store must show, as checks.
+
+Each check gets a :class:`NodeWorld` and runs checkpoint-mode executions on
+the node store of one session: confirm before publishing, restore without
+running, budgets that stay spent, children under per-attempt scopes, one
+failure latch, plans checked whole. A "crash" is a host cancellation: the
+execution's objects are dropped and a new execution resumes from what the
+store confirmed. Published through :func:`streams.testing.check_node_store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import anyio
+import msgspec
+
+from .._aspects import Proceed, Retry
+from .._checkpoint import ExecCheckpoint
+from .._context import NodeContext
+from .._errors import CheckpointError, CheckpointScopeFailure, ConfirmedFailureError, RestorePlanError
+from .._execution import Execution, ExecutionEvent, Finished, Running, Waiting
+from .._graph import Graph
+from .._keys import Key
+from .._store._node_records import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    CheckpointOutput,
+    NodeCheckpoint,
+)
+from ._support import raises
+
+__all__ = ["NODE_CHECKS", "NodeWorld"]
+
+URL = Key("url", str)
+PAGE = Key("page", str)
+TEXT = Key("text", str)
+SUMMARY = Key("summary", str)
+FIRST_URL = Key("first_url", str)
+FIRST_SUMMARY = Key("first_summary", str)
+
+
+class NodeWorld(Protocol):
+    """One store's storage; a session yields its node hooks (with ``node_records`` and ``scope_failed``)."""
+
+    def session(self) -> AbstractAsyncContextManager[Any]: ...
+
+
+#: Every node check, in the order defined: (name, check).
+NODE_CHECKS: list[tuple[str, Callable[[NodeWorld], Awaitable[None]]]] = []
+
+
+def node_check(fn: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+    """Register ``fn(store)`` as a check run on one session's node store."""
+
+    async def run(world: NodeWorld) -> None:
+        async with world.session() as store:
+            await fn(store)
+
+    NODE_CHECKS.append((fn.__name__, run))
+    return fn
+
+
+class Wrapper:
+    """Node hooks passed through to ``inner``; tests override the calls they fault or watch."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def streams(self) -> Any:
+        return self.inner.streams
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        result: CheckpointAttempt = await self.inner.open_attempt(request)
+        return result
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        result: CheckpointAttempt = await self.inner.fail_attempt(scope)
+        return result
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        result: CheckpointChildOpened = await self.inner.open_child(child)
+        return result
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        await self.inner.commit_node(commit)
+
+    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        result: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
+        return result
+
+    def scope_failed(self, scope: str) -> bool:
+        return bool(self.inner.scope_failed(scope))
+
+
+class Flaky(Exception):
+    pass
+
+
+class Doc:
+    """download -> extract -> summarize, counting runs; summarize can be held or made to fail."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.summarizing = anyio.Event()
+        self.hold_summarize = False
+        self.summarize_failures = 0  # how many of the next attempts fail
+
+    def graph(self, *, summarize_attempts: int = 1) -> Graph:
+        doc = Graph("doc", version="1", inputs=[URL])
+
+        @doc.node(requires=[URL], provides=[PAGE])
+        async def download(ctx: NodeContext) -> None:
+            self.runs.append("download")
+            ctx.set(PAGE, f"<{ctx[URL]}>")
+
+        @doc.node(requires=[PAGE], provides=[TEXT])
+        async def extract(ctx: NodeContext) -> None:
+            self.runs.append("extract")
+            ctx.set(TEXT, ctx[PAGE].strip("<>"))
+
+        @doc.node(requires=[TEXT], provides=[SUMMARY], aspects=[Retry(summarize_attempts)])
+        async def summarize(ctx: NodeContext) -> None:
+            self.runs.append("summarize")
+            if self.summarize_failures:
+                self.summarize_failures -= 1
+                raise Flaky("model down")
+            if self.hold_summarize:
+                self.summarizing.set()
+                await anyio.sleep_forever()
+            ctx.set(SUMMARY, ctx[TEXT].upper())
+
+        return doc
+
+
+async def crash_while(execution: Execution, ready: anyio.Event) -> None:
+    """Run ``execution`` until ``ready``, then cancel it as a host (or a dying process) would."""
+    with anyio.CancelScope() as host:
+        async with execution:
+            await ready.wait()
+            host.cancel()
+            await execution.wait()
+
+
+def resumed(graph: Graph, store: Any, scope: str, inputs: dict[Key[Any], Any], **kw: Any) -> Execution:
+    execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(scope, store), **kw)
+    execution.restore_nodes(store.node_records(scope))
+    return execution
+
+
+@node_check
+async def resume_restores_confirmed_nodes_and_restarts_the_rest_from_entry(
+    store: Any,
+) -> None:
+    doc = Doc()
+    doc.hold_summarize = True
+    first = Execution(doc.graph(), {URL: "x.org"}, checkpoint=ExecCheckpoint("run-1", store))
+    await crash_while(first, doc.summarizing)  # download and extract are confirmed, summarize is not
+    assert doc.runs == ["download", "extract", "summarize"]
+    assert [r.node for r in store.node_records("run-1")] == ["download", "extract"]
+
+    doc.runs.clear()
+    doc.hold_summarize = False
+    events: list[ExecutionEvent] = []
+    second = resumed(doc.graph(), store, "run-1", {URL: "x.org"}, on_event=events.append)
+    async with second:
+        result = await second.wait()
+    assert result[SUMMARY] == "X.ORG"
+    assert doc.runs == ["summarize"]  # from its function's entry
+    for restored in ("download", "extract"):  # Finished once, nothing else invented
+        assert [e for e in events if getattr(e, "node", None) == restored] == [
+            Finished((), restored, "completed")
+        ]
+    assert Waiting((), "summarize") in events and Running((), "summarize") in events
+
+
+@node_check
+async def outputs_are_published_only_after_the_node_record_is_confirmed(store: Any) -> None:
+    order: list[str] = []
+
+    class Recording(Wrapper):
+        async def commit_node(self, commit: CheckpointCommit) -> None:
+            await super().commit_node(commit)
+            order.append(f"confirmed {commit.checkpoint.node}")
+
+    g = Graph("g", inputs=[URL])
+
+    @g.node(requires=[URL], provides=[PAGE, TEXT])
+    async def produce(ctx: NodeContext) -> None:
+        ctx.set(PAGE, "p")
+        await anyio.sleep(0.01)  # a reader of page would run here in ordinary mode
+        ctx.set(TEXT, "t")
+
+    @g.node(requires=[PAGE], provides=[SUMMARY])
+    async def read(ctx: NodeContext) -> None:
+        order.append("read page")
+        ctx.set(SUMMARY, ctx[PAGE])
+
+    store = Recording(store)
+    async with Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store)) as execution:
+        await execution.wait()
+    assert order == ["confirmed produce", "read page", "confirmed read"]
+
+
+@node_check
+async def an_outer_aspect_failing_after_an_inner_retry_publishes_and_commits_nothing(
+    store: Any,
+) -> None:
+    async def refuse(ctx: NodeContext, proceed: Proceed) -> None:
+        await proceed()
+        raise Flaky("the outer aspect refuses the result")
+
+    g = Graph("g", inputs=[URL])
+    attempts = 0
+
+    @g.node(requires=[URL], provides=[PAGE], aspects=[refuse, Retry(3)])
+    async def flaky(ctx: NodeContext) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 2:
+            raise Flaky("first attempt")
+        ctx.set(PAGE, "page")
+
+    g.add_node("downstream", _fail_if_run, requires=[PAGE], provides=[TEXT])
+    execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
+    async with execution:
+        with raises(Flaky, match="refuses"):
+            await execution.wait()
+    assert attempts == 2
+    assert store.node_records("r") == ()  # nothing committed as success
+    assert PAGE not in execution.result().values  # never published
+    assert store.scope_failed("r")  # the complete chain's failure was confirmed, and is final
+
+
+async def _fail_if_run(ctx: NodeContext) -> None:
+    raise AssertionError("ran downstream of an unconfirmed output")
+
+
+@node_check
+async def budgets_are_never_refilled_across_restarts(store: Any) -> None:
+    doc = Doc()
+    graph = doc.graph(summarize_attempts=3)
+    # two failures confirmed, then a crash inside the third attempt
+    doc.summarize_failures = 2
+    doc.hold_summarize = True
+    await crash_while(Execution(graph, {URL: "x"}, checkpoint=ExecCheckpoint("run", store)), doc.summarizing)
+    assert doc.runs.count("summarize") == 3
+
+    # resumed: the crashed third attempt is reclaimed, not a fourth; it fails, and the budget is spent
+    doc.runs.clear()
+    doc.hold_summarize = False
+    doc.summarize_failures = 5
+    second = resumed(graph, store, "run", {URL: "x"})
+    async with second:
+        with raises(Flaky):
+            await second.wait()
+    assert doc.runs == ["summarize"]
+
+    # after that final failure, nothing runs again under this run's scope
+    doc.runs.clear()
+    doc.summarize_failures = 0
+    third = resumed(graph, store, "run", {URL: "x"})
+    async with third:
+        with raises(ConfirmedFailureError, match="failed for good"):
+            await third.wait()
+    assert doc.runs == []
+
+
+@node_check
+async def a_host_cancellation_leaves_the_attempt_active_and_consumes_no_budget(store: Any) -> None:
+    doc = Doc()
+    doc.hold_summarize = True
+    graph = doc.graph(summarize_attempts=2)
+    await crash_while(Execution(graph, {URL: "x"}, checkpoint=ExecCheckpoint("run", store)), doc.summarizing)
+    doc.hold_summarize = False
+    doc.summarize_failures = 1  # one failure, then success: both attempts are still there
+    doc.runs.clear()
+    execution = resumed(graph, store, "run", {URL: "x"})
+    async with execution:
+        assert (await execution.wait())[SUMMARY] == "X"
+    assert doc.runs == ["summarize", "summarize"]
+
+
+def pipeline(doc: Doc, *, mount_attempts: int = 1) -> Graph:
+    p = Graph("pipeline", version="1", inputs=[FIRST_URL])
+    p.sub(
+        "first",
+        doc.graph(),
+        inlets={URL: FIRST_URL},
+        outlets={SUMMARY: FIRST_SUMMARY},
+        aspects=[Retry(mount_attempts)],
+    )
+    return p
+
+
+@node_check
+async def a_sub_whose_children_were_all_confirmed_reruns_only_its_wrapping(store: Any) -> None:
+    doc = Doc()
+    wrapping_runs = 0
+    children_done = anyio.Event()
+
+    async def wrap(ctx: NodeContext, proceed: Proceed) -> None:
+        nonlocal wrapping_runs
+        wrapping_runs += 1
+        await proceed()
+        if wrapping_runs == 1:  # the children are confirmed; the mount is not
+            children_done.set()
+            await anyio.sleep_forever()
+
+    graph = Graph("pipeline", version="1", inputs=[FIRST_URL])
+    graph.sub("first", doc.graph(), inlets={URL: FIRST_URL}, outlets={SUMMARY: FIRST_SUMMARY}, aspects=[wrap])
+    await crash_while(
+        Execution(graph, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", store)), children_done
+    )
+    assert store.node_records("run") == () and doc.runs == ["download", "extract", "summarize"]
+    doc.runs.clear()
+    second = resumed(graph, store, "run", {FIRST_URL: "x"})
+    async with second:
+        assert (await second.wait())[FIRST_SUMMARY] == "X"
+    assert doc.runs == [] and wrapping_runs == 2  # the mount's wrapping ran again, its children did not
+    assert [r.node for r in store.node_records("run")] == ["first"]
+
+
+@node_check
+async def a_failed_parent_attempt_invalidates_its_childrens_results(store: Any) -> None:
+    doc = Doc()
+    doc.summarize_failures = 1  # the child's summarize fails once: the mount's first attempt fails
+    execution = Execution(
+        pipeline(doc, mount_attempts=2), {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", store)
+    )
+    async with execution:
+        assert (await execution.wait())[FIRST_SUMMARY] == "X"
+    # the second attempt of the mount ran download and extract again: it could not borrow them
+    assert doc.runs == ["download", "extract", "summarize", "download", "extract", "summarize"]
+
+
+def record(node: str, *outputs: CheckpointOutput, reason: Any = "completed") -> NodeCheckpoint:
+    return NodeCheckpoint(node, reason, outputs)
+
+
+def ready(key: Key[Any], value: Any) -> CheckpointOutput:
+    return CheckpointOutput(key.name, "ready", msgspec.msgpack.encode(value))
+
+
+@node_check
+async def a_plan_is_checked_whole_and_a_bad_one_keeps_the_previous_plan(store: Any) -> None:
+    doc = Doc()
+    execution = Execution(doc.graph(), {URL: "x"}, checkpoint=ExecCheckpoint("run", store))
+    good = [record("download", ready(PAGE, "<x>"))]
+    execution.restore_nodes(good)
+    bad_plans = {
+        "has outputs \\[\\], but provides \\['page'\\]": [record("download")],
+        "concluded 'pending'": [record("download", ready(PAGE, "<x>"), reason="pending")],
+        "does not read back as str": [record("download", ready(PAGE, 7))],
+        "node 'download', which produces its input": [record("extract", ready(TEXT, "x"))],
+        "is 'ready'; a confirmed output is ready with a value": [
+            record("download", ready(PAGE, "<x>")),
+            record("extract", CheckpointOutput("text", "ready")),  # the last record is the bad one
+        ],
+        "has no node 'nope'": [record("nope")],
+    }
+    for match, plan in bad_plans.items():
+        with raises(RestorePlanError, match=match):
+            execution.restore_nodes(plan)
+    async with execution:  # the good plan stayed: download is restored, not run
+        assert (await execution.wait())[SUMMARY] == "X"
+    assert doc.runs == ["extract", "summarize"]
+
+
+@node_check
+async def skipped_and_zero_output_nodes_save_complete_records(store: Any) -> None:
+    g = Graph("g", inputs=[URL])
+    g.add_node("skips", _return, requires=[URL], provides=[PAGE])
+    g.add_node("nothing_out", _return, requires=[URL])
+    g.add_node("after_skip", _fail_if_run, requires=[PAGE], provides=[TEXT])
+    async with Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store)) as execution:
+        await execution.wait()
+    assert sorted(store.node_records("r"), key=lambda r: r.node) == [
+        record("after_skip", CheckpointOutput("text", "skipped"), reason="skipped"),
+        record("nothing_out"),
+        record("skips", CheckpointOutput("page", "skipped")),
+    ]
+
+
+async def _return(ctx: NodeContext) -> None:
+    pass
+
+
+class Faulty(Wrapper):
+    """Fails every call of one hook, before or after it took effect."""
+
+    def __init__(self, inner: Any, hook: str, *, after: bool = False) -> None:
+        super().__init__(inner)
+        self.hook, self.after = hook, after
+
+    async def _maybe(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        if name == self.hook and not self.after:
+            raise OSError(f"{name} refused")
+        result = await call()
+        if name == self.hook:
+            raise OSError(f"{name}'s answer was lost")
+        return result
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        await self._maybe("commit_node", lambda: super(Faulty, self).commit_node(commit))
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        result: CheckpointAttempt = await self._maybe(
+            "open_attempt", lambda: super(Faulty, self).open_attempt(request)
+        )
+        return result
+
+
+@node_check
+async def a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(store: Any) -> None:
+    g = Graph("g", inputs=[URL])
+    runs = 0
+
+    async def outer(ctx: NodeContext, proceed: Proceed) -> None:
+        nonlocal runs
+        runs += 1
+        await proceed()
+
+    g.add_node("download", _download, requires=[URL], provides=[PAGE], aspects=[Retry(3), outer])
+    g.add_node("extract", _fail_if_run, requires=[PAGE], provides=[TEXT])
+    store = Faulty(store, "commit_node")
+    execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
+    async with execution:
+        with raises(CheckpointError, match="commit_node failed: OSError: commit_node refused"):
+            await execution.wait()
+    assert runs == 1 and store.node_records("r") == ()
+    assert PAGE not in execution.result().values  # nothing published
+
+
+async def _download(ctx: NodeContext) -> None:
+    ctx.set(PAGE, "<" + ctx[URL] + ">")
+
+
+@node_check
+async def a_commit_whose_answer_was_lost_is_found_on_resume(store: Any) -> None:
+    g = Graph("g", inputs=[URL])
+    g.add_node("download", _download, requires=[URL], provides=[PAGE])
+    store = Faulty(store, "commit_node", after=True)
+    execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
+    async with execution:
+        with raises(CheckpointError, match="answer was lost"):
+            await execution.wait()
+    assert [r.node for r in store.node_records("r")] == ["download"]  # it was confirmed after all
+    store.hook = ""
+    again = resumed(g, store, "r", {URL: "u"})
+    async with again:
+        assert (await again.wait())[PAGE] == "<u>"
+
+
+@node_check
+async def a_confirmed_scope_failure_from_open_child_is_a_business_failure_of_the_mount(store: Any) -> None:
+    wrong_scope = False
+
+    class FailedChild(Wrapper):
+        async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+            raise CheckpointScopeFailure("another scope" if wrong_scope else child.parent)
+
+    doc = Doc()
+    caught: list[type[BaseException]] = []
+
+    async def note(ctx: NodeContext, proceed: Proceed) -> None:
+        try:
+            await proceed()
+        except Exception as exc:
+            caught.append(type(exc))
+            raise
+
+    p = Graph("pipeline", inputs=[FIRST_URL])
+    p.sub("first", doc.graph(), inlets={URL: FIRST_URL}, outlets={SUMMARY: FIRST_SUMMARY}, aspects=[note])
+    execution = Execution(p, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", FailedChild(store)))
+    async with execution:
+        with raises(ConfirmedFailureError, match="its child failed for good"):
+            await execution.wait()
+    assert caught == [ConfirmedFailureError] and doc.runs == []  # a parent aspect saw it, no child ran
+    wrong_scope = True  # a new run: the mount of the first one failed for good
+    execution = Execution(p, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run-2", FailedChild(store)))
+    async with execution:
+        with raises(CheckpointError, match="unexpected scope failure signal"):
+            await execution.wait()
+
+
+@node_check
+async def a_child_reopened_with_other_fixed_values_is_refused_as_incompatible_history(store: Any) -> None:
+    lang = Key("lang", str)
+    doc = Doc()
+    child = Graph("child", version="1", inputs=[URL, lang])
+    child.add_node("wait", _sleep_then_set, requires=[URL, lang], provides=[PAGE])
+
+    def mounted(fixed: str) -> Graph:
+        parent = Graph("parent", version="1", inputs=[FIRST_URL])
+        parent.sub(
+            "first", child, inlets={URL: FIRST_URL}, outlets={PAGE: Key("out", str)}, fixed={lang: fixed}
+        )
+        return parent
+
+    entered = anyio.Event()
+    _ENTERED.append(entered)
+    await crash_while(
+        Execution(mounted("en"), {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", store)), entered
+    )
+    _ENTERED.clear()
+    # the same topology (fixed values are not in it), other fixed values: the child's history does not fit
+    again = resumed(mounted("de"), store, "run", {FIRST_URL: "x"})
+    async with again:
+        with raises(CheckpointError, match="holds results of another child \\(fixed differs\\)"):
+            await again.wait()
+    assert doc.runs == []
+
+
+_ENTERED: list[anyio.Event] = []
+
+
+async def _sleep_then_set(ctx: NodeContext) -> None:
+    if _ENTERED:
+        _ENTERED[0].set()
+        await anyio.sleep_forever()
+    ctx.set(PAGE, ctx[URL])
