@@ -36,7 +36,7 @@ from ._env import LedgerEnv
 from ._layout import NODE_ATTEMPT_PREFIX, node_attempt_key, node_record_key, node_scope_key, node_scope_prefix
 from ._seal import decode_record, seal
 
-__all__ = ["LmdbNodeHooks", "LmdbNodeView", "node_attempts", "node_record"]
+__all__ = ["LmdbNodeHooks", "LmdbNodeView", "node_attempts", "node_record", "scan"]
 
 T = TypeVar("T")
 DB: Final = "nodes"
@@ -138,18 +138,23 @@ class LmdbNodeHooks:
         return record is not None and record.failed
 
 
-def node_attempts(env: LedgerEnv) -> Iterator[NodeAttemptRecord]:
-    """Every retry boundary of the ledger (for inspection), from one snapshot."""
+def scan(env: LedgerEnv, prefix: bytes, decoder: msgspec.msgpack.Decoder[T]) -> Iterator[T]:
+    """Every record of the ``nodes`` database under ``prefix``, decoded, from one snapshot."""
     if not env.has_db(DB):
         return
     with env.read() as txn, txn.cursor(db=env.db(DB)) as cursor:
-        found = cursor.set_range(NODE_ATTEMPT_PREFIX)
+        found = cursor.set_range(prefix)
         while found:
             key = bytes(cursor.key())
-            if not key.startswith(NODE_ATTEMPT_PREFIX):
+            if not key.startswith(prefix):
                 return
-            yield decode_record(bytes(cursor.value()), _attempt_decoder, db=DB, key=key)
+            yield decode_record(bytes(cursor.value()), decoder, db=DB, key=key)
             found = cursor.next()
+
+
+def node_attempts(env: LedgerEnv) -> Iterator[NodeAttemptRecord]:
+    """Every retry boundary of the ledger (for inspection)."""
+    return scan(env, NODE_ATTEMPT_PREFIX, _attempt_decoder)
 
 
 def node_record(env: LedgerEnv, scope: str, node: str) -> NodeCheckpoint | None:

@@ -39,6 +39,7 @@ from streams.store import codec_for
 from ._env import LedgerEnv
 from ._errors import LedgerError
 from ._layout import NODE_RUN_PREFIX, node_run_key
+from ._nodes import scan
 from ._seal import decode_record, seal
 
 if TYPE_CHECKING:
@@ -135,16 +136,7 @@ def read_run(ledger: Ledger, run_id: str) -> RunRecord | None:
 
 def list_runs(env: LedgerEnv) -> Iterator[RunRecord]:
     """Every business run of the ledger, by run id, from one snapshot."""
-    if not env.has_db(DB):
-        return
-    with env.read() as txn, txn.cursor(db=env.db(DB)) as cursor:
-        found = cursor.set_range(NODE_RUN_PREFIX)
-        while found:
-            key = bytes(cursor.key())
-            if not key.startswith(NODE_RUN_PREFIX):
-                return
-            yield decode_record(bytes(cursor.value()), _decoder, db=DB, key=key)
-            found = cursor.next()
+    return scan(env, NODE_RUN_PREFIX, _decoder)
 
 
 async def _write_run(ledger: Ledger, record: RunRecord, *, new: bool) -> None:
