@@ -18,7 +18,8 @@ A store of your own is proven by the conformance suite:
 :func:`stream_store_checks` lists them for a test runner to run one by one
 (see ``docs/stores.md``). A store of node checkpoints
 (:class:`~streams.CheckpointHooks`) is proven the same way by
-:func:`check_node_store` and :func:`node_store_checks`.
+:func:`check_node_store` and :func:`node_store_checks`, and its calls are
+failed on purpose by :class:`FaultyNodeHooks`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
 from ._store._hooks import StreamHooks
+from ._store._node_records import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    NodeCheckpoint,
+)
 from ._store._records import (
     AppendBatch,
     MessageAttempt,
@@ -41,8 +50,10 @@ from ._store._records import (
 
 __all__ = [
     "FaultyHooks",
+    "FaultyNodeHooks",
     "InjectedFault",
     "PassThroughHooks",
+    "PassThroughNodeHooks",
     "StoreWorld",
     "check_node_store",
     "check_stream_store",
@@ -127,6 +138,84 @@ class FaultyHooks(PassThroughHooks):
 
     async def finish(self, request: StreamFinish) -> None:
         await self._call("finish", self.inner.finish, request)
+
+
+class PassThroughNodeHooks:
+    """A :class:`~streams.CheckpointHooks` that passes every call to ``inner``: a base for wrappers.
+
+    Besides the four hooks it passes ``streams`` and the two reads a host
+    resumes with, ``node_records(scope)`` and ``scope_failed(scope)``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def streams(self) -> StreamHooks:
+        streams: StreamHooks = self.inner.streams
+        return streams
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        attempt: CheckpointAttempt = await self.inner.open_attempt(request)
+        return attempt
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        attempt: CheckpointAttempt = await self.inner.fail_attempt(scope)
+        return attempt
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        opened: CheckpointChildOpened = await self.inner.open_child(child)
+        return opened
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        await self.inner.commit_node(commit)
+
+    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        records: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
+        return records
+
+    def scope_failed(self, scope: str) -> bool:
+        return bool(self.inner.scope_failed(scope))
+
+
+class FaultyNodeHooks(PassThroughNodeHooks):
+    """A node-hook wrapper that fails chosen calls, as :class:`FaultyHooks` does for stream hooks.
+
+    ``fail`` maps ``open_attempt``, ``fail_attempt``, ``open_child`` or
+    ``commit_node`` to the 1-based number of the call that fails;
+    ``after=True`` lets the store confirm it first, then loses the answer.
+    """
+
+    def __init__(self, inner: Any, *, fail: Mapping[str, int], after: bool = False) -> None:
+        unknown = set(fail) - {"open_attempt", "fail_attempt", "open_child", "commit_node"}
+        if unknown:
+            raise ValueError(f"no such node hook: {sorted(unknown)}")
+        super().__init__(inner)
+        self.fail = dict(fail)
+        self.after = after
+        self.calls: dict[str, int] = {}
+
+    async def _call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        due = self.fail.get(name) == self.calls[name]
+        if due and not self.after:
+            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
+        result = await fn(arg)
+        if due:
+            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (answer lost)")
+        return result
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        return await self._call("open_attempt", super().open_attempt, request)
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        return await self._call("fail_attempt", super().fail_attempt, scope)
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        return await self._call("open_child", super().open_child, child)
+
+    async def commit_node(self, commit: CheckpointCommit) -> None:
+        await self._call("commit_node", super().commit_node, commit)
 
 
 class StoreWorld(Protocol):

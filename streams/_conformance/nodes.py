@@ -25,14 +25,13 @@ from .._execution import Execution, ExecutionEvent, Finished, Running, Waiting
 from .._graph import Graph
 from .._keys import Key
 from .._store._node_records import (
-    CheckpointAttempt,
-    CheckpointAttemptRequest,
     CheckpointChild,
     CheckpointChildOpened,
     CheckpointCommit,
     CheckpointOutput,
     NodeCheckpoint,
 )
+from ..testing import FaultyNodeHooks, PassThroughNodeHooks
 from ._support import raises
 
 __all__ = ["NODE_CHECKS", "NodeWorld"]
@@ -64,39 +63,6 @@ def node_check(fn: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitabl
 
     NODE_CHECKS.append((fn.__name__, run))
     return fn
-
-
-class Wrapper:
-    """Node hooks passed through to ``inner``; tests override the calls they fault or watch."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    @property
-    def streams(self) -> Any:
-        return self.inner.streams
-
-    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
-        result: CheckpointAttempt = await self.inner.open_attempt(request)
-        return result
-
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        result: CheckpointAttempt = await self.inner.fail_attempt(scope)
-        return result
-
-    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
-        result: CheckpointChildOpened = await self.inner.open_child(child)
-        return result
-
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        await self.inner.commit_node(commit)
-
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
-        result: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
-        return result
-
-    def scope_failed(self, scope: str) -> bool:
-        return bool(self.inner.scope_failed(scope))
 
 
 class Flaky(Exception):
@@ -184,7 +150,7 @@ async def resume_restores_confirmed_nodes_and_restarts_the_rest_from_entry(
 async def outputs_are_published_only_after_the_node_record_is_confirmed(store: Any) -> None:
     order: list[str] = []
 
-    class Recording(Wrapper):
+    class Recording(PassThroughNodeHooks):
         async def commit_node(self, commit: CheckpointCommit) -> None:
             await super().commit_node(commit)
             order.append(f"confirmed {commit.checkpoint.node}")
@@ -392,31 +358,6 @@ async def _return(ctx: NodeContext) -> None:
     pass
 
 
-class Faulty(Wrapper):
-    """Fails every call of one hook, before or after it took effect."""
-
-    def __init__(self, inner: Any, hook: str, *, after: bool = False) -> None:
-        super().__init__(inner)
-        self.hook, self.after = hook, after
-
-    async def _maybe(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        if name == self.hook and not self.after:
-            raise OSError(f"{name} refused")
-        result = await call()
-        if name == self.hook:
-            raise OSError(f"{name}'s answer was lost")
-        return result
-
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        await self._maybe("commit_node", lambda: super(Faulty, self).commit_node(commit))
-
-    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
-        result: CheckpointAttempt = await self._maybe(
-            "open_attempt", lambda: super(Faulty, self).open_attempt(request)
-        )
-        return result
-
-
 @node_check
 async def a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(store: Any) -> None:
     g = Graph("g", inputs=[URL])
@@ -429,10 +370,10 @@ async def a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(sto
 
     g.add_node("download", _download, requires=[URL], provides=[PAGE], aspects=[Retry(3), outer])
     g.add_node("extract", _fail_if_run, requires=[PAGE], provides=[TEXT])
-    store = Faulty(store, "commit_node")
+    store = FaultyNodeHooks(store, fail={"commit_node": 1})
     execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
     async with execution:
-        with raises(CheckpointError, match="commit_node failed: OSError: commit_node refused"):
+        with raises(CheckpointError, match="commit_node failed: InjectedFault: .*call 1 \\(not confirmed\\)"):
             await execution.wait()
     assert runs == 1 and store.node_records("r") == ()
     assert PAGE not in execution.result().values  # nothing published
@@ -446,13 +387,12 @@ async def _download(ctx: NodeContext) -> None:
 async def a_commit_whose_answer_was_lost_is_found_on_resume(store: Any) -> None:
     g = Graph("g", inputs=[URL])
     g.add_node("download", _download, requires=[URL], provides=[PAGE])
-    store = Faulty(store, "commit_node", after=True)
-    execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
+    faulty = FaultyNodeHooks(store, fail={"commit_node": 1}, after=True)
+    execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", faulty))
     async with execution:
-        with raises(CheckpointError, match="answer was lost"):
+        with raises(CheckpointError, match="answer lost"):
             await execution.wait()
     assert [r.node for r in store.node_records("r")] == ["download"]  # it was confirmed after all
-    store.hook = ""
     again = resumed(g, store, "r", {URL: "u"})
     async with again:
         assert (await again.wait())[PAGE] == "<u>"
@@ -462,7 +402,7 @@ async def a_commit_whose_answer_was_lost_is_found_on_resume(store: Any) -> None:
 async def a_confirmed_scope_failure_from_open_child_is_a_business_failure_of_the_mount(store: Any) -> None:
     wrong_scope = False
 
-    class FailedChild(Wrapper):
+    class FailedChild(PassThroughNodeHooks):
         async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
             raise CheckpointScopeFailure("another scope" if wrong_scope else child.parent)
 

@@ -11,7 +11,7 @@ import pytest
 
 from ledger import open_ledger
 from streams import ExecCheckpoint, Execution, Graph, Key, MemoryStore, NodeContext, RestorePlanError
-from streams.testing import node_store_checks
+from streams.testing import FaultyNodeHooks, node_store_checks
 
 URL = Key("url", str)
 
@@ -69,3 +69,8 @@ def _one_node() -> Graph:
     g = Graph("one", inputs=[URL])
     g.add_node("noop", _noop, requires=[URL])
     return g
+
+
+def test_faulty_node_hooks_name_only_node_hooks() -> None:
+    with pytest.raises(ValueError, match="no such node hook: \\['commit'\\]"):
+        FaultyNodeHooks(MemoryStore(), fail={"commit": 1})  # the stream hooks' commit is FaultyHooks'
