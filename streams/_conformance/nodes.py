@@ -466,3 +466,38 @@ async def _sleep_then_set(ctx: NodeContext) -> None:
         _ENTERED[0].set()
         await anyio.sleep_forever()
     ctx.set(PAGE, ctx[URL])
+
+
+def _faulted_hook_check(hook: str, after: bool) -> Callable[[NodeWorld], Awaitable[None]]:
+    """A ledger call fails (refused, or made and its answer lost): the run stops with CheckpointError,
+    and a resume on the store finishes it with the right answer, running no confirmed node again."""
+
+    async def run(world: NodeWorld) -> None:
+        async with world.session() as store:
+            doc = Doc()
+            doc.summarize_failures = 1  # a failure to confirm, so fail_attempt is called too
+            graph = pipeline(doc, mount_attempts=2)
+            faulty = FaultyNodeHooks(store, fail={hook: 1}, after=after)
+            execution = Execution(graph, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", faulty))
+            async with execution:
+                with raises(CheckpointError, match=f"{hook} failed: InjectedFault"):
+                    await execution.wait()
+            assert FIRST_SUMMARY not in execution.result().values  # nothing published past the fault
+            confirmed = {r.node for r in store.node_records("run")}
+            runs_before = list(doc.runs)
+            again = resumed(graph, store, "run", {FIRST_URL: "x"})
+            async with again:
+                assert (await again.wait())[FIRST_SUMMARY] == "X"
+            assert "first" not in confirmed or doc.runs == runs_before  # a confirmed mount runs nothing
+
+    return run
+
+
+for _hook in ("open_attempt", "fail_attempt", "open_child", "commit_node"):
+    for _after in (False, True):
+        NODE_CHECKS.append(
+            (
+                f"{_hook}_{'answer_lost' if _after else 'refused'}_stops_the_run_and_resume_finishes_it",
+                _faulted_hook_check(_hook, _after),
+            )
+        )
