@@ -277,14 +277,6 @@ class Graph:
         """Every declared port of the tree, used or not, pass-through ports included (a fresh copy)."""
         return tuple(_port_specs(self, ()))
 
-    def producers(self) -> dict[Key[Any], Member | None]:
-        """Which member provides each key (None for the graph's inputs); assumes a valid graph."""
-        found: dict[Key[Any], Member | None] = dict.fromkeys(self.inputs)
-        for member in self._members:
-            for key in member.provides:
-                found.setdefault(key, member)
-        return found
-
 
 def _keys(keys: Iterable[Key[Any]], what: str) -> tuple[Key[Any], ...]:
     found = tuple(keys)
