@@ -36,7 +36,7 @@ from ._errors import (
 from ._keys import Key, NoValue, NoValueType, check_name
 from ._staging import CommitStager
 from ._store._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
-from ._stream import ManagedStream, StreamReader, StreamWriter, _Group
+from ._stream import StreamCore, StreamReader, StreamWriter, _Group
 from ._tracing import ATTR, EVENT, SPAN, span, tracer
 from ._unwrap import single_error
 
@@ -73,7 +73,7 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
     _state: S
     _state_payload: bytes | None = None
     # created on first use: most messages stage no results and few outputs
-    _outputs: list[tuple[ManagedStream[Any], Any, bytes]] | None = None
+    _outputs: list[tuple[StreamCore[Any], Any, bytes]] | None = None
     _results: dict[str, bytes] | None = None
     _stopped: bool = False
 
@@ -95,7 +95,7 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
 
     def send(self, writer: StreamWriter[U], value: U) -> None:
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
-        stream = writer._stream
+        stream = writer.stream.core
         outputs = self._outputs
         if outputs is None:
             outputs = self._outputs = []
@@ -104,7 +104,7 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
                 f"message {self.seq} of {self._run.stream.ref} staged more than "
                 f"{self._run.max_outputs} outputs; raise max_outputs or split the work"
             )
-        read_back, payload = stream.codec.prepare(value, what=stream._what)
+        read_back, payload = stream.codec.prepare(value, what=stream.what)
         outputs.append((stream, read_back, payload))
 
     def set(self, key: Key[U], value: U) -> None:
@@ -155,7 +155,7 @@ class _Outputs:
 
     __slots__ = ("first", "stream", "values")
 
-    def __init__(self, stream: ManagedStream[Any], first: int) -> None:
+    def __init__(self, stream: StreamCore[Any], first: int) -> None:
         self.stream = stream
         self.first = first
         self.values: list[Any] = []
@@ -178,9 +178,9 @@ class _Run(Generic[T, S]):
         parent_attempt: str,
         limit: int | None,
     ) -> None:
-        self.stream: ManagedStream[T] = reader.stream
+        self.stream: StreamCore[T] = reader.stream.core
         self.remaining = limit
-        self.group: _Group = reader._group
+        self.group: _Group = reader.frontier
         self.handler = handler
         self.state_codec = state_codec
         self.node = node
@@ -214,7 +214,7 @@ class _Run(Generic[T, S]):
         self.committer_idle = False
         self.progress = anyio.Event()
         self.stopped = False
-        self.writes: set[ManagedStream[Any]] = set()
+        self.writes: set[StreamCore[Any]] = set()
 
     def _decode_state(self) -> S:
         return self.state_codec.decode(self.state_payload, what=self.state_what)
@@ -253,12 +253,12 @@ class _Run(Generic[T, S]):
                 if error is not exc:
                     error.__cause__ = exc
                 for touched_stream in (stream, *self.writes):
-                    touched_stream._break(error)
+                    touched_stream.latch(error)
                 raise error  # noqa: B904 - its cause is set above
             finally:
                 self.committing = False
             for staged in outputs.values():
-                staged.stream._publish(staged.first, staged.values, notify=False)
+                staged.stream.publish(staged.first, staged.values, notify=False)
             # the batch's commits, applied locally in order as the store applied them
             for c in batch:
                 if c.state is not None:
@@ -274,23 +274,23 @@ class _Run(Generic[T, S]):
                 if last - first == count - 1
                 else [s for c in batch for s in range(c.message.seq, c.last_seq + 1)]
             )
-            stream._local_ack_many(group, seqs)
+            stream.local_ack_many(group, seqs)
             if group.failing:
                 group.failing.difference_update(seqs)
             if group.exhausted:
                 group.exhausted.difference_update(seqs)
             self.committed += count
             self.in_flight -= count
-            stream._notify()
+            stream.notify()
             for staged in outputs.values():
-                staged.stream._notify()
+                staged.stream.notify()
             self.progress.set()
             self.progress = anyio.Event()
 
     async def drain(self) -> None:
         """Wait until every staged message is committed."""
         while self.in_flight:
-            self.stream._check_healthy()
+            self.stream.check_healthy()
             await self.progress.wait()
 
     # -- the handler side ---------------------------------------------------------------
@@ -302,17 +302,17 @@ class _Run(Generic[T, S]):
             return
         first = True
         while not self.stopped:
-            stream._check_healthy()
+            stream.check_healthy()
             if self.remaining is not None and self.remaining <= 0:
                 return
             room = min(self.window - self.in_flight, _CHUNK)
             if self.remaining is not None:
                 room = min(room, self.remaining)
-            seqs, values = stream._take_ready(group, room) if room > 0 else ((), [])
+            seqs, values = stream.take_ready(group, room) if room > 0 else ((), [])
             if not seqs:
                 if room <= 0:
                     await self.progress.wait()
-                elif stream._at_end(group):
+                elif stream.at_end(group):
                     await self.drain()
                     if stream.failed:
                         raise StreamFailedError(
@@ -321,7 +321,7 @@ class _Run(Generic[T, S]):
                         )
                     return
                 else:
-                    await stream._wait_change()
+                    await stream.wait_change()
                 continue
             failing, exhausted, handler = group.failing, group.exhausted, self.handler
             for seq, value in zip(seqs, values, strict=True):
@@ -420,7 +420,7 @@ class _Run(Generic[T, S]):
             with anyio.CancelScope(shield=True):
                 attempt = await self.stream.hooks.fail_message(request)
         except Exception as error:
-            raise self.stream._break(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
+            raise self.stream.latch(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
         if attempt.exhausted:
             attempt_span = tracer().start_span(SPAN.MESSAGE_ATTEMPT)
             attempt_span.add_event(
@@ -493,15 +493,15 @@ class _Run(Generic[T, S]):
             out = outputs[0][0]
             if out not in self.writes:
                 self._claim(out, tx, 1)
-            return out._next_seq - out._floor() <= out.capacity
+            return out.next_seq - out.floor() <= out.capacity
         grouped = _by_stream(outputs)
         for out, values, _ in grouped:
             if len(values) > out.capacity or out not in self.writes:
                 self._claim(out, tx, len(values))
-        return all(out._next_seq - 1 - out._floor() + len(v) <= out.capacity for out, v, _ in grouped)
+        return all(out.next_seq - 1 - out.floor() + len(v) <= out.capacity for out, v, _ in grouped)
 
     def _reserve(
-        self, outputs: list[tuple[ManagedStream[Any], Any, bytes]], run: CommitStager | None
+        self, outputs: list[tuple[StreamCore[Any], Any, bytes]], run: CommitStager | None
     ) -> tuple[OutputBatch, ...]:
         """Reserve sequence numbers for staged outputs that have room; stage their values.
 
@@ -510,7 +510,7 @@ class _Run(Generic[T, S]):
         """
         if len(outputs) == 1:
             out, value, payload = outputs[0]
-            first = out._reserve(1)
+            first = out.reserve(1)
             self._publish_later(out, first).append(value)
             if run is not None:
                 run.run_output_one(out, first, payload)
@@ -518,7 +518,7 @@ class _Run(Generic[T, S]):
             return (OutputBatch(out.ref, out.generation, first, (payload,)),)
         batches: list[OutputBatch] = []
         for out, values, payloads in _by_stream(outputs):
-            first = out._reserve(len(values))
+            first = out.reserve(len(values))
             self._publish_later(out, first).extend(values)
             if run is not None:
                 run.run_output(out, first, payloads)
@@ -526,14 +526,14 @@ class _Run(Generic[T, S]):
                 batches.append(OutputBatch(out.ref, out.generation, first, payloads))
         return tuple(batches)
 
-    def _publish_later(self, out: ManagedStream[Any], first: int) -> list[Any]:
+    def _publish_later(self, out: StreamCore[Any], first: int) -> list[Any]:
         """The values staged for ``out`` in this batch, to publish once it is committed."""
         pending = self.staged_outputs.get(id(out))
         if pending is None:
             pending = self.staged_outputs[id(out)] = _Outputs(out, first)
         return pending.values
 
-    def _claim(self, out: ManagedStream[Any], tx: MessageTx[S], n: int) -> None:
+    def _claim(self, out: StreamCore[Any], tx: MessageTx[S], n: int) -> None:
         """Check that ``n`` outputs fit ``out`` at all, and make this run its writer."""
         if n > out.capacity:
             raise OutputLimitError(
@@ -541,7 +541,7 @@ class _Run(Generic[T, S]):
                 f"{out.ref}, more than its capacity of {out.capacity}"
             )
         if out not in self.writes:
-            out._claim_for_handler(self)
+            out.claim_for_handler(self)
             self.writes.add(out)
 
     async def _wait_for_room(self, tx: MessageTx[S]) -> None:
@@ -552,17 +552,17 @@ class _Run(Generic[T, S]):
         """
         assert tx._outputs
         for out, values, _ in _by_stream(tx._outputs):
-            await out._wait_capacity(len(values))
+            await out.wait_capacity(len(values))
 
 
 def _by_stream(
-    outputs: list[tuple[ManagedStream[Any], Any, bytes]],
-) -> list[tuple[ManagedStream[Any], list[Any], tuple[bytes, ...]]]:
+    outputs: list[tuple[StreamCore[Any], Any, bytes]],
+) -> list[tuple[StreamCore[Any], list[Any], tuple[bytes, ...]]]:
     """Staged outputs grouped by stream, in order of first appearance: values and payloads."""
     first = outputs[0][0]
     if len(outputs) == 1:
         return [(first, [outputs[0][1]], (outputs[0][2],))]
-    grouped: dict[int, tuple[ManagedStream[Any], list[Any], list[bytes]]] = {}
+    grouped: dict[int, tuple[StreamCore[Any], list[Any], list[bytes]]] = {}
     for out, value, payload in outputs:
         entry = grouped.setdefault(id(out), (out, [], []))
         entry[1].append(value)
@@ -638,14 +638,14 @@ async def handle_messages(
         raise ValueError(f"parent_attempt must be valid UTF-8 text, got {parent_attempt!r}") from None
     if attempts < 1 or max_outputs < 0 or window < 1 or (limit is not None and limit < 0):
         raise ValueError("attempts and window must be at least 1, max_outputs and limit at least 0")
-    group = reader._group
-    stream = reader.stream
+    group = reader.frontier
+    stream = reader.stream.core
     if group.claimed:
         raise GroupBusyError(f"group {group.name!r} of stream {stream.ref} already has a handler")
     if state_type is None:
         state_type = Any if initial_state is None else type(initial_state)
     state_codec: Codec[Any] = Codec(state_type)
-    stream._check_healthy()  # a stream whose confirmation failed is recovered by reopening it
+    stream.check_healthy()  # a stream whose confirmation failed is recovered by reopening it
     run: _Run[Any, Any] = _Run(
         reader,
         handler,
@@ -680,5 +680,5 @@ async def handle_messages(
         group.claimed = False
         group.cursor = group.acked_through
         for out in run.writes:
-            out._release_handler(run)
+            out.release_handler(run)
     return HandleResult(run.committed, run.stopped, run.state, dict(group.results))

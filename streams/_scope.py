@@ -13,7 +13,7 @@ from ._errors import StreamStateError
 from ._keys import Key, Stream, check_name, type_name
 from ._store._hooks import StreamHooks
 from ._store._records import StreamOpen, StreamRef
-from ._stream import ManagedStream
+from ._stream import ManagedStream, StreamCore
 from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error
 
@@ -96,9 +96,8 @@ class StreamScope:
             current.set_attribute(ATTR.TAIL, len(opened.tail))
             if not opened.created:
                 current.add_event(EVENT.STREAM_RECOVERED)
-        stream: ManagedStream[T] = ManagedStream(
-            self, key, ref, opened, capacity=capacity, resumable=resumable
-        )
+        core = StreamCore(self._spawn, self.hooks, key, ref, opened, capacity=capacity, resumable=resumable)
+        stream: ManagedStream[T] = ManagedStream(core)
         self._streams[ref] = stream
         return stream
 

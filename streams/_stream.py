@@ -9,8 +9,8 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
 import msgspec
@@ -36,10 +36,15 @@ from ._store._records import (
 )
 from ._store._rules import FrontierDraft, min_frontier
 
-if TYPE_CHECKING:
-    from ._scope import StreamScope
-
-__all__ = ["GroupSnapshot", "ManagedStream", "Message", "StreamReader", "StreamSnapshot", "StreamWriter"]
+__all__ = [
+    "GroupSnapshot",
+    "ManagedStream",
+    "Message",
+    "StreamCore",
+    "StreamReader",
+    "StreamSnapshot",
+    "StreamWriter",
+]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -97,12 +102,19 @@ class _Group(FrontierDraft):
         self.claimed = False
 
 
-class ManagedStream(Generic[T]):
-    """The shared endpoint of one stream. Obtain it from :meth:`StreamScope.open_stream`."""
+class StreamCore(Generic[T]):
+    """The engine's side of a stream endpoint: its state and the operations handlers and handles use.
+
+    :class:`ManagedStream` is the public façade over it; readers, writers and
+    ``handle_messages`` reach the stream through this named API (``reserve``,
+    ``publish``, ``take_ready``, ``local_ack_many``, ``latch``, ...), never
+    through private members.
+    """
 
     def __init__(
         self,
-        scope: StreamScope,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+        hooks: StreamHooks,
         key: Key[Stream[T]],
         ref: StreamRef,
         opened: StreamOpened,
@@ -110,12 +122,12 @@ class ManagedStream(Generic[T]):
         capacity: int,
         resumable: bool,
     ) -> None:
-        self._scope = scope
+        self._spawn = spawn  # runs the background flush in the scope's task group
         self.key = key
         self.ref = ref
-        self.hooks: StreamHooks = scope.hooks
+        self.hooks: StreamHooks = hooks
         self.codec: Codec[T] = Codec(key.item_type)
-        self._what = f"stream {ref}"
+        self.what = f"stream {ref}"
         self.capacity = capacity
         self.resumable = resumable
         self.generation = opened.generation
@@ -123,7 +135,7 @@ class ManagedStream(Generic[T]):
         self.failed = opened.failed
         self.position = opened.position
         self._confirmed = opened.appended  # the last confirmed sequence
-        self._next_seq = opened.appended + 1  # the next sequence to assign
+        self.next_seq = opened.appended + 1  # the next sequence to assign
         # The values of sequences _evicted_through + 1 .. _confirmed, in order: what some
         # group still reading has not acknowledged (a recovered tail leaves _GAP for the
         # messages every such group acknowledged out of order).
@@ -131,7 +143,7 @@ class ManagedStream(Generic[T]):
         self._values: list[Any] = [_GAP] * (opened.appended - self._evicted_through)
         for m in opened.tail:
             self._values[m.seq - self._evicted_through - 1] = self.codec.decode(
-                m.payload, what=f"message {m.seq} of {self._what}"
+                m.payload, what=f"message {m.seq} of {self.what}"
             )
         self._groups: dict[str, _Group] = {}
         for frontier in opened.groups:
@@ -151,14 +163,14 @@ class ManagedStream(Generic[T]):
 
     # -- shared state -----------------------------------------------------------------------
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def _wait_change(self) -> None:
+    async def wait_change(self) -> None:
         await self._changed.wait()
 
-    def _group(self, name: str) -> _Group:
+    def group(self, name: str) -> _Group:
         try:
             return self._groups[name]
         except KeyError:
@@ -166,7 +178,7 @@ class ManagedStream(Generic[T]):
                 f"stream {self.ref} has no consumer group {name!r}; declare it in open_stream(groups=...)"
             ) from None
 
-    def _break(self, cause: BaseException, what: str = "a confirmation") -> CheckpointError:
+    def latch(self, cause: BaseException, what: str = "a confirmation") -> CheckpointError:
         """Latch a failure of the reliable layer: every later operation raises the same error."""
         if self._broken is None:
             if isinstance(cause, CheckpointError):
@@ -177,15 +189,15 @@ class ManagedStream(Generic[T]):
                 )
                 error.__cause__ = cause
                 self._broken = error
-        self._notify()
+        self.notify()
         assert isinstance(self._broken, CheckpointError)
         return self._broken
 
-    def _check_healthy(self) -> None:
+    def check_healthy(self) -> None:
         if self._broken is not None:
             raise self._broken  # the same error the failed operation raised, not a second one
 
-    def _floor(self) -> int:
+    def floor(self) -> int:
         """The largest sequence every group still reading acknowledged.
 
         A stopped group reads no more; it holds back neither the writer nor compaction.
@@ -198,12 +210,12 @@ class ManagedStream(Generic[T]):
 
     def _unacked(self) -> int:
         """Messages assigned but not acknowledged by the slowest group."""
-        return self._next_seq - 1 - self._floor()
+        return self.next_seq - 1 - self.floor()
 
-    async def _wait_capacity(self, n: int) -> None:
+    async def wait_capacity(self, n: int) -> None:
         while self._unacked() + n > self.capacity and self._unacked() > 0:
-            self._check_healthy()
-            await self._wait_change()
+            self.check_healthy()
+            await self.wait_change()
 
     @property
     def done(self) -> bool:
@@ -213,8 +225,8 @@ class ManagedStream(Generic[T]):
     async def wait_done(self) -> None:
         """Wait until the writer's terminal result is confirmed."""
         while not self.done:
-            self._check_healthy()
-            await self._wait_change()
+            self.check_healthy()
+            await self.wait_change()
 
     def snapshot(self) -> StreamSnapshot:
         """A values-free view of the endpoint."""
@@ -240,15 +252,6 @@ class ManagedStream(Generic[T]):
             ),
         )
 
-    def writer(self) -> StreamWriter[T]:
-        """The writer handle (the stream has one writer node; handles share its state)."""
-        return StreamWriter(self)
-
-    def reader(self, group: str) -> StreamReader[T]:
-        """A reader handle in consumer ``group``."""
-        self._group(group)
-        return StreamReader(self, group)
-
     # -- the writer side --------------------------------------------------------------------
 
     def _claim_writer(self, mode: str) -> None:
@@ -262,9 +265,9 @@ class ManagedStream(Generic[T]):
         if self.done:
             raise StreamClosedError(f"stream {self.ref} already ended; it takes no more messages")
 
-    def _claim_for_handler(self, run: object) -> None:
+    def claim_for_handler(self, run: object) -> None:
         """Make ``run`` the one handler run whose staged outputs write this stream."""
-        self._check_healthy()
+        self.check_healthy()
         self._claim_writer("handler")
         if self._handler_owner is not None and self._handler_owner is not run:
             raise StreamStateError(
@@ -273,20 +276,20 @@ class ManagedStream(Generic[T]):
             )
         self._handler_owner = run
 
-    def _release_handler(self, run: object) -> None:
+    def release_handler(self, run: object) -> None:
         """``run`` ended: give back sequence numbers it reserved but never committed."""
         if self._handler_owner is run:
             self._handler_owner = None
             if self._broken is None:
-                self._next_seq = self._confirmed + 1
-                self._notify()
+                self.next_seq = self._confirmed + 1
+                self.notify()
 
-    def _reserve(self, n: int) -> int:
-        first = self._next_seq
-        self._next_seq += n
+    def reserve(self, n: int) -> int:
+        first = self.next_seq
+        self.next_seq += n
         return first
 
-    def _publish(self, first_seq: int, values: list[T] | tuple[T, ...], *, notify: bool = True) -> None:
+    def publish(self, first_seq: int, values: list[T] | tuple[T, ...], *, notify: bool = True) -> None:
         """Make confirmed messages visible to readers (after their commit)."""
         last = first_seq + len(values) - 1
         # sequences are confirmed in order: these follow the last value held
@@ -294,29 +297,29 @@ class ManagedStream(Generic[T]):
         self._values.extend(values)
         if last > self._confirmed:
             self._confirmed = last
-        if self._floor() > self._evicted_through:
+        if self.floor() > self._evicted_through:
             self._evict()  # no group still reading needs them (every group stopped)
         if notify:
-            self._notify()
+            self.notify()
 
-    async def _send(self, value: T, send_at: int | None) -> None:
+    async def send(self, value: T, send_at: int | None) -> None:
         if self._broken is not None:
             raise self._broken
         if self._writer_mode != "direct" or self.finished or self.failed:
             self._claim_writer("direct")
-        value, payload = self.codec.prepare(value, what=self._what)
-        seq = self._next_seq
-        if seq - 1 - self._floor() >= self.capacity:
-            await self._wait_capacity(1)
-            seq = self._next_seq
-        self._next_seq = seq + 1
+        value, payload = self.codec.prepare(value, what=self.what)
+        seq = self.next_seq
+        if seq - 1 - self.floor() >= self.capacity:
+            await self.wait_capacity(1)
+            seq = self.next_seq
+        self.next_seq = seq + 1
         self._pending_values.append(value)
         self._pending_payloads.append(payload)
         if send_at is not None:
             self._pending_position = send_at
         if not self._flushing:
             self._flushing = True
-            self._scope._spawn(self._flush_loop)
+            self._spawn(self._flush_loop)
 
     async def _flush_loop(self) -> None:
         try:
@@ -324,7 +327,7 @@ class ManagedStream(Generic[T]):
                 values, self._pending_values = self._pending_values, []
                 payloads, self._pending_payloads = self._pending_payloads, []
                 position, self._pending_position = self._pending_position, None
-                first = self._next_seq - len(values)  # the pending sends are the last assigned
+                first = self.next_seq - len(values)  # the pending sends are the last assigned
                 try:
                     # Shielded: once handed to the store an append finishes, so the
                     # endpoint never disagrees with the ledger about what was appended.
@@ -334,39 +337,39 @@ class ManagedStream(Generic[T]):
                         )
                 except Exception as exc:
                     # the outcome is unknown: the stream takes no more sends until reopened
-                    raise self._break(exc, "an append")  # noqa: B904 - the latched error keeps its cause
+                    raise self.latch(exc, "an append")  # noqa: B904 - the latched error keeps its cause
                 if position is not None:
                     self.position = position
-                self._publish(first, values)
+                self.publish(first, values)
         finally:
             self._flushing = False
 
-    async def _flush(self) -> None:
-        target = self._next_seq - 1
+    async def flush(self) -> None:
+        target = self.next_seq - 1
         while self._confirmed < target:
-            self._check_healthy()
-            await self._wait_change()
+            self.check_healthy()
+            await self.wait_change()
 
-    async def _end(self, *, failed: bool) -> None:
+    async def end(self, *, failed: bool) -> None:
         if self.done:
             if self.failed == failed:
                 return
             raise StreamClosedError(f"stream {self.ref} already ended the other way")
-        await self._flush()
-        self._check_healthy()
+        await self.flush()
+        self.check_healthy()
         request = StreamFinish(ref=self.ref, generation=self.generation, failed=failed)
         try:
             with anyio.CancelScope(shield=True):
                 await self.hooks.finish(request)
         except Exception as exc:
-            raise self._break(exc, "finishing")  # noqa: B904 - the latched error keeps its cause
+            raise self.latch(exc, "finishing")  # noqa: B904 - the latched error keeps its cause
         self.finished = not failed
         self.failed = failed
-        self._notify()
+        self.notify()
 
     # -- the reader side --------------------------------------------------------------------
 
-    def _take_ready(self, group: _Group, limit: int) -> tuple[Sequence[int], list[T]]:
+    def take_ready(self, group: _Group, limit: int) -> tuple[Sequence[int], list[T]]:
         """Hand out up to ``limit`` confirmed, unacknowledged messages in sequence order.
 
         Returns their sequence numbers and values, as two sequences of equal length.
@@ -388,10 +391,10 @@ class ManagedStream(Generic[T]):
         base = self._evicted_through + 1
         return taken, [self._values[s - base] for s in taken]
 
-    def _at_end(self, group: _Group) -> bool:
+    def at_end(self, group: _Group) -> bool:
         return self.done and max(group.cursor, group.acked_through) >= self._confirmed
 
-    def _raise_end(self) -> None:
+    def raise_end(self) -> None:
         if self.failed:
             raise StreamFailedError(f"the writer of stream {self.ref} failed")
         raise anyio.EndOfStream
@@ -400,7 +403,7 @@ class ManagedStream(Generic[T]):
         group.ack(seq)
         self._evict()
 
-    def _local_ack_many(self, group: _Group, seqs: Sequence[int]) -> None:
+    def local_ack_many(self, group: _Group, seqs: Sequence[int]) -> None:
         """Acknowledge committed messages locally, in ascending sequence order."""
         first, last = seqs[0], seqs[-1]
         if (
@@ -415,13 +418,13 @@ class ManagedStream(Generic[T]):
         self._evict()
 
     def _evict(self) -> None:
-        floor = self._floor()
+        floor = self.floor()
         if floor > self._evicted_through:
             del self._values[: floor - self._evicted_through]
             self._evicted_through = floor
 
-    async def _ack(self, group: _Group, seq: int) -> None:
-        self._check_healthy()
+    async def ack(self, group: _Group, seq: int) -> None:
+        self.check_healthy()
         if seq > self._confirmed or group.is_acked(seq):
             raise StreamStateError(f"stream {self.ref} group {group.name!r}: nothing to ack at {seq}")
         if group.claimed:
@@ -433,9 +436,83 @@ class ManagedStream(Generic[T]):
             with anyio.CancelScope(shield=True):
                 await self.hooks.commit([MessageCommit(message=message)])
         except Exception as exc:
-            raise self._break(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
+            raise self.latch(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
         self._local_ack(group, seq)
-        self._notify()
+        self.notify()
+
+    @property
+    def held(self) -> int:
+        """How many messages the endpoint holds in memory (those some reading group has not acked)."""
+        return len(self._values)
+
+
+class ManagedStream(Generic[T]):
+    """The shared endpoint of one stream. Obtain it from :meth:`StreamScope.open_stream`.
+
+    ``core`` is the engine's :class:`StreamCore` behind it.
+    """
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: StreamCore[T]) -> None:
+        self.core = core
+
+    def __repr__(self) -> str:
+        return f"ManagedStream({self.core.ref}, generation={self.core.generation})"
+
+    @property
+    def key(self) -> Key[Stream[T]]:
+        return self.core.key
+
+    @property
+    def ref(self) -> StreamRef:
+        return self.core.ref
+
+    @property
+    def generation(self) -> int:
+        return self.core.generation
+
+    @property
+    def capacity(self) -> int:
+        return self.core.capacity
+
+    @property
+    def resumable(self) -> bool:
+        return self.core.resumable
+
+    @property
+    def position(self) -> int | None:
+        """The ``send_at`` cursor of the last confirmed message."""
+        return self.core.position
+
+    @property
+    def finished(self) -> bool:
+        return self.core.finished
+
+    @property
+    def failed(self) -> bool:
+        return self.core.failed
+
+    @property
+    def done(self) -> bool:
+        """Whether the writer finished or failed (readers may still hold unread messages)."""
+        return self.core.done
+
+    async def wait_done(self) -> None:
+        """Wait until the writer's terminal result is confirmed."""
+        await self.core.wait_done()
+
+    def snapshot(self) -> StreamSnapshot:
+        """A values-free view of the endpoint."""
+        return self.core.snapshot()
+
+    def writer(self) -> StreamWriter[T]:
+        """The writer handle (the stream has one writer node; handles share its state)."""
+        return StreamWriter(self)
+
+    def reader(self, group: str) -> StreamReader[T]:
+        """A reader handle in consumer ``group``."""
+        return StreamReader(self, group)
 
 
 class StreamWriter(Generic[T_contra]):
@@ -466,19 +543,19 @@ class StreamWriter(Generic[T_contra]):
         becomes :attr:`position`. Readers see the message only after the ledger
         confirmed it; :meth:`flush` waits for that. Await it: ``await writer.send(v)``.
         """
-        return self._stream._send(value, send_at)  # the endpoint's coroutine, not a wrapper
+        return self._stream.core.send(value, send_at)  # the endpoint's coroutine, not a wrapper
 
     async def flush(self) -> None:
         """Wait until every message sent so far is confirmed."""
-        await self._stream._flush()
+        await self._stream.core.flush()
 
     async def finish(self) -> None:
         """Confirm every sent message, then the stream's successful end (``Done``)."""
-        await self._stream._end(failed=False)
+        await self._stream.core.end(failed=False)
 
     async def fail(self) -> None:
         """Confirm the writer's failure: readers get :class:`StreamFailedError` after the tail."""
-        await self._stream._end(failed=True)
+        await self._stream.core.end(failed=True)
 
 
 class StreamReader(Generic[T_co]):
@@ -488,7 +565,7 @@ class StreamReader(Generic[T_co]):
 
     def __init__(self, stream: ManagedStream[Any], group: str) -> None:
         self._stream = stream
-        self._group = stream._group(group)
+        self._group = stream.core.group(group)
 
     @property
     def stream(self) -> ManagedStream[Any]:
@@ -498,9 +575,14 @@ class StreamReader(Generic[T_co]):
     def group(self) -> str:
         return self._group.name
 
+    @property
+    def frontier(self) -> _Group:
+        """The group's frontier draft, shared by every reader of the group (for the engine)."""
+        return self._group
+
     async def receive(self) -> Message[T_co]:
         """The next message of the group; ``anyio.EndOfStream`` after the last one."""
-        stream, group = self._stream, self._group
+        stream, group = self._stream.core, self._group
         while True:
             if group.claimed:
                 raise GroupBusyError(
@@ -510,18 +592,18 @@ class StreamReader(Generic[T_co]):
                 raise StreamStateError(
                     f"group {group.name!r} of stream {stream.ref} stopped handling it (a confirmed stop)"
                 )
-            stream._check_healthy()
-            seqs, values = stream._take_ready(group, 1)
+            stream.check_healthy()
+            seqs, values = stream.take_ready(group, 1)
             if seqs:
                 return Message(seqs[0], values[0], group.name)
-            if stream._at_end(group):
-                stream._raise_end()
-            await stream._wait_change()
+            if stream.at_end(group):
+                stream.raise_end()
+            await stream.wait_change()
 
     async def ack(self, message: Message[Any] | int) -> None:
         """Confirm that the group processed ``message``; the frontier advances contiguously."""
         seq = message if isinstance(message, int) else message.seq
-        await self._stream._ack(self._group, seq)
+        await self._stream.core.ack(self._group, seq)
 
     def __aiter__(self) -> AsyncIterator[Message[T_co]]:
         return self._iterate()
