@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from ._store._hooks import StreamHooks
 from ._store._node_records import (
@@ -94,6 +94,32 @@ class PassThroughHooks:
         await self.inner.finish(request)
 
 
+class _Faults:
+    """Which call of which hook fails, and how: counts calls and raises :class:`InjectedFault`."""
+
+    def __init__(self, fail: Mapping[str, int], after: bool, hooks: frozenset[str], what: str) -> None:
+        unknown = set(fail) - hooks
+        if unknown:
+            raise ValueError(f"no such {what}: {sorted(unknown)}")
+        self.fail = dict(fail)
+        self.after = after
+        self.calls: dict[str, int] = {}
+
+    async def call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        due = self.fail.get(name) == self.calls[name]
+        if due and not self.after:
+            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
+        result = await fn(arg)
+        if due:
+            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (answer lost)")
+        return result
+
+
+_STREAM_HOOKS: Final = frozenset({"open", "append", "open_message", "fail_message", "commit", "finish"})
+_NODE_HOOKS: Final = frozenset({"open_attempt", "fail_attempt", "open_child", "commit_node"})
+
+
 class FaultyHooks(PassThroughHooks):
     """A :class:`~streams.StreamHooks` wrapper that fails chosen calls.
 
@@ -103,23 +129,14 @@ class FaultyHooks(PassThroughHooks):
     """
 
     def __init__(self, inner: StreamHooks, *, fail: Mapping[str, int], after: bool = False) -> None:
-        unknown = set(fail) - {"open", "append", "open_message", "fail_message", "commit", "finish"}
-        if unknown:
-            raise ValueError(f"no such hook: {sorted(unknown)}")
+        self._faults = _Faults(fail, after, _STREAM_HOOKS, "hook")
         super().__init__(inner)
-        self.fail = dict(fail)
-        self.after = after
-        self.calls: dict[str, int] = {}
+        self._call = self._faults.call
 
-    async def _call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
-        self.calls[name] = self.calls.get(name, 0) + 1
-        due = self.fail.get(name) == self.calls[name]
-        if due and not self.after:
-            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
-        result = await fn(arg)
-        if due:
-            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (answer lost)")
-        return result
+    @property
+    def calls(self) -> dict[str, int]:
+        """How many times each hook was called so far."""
+        return self._faults.calls
 
     async def open(self, request: StreamOpen) -> StreamOpened:
         return await self._call("open", self.inner.open, request)
@@ -187,23 +204,14 @@ class FaultyNodeHooks(PassThroughNodeHooks):
     """
 
     def __init__(self, inner: Any, *, fail: Mapping[str, int], after: bool = False) -> None:
-        unknown = set(fail) - {"open_attempt", "fail_attempt", "open_child", "commit_node"}
-        if unknown:
-            raise ValueError(f"no such node hook: {sorted(unknown)}")
+        self._faults = _Faults(fail, after, _NODE_HOOKS, "node hook")
         super().__init__(inner)
-        self.fail = dict(fail)
-        self.after = after
-        self.calls: dict[str, int] = {}
+        self._call = self._faults.call
 
-    async def _call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
-        self.calls[name] = self.calls.get(name, 0) + 1
-        due = self.fail.get(name) == self.calls[name]
-        if due and not self.after:
-            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
-        result = await fn(arg)
-        if due:
-            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (answer lost)")
-        return result
+    @property
+    def calls(self) -> dict[str, int]:
+        """How many times each node hook was called so far."""
+        return self._faults.calls
 
     async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
         return await self._call("open_attempt", super().open_attempt, request)
