@@ -23,7 +23,7 @@ from .._context import NodeContext
 from .._errors import CheckpointError, CheckpointScopeFailure, ConfirmedFailureError, RestorePlanError
 from .._execution import Execution, ExecutionEvent, Finished, Running, Waiting
 from .._graph import Graph
-from .._keys import Key
+from .._keys import Key, NoValue
 from .._store._node_records import (
     CheckpointChild,
     CheckpointChildOpened,
@@ -466,6 +466,63 @@ async def _sleep_then_set(ctx: NodeContext) -> None:
         _ENTERED[0].set()
         await anyio.sleep_forever()
     ctx.set(PAGE, ctx[URL])
+
+
+@node_check
+async def a_retried_attempt_drops_what_the_failed_one_staged(store: Any) -> None:
+    g = Graph("g", inputs=[URL])
+    attempts: list[int] = []
+
+    @g.node(requires=[URL], provides=[PAGE, TEXT], aspects=[Retry(2)])
+    async def twice(ctx: NodeContext) -> None:
+        attempts.append(len(attempts))
+        ctx.set(PAGE, f"attempt {len(attempts)}")  # staged again by the retry: the first one's is gone
+        if len(attempts) == 1:
+            ctx.set(TEXT, "from the failed attempt")
+            raise Flaky("first")
+
+    execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
+    async with execution:
+        result = await execution.wait()
+    assert attempts == [0, 1]
+    assert result[PAGE] == "attempt 2" and result.get(TEXT) is NoValue  # nothing of the failed attempt
+    [record] = store.node_records("r")
+    assert record.outputs == (
+        CheckpointOutput("page", "ready", msgspec.msgpack.encode("attempt 2")),
+        CheckpointOutput("text", "skipped"),
+    )
+
+
+@node_check
+async def a_subs_outlets_are_published_when_the_mount_commits(store: Any) -> None:
+    order: list[str] = []
+    child = Graph("child", inputs=[URL])
+
+    @child.node(requires=[URL], provides=[PAGE])
+    async def early(ctx: NodeContext) -> None:
+        ctx.set(PAGE, ctx[URL])
+        order.append("child set page")
+
+    @child.node(requires=[PAGE], provides=[TEXT])
+    async def late(ctx: NodeContext) -> None:
+        await anyio.sleep(0.01)  # a parent reader of page would run here if the outlet were published
+        order.append("child done")
+        ctx.set(TEXT, ctx[PAGE])
+
+    parent = Graph("parent", inputs=[FIRST_URL])
+    out = Key("out", str)
+    parent.sub("mount", child, inlets={URL: FIRST_URL}, outlets={PAGE: out})
+
+    @parent.node(requires=[out], provides=[SUMMARY])
+    async def reader(ctx: NodeContext) -> None:
+        order.append("parent read out")
+        ctx.set(SUMMARY, ctx[out])
+
+    execution = Execution(parent, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("r", store))
+    async with execution:
+        assert (await execution.wait())[SUMMARY] == "x"
+    assert order == ["child set page", "child done", "parent read out"]
+    assert {r.node for r in store.node_records("r")} == {"mount", "reader"}
 
 
 def _faulted_hook_check(hook: str, after: bool) -> Callable[[NodeWorld], Awaitable[None]]:

@@ -251,3 +251,15 @@ def test_checkpoint_ports_include_unused_and_pass_through_ports() -> None:
         (("c",), "echo", "provides", "page"),
     }
     assert PortSpec((), "", "input", "unused", int, "int") in parent.checkpoint_ports()
+
+
+def test_a_graph_is_validated_again_after_a_node_is_added_anywhere_in_its_tree() -> None:
+    doc = doc_graph()
+    pipeline = pipeline_graph(doc)
+    pipeline.validate()
+    before = pipeline.topology().fingerprint
+    doc.add_node("orphan", noop, requires=[Key("nowhere", int)])  # inside the mounted child
+    with pytest.raises(GraphError, match="first: node 'orphan' requires Key\\('nowhere', int\\)"):
+        pipeline.validate()
+    doc.add_node("source", noop, provides=[Key("nowhere", int)])
+    assert pipeline.topology().fingerprint != before
