@@ -122,7 +122,21 @@ class LmdbNodeHooks:
         return await self._write(lambda view: store.open_child(view, child))
 
     async def commit_node(self, commit: CheckpointCommit) -> None:
-        await self._write(lambda view: store.commit_node(view, commit))
+        """The node's record and its streams' successful ends, in one transaction."""
+        if not commit.streams:
+            await self._write(lambda view: store.commit_node(view, commit))
+            return
+        streams, db = self._streams, self._db
+
+        def write(txn: lmdb.Transaction) -> Any:
+            store.commit_node(LmdbNodeView(txn, db), commit)
+            view = streams.bind(txn)
+            for finish in commit.streams:
+                store.finish(view, finish)
+            view.flush()
+            return view
+
+        streams.learn(await self.env.write(write))
 
     # -- reading (no write, no wait on the writer) -----------------------------------------
 

@@ -292,6 +292,15 @@ class LmdbStreamHooks:
         self._dbs = {name: env.db(name) for name in ("streams", "messages", "groups", "attempts")}
         self._ids: dict[StreamRef, int] = {}
 
+    def bind(self, txn: Any) -> LmdbView:
+        """A view of the stream records inside another hook's write transaction (a node commit's)."""
+        return LmdbView(txn, self._dbs, self._ids)
+
+    def learn(self, view: LmdbView) -> None:
+        """Keep the stream ids ``view`` assigned, once its transaction committed."""
+        if view.ids:
+            self._ids.update(view.ids)
+
     async def _write(self, op: Callable[[LmdbView], T]) -> tuple[T, int]:
         dbs, known = self._dbs, self._ids
 

@@ -17,8 +17,10 @@ import anyio
 from ._codec import codec_for
 from ._errors import OutputError, SkippedInputError
 from ._graph import NodeDef, SubDef
-from ._keys import Key, NoValue, NoValueType
+from ._handle import Handler, HandleResult, handle_messages
+from ._keys import Key, NoValue, NoValueType, Stream
 from ._store._node_records import CheckpointAttempt
+from ._stream import ManagedStream, StreamReader, StreamWriter
 
 if TYPE_CHECKING:
     from ._execution import _Level
@@ -131,6 +133,57 @@ class NodeContext:
         """Skip ``key``: nodes requiring it see ``NoValue``."""
         self._writable(key, "skip")
         self._put(key, NoValue, None)
+
+    # -- streams --------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        """This node's consumer group on the streams it reads: its path from the root."""
+        return "/".join((*self.path, self.node))
+
+    def writer(self, key: Key[Stream[T]]) -> StreamWriter[T]:
+        """The writer of stream ``key``, which this node provides; the stream ends with the node."""
+        if not key.is_stream or key not in self._member.provides:
+            raise OutputError(f"node {self.node!r} does not write stream {key!r}: it is not in its provides")
+        stream: ManagedStream[T] = self._level.slots[key].value
+        return stream.writer()
+
+    def reader(self, key: Key[Stream[T]]) -> StreamReader[T]:
+        """A reader of stream ``key``, which this node requires, in the node's own consumer group."""
+        if not key.is_stream or key not in self._member.requires:
+            raise KeyError(f"node {self.node!r} does not read stream {key!r}: it is not in its requires")
+        stream: ManagedStream[T] = self._level.slots[key].value
+        return stream.reader(self.group)
+
+    async def handle_messages(
+        self, key: Key[Stream[T]], handler: Handler[Any, T], **options: Any
+    ) -> HandleResult[Any]:
+        """:func:`~streams.handle_messages` on stream ``key`` in this node's group, under its attempt.
+
+        Message budgets are kept per attempt of the node; the ordinary
+        results the handler sets (``tx.set``) become this node's outputs:
+        published at once in ordinary mode, with the node's record in
+        checkpoint mode. ``options`` are ``handle_messages``'s.
+        """
+        for name in ("node", "parent_attempt"):
+            if name in options:
+                raise TypeError(f"ctx.handle_messages supplies {name}= itself")
+        reader = self.reader(key)
+        parent = self._scopes[-1] if self._scopes else ""
+        result: HandleResult[Any] = await handle_messages(reader, handler, parent_attempt=parent, **options)
+        provided = {k.name: k for k in self._member.provides if not k.is_stream}
+        for name in result.result_names():
+            if name not in provided:
+                raise OutputError(
+                    f"node {self.node!r}: its message handler set result {name!r}, which the node does not "
+                    "provide"
+                )
+            value = result.result(provided[name])
+            slot = self._level.slots[provided[name]]
+            staged = self._frame is not None and provided[name] in self._frame.staged
+            if not staged and not slot.settled:
+                self._put(provided[name], *codec_for(provided[name].type).prepare(value, what=name))
+        return result
 
     def skip_node(self) -> None:
         """End the node here as skipped (not failed): what it did not set is skipped."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -47,10 +47,11 @@ from ._errors import (
     SkippedInputError,
     StrayCancellationError,
 )
-from ._graph import Graph, NodeDef, SubDef
-from ._keys import Key, NoValue, NoValueType
+from ._graph import Graph, NodeDef, SubDef, reader_groups
+from ._keys import Key, NoValue, NoValueType, type_name
 from ._plan import RestoredNode, check_plan, encode_outputs
-from ._store._hooks import CheckpointHooks
+from ._store._hooks import CheckpointHooks, StreamHooks
+from ._store._memory import MemoryStore
 from ._store._node_records import (
     COMPLETE_CHAIN,
     CheckpointAttempt,
@@ -59,6 +60,8 @@ from ._store._node_records import (
     CheckpointCommit,
     NodeCheckpoint,
 )
+from ._store._records import StreamFinish, StreamOpen, StreamRef
+from ._stream import ManagedStream, StreamCore
 from ._unwrap import single_error
 
 __all__ = [
@@ -195,6 +198,11 @@ class _Level:
         self.failure: BaseException | None = None
         self._cancel: anyio.CancelScope | None = None
 
+    @property
+    def stream_scope(self) -> str:
+        """The scope of the streams this level's nodes write: its checkpoint scope, or its path."""
+        return self.scope or "/".join(("execution", *self.path))
+
     def fail(self, exc: BaseException, where: tuple[str, ...]) -> None:
         """A node of this level failed: cancel its other nodes; :meth:`run` raises ``exc`` to the mount."""
         if self.failure is None:
@@ -220,7 +228,12 @@ class _Level:
         execution, where = self.execution, (*self.path, member.name)
         restored = self.plan.get(member.name)
         if restored is not None:  # no body, no aspects, no commit: its outputs, and Finished once
-            self._publish(member, restored.outputs)
+            try:
+                await self._reopen_streams(member, restored)  # endpoint, Done, tail: before Finished
+            except CheckpointError:
+                self._finish(member, "failed", settle=False)
+                return
+            self._publish(member, {k: v for k, v in restored.outputs.items() if not k.is_stream})
             self._finish(member, restored.reason)
             return
         execution._emit(Waiting(self.path, member.name))
@@ -239,9 +252,14 @@ class _Level:
                 self.fail(_confirmed_failure(member, self.scope), where)
                 return
             attempt = opened.scope
+        try:
+            owned = await self._open_streams(member)
+        except CheckpointError:
+            self._finish(member, "failed", settle=False)
+            return
         inputs = member.requires if isinstance(member, NodeDef) else ()
         if inputs and all(self.slots[k].value is NoValue for k in inputs):  # skipped without running
-            await self._conclude(member, attempt, "skipped", {})
+            await self._conclude(member, attempt, "skipped", {}, owned)
             return
         execution._status_of[where] = "running"
         execution._emit(Running(self.path, member.name))
@@ -274,15 +292,19 @@ class _Level:
             self._finish(member, "cancelled", settle=False)  # its attempt stays active for recovery
             raise
         except Exception as exc:
+            confirmed = not attempt
             if attempt and execution._latched is None:  # a real failure: confirmed, and final
                 with contextlib.suppress(CheckpointError):
                     await self.fail_attempt(attempt)
+                    confirmed = True
+            if confirmed and execution._latched is None:
+                await _fail_streams(owned)  # readers get the writer's failure after the tail
             self._finish(member, "failed", settle=False)
             self.fail(exc, where)
             return
         else:
             reason = "completed"
-        await self._conclude(member, attempt, reason, frame.staged if frame is not None else {})
+        await self._conclude(member, attempt, reason, frame.staged if frame is not None else {}, owned)
 
     async def _conclude(
         self,
@@ -290,21 +312,105 @@ class _Level:
         attempt: str,
         reason: Literal["completed", "skipped"],
         staged: Mapping[Key[Any], tuple[Any, bytes | None]],
+        owned: Mapping[Key[Any], ManagedStream[Any]],
     ) -> None:
-        """Ordinary mode: the node is done. Checkpoint mode: confirm its record, then publish key by key."""
-        if attempt:
-            outputs = encode_outputs(member.provides, {key: payload for key, (_, payload) in staged.items()})
-            record = NodeCheckpoint(member.name, reason, outputs)
+        """Ordinary mode: the node is done. Checkpoint mode: confirm its record, then publish key by key.
+
+        The streams the node writes end with it: every message it sent is
+        confirmed first, and in checkpoint mode their successful ends are
+        confirmed in the node's own record.
+        """
+        if not attempt:
             try:
-                await self.execution._reliable(
-                    "commit_node",
-                    lambda hooks: hooks.commit_node(CheckpointCommit(self.scope, attempt, record)),
-                )
-            except CheckpointError:
+                for stream in owned.values():
+                    await stream.core.end(failed=False)
+            except Exception as exc:
                 self._finish(member, "failed", settle=False)
+                self.fail(exc, (*self.path, member.name))
                 return
-            self._publish(member, {key: value for key, (value, _) in staged.items()})
+            self._finish(member, reason)
+            return
+        try:
+            for stream in owned.values():
+                await stream.core.flush()
+        except CheckpointError:
+            self._finish(member, "failed", settle=False)
+            return
+        refs = {key: stream.core.ref for key, stream in owned.items()}
+        payloads = {key: payload for key, (_, payload) in staged.items()}
+        record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
+        ends = tuple(
+            StreamFinish(s.core.ref, s.core.generation, failed=False)
+            for s in owned.values()
+            if not s.core.done
+        )
+        try:
+            await self.execution._reliable(
+                "commit_node",
+                lambda hooks: hooks.commit_node(CheckpointCommit(self.scope, attempt, record, ends)),
+            )
+        except CheckpointError:
+            self._finish(member, "failed", settle=False)
+            return
+        for stream in owned.values():
+            stream.core.confirmed_end(failed=False)
+        self._publish(member, {key: value for key, (value, _) in staged.items()})
         self._finish(member, reason)
+
+    async def _open_streams(self, member: NodeDef | SubDef) -> dict[Key[Any], ManagedStream[Any]]:
+        """Open the streams ``member`` writes, each once, and hand their endpoints to the readers."""
+        if not isinstance(member, NodeDef) or not member.streams:
+            return {}
+        scope = self.stream_scope
+        return {
+            key: await self._open_stream(member, key, StreamRef(scope, member.name, key.name))
+            for key in member.streams
+        }
+
+    async def _reopen_streams(self, member: NodeDef | SubDef, restored: RestoredNode) -> None:
+        """A restored writer's streams: reopened (never run again) so readers get endpoint, Done and tail."""
+        if not isinstance(member, NodeDef):
+            return
+        for key in member.streams:
+            ref = restored.outputs[key]
+            if ref != StreamRef(self.stream_scope, member.name, key.name):
+                raise self.execution._latch(
+                    CheckpointError(
+                        f"the record of node {member.name!r} names stream {ref}, which is not the stream "
+                        f"it writes in scope {self.stream_scope!r}"
+                    )
+                )
+            await self._open_stream(member, key, ref)
+
+    async def _open_stream(self, member: NodeDef, key: Key[Any], ref: StreamRef) -> ManagedStream[Any]:
+        execution = self.execution
+        request = StreamOpen(
+            ref=ref,
+            type_name=type_name(key.item_type),
+            capacity=execution._stream_capacity,
+            groups=tuple(reader_groups(self.graph, self.path, key)),
+            resumable=member.resumable,
+        )
+        hooks = execution._stream_hooks()
+        if self.scope:
+            opened = await execution._reliable("open", lambda _: hooks.open(request))
+        else:
+            opened = await hooks.open(request)
+        core: StreamCore[Any] = StreamCore(
+            execution._spawn,
+            hooks,
+            key,
+            ref,
+            opened,
+            capacity=execution._stream_capacity,
+            resumable=member.resumable,
+            on_latch=execution._latch,
+            node_owned=True,
+        )
+        stream: ManagedStream[Any] = ManagedStream(core)
+        execution._streams[ref] = stream
+        self.slots[key].settle(stream)
+        return stream
 
     def _publish(self, member: NodeDef | SubDef, values: Mapping[Key[Any], Any]) -> None:
         for key in member.provides:
@@ -324,8 +430,25 @@ class _Level:
                 slot = self.slots[key]
                 if not slot.settled:
                     slot.settle(NoValue)
+        self._leave(member)
         self.execution._status_of[(*self.path, member.name)] = status
         self.execution._emit(Finished(self.path, member.name, status))
+
+    def _leave(self, member: NodeDef | SubDef) -> None:
+        """A concluded reader (or a whole mount) no longer holds back the writers of what it read."""
+        if isinstance(member, NodeDef):
+            readings = [
+                (key, ["/".join((*self.path, member.name))]) for key in member.requires if key.is_stream
+            ]
+        else:
+            inner = (*self.path, member.name)
+            readings = [
+                (parent, reader_groups(member.graph, inner, child))
+                for child, parent in member.inlets
+                if parent.is_stream
+            ]
+        for key, groups in readings:
+            self.slots[key].on_settle(_leave_groups(groups))
 
     async def _run_sub(self, mount: SubDef, ctx: NodeContext) -> None:
         self.execution._emit(Child(self.path, mount.name))
@@ -370,6 +493,22 @@ class _Level:
                 CheckpointError(f"open_child returned an invalid plan: {exc}")
             ) from exc
         return opened.scope, plan
+
+
+def _leave_groups(groups: list[str]) -> Callable[[Any], None]:
+    def leave(stream: Any) -> None:
+        if isinstance(stream, ManagedStream):
+            for group in groups:
+                stream.core.leave(group)
+
+    return leave
+
+
+async def _fail_streams(owned: Mapping[Key[Any], ManagedStream[Any]]) -> None:
+    """Confirm a failed writer's streams as failed (a failure to do so is latched by the stream)."""
+    for stream in owned.values():
+        with contextlib.suppress(CheckpointError):
+            await stream.core.end(failed=True)
 
 
 def _feed(slot: Slot) -> Callable[[Any], None]:
@@ -422,7 +561,10 @@ class Execution:
         aspects: Iterable[Aspect] = (),
         on_event: Callable[[ExecutionEvent], None] | None = None,
         checkpoint: ExecCheckpoint | None = None,
+        stream_capacity: int = 1024,
     ) -> None:
+        if not isinstance(stream_capacity, int) or stream_capacity < 1:
+            raise ValueError(f"stream_capacity must be at least 1, got {stream_capacity!r}")
         if checkpoint is not None and not isinstance(checkpoint, ExecCheckpoint):
             raise TypeError(f"checkpoint= takes an ExecCheckpoint(scope, hooks), got {checkpoint!r}")
         if not isinstance(graph, Graph):
@@ -447,6 +589,9 @@ class Execution:
         self._noted: list[BaseException] = []
         self._plan: dict[str, RestoredNode] = {}
         self._records: tuple[NodeCheckpoint, ...] = ()
+        self._stream_capacity = stream_capacity
+        self._streams: dict[StreamRef, ManagedStream[Any]] = {}  # one endpoint per stream of the tree
+        self._ordinary_streams: MemoryStore | None = None
         self._root = _Level(
             self, graph, (), self._aspects, _slots_for(graph), scope=checkpoint.scope if checkpoint else ""
         )
@@ -591,6 +736,23 @@ class Execution:
             raise self._latch(CheckpointError(f"{what} failed: {type(exc).__qualname__}: {exc}")) from exc
         return result
 
+    def _stream_hooks(self) -> StreamHooks:
+        """Where the tree's streams are confirmed: the store's stream hooks, or in memory in ordinary mode."""
+        if self._checkpoint is not None:
+            return self._checkpoint.hooks.streams
+        if self._ordinary_streams is None:
+            self._ordinary_streams = MemoryStore()
+        return self._ordinary_streams
+
+    def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run a stream's background confirmations in the execution's task group."""
+        assert self._task_group is not None
+        self._task_group.start_soon(fn)
+
+    def streams(self) -> dict[StreamRef, ManagedStream[Any]]:
+        """Every stream endpoint the execution opened so far, by identity."""
+        return dict(self._streams)
+
     def _latch(self, error: CheckpointError) -> CheckpointError:
         """The execution's one failure latch: the first reliable failure stops the whole tree."""
         if self._latched is None:
@@ -612,6 +774,12 @@ def _checked_inputs(graph: Graph, given: dict[Key[Any], Any]) -> dict[Key[Any], 
     for key in given:
         if not isinstance(key, Key) or key not in graph.inputs:
             problems.append(f"{key!r} is not an input of graph {graph.name!r}")
+    for key in graph.inputs:
+        if key.is_stream:
+            problems.append(
+                f"input {key!r} of the root graph is a stream: a stream comes from the node that writes "
+                "it, or into a Sub through an inlet"
+            )
     for key in graph.inputs:
         if key not in given:
             problems.append(f"input {key!r} was not given (give NoValue to skip it)")

@@ -46,6 +46,12 @@ class NodeDef:
     requires: tuple[Key[Any], ...]
     provides: tuple[Key[Any], ...]
     aspects: tuple[Aspect, ...] = ()
+    resumable: bool = False  # its streams continue from their writer's position after a crash
+
+    @property
+    def streams(self) -> tuple[Key[Any], ...]:
+        """The stream keys it writes."""
+        return tuple(key for key in self.provides if key.is_stream)
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,6 +165,7 @@ class Graph:
         requires: Iterable[Key[Any]] = (),
         provides: Iterable[Key[Any]] = (),
         aspects: Iterable[Aspect] = (),
+        resumable: bool = False,
     ) -> Callable[[F], F]: ...
     def node(
         self,
@@ -169,11 +176,19 @@ class Graph:
         requires: Iterable[Key[Any]] = (),
         provides: Iterable[Key[Any]] = (),
         aspects: Iterable[Aspect] = (),
+        resumable: bool = False,
     ) -> F | Callable[[F], F]:
         """Add ``async def fn(ctx)`` as a node (a decorator, with or without arguments); returns ``fn``."""
 
         def add(fn: F) -> F:
-            self.add_node(name or fn.__name__, fn, requires=requires, provides=provides, aspects=aspects)
+            self.add_node(
+                name or fn.__name__,
+                fn,
+                requires=requires,
+                provides=provides,
+                aspects=aspects,
+                resumable=resumable,
+            )
             return fn
 
         return add if fn is None else add(fn)
@@ -186,7 +201,12 @@ class Graph:
         requires: Iterable[Key[Any]] = (),
         provides: Iterable[Key[Any]] = (),
         aspects: Iterable[Aspect] = (),
+        resumable: bool = False,
     ) -> NodeDef:
+        """Add node ``name``. A stream key in ``provides`` makes it the stream's writer, in
+        ``requires`` a reader in a consumer group of its own. ``resumable=True`` promises that
+        after a crash it continues its streams from their writers' ``position`` (only then may an
+        interrupted writer run again on the streams it had begun)."""
         check_name(name, "a node name")
         if not callable(fn):
             raise TypeError(f"node {name!r}: its function must be an async callable, got {fn!r}")
@@ -196,6 +216,7 @@ class Graph:
             _keys(requires, f"node {name!r} requires"),
             _keys(provides, f"node {name!r} provides"),
             _aspects(aspects, name),
+            bool(resumable),
         )
         self._members.append(node)
         return node
@@ -310,13 +331,13 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
         if member.name in names:
             yield f"{at}two nodes are named {member.name!r}"
         names.add(member.name)
-        ports = (*member.requires, *member.provides)
-        for key in ports:
-            if key.is_stream:
-                yield (
-                    f"{at}node {member.name!r} declares stream port {key!r}; stream ports inside graphs "
-                    "are not supported yet: open the stream with open_scope beside the execution"
-                )
+        if isinstance(member, NodeDef):
+            for key in member.streams:
+                if not reader_groups(graph, path, key):
+                    yield (
+                        f"{at}node {member.name!r} writes stream {key!r}, which no node reads: "
+                        "add a node that requires it (its messages wait for every reader)"
+                    )
         for what, keys in (("requires", member.requires), ("provides", member.provides)):
             if len(set(keys)) != len(keys):
                 yield f"{at}node {member.name!r} {what} a key twice"
@@ -368,6 +389,8 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
             yield f"{at}Sub {mount.name!r} wires {key!r} twice"
         wired[key] = "inlet"
     for key, _ in mount.fixed:
+        if key.is_stream:
+            yield f"{at}Sub {mount.name!r} fixes stream {key!r}; a stream is wired, never a fixed value"
         if key not in child_inputs:
             yield f"{at}Sub {mount.name!r} fixes {key!r}, which is not an input of graph {child.name!r}"
         if key in wired:
@@ -380,6 +403,11 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
                 "inlet nor fixed, so nothing produces it"
             )
     for key, parent in mount.outlets:
+        if key.is_stream or parent.is_stream:
+            yield (
+                f"{at}Sub {mount.name!r} exposes stream {key!r}; a Sub forwards streams inward "
+                "(inlets), and its outlets carry values only"
+            )
         if key not in child_provided and key not in child_inputs:
             yield f"{at}Sub {mount.name!r} exposes {key!r}, which graph {child.name!r} does not provide"
         if key.type != parent.type:
@@ -388,6 +416,25 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
                 f"({type_name(key.type)} into {type_name(parent.type)})"
             )
     yield from _problems(child, inner)
+
+
+def reader_groups(graph: Graph, path: tuple[str, ...], key: Key[Any]) -> list[str]:
+    """The consumer groups reading stream ``key`` of the graph at ``path``, through Sub inlets too.
+
+    Each reader node has a group of its own, named by its path from the
+    root (``billing/count``): the graph's readers make the groups, not the
+    writer.
+    """
+    groups: list[str] = []
+    for member in graph.members:
+        if isinstance(member, NodeDef):
+            if key in member.requires:
+                groups.append("/".join((*path, member.name)))
+            continue
+        for child_key, parent in member.inlets:
+            if parent == key:
+                groups.extend(reader_groups(member.graph, (*path, member.name), child_key))
+    return groups
 
 
 def _dependencies(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:

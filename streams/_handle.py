@@ -146,6 +146,10 @@ class HandleResult(msgspec.Struct, Generic[S], frozen=True, repr_omit_defaults=T
         value: U = codec_for(key.type).decode(raw, what=f"result {key.name!r}")
         return value
 
+    def result_names(self) -> tuple[str, ...]:
+        """The names of the keys a committed message set a result for."""
+        return tuple(self._results)
+
     def __repr__(self) -> str:
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Generic, TypeVar, final, get_args, get_origin
+from typing import Any, Final, Generic, TypeVar, final, get_args, get_origin, get_type_hints
 
 __all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name", "type_name"]
 
@@ -54,6 +54,9 @@ class Key(Generic[T]):
 
     def __init__(self, name: str, type_: type[T]) -> None:
         check_name(name, "a key name")
+        problem = hidden_channel(type_)
+        if problem is not None:
+            raise TypeError(f"key {name!r}: {problem}")
         self.name = name
         self.type: Any = type_
         self.item_type: Any = get_args(type_)[0] if get_origin(type_) is Stream else None
@@ -86,6 +89,78 @@ def check_name(name: object, what: str) -> None:
         name.encode()
     except UnicodeEncodeError:
         raise ValueError(f"{what} must be valid UTF-8 text, got {name!r}") from None
+
+
+#: Native channels, by the module and name of the class (or of a base class): local objects that
+#: no ledger can confirm. Declare a managed stream as ``Key(name, Stream[T])`` instead.
+_NATIVE_CHANNELS: Final = frozenset(
+    {
+        ("asyncio.queues", "Queue"),
+        ("queue", "Queue"),
+        ("queue", "SimpleQueue"),
+        ("multiprocessing.queues", "Queue"),
+        ("anyio.streams.memory", "MemoryObjectSendStream"),
+        ("anyio.streams.memory", "MemoryObjectReceiveStream"),
+        ("anyio.abc._streams", "UnreliableObjectReceiveStream"),
+        ("anyio.abc._streams", "UnreliableObjectSendStream"),
+        ("trio", "MemorySendChannel"),
+        ("trio", "MemoryReceiveChannel"),
+        ("trio._channel", "MemorySendChannel"),
+        ("trio._channel", "MemoryReceiveChannel"),
+        ("streams._stream", "ManagedStream"),
+        ("streams._stream", "StreamReader"),
+        ("streams._stream", "StreamWriter"),
+    }
+)
+
+
+def hidden_channel(tp: Any) -> str | None:
+    """Why ``tp`` cannot be a key's type, or None: a native channel, or a stream inside another type.
+
+    Walks generic arguments and the fields of msgspec Structs and dataclasses,
+    once per type (recursive types are fine).
+    """
+    if get_origin(tp) is Stream:
+        args = get_args(tp)
+        return _channel_in(args[0], set(), "the message type") if args else None
+    return _channel_in(tp, set(), "the type")
+
+
+def _channel_in(tp: Any, seen: set[int], where: str) -> str | None:
+    if id(tp) in seen:
+        return None
+    seen.add(id(tp))
+    origin = get_origin(tp)
+    if origin is Stream:
+        return (
+            f"{where} holds {type_name(tp)}: a managed stream is declared only as a key of its own, "
+            "Key(name, Stream[T]), never inside another type"
+        )
+    cls = origin if isinstance(origin, type) else tp
+    inner: list[Any] = list(get_args(tp))
+    if isinstance(cls, type):
+        for base in cls.__mro__:
+            if (base.__module__, base.__qualname__) in _NATIVE_CHANNELS:
+                return (
+                    f"{where} is or holds {type_name(cls)}, a local channel no ledger can confirm: "
+                    "declare a managed stream as Key(name, Stream[T])"
+                )
+        inner.extend(_field_types(cls))
+    for part in inner:
+        found = _channel_in(part, seen, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_types(cls: type) -> list[Any]:
+    """The declared field types of a msgspec Struct or a dataclass; none for other classes."""
+    if not (hasattr(cls, "__struct_fields__") or hasattr(cls, "__dataclass_fields__")):
+        return []
+    try:
+        return list(get_type_hints(cls).values())
+    except Exception:  # an annotation that does not resolve here: the codec reports it when built
+        return []
 
 
 def type_name(tp: Any) -> str:

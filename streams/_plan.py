@@ -3,7 +3,8 @@
 A plan is accepted only if every record names a node of the graph once,
 concludes ``completed`` or ``skipped``, has an output for exactly the keys
 the node provides (``ready`` with a value that reads back as the key's type,
-or ``skipped``), and is closed over ordinary dependencies: a restored node
+``skipped``, or for a stream port the descriptor of the node's own stream),
+and is closed over ordinary dependencies: a restored node
 that requires a key produced by another node of the graph comes with that
 node's record too. (A Sub mount's inlets are wiring, not a gate: a restored
 mount needs nothing else restored.) One bad record rejects the plan whole.
@@ -20,6 +21,7 @@ from ._errors import RecordDecodeError, RestorePlanError
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue
 from ._store._node_records import CheckpointOutput, NodeCheckpoint
+from ._store._records import StreamRef
 
 __all__ = ["RestoredNode", "check_plan", "encode_outputs"]
 
@@ -76,7 +78,19 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
     outputs: dict[Key[Any], Any] = {}
     for output in record.outputs:
         key = provided[output.key]
-        if output.state == "skipped" and output.value is None:
+        if key.is_stream or output.state == "stream":
+            if not (key.is_stream and output.state == "stream" and output.stream is not None):
+                raise RestorePlanError(
+                    f"{where}: output {output.key!r} of node {record.node!r} is {output.state!r}; a stream "
+                    "port's output is the descriptor of its stream, and only a stream port has one"
+                )
+            if output.value is not None or output.stream.key != key.name or output.stream.node != record.node:
+                raise RestorePlanError(
+                    f"{where}: output {output.key!r} of node {record.node!r} names stream {output.stream}, "
+                    "not the node's own (or carries a value beside it)"
+                )
+            outputs[key] = output.stream
+        elif output.state == "skipped" and output.value is None:
             outputs[key] = NoValue
         elif output.state == "ready" and output.value is not None:
             try:
@@ -94,12 +108,22 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
 
 
 def encode_outputs(
-    provides: Iterable[Key[Any]], staged: Mapping[Key[Any], bytes | None]
+    provides: Iterable[Key[Any]],
+    staged: Mapping[Key[Any], bytes | None],
+    streams: Mapping[Key[Any], StreamRef] | None = None,
 ) -> tuple[CheckpointOutput, ...]:
-    """The record's outputs: each provided key ready with its encoded value, or skipped."""
-    return tuple(
+    """The record's outputs: each provided key ready with its encoded value, skipped, or its stream."""
+    return tuple(_output(key, staged, streams or {}) for key in provides)
+
+
+def _output(
+    key: Key[Any], staged: Mapping[Key[Any], bytes | None], streams: Mapping[Key[Any], StreamRef]
+) -> CheckpointOutput:
+    if key.is_stream:
+        return CheckpointOutput(key.name, "stream", stream=streams[key])
+    payload = staged.get(key)
+    return (
         CheckpointOutput(key.name, "skipped")
-        if staged.get(key) is None
-        else CheckpointOutput(key.name, "ready", staged[key])
-        for key in provides
+        if payload is None
+        else CheckpointOutput(key.name, "ready", payload)
     )

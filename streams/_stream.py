@@ -94,12 +94,13 @@ class StreamSnapshot(msgspec.Struct, frozen=True):
 class _Group(FrontierDraft):
     """One consumer group's in-memory delivery ledger: its frontier plus a delivery cursor."""
 
-    __slots__ = ("claimed", "cursor")
+    __slots__ = ("claimed", "cursor", "left")
 
     def __init__(self, frontier: GroupFrontier) -> None:
         super().__init__(frontier)
         self.cursor = frontier.acked_through  # the last sequence handed to a reader
         self.claimed = False
+        self.left = False  # its reader node concluded: it holds the writer back no more (in memory)
 
 
 class StreamCore(Generic[T]):
@@ -121,8 +122,14 @@ class StreamCore(Generic[T]):
         *,
         capacity: int,
         resumable: bool,
+        on_latch: Callable[[CheckpointError], object] | None = None,
+        node_owned: bool = False,
     ) -> None:
         self._spawn = spawn  # runs the background flush in the scope's task group
+        self._on_latch = on_latch  # an execution's failure latch, which this stream's failures trip too
+        #: Written by a graph node: it ends with the node (its success is confirmed with the node's
+        #: record), so the writer handle can neither finish nor fail it.
+        self.node_owned = node_owned
         self.key = key
         self.ref = ref
         self.hooks: StreamHooks = hooks
@@ -191,6 +198,8 @@ class StreamCore(Generic[T]):
                 self._broken = error
         self.notify()
         assert isinstance(self._broken, CheckpointError)
+        if self._on_latch is not None:
+            self._on_latch(self._broken)
         return self._broken
 
     def check_healthy(self) -> None:
@@ -205,8 +214,16 @@ class StreamCore(Generic[T]):
         groups = self._group_list
         if len(groups) == 1:
             group = groups[0]
-            return self._confirmed if group.stopped else group.acked_through
-        return min((g.acked_through for g in groups if not g.stopped), default=self._confirmed)
+            return self._confirmed if group.stopped or group.left else group.acked_through
+        return min((g.acked_through for g in groups if not (g.stopped or g.left)), default=self._confirmed)
+
+    def leave(self, name: str) -> None:
+        """Group ``name``'s reader concluded: the writer no longer waits for it to make room."""
+        group = self._groups.get(name)
+        if group is not None and not group.left:
+            group.left = True
+            self._evict()
+            self.notify()
 
     def _unacked(self) -> int:
         """Messages assigned but not acknowledged by the slowest group."""
@@ -363,6 +380,10 @@ class StreamCore(Generic[T]):
                 await self.hooks.finish(request)
         except Exception as exc:
             raise self.latch(exc, "finishing")  # noqa: B904 - the latched error keeps its cause
+        self.confirmed_end(failed=failed)
+
+    def confirmed_end(self, *, failed: bool) -> None:
+        """The stream's end is confirmed (by :meth:`end`, or with its writer node's record)."""
         self.finished = not failed
         self.failed = failed
         self.notify()
@@ -551,11 +572,21 @@ class StreamWriter(Generic[T_contra]):
 
     async def finish(self) -> None:
         """Confirm every sent message, then the stream's successful end (``Done``)."""
+        self._check_not_node_owned("finish")
         await self._stream.core.end(failed=False)
 
     async def fail(self) -> None:
         """Confirm the writer's failure: readers get :class:`StreamFailedError` after the tail."""
+        self._check_not_node_owned("fail")
         await self._stream.core.end(failed=True)
+
+    def _check_not_node_owned(self, what: str) -> None:
+        core = self._stream.core
+        if core.node_owned:
+            raise StreamStateError(
+                f"stream {core.ref} is a graph node's output: it cannot {what} it; it ends with the node "
+                "(finished once the node's record is confirmed, failed if the node fails)"
+            )
 
 
 class StreamReader(Generic[T_co]):

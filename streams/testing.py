@@ -269,6 +269,7 @@ def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
     :class:`~streams.CheckpointHooks` (with ``node_records(scope)`` and
     ``scope_failed(scope)``, what a host reads to resume).
     """
+    from ._conformance import node_streams  # noqa: F401 - registers the stream-port checks
     from ._conformance.nodes import NODE_CHECKS
 
     return list(NODE_CHECKS)

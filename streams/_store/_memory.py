@@ -186,9 +186,12 @@ class MemoryStore:
         return opened
 
     async def commit_node(self, commit: CheckpointCommit) -> None:
-        overlay = _NodeOverlay(self)
+        overlay, streams = _NodeOverlay(self), _Overlay(self)
         _nodes.commit_node(overlay, commit)
+        for finish in commit.streams:  # the node's streams end in the same transaction as its record
+            _operations.finish(streams, finish)
         overlay.merge()
+        streams.merge()
         await checkpoint()
 
     def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:

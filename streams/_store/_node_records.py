@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from ._records import StreamFinish, StreamRef
+
 __all__ = [
     "COMPLETE_CHAIN",
     "CheckpointAttempt",
@@ -31,11 +33,16 @@ class CheckpointAttemptRequest(msgspec.Struct, frozen=True):
 
 
 class CheckpointOutput(msgspec.Struct, frozen=True):
-    """One output of a node: its key, ``ready`` with the encoded value, or ``skipped``."""
+    """One output of a node: its key, ``ready`` with the encoded value, ``skipped``, or a ``stream``.
+
+    A stream port's output is the descriptor of its source (``stream``), never
+    values: its messages have records of their own.
+    """
 
     key: str
-    state: Literal["ready", "skipped"]
+    state: Literal["ready", "skipped", "stream"]
     value: bytes | None = None
+    stream: StreamRef | None = None
 
 
 class CheckpointAttempt(msgspec.Struct, frozen=True):
@@ -81,8 +88,14 @@ class CheckpointChildOpened(msgspec.Struct, frozen=True):
 
 
 class CheckpointCommit(msgspec.Struct, frozen=True):
-    """Confirm ``checkpoint`` as the conclusion of the complete-chain attempt ``scope`` in ``parent``."""
+    """Confirm ``checkpoint`` as the conclusion of the complete-chain attempt ``scope`` in ``parent``.
+
+    ``streams`` are the successful terminals of the streams the node writes,
+    confirmed in the same transaction as its record (a writer's failure is
+    confirmed alone, with the stream hooks' ``finish``).
+    """
 
     parent: str
     scope: str
     checkpoint: NodeCheckpoint
+    streams: tuple[StreamFinish, ...] = ()

@@ -203,5 +203,30 @@ def commit_node(view: NodeView, commit: CheckpointCommit) -> None:
         raise StoreDamagedError(
             f"commit: node {checkpoint.node!r} in {commit.parent!r} has a record its attempt does not know"
         )
+    check_owned_streams(commit)
     view.put_node(commit.parent, checkpoint)
     view.put_attempt(msgspec.structs.replace(current, committed=True))
+
+
+def check_owned_streams(commit: CheckpointCommit) -> None:
+    """A commit's stream terminals are successes of streams its record names as the node's own."""
+    checkpoint = commit.checkpoint
+    owned = {
+        output.stream
+        for output in checkpoint.outputs
+        if output.state == "stream"
+        and output.stream is not None
+        and output.stream.scope == commit.parent
+        and output.stream.node == checkpoint.node
+    }
+    for finish in commit.streams:
+        if finish.failed:
+            raise CheckpointError(
+                f"commit: node {checkpoint.node!r} confirms stream {finish.ref} as failed; a node commit "
+                "confirms only its streams' successful ends (a failure is confirmed with finish)"
+            )
+        if finish.ref not in owned:
+            raise CheckpointError(
+                f"commit: node {checkpoint.node!r} in {commit.parent!r} does not write stream {finish.ref}; "
+                "a node commit ends only the streams it owns"
+            )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from streams import Graph, GraphError, Key, NodeContext, NodeSpec, PortSpec, Stream
+from streams import Graph, GraphError, Key, NodeContext, NodeSpec, PortSpec
 
 URL = Key("url", str)
 PAGE = Key("page", str)
@@ -173,13 +173,6 @@ def test_a_cycle_through_a_sub_is_found_and_independent_wiring_is_not_one() -> N
     )
     [problem] = problems_of(looped)
     assert problem == "cycle: text_out (c) <- text_out (c)"
-
-
-def test_stream_ports_are_refused_until_graphs_carry_streams() -> None:
-    g = Graph("g", inputs=[URL])
-    g.add_node("a", noop, requires=[URL], provides=[Key("orders", Stream[int])])
-    [problem] = problems_of(g)
-    assert "declares stream port Key('orders', streams.Stream[int]); stream ports inside graphs" in problem
 
 
 def test_bad_declarations_are_refused_when_made() -> None:

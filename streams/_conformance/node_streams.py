@@ -1,0 +1,245 @@
+"""Node-hook conformance for stream ports: what a store shows when graph nodes write and read streams.
+
+A writer node's stream ends with its node record (one transaction); a
+restored writer runs nothing but reopens its stream, so readers continue
+from their confirmed frontiers; an interrupted writer resumes only with its
+promise; a failed writer's stream fails; Sub aliases share the endpoint,
+each reader in a group of its own. Registered in :data:`NODE_CHECKS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from .._checkpoint import ExecCheckpoint
+from .._context import NodeContext
+from .._errors import CheckpointError
+from .._execution import Execution, ExecutionEvent, Finished
+from .._graph import Graph
+from .._handle import MessageTx
+from .._keys import Key, Stream, type_name
+from .._store._node_records import (
+    CheckpointAttemptRequest,
+    CheckpointCommit,
+    CheckpointOutput,
+    NodeCheckpoint,
+)
+from .._store._records import StreamFinish, StreamOpen, StreamRef
+from ._support import raises
+from .nodes import node_check, resumed
+
+__all__: list[str] = []
+
+N = Key("n", int)
+ORDERS = Key("orders", Stream[int])
+TOTAL = Key("total", int)
+COUNT = Key("count", int)
+BILLED = Key("billed", int)
+AUDITED = Key("audited", int)
+
+
+class Shop:
+    """``orders`` writes 1..n; ``billing`` sums them and ``audit`` counts them, each a message handler.
+
+    ``writer_holds_after`` makes the writer wait (forever) once that order
+    is confirmed; ``hold_billing_at`` makes billing wait at that order. The
+    lists record what ran, across executions.
+    """
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.billed: list[int] = []
+        self.writer_runs = 0
+        self.writer_holds_after: int | None = None
+        self.hold_billing_at: int | None = None
+        self.fail_writer_after: int | None = None
+        self.holding = anyio.Event()
+
+    def graph(self, *, resumable: bool = False) -> Graph:
+        shop = Graph("shop", version="1", inputs=[N])
+
+        @shop.node(requires=[N], provides=[ORDERS], resumable=resumable)
+        async def orders(ctx: NodeContext) -> None:
+            self.writer_runs += 1
+            writer = ctx.writer(ORDERS)
+            for order in range((writer.position or 0) + 1, ctx[N] + 1):
+                await writer.send(order, send_at=order)
+                self.sent.append(order)
+                if order == self.fail_writer_after:
+                    raise ValueError("the order source broke")
+                if order == self.writer_holds_after:
+                    await writer.flush()
+                    self.holding.set()
+                    await anyio.sleep_forever()
+
+        @shop.node(requires=[ORDERS], provides=[TOTAL])
+        async def billing(ctx: NodeContext) -> None:
+            async def bill(tx: MessageTx[int], order: int) -> None:
+                if order == self.hold_billing_at:
+                    self.holding.set()
+                    await anyio.sleep_forever()
+                self.billed.append(order)
+                tx.set_state(tx.state + order)
+                tx.set(TOTAL, tx.state)
+
+            await ctx.handle_messages(ORDERS, bill, initial_state=0)
+
+        @shop.node(requires=[ORDERS], provides=[COUNT])
+        async def audit(ctx: NodeContext) -> None:
+            async def count(tx: MessageTx[int], order: int) -> None:
+                tx.set_state(tx.state + 1)
+                tx.set(COUNT, tx.state)
+
+            await ctx.handle_messages(ORDERS, count, initial_state=0)
+
+        return shop
+
+
+async def _crash_when(execution: Execution, *events: anyio.Event) -> None:
+    """Run ``execution`` until every event is set, then cancel it as a dying host would."""
+    with anyio.CancelScope() as host:
+        async with execution:
+            for event in events:
+                await event.wait()
+            host.cancel()
+            await execution.wait()
+
+
+def _finished_event(node: str) -> tuple[anyio.Event, Any]:
+    done = anyio.Event()
+
+    def on_event(event: ExecutionEvent) -> None:
+        if event == Finished((), node, "completed"):
+            done.set()
+
+    return done, on_event
+
+
+async def _stream_end(store: Any, ref: StreamRef) -> tuple[bool, bool]:
+    """(finished, failed) of stream ``ref`` as the store confirmed it (reopening raises its generation)."""
+    opened = await store.streams.open(StreamOpen(ref, type_name(int), 1024, ("billing", "audit"), True))
+    return opened.finished, opened.failed
+
+
+@node_check
+async def a_writers_stream_ends_with_its_node_record(store: Any) -> None:
+    shop = Shop()
+    execution = Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store))
+    async with execution:
+        result = await execution.wait()
+    assert (result[TOTAL], result[COUNT]) == (15, 5)
+    [writer] = [r for r in store.node_records("run") if r.node == "orders"]
+    ref = StreamRef("run", "orders", "orders")
+    assert writer.outputs == (CheckpointOutput("orders", "stream", stream=ref),)
+    assert await _stream_end(store, ref) == (True, False)
+
+
+@node_check
+async def a_restored_writer_reopens_its_stream_and_readers_continue_from_their_frontier(
+    store: Any,
+) -> None:
+    shop = Shop()
+    shop.hold_billing_at = 4
+    written, on_event = _finished_event("orders")
+    first = Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
+    await _crash_when(first, shop.holding, written)  # orders confirmed; billing confirmed 1..3
+    assert shop.billed == [1, 2, 3]
+
+    shop.hold_billing_at = None
+    again = resumed(shop.graph(), store, "run", {N: 5})
+    async with again:
+        result = await again.wait()
+    assert (result[TOTAL], result[COUNT]) == (15, 5)
+    assert shop.writer_runs == 1  # restored: its stream reopened, its body not run
+    assert shop.billed == [1, 2, 3, 4, 5]  # no confirmed message handled twice
+
+
+@node_check
+async def an_interrupted_writer_resumes_only_with_its_promise_to_continue(store: Any) -> None:
+    shop = Shop()
+    shop.writer_holds_after = 2
+    await _crash_when(Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store)), shop.holding)
+    shop.writer_holds_after = None
+
+    refused = resumed(shop.graph(), store, "run", {N: 5})
+    async with refused:
+        with raises(CheckpointError, match="resumable=True"):
+            await refused.wait()
+    assert shop.writer_runs == 1  # the writer did not run again on the stream it had begun
+
+    again = resumed(shop.graph(resumable=True), store, "run", {N: 5})
+    async with again:
+        result = await again.wait()
+    assert (result[TOTAL], result[COUNT]) == (15, 5)
+    assert shop.sent == [1, 2, 3, 4, 5]  # continued from its position: nothing sent twice
+
+
+@node_check
+async def a_failed_writer_fails_its_stream_and_the_run(store: Any) -> None:
+    shop = Shop()
+    shop.fail_writer_after = 2
+    execution = Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store))
+    async with execution:
+        with raises(ValueError, match="the order source broke"):
+            await execution.wait()
+    assert "orders" not in {r.node for r in store.node_records("run")}
+    assert await _stream_end(store, StreamRef("run", "orders", "orders")) == (False, True)
+
+
+@node_check
+async def a_node_commit_ends_only_the_streams_it_owns(store: Any) -> None:
+    attempt = await store.open_attempt(CheckpointAttemptRequest("run", "a", 0, 1))
+    other = StreamRef("run", "b", "orders")
+    opened = await store.streams.open(StreamOpen(other, type_name(int), 8, ("reader",)))
+    record = NodeCheckpoint("a", "completed", ())
+    with raises(CheckpointError, match="does not write stream"):
+        await store.commit_node(
+            CheckpointCommit("run", attempt.scope, record, (StreamFinish(other, opened.generation, False),))
+        )
+    assert store.node_records("run") == ()  # nothing of the refused commit was kept
+    assert await _stream_end(store, other) == (False, False)
+
+
+def _fanned(shop: Shop) -> Graph:
+    """One orders stream read by two mounts of the same child graph, each mount a Sub alias."""
+    tally = Graph("tally", version="1", inputs=[ORDERS])
+
+    @tally.node(requires=[ORDERS], provides=[TOTAL])
+    async def add(ctx: NodeContext) -> None:
+        async def add_one(tx: MessageTx[int], order: int) -> None:
+            tx.set_state(tx.state + order)
+            tx.set(TOTAL, tx.state)
+
+        await ctx.handle_messages(ORDERS, add_one, initial_state=0)
+
+    fan = Graph("fan", version="1", inputs=[N])
+
+    @fan.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        shop.writer_runs += 1
+        for order in range(1, ctx[N] + 1):
+            await ctx.writer(ORDERS).send(order)
+
+    fan.sub("billing", tally, inlets={ORDERS: ORDERS}, outlets={TOTAL: BILLED})
+    fan.sub("audit", tally, inlets={ORDERS: ORDERS}, outlets={TOTAL: AUDITED})
+    return fan
+
+
+@node_check
+async def sub_aliases_share_one_endpoint_each_reader_in_a_group_of_its_own(store: Any) -> None:
+    shop = Shop()
+    execution = Execution(_fanned(shop), {N: 4}, checkpoint=ExecCheckpoint("run", store))
+    async with execution:
+        result = await execution.wait()
+    assert (result[BILLED], result[AUDITED]) == (10, 10)
+    [stream] = execution.streams().values()
+    snapshot = stream.snapshot()
+    assert sorted(g.group for g in snapshot.groups) == ["audit/add", "billing/add"]
+    assert all(g.acked_through == 4 for g in snapshot.groups)
+
+    again = resumed(_fanned(shop), store, "run", {N: 4})  # every node confirmed: nothing runs
+    async with again:
+        assert (await again.wait())[AUDITED] == 10
+    assert shop.writer_runs == 1

@@ -1,0 +1,225 @@
+"""Stream ports in graphs: ordinary mode and declarations (checkpoint mode: the node conformance suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from anyio.streams.memory import MemoryObjectSendStream
+
+from streams import (
+    Execution,
+    Graph,
+    GraphError,
+    Key,
+    MessageTx,
+    NodeContext,
+    OutputError,
+    Stream,
+    StreamStateError,
+    run_graph,
+)
+
+N = Key("n", int)
+ORDERS = Key("orders", Stream[int])
+TOTAL = Key("total", int)
+SEEN = Key("seen", list[int])
+
+
+def problems_of(graph: Graph) -> list[str]:
+    with pytest.raises(GraphError) as caught:
+        graph.validate()
+    return list(caught.value.problems)
+
+
+async def _write(ctx: NodeContext) -> None:
+    for i in range(1, ctx[N] + 1):
+        await ctx.writer(ORDERS).send(i)
+
+
+async def _noop(ctx: NodeContext) -> None:
+    pass
+
+
+def test_a_stream_nobody_reads_is_a_problem_of_the_graph() -> None:
+    g = Graph("g", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+    [problem] = problems_of(g)
+    assert problem == (
+        "node 'orders' writes stream Key('orders', streams.Stream[int]), which no node reads: "
+        "add a node that requires it (its messages wait for every reader)"
+    )
+
+
+def test_a_sub_forwards_streams_inward_only_and_never_fixes_one() -> None:
+    child = Graph("child", inputs=[ORDERS])
+    child.add_node("out", _noop, provides=[Key("more", Stream[int])])
+    child.add_node("read", _noop, requires=[ORDERS, Key("more", Stream[int])])
+    parent = Graph("parent", inputs=[N])
+    parent.add_node("orders", _write, requires=[N], provides=[ORDERS])
+    parent.sub(
+        "c", child, inlets={ORDERS: ORDERS}, outlets={Key("more", Stream[int]): Key("more", Stream[int])}
+    )
+    problems = problems_of(parent)
+    assert any("Sub 'c' exposes stream Key('more', streams.Stream[int])" in p for p in problems)
+
+
+def test_a_root_graph_takes_no_stream_input() -> None:
+    g = Graph("g", inputs=[ORDERS])
+    g.add_node("read", _noop, requires=[ORDERS])
+    with pytest.raises(
+        GraphError, match=re.escape("input Key('orders', streams.Stream[int]) of the root graph")
+    ):
+        Execution(g, {ORDERS: None})
+
+
+class Hidden(msgspec.Struct):
+    inner: list[Stream[int]]
+
+
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        (MemoryObjectSendStream[int], "is or holds anyio.streams.memory.MemoryObjectSendStream"),
+        (asyncio.Queue, "is or holds asyncio.queues.Queue"),
+        (dict[str, queue.Queue], "is or holds queue.Queue"),  # type: ignore[type-arg]
+        (list[Stream[int]], "the type holds streams.Stream[int]"),
+        (Hidden, "the type holds streams.Stream[int]"),
+        (Stream[Stream[int]], "the message type holds streams.Stream[int]"),
+    ],
+)
+def test_channels_and_streams_hidden_in_a_keys_type_are_refused_when_declared(tp: Any, message: str) -> None:
+    with pytest.raises(TypeError, match="key 'k': ") as caught:
+        Key("k", tp)
+    assert message in str(caught.value)
+
+
+async def test_readers_get_messages_while_their_writer_still_runs() -> None:
+    g = Graph("live", inputs=[N])
+    first_read = anyio.Event()
+
+    @g.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        writer = ctx.writer(ORDERS)
+        await writer.send(1)
+        await first_read.wait()  # the reader got 1 before the writer finished
+        await writer.send(2)
+
+    @g.node(requires=[ORDERS], provides=[SEEN])
+    async def watch(ctx: NodeContext) -> None:
+        seen = []
+        reader = ctx.reader(ORDERS)
+        async for message in reader:
+            seen.append(message.value)
+            first_read.set()
+            await reader.ack(message)
+        ctx.set(SEEN, seen)
+
+    result = await run_graph(g, {N: 0})
+    assert result[SEEN] == [1, 2]
+
+
+async def test_a_handlers_results_are_the_nodes_outputs() -> None:
+    g = Graph("sum", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+
+    @g.node(requires=[ORDERS], provides=[TOTAL])
+    async def billing(ctx: NodeContext) -> None:
+        async def bill(tx: MessageTx[int], order: int) -> None:
+            tx.set_state(tx.state + order)
+            tx.set(TOTAL, tx.state)
+
+        result = await ctx.handle_messages(ORDERS, bill, initial_state=0)
+        assert result.handled == 4
+
+    assert (await run_graph(g, {N: 4}))[TOTAL] == 10
+
+
+async def test_a_handler_setting_a_result_its_node_does_not_provide_fails_the_node() -> None:
+    g = Graph("sum", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+
+    @g.node(requires=[ORDERS])
+    async def billing(ctx: NodeContext) -> None:
+        async def bill(tx: MessageTx[None], order: int) -> None:
+            tx.set(TOTAL, order)
+
+        await ctx.handle_messages(ORDERS, bill)
+
+    with pytest.raises(OutputError, match="set result 'total', which the node does not provide"):
+        await run_graph(g, {N: 1})
+
+
+async def test_a_nodes_stream_ends_with_the_node_and_its_writer_cannot_end_it() -> None:
+    g = Graph("own", inputs=[N])
+
+    @g.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        writer = ctx.writer(ORDERS)
+        await writer.send(1)
+        with pytest.raises(StreamStateError, match="ends with the node"):
+            await writer.finish()
+        with pytest.raises(StreamStateError, match="ends with the node"):
+            await writer.fail()
+        with pytest.raises(OutputError, match="does not write stream"):
+            ctx.writer(Key("other", Stream[int]))
+
+    @g.node(requires=[ORDERS], provides=[SEEN])
+    async def watch(ctx: NodeContext) -> None:
+        with pytest.raises(KeyError, match="does not read stream"):
+            ctx.reader(Key("other", Stream[int]))
+        reader = ctx.reader(ORDERS)
+        ctx.set(SEEN, [m.value async for m in reader])
+
+    async with Execution(g, {N: 0}) as execution:
+        result = await execution.wait()
+    assert result[SEEN] == [1]
+    [stream] = execution.streams().values()
+    assert stream.finished and not stream.failed
+
+
+async def test_a_failed_writer_fails_its_readers_stream_not_ends_it() -> None:
+    g = Graph("broken", inputs=[N])
+
+    @g.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        await ctx.writer(ORDERS).send(1)
+        raise ValueError("source broke")
+
+    g.add_node("watch", _noop, requires=[ORDERS])
+    async with Execution(g, {N: 0}) as execution:
+        with pytest.raises(ValueError, match="source broke"):
+            await execution.wait()
+    [stream] = execution.streams().values()
+    assert stream.failed
+
+
+async def test_a_writer_at_capacity_goes_on_once_a_slow_reader_concludes() -> None:
+    g = Graph("slow", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+
+    @g.node(requires=[ORDERS], provides=[TOTAL])
+    async def first_only(ctx: NodeContext) -> None:
+        reader = ctx.reader(ORDERS)
+        message = await reader.receive()
+        await reader.ack(message)
+        ctx.set(TOTAL, message.value)  # and leaves: its group holds the writer back no more
+
+    @g.node(requires=[ORDERS], provides=[SEEN])
+    async def everything(ctx: NodeContext) -> None:
+        reader = ctx.reader(ORDERS)
+        seen = []
+        async for message in reader:
+            seen.append(message.value)
+            await reader.ack(message)
+        ctx.set(SEEN, seen)
+
+    with anyio.fail_after(30):  # without the slow reader leaving, the writer would wait forever
+        async with Execution(g, {N: 10}, stream_capacity=2) as execution:
+            result = await execution.wait()
+    assert (result[TOTAL], result[SEEN]) == (1, list(range(1, 11)))
