@@ -19,12 +19,10 @@ from ledger import (
     UnknownRunError,
     open_ledger,
 )
-from ledger._check import check_ledger
-from ledger._env import LedgerEnv
-from ledger.testing import LedgerHistory, kill_until_done
 from streams import ConfirmedFailureError, Graph, Key, NodeContext, Retry
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._kills import ROOT, assert_sound, killed_until_landed
+
 EXAMPLE = ROOT / "examples" / "doc_pipeline.py"
 ANSWER = "[en] a page about example | [en] a page about python"
 
@@ -36,15 +34,6 @@ def example(path: Path, run_id: str = "run-1") -> list[str]:
 def work(path: Path) -> Counter[str]:
     log = path / "work.log"
     return Counter(log.read_text().split()) if log.exists() else Counter()
-
-
-def assert_sound(path: Path) -> None:
-    env = LedgerEnv.open_readonly(path)
-    try:
-        report = check_ledger(env)
-    finally:
-        env.close()
-    assert report.sound, report.problems
 
 
 def test_killed_after_extract_resume_restores_download_and_extract_and_restarts_summarize(
@@ -83,32 +72,20 @@ def test_killed_after_extract_resume_restores_download_and_extract_and_restarts_
 
 
 def test_killed_at_random_moments_the_run_ends_with_its_answer_on_a_sound_ledger(tmp_path: Path) -> None:
-    landed = 0
-    for attempt in range(10):  # a run that finishes before its kills starts over on a new ledger
-        path = tmp_path / f"ledger-{attempt}"
-        history = LedgerHistory(path)
-        command = example(path)
-        landed_here = kill_until_done(
-            command,
-            kills=5,
-            max_delay=1.0,
-            seed=20261130 + attempt,
-            after_kill=history.observe,  # sound after every kill, nothing moved back
-            cwd=ROOT,
-            env={**os.environ, "NODE_DELAY": "0.1"},
-        )
-        history.observe()
-        final = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
-        assert final.stdout.strip() == f"{ANSWER} (already finished)"
+    def check(path: Path, landed: int) -> None:
         counts = work(path)
         mounts = {f"{m}/{n}" for m in ("first", "second") for n in ("download", "extract", "summarize")}
         assert set(counts) == mounts | {"combine"}
-        assert max(counts.values()) <= landed_here + 1  # a node runs again only after a kill
-        assert_sound(path)
-        landed += landed_here
-        if landed >= 5:
-            break
-    assert landed >= 5
+        assert max(counts.values()) <= landed + 1  # a node runs again only after a kill
+
+    killed_until_landed(
+        tmp_path,
+        example,
+        expected=f"{ANSWER} (already finished)",
+        env={**os.environ, "NODE_DELAY": "0.1"},
+        max_delay=1.0,
+        check=check,
+    )
 
 
 N = Key("n", int)
