@@ -50,7 +50,7 @@ from ._errors import (
 from ._graph import Graph, NodeDef, SubDef, reader_groups
 from ._keys import Key, NoValue, NoValueType, type_name
 from ._plan import RestoredNode, check_plan, encode_outputs
-from ._store._hooks import CheckpointHooks, StreamHooks
+from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
 from ._store._memory import MemoryStore
 from ._store._node_records import (
     COMPLETE_CHAIN,
@@ -570,6 +570,8 @@ class Execution:
         if not isinstance(graph, Graph):
             raise TypeError(f"Execution needs a Graph, got {graph!r}")
         graph.validate()
+        if checkpoint is not None and graph.has_streams():  # Key[Stream[T]] needs complete stream hooks
+            check_stream_hooks(checkpoint.hooks.streams)
         self.graph = graph
         self._inputs = _checked_inputs(graph, dict(inputs or {}))
         self._aspects = tuple(aspects)

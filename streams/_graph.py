@@ -290,6 +290,15 @@ class Graph:
             self._checked = (changes, problems, topology)
         return topology
 
+    def has_streams(self) -> bool:
+        """Whether any node of the tree writes or reads a stream."""
+        for member in self._members:
+            if any(key.is_stream for key in (*member.requires, *member.provides)):
+                return True
+            if isinstance(member, SubDef) and member.graph.has_streams():
+                return True
+        return False
+
     def checkpoint_nodes(self) -> tuple[NodeSpec, ...]:
         """Every node of the tree with its mount path and ports (a fresh copy each call)."""
         return tuple(_node_specs(self, ()))

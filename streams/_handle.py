@@ -76,9 +76,17 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
     _outputs: list[tuple[StreamCore[Any], Any, bytes]] | None = None
     _results: dict[str, bytes] | None = None
     _stopped: bool = False
+    _closed: bool = False  # its handler call returned: the tx takes nothing more
 
     def __repr__(self) -> str:
         return f"MessageTx(seq={self.seq}, attempt={self.attempt})"
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise StreamStateError(
+                f"message {self.seq}: {what} after its handler call returned; a MessageTx is used only "
+                "inside the call it was given to (what it stages afterwards would never be confirmed)"
+            )
 
     @property
     def state(self) -> S:
@@ -91,10 +99,14 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
         :attr:`state` then returns the value as it reads back from the ledger
         (a copy), exactly what a restarted run would get.
         """
+        if self._closed:
+            self._check_open("set_state")
         self._state, self._state_payload = self._run.state_codec.prepare(state, what="the handler state")
 
     def send(self, writer: StreamWriter[U], value: U) -> None:
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
+        if self._closed:
+            self._check_open("send")
         stream = writer.stream.core
         outputs = self._outputs
         if outputs is None:
@@ -109,6 +121,8 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
 
     def set(self, key: Key[U], value: U) -> None:
         """Set an ordinary result; the last value set for a key wins."""
+        if self._closed:
+            self._check_open("set")
         if key.is_stream:
             raise TypeError(f"{key!r} is a stream key; send messages with tx.send(writer, value)")
         payload = codec_for(key.type).prepare(value, what=f"result {key.name!r}")[1]
@@ -118,6 +132,8 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
 
     def stop(self) -> None:
         """Stop handling after this message; the stop is confirmed with its ack."""
+        if self._closed:
+            self._check_open("stop")
         self._stopped = True
 
     @property
@@ -343,6 +359,8 @@ class _Run(Generic[T, S]):
                     raise
                 except Exception as exc:
                     failure = exc
+                finally:
+                    tx._closed = True
                 if failure is not None:
                     # outside the except block: retries do not run inside this failure
                     tx = await self._retry(seq, value, index, failure)
@@ -409,6 +427,8 @@ class _Run(Generic[T, S]):
             except Exception as error:
                 exc = error
                 continue
+            finally:
+                tx._closed = True
             return tx
 
     async def _fail(self, seq: int, index: int, exc: Exception) -> int:

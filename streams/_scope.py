@@ -11,7 +11,7 @@ import anyio.abc
 
 from ._errors import StreamStateError
 from ._keys import Key, Stream, check_name, type_name
-from ._store._hooks import StreamHooks
+from ._store._hooks import StreamHooks, check_stream_hooks
 from ._store._records import StreamOpen, StreamRef
 from ._stream import ManagedStream, StreamCore
 from ._tracing import ATTR, EVENT, SPAN, span
@@ -118,6 +118,7 @@ async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamS
     A single error, from the block or a background append, is raised as
     itself rather than inside an exception group.
     """
+    check_stream_hooks(hooks)
     with single_error():
         async with anyio.create_task_group() as tg:
             yield StreamScope(hooks, scope, tg)

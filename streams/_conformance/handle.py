@@ -77,6 +77,31 @@ async def test_state_outputs_and_results_are_confirmed_with_each_ack(world: Worl
 
 
 @check
+async def test_a_message_tx_kept_past_its_handler_call_refuses_everything(world: World) -> None:
+    kept: list[MessageTx[int]] = []
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 2)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        invoices = await scope.open_stream(INVOICES, node="billing", groups=("audit",), resumable=True)
+
+        async def keep(tx: MessageTx[int], order: Order) -> None:
+            kept.append(tx)
+
+        result = await handle_messages(orders.reader("billing"), keep, initial_state=0)
+        assert result.handled == 2
+        tx = kept[0]
+        uses: tuple[tuple[str, Callable[[], None]], ...] = (
+            ("set_state", lambda: tx.set_state(5)),
+            ("send", lambda: tx.send(invoices.writer(), Invoice(1, 1))),
+            ("set", lambda: tx.set(TOTAL, 1)),
+            ("stop", tx.stop),
+        )
+        for what, use in uses:
+            with raises(StreamStateError, match=f"message 1: {what} after its handler call returned"):
+                use()
+
+
+@check
 async def test_a_failed_commit_confirms_nothing_and_recovery_resumes_from_the_last_commit(
     world: World,
 ) -> None:

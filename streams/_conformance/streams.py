@@ -260,6 +260,18 @@ async def test_active_stream_resumes_only_with_a_continuation_promise(world: Wor
 
 
 @check
+async def test_an_active_stream_that_sent_nothing_yet_also_needs_the_promise(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await scope.open_stream(NUMBERS, node="src", groups=("g",))  # opened: its writer may have begun
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        with raises(SourceNotResumableError, match="still active at sequence 0"):
+            await scope.open_stream(NUMBERS, node="src", groups=("g",))
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        assert stream.position is None and not stream.done
+
+
+@check
 async def test_failed_writer_propagates_failure_to_readers_not_eof(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))

@@ -23,7 +23,17 @@ from ._records import (
     StreamOpened,
 )
 
-__all__ = ["CheckpointHooks", "StreamHooks"]
+__all__ = ["STREAM_HOOKS", "CheckpointHooks", "StreamHooks", "check_stream_hooks"]
+
+#: The calls a complete set of stream hooks has; checked before any stream is opened on it.
+STREAM_HOOKS = ("open", "append", "open_message", "fail_message", "commit", "finish")
+
+
+def check_stream_hooks(hooks: object) -> None:
+    """Refuse stream hooks that lack a call with :class:`TypeError`, before any call is made."""
+    missing = [name for name in STREAM_HOOKS if not callable(getattr(hooks, name, None))]
+    if missing:
+        raise TypeError(f"stream hooks {hooks!r} lack {', '.join(missing)}: a store implements all six")
 
 
 @runtime_checkable

@@ -49,7 +49,7 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
             f"but was reopened as {request.type_name}; use a new key or scope"
         )
     active = not (current.finished or current.failed)
-    if active and current.appended > 0 and not request.resumable:
+    if active and not request.resumable:  # also when it sent nothing yet: its writer may have begun
         raise SourceNotResumableError(
             f"stream {request.ref} is still active at sequence {current.appended}; "
             "only a writer opened with resumable=True (continuing from its position) may resume it"

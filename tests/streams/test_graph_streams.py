@@ -13,15 +13,18 @@ import pytest
 from anyio.streams.memory import MemoryObjectSendStream
 
 from streams import (
+    ExecCheckpoint,
     Execution,
     Graph,
     GraphError,
     Key,
+    MemoryStore,
     MessageTx,
     NodeContext,
     OutputError,
     Stream,
     StreamStateError,
+    open_scope,
     run_graph,
 )
 
@@ -223,3 +226,34 @@ async def test_a_writer_at_capacity_goes_on_once_a_slow_reader_concludes() -> No
         async with Execution(g, {N: 10}, stream_capacity=2) as execution:
             result = await execution.wait()
     assert (result[TOTAL], result[SEEN]) == (1, list(range(1, 11)))
+
+
+class _NoFinish:
+    """Stream hooks without ``finish``: incomplete, refused before any call."""
+
+    def __init__(self) -> None:
+        self._store = MemoryStore()
+        self.open = self._store.open
+        self.append = self._store.append
+        self.open_message = self._store.open_message
+        self.fail_message = self._store.fail_message
+        self.commit = self._store.commit
+
+
+async def test_incomplete_stream_hooks_are_refused_before_any_call() -> None:
+    with pytest.raises(TypeError, match="lack finish: a store implements all six"):
+        async with open_scope(_NoFinish(), scope="s"):  # type: ignore[arg-type]
+            pass
+
+    class Hooks:  # complete node hooks whose stream hooks are not
+        streams = _NoFinish()
+        open_attempt = fail_attempt = open_child = commit_node = MemoryStore().open_attempt
+
+    g = Graph("g", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+    g.add_node("read", _noop, requires=[ORDERS])
+    with pytest.raises(TypeError, match="lack finish"):
+        Execution(g, {N: 1}, checkpoint=ExecCheckpoint("run", Hooks()))  # type: ignore[arg-type]
+    plain = Graph("plain", inputs=[N])
+    plain.add_node("noop", _noop, requires=[N])
+    Execution(plain, {N: 1}, checkpoint=ExecCheckpoint("run", Hooks()))  # type: ignore[arg-type]  # no streams
