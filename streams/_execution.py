@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from ._aliases import StreamPlan
 from ._aspects import Aspect, chain
 from ._checkpoint import ExecCheckpoint
 from ._codec import codec_for
@@ -47,7 +48,7 @@ from ._errors import (
     SkippedInputError,
     StrayCancellationError,
 )
-from ._graph import Graph, NodeDef, SubDef, reader_groups
+from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, type_name
 from ._plan import RestoredNode, check_plan, encode_outputs
 from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
@@ -337,6 +338,10 @@ class _Level:
             self._finish(member, "failed", settle=False)
             return
         refs = {key: stream.core.ref for key, stream in owned.items()}
+        for key in member.provides:  # a Sub's record names the source of each stream it exposes
+            if key.is_stream and key not in refs:
+                await self.slots[key].arrived.wait()  # opened by its source, which may still be running
+                refs[key] = self.slots[key].value.core.ref
         payloads = {key: payload for key, (_, payload) in staged.items()}
         record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
         ends = tuple(
@@ -358,59 +363,41 @@ class _Level:
         self._finish(member, reason)
 
     async def _open_streams(self, member: NodeDef | SubDef) -> dict[Key[Any], ManagedStream[Any]]:
-        """Open the streams ``member`` writes, each once, and hand their endpoints to the readers."""
+        """Open the streams ``member`` writes and hand their endpoints to the readers."""
         if not isinstance(member, NodeDef) or not member.streams:
             return {}
-        scope = self.stream_scope
-        return {
-            key: await self._open_stream(member, key, StreamRef(scope, member.name, key.name))
-            for key in member.streams
-        }
+        owned: dict[Key[Any], ManagedStream[Any]] = {}
+        for key in member.streams:
+            ref = StreamRef(self.stream_scope, member.name, key.name)
+            owned[key] = await self.execution._endpoint(ref, self.stream_plan(key), self.scope)
+            self.slots[key].settle(owned[key])
+        return owned
 
     async def _reopen_streams(self, member: NodeDef | SubDef, restored: RestoredNode) -> None:
-        """A restored writer's streams: reopened (never run again) so readers get endpoint, Done and tail."""
-        if not isinstance(member, NodeDef):
-            return
-        for key in member.streams:
-            ref = restored.outputs[key]
-            if ref != StreamRef(self.stream_scope, member.name, key.name):
+        """A restored node's streams: reopened (never written again) so readers get endpoint, Done and tail.
+
+        A writer's record names its own stream; a Sub's names the source of
+        each stream it exposes, which must be the stream the tree's wiring
+        leads to.
+        """
+        for key in member.provides:
+            if not key.is_stream:
+                continue
+            ref, plan = restored.outputs[key], self.stream_plan(key)
+            own = StreamRef(self.stream_scope, member.name, key.name) if isinstance(member, NodeDef) else None
+            if (own is not None and ref != own) or (
+                plan.writer is None or ref.node != plan.writer.name or ref.key != plan.key.name
+            ):
                 raise self.execution._latch(
                     CheckpointError(
-                        f"the record of node {member.name!r} names stream {ref}, which is not the stream "
-                        f"it writes in scope {self.stream_scope!r}"
+                        f"the record of {'/'.join((*self.path, member.name))!r} names stream {ref}, which is "
+                        "not the stream its wiring leads to"
                     )
                 )
-            await self._open_stream(member, key, ref)
+            self.slots[key].settle(await self.execution._endpoint(ref, plan, self.scope))
 
-    async def _open_stream(self, member: NodeDef, key: Key[Any], ref: StreamRef) -> ManagedStream[Any]:
-        execution = self.execution
-        request = StreamOpen(
-            ref=ref,
-            type_name=type_name(key.item_type),
-            capacity=execution._stream_capacity,
-            groups=tuple(reader_groups(self.graph, self.path, key)),
-            resumable=member.resumable,
-        )
-        hooks = execution._stream_hooks()
-        if self.scope:
-            opened = await execution._reliable("open", lambda _: hooks.open(request))
-        else:
-            opened = await hooks.open(request)
-        core: StreamCore[Any] = StreamCore(
-            execution._spawn,
-            hooks,
-            key,
-            ref,
-            opened,
-            capacity=execution._stream_capacity,
-            resumable=member.resumable,
-            on_latch=execution._latch,
-            node_owned=True,
-        )
-        stream: ManagedStream[Any] = ManagedStream(core)
-        execution._streams[ref] = stream
-        self.slots[key].settle(stream)
-        return stream
+    def stream_plan(self, key: Key[Any]) -> StreamPlan:
+        return self.execution._plans[(self.path, key.name)]
 
     def _publish(self, member: NodeDef | SubDef, values: Mapping[Key[Any], Any]) -> None:
         for key in member.provides:
@@ -428,7 +415,7 @@ class _Level:
         if settle:
             for key in member.provides:
                 slot = self.slots[key]
-                if not slot.settled:
+                if not slot.settled and not key.is_stream:  # a stream arrives with its source
                     slot.settle(NoValue)
         self._leave(member)
         self.execution._status_of[(*self.path, member.name)] = status
@@ -443,8 +430,8 @@ class _Level:
         else:
             inner = (*self.path, member.name)
             readings = [
-                (parent, reader_groups(member.graph, inner, child))
-                for child, parent in member.inlets
+                (parent, self.stream_plan(parent).groups_under(inner))
+                for _, parent in member.inlets
                 if parent.is_stream
             ]
         for key, groups in readings:
@@ -462,7 +449,10 @@ class _Level:
         for child_key, parent_key in mount.inlets:
             self.slots[parent_key].on_settle(_feed(slots[child_key]))
         for child_key, parent_key in mount.outlets:
-            slots[child_key].on_settle(_expose(ctx, parent_key))
+            if parent_key.is_stream:  # live: the endpoint, as soon as its source opened it
+                slots[child_key].on_settle(_feed(self.slots[parent_key]))
+            else:
+                slots[child_key].on_settle(_expose(ctx, parent_key))
         ambient = () if mount.without_aspects else self.ambient
         await _Level(self.execution, mount.graph, path, ambient, slots, scope=scope, plan=plan).run()
 
@@ -593,6 +583,8 @@ class Execution:
         self._records: tuple[NodeCheckpoint, ...] = ()
         self._stream_capacity = stream_capacity
         self._streams: dict[StreamRef, ManagedStream[Any]] = {}  # one endpoint per stream of the tree
+        self._opening: dict[StreamRef, anyio.Event] = {}
+        self._plans = graph.stream_plans()
         self._ordinary_streams: MemoryStore | None = None
         self._root = _Level(
             self, graph, (), self._aspects, _slots_for(graph), scope=checkpoint.scope if checkpoint else ""
@@ -745,6 +737,55 @@ class Execution:
         if self._ordinary_streams is None:
             self._ordinary_streams = MemoryStore()
         return self._ordinary_streams
+
+    async def _endpoint(self, ref: StreamRef, plan: StreamPlan, scope: str) -> ManagedStream[Any]:
+        """The one endpoint of stream ``ref`` in the tree: opened by the first alias to need it, then shared.
+
+        ``scope`` is the checkpoint scope of the level asking ("" in ordinary
+        mode). The stream is opened with its writer's promise and every
+        group of the tree that reads it.
+        """
+        while (opening := self._opening.get(ref)) is not None:
+            await opening.wait()
+        existing = self._streams.get(ref)
+        if existing is not None:
+            if existing.key.item_type != plan.key.item_type:
+                raise self._latch(
+                    CheckpointError(f"stream {ref} is open with {existing.key!r}, not {plan.key!r}")
+                )
+            return existing
+        done = self._opening[ref] = anyio.Event()
+        try:
+            resumable = plan.writer is not None and plan.writer.resumable
+            request = StreamOpen(
+                ref=ref,
+                type_name=type_name(plan.key.item_type),
+                capacity=self._stream_capacity,
+                groups=plan.groups,
+                resumable=resumable,
+            )
+            hooks = self._stream_hooks()
+            if scope:
+                opened = await self._reliable("open", lambda _: hooks.open(request))
+            else:
+                opened = await hooks.open(request)
+            core: StreamCore[Any] = StreamCore(
+                self._spawn,
+                hooks,
+                plan.key,
+                ref,
+                opened,
+                capacity=self._stream_capacity,
+                resumable=resumable,
+                on_latch=self._latch,
+                node_owned=True,
+            )
+            stream: ManagedStream[Any] = ManagedStream(core)
+            self._streams[ref] = stream
+            return stream
+        finally:
+            del self._opening[ref]
+            done.set()
 
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run a stream's background confirmations in the execution's task group."""

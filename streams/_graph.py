@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from ._aliases import StreamPlan, stream_plans
 from ._codec import codec_for
 from ._errors import GraphError, PayloadTypeError
 from ._keys import Key, check_name, type_name
@@ -140,6 +141,8 @@ class Graph:
         self.inputs: tuple[Key[Any], ...] = _keys(inputs, f"graph {name!r} inputs")
         self._members: list[Member] = []
         self._checked: tuple[int, tuple[str, ...], Topology | None] | None = None  # (changes, problems, ...)
+        self._plans: dict[tuple[tuple[str, ...], str], StreamPlan] = {}
+        self._all_problems: tuple[str, ...] = ()
 
     def _changes(self) -> int:
         """How many members the tree holds: validation is redone only when it grows."""
@@ -250,6 +253,9 @@ class Graph:
         for key, value in (fixed or {}).items():
             if not isinstance(key, Key):
                 raise TypeError(f"Sub {name!r}: fixed values are given per Key, got {key!r}")
+            if key.is_stream:
+                problem = f"Sub {name!r} fixes stream {key!r}; a stream is wired, never a fixed value"
+                raise GraphError(problem, problems=(problem,))
             try:
                 copy, _ = codec_for(key.type).prepare(value, what=f"fixed {key!r} of Sub {name!r}")
             except PayloadTypeError as exc:
@@ -270,25 +276,45 @@ class Graph:
     # -- checks ----------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Check the whole tree; :class:`GraphError` lists every problem, each with its mount path."""
+        """Check the whole tree; :class:`GraphError` lists every problem, each with its mount path.
+
+        Besides the structure, every stream must have a reader somewhere in
+        the tree (a child graph whose stream is read only by its parent
+        passes :meth:`topology`, not this, when checked alone).
+        """
+        self._raise(self._check()[1])
+
+    def _check(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(structural problems, all problems), computed once per shape of the tree."""
         changes = self._changes()
         if self._checked is None or self._checked[0] != changes:
-            self._checked = (changes, tuple(_problems(self, ())), None)
-        problems = self._checked[1]
+            plans = stream_plans(self)
+            self._plans = plans
+            structural = tuple(_problems(self, ()))
+            self._checked = (changes, structural, None)
+            self._all_problems = (*structural, *_stream_problems(plans))
+        return self._checked[1], self._all_problems
+
+    def _raise(self, problems: tuple[str, ...]) -> None:
         if problems:
             more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
             listed = "; ".join(problems[:10]) + more
             raise GraphError(f"graph {self.name!r} cannot run: {listed}", problems=tuple(problems))
 
     def topology(self) -> Topology:
-        """The validated graph's nodes, producers first, and its structural fingerprint."""
-        self.validate()
+        """The structurally valid graph's nodes, producers first, and its structural fingerprint."""
+        self._raise(self._check()[0])
         assert self._checked is not None
         changes, problems, topology = self._checked
         if topology is None:
             topology = _topology(self)
             self._checked = (changes, problems, topology)
         return topology
+
+    def stream_plans(self) -> Mapping[tuple[tuple[str, ...], str], StreamPlan]:
+        """Every stream of the validated tree by each of its aliases (level path, key name)."""
+        self.validate()
+        return self._plans
 
     def has_streams(self) -> bool:
         """Whether any node of the tree writes or reads a stream."""
@@ -340,13 +366,6 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
         if member.name in names:
             yield f"{at}two nodes are named {member.name!r}"
         names.add(member.name)
-        if isinstance(member, NodeDef):
-            for key in member.streams:
-                if not reader_groups(graph, path, key):
-                    yield (
-                        f"{at}node {member.name!r} writes stream {key!r}, which no node reads: "
-                        "add a node that requires it (its messages wait for every reader)"
-                    )
         for what, keys in (("requires", member.requires), ("provides", member.provides)):
             if len(set(keys)) != len(keys):
                 yield f"{at}node {member.name!r} {what} a key twice"
@@ -398,8 +417,6 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
             yield f"{at}Sub {mount.name!r} wires {key!r} twice"
         wired[key] = "inlet"
     for key, _ in mount.fixed:
-        if key.is_stream:
-            yield f"{at}Sub {mount.name!r} fixes stream {key!r}; a stream is wired, never a fixed value"
         if key not in child_inputs:
             yield f"{at}Sub {mount.name!r} fixes {key!r}, which is not an input of graph {child.name!r}"
         if key in wired:
@@ -412,11 +429,6 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
                 "inlet nor fixed, so nothing produces it"
             )
     for key, parent in mount.outlets:
-        if key.is_stream or parent.is_stream:
-            yield (
-                f"{at}Sub {mount.name!r} exposes stream {key!r}; a Sub forwards streams inward "
-                "(inlets), and its outlets carry values only"
-            )
         if key not in child_provided and key not in child_inputs:
             yield f"{at}Sub {mount.name!r} exposes {key!r}, which graph {child.name!r} does not provide"
         if key.type != parent.type:
@@ -427,23 +439,16 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
     yield from _problems(child, inner)
 
 
-def reader_groups(graph: Graph, path: tuple[str, ...], key: Key[Any]) -> list[str]:
-    """The consumer groups reading stream ``key`` of the graph at ``path``, through Sub inlets too.
-
-    Each reader node has a group of its own, named by its path from the
-    root (``billing/count``): the graph's readers make the groups, not the
-    writer.
-    """
-    groups: list[str] = []
-    for member in graph.members:
-        if isinstance(member, NodeDef):
-            if key in member.requires:
-                groups.append("/".join((*path, member.name)))
+def _stream_problems(plans: Mapping[tuple[tuple[str, ...], str], StreamPlan]) -> Iterator[str]:
+    seen: set[int] = set()
+    for plan in plans.values():
+        if id(plan) in seen or plan.writer is None or plan.groups:
             continue
-        for child_key, parent in member.inlets:
-            if parent == key:
-                groups.extend(reader_groups(member.graph, (*path, member.name), child_key))
-    return groups
+        seen.add(id(plan))
+        yield (
+            f"{_where(plan.path)}node {plan.writer.name!r} writes stream {plan.key!r}, which no node reads: "
+            "add a node that requires it (its messages wait for every reader)"
+        )
 
 
 def _dependencies(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:

@@ -84,7 +84,10 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
                     f"{where}: output {output.key!r} of node {record.node!r} is {output.state!r}; a stream "
                     "port's output is the descriptor of its stream, and only a stream port has one"
                 )
-            if output.value is not None or output.stream.key != key.name or output.stream.node != record.node:
+            own = isinstance(member, NodeDef)  # a writer names its own stream; a Sub, the source it exposes
+            if output.value is not None or (
+                own and (output.stream.key != key.name or output.stream.node != record.node)
+            ):
                 raise RestorePlanError(
                     f"{where}: output {output.key!r} of node {record.node!r} names stream {output.stream}, "
                     "not the node's own (or carries a value beside it)"

@@ -57,22 +57,24 @@ class Shop:
         self.fail_writer_after: int | None = None
         self.holding = anyio.Event()
 
+    async def write_orders(self, ctx: NodeContext) -> None:
+        """Node ``orders``: 1..n from its writer's position, held or failed where asked."""
+        self.writer_runs += 1
+        writer = ctx.writer(ORDERS)
+        for order in range((writer.position or 0) + 1, ctx[N] + 1):
+            await writer.send(order, send_at=order)
+            self.sent.append(order)
+            if order == self.fail_writer_after:
+                raise ValueError("the order source broke")
+            if order == self.writer_holds_after:
+                await writer.flush()
+                self.holding.set()
+                await anyio.sleep_forever()
+
     def graph(self, *, resumable: bool = False) -> Graph:
         shop = Graph("shop", version="1", inputs=[N])
 
-        @shop.node(requires=[N], provides=[ORDERS], resumable=resumable)
-        async def orders(ctx: NodeContext) -> None:
-            self.writer_runs += 1
-            writer = ctx.writer(ORDERS)
-            for order in range((writer.position or 0) + 1, ctx[N] + 1):
-                await writer.send(order, send_at=order)
-                self.sent.append(order)
-                if order == self.fail_writer_after:
-                    raise ValueError("the order source broke")
-                if order == self.writer_holds_after:
-                    await writer.flush()
-                    self.holding.set()
-                    await anyio.sleep_forever()
+        shop.add_node("orders", self.write_orders, requires=[N], provides=[ORDERS], resumable=resumable)
 
         @shop.node(requires=[ORDERS], provides=[TOTAL])
         async def billing(ctx: NodeContext) -> None:
@@ -243,3 +245,92 @@ async def sub_aliases_share_one_endpoint_each_reader_in_a_group_of_its_own(store
     async with again:
         assert (await again.wait())[AUDITED] == 10
     assert shop.writer_runs == 1
+
+
+FORWARDED = Key("forwarded", Stream[int])
+
+
+class Relay(Shop):
+    """A stream that reaches its reader ``after`` through a Sub: forwarded by one, or written inside one.
+
+    ``shape="pass"``: root node ``orders`` writes; mount ``pass`` (a child
+    with no node) forwards the stream back out as ``forwarded``.
+    ``shape="inside"``: node ``orders`` inside mount ``src`` writes, and the
+    mount exposes the stream. ``after`` sums what it reads, in explicit state.
+    """
+
+    def __init__(self, shape: str) -> None:
+        super().__init__()
+        self.shape = shape
+        self.hold_after_at: int | None = None
+
+    def graph(self, *, resumable: bool = True) -> Graph:
+        relay = Graph("relay", version="1", inputs=[N])
+        writing = Graph("writing", version="1", inputs=[N]) if self.shape == "inside" else relay
+
+        writing.add_node("orders", self.write_orders, requires=[N], provides=[ORDERS], resumable=resumable)
+
+        if self.shape == "inside":
+            relay.sub("src", writing, inlets={N: N}, outlets={ORDERS: FORWARDED})
+        else:
+            relay.sub(
+                "pass",
+                Graph("passing", version="1", inputs=[ORDERS]),
+                inlets={ORDERS: ORDERS},
+                outlets={ORDERS: FORWARDED},
+            )
+
+        @relay.node(requires=[FORWARDED], provides=[TOTAL])
+        async def after(ctx: NodeContext) -> None:
+            async def add(tx: MessageTx[int], order: int) -> None:
+                if order == self.hold_after_at:
+                    self.holding.set()
+                    await anyio.sleep_forever()
+                tx.set_state(tx.state + order)
+                tx.set(TOTAL, tx.state)
+
+            await ctx.handle_messages(FORWARDED, add, initial_state=0)
+
+        return relay
+
+
+@node_check
+async def a_pass_through_sub_confirmed_before_its_source_is_an_alias_of_the_resumed_source(
+    store: Any,
+) -> None:
+    relay = Relay("pass")
+    relay.writer_holds_after = 2
+    passed, on_event = _finished_event("pass")
+    first = Execution(relay.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
+    await _crash_when(first, relay.holding, passed)  # pass confirmed; its source still active
+    source = StreamRef("run", "orders", "orders")
+    [record] = [r for r in store.node_records("run") if r.node == "pass"]
+    assert record.outputs == (CheckpointOutput("forwarded", "stream", stream=source),)
+
+    relay.writer_holds_after = None
+    again = resumed(relay.graph(), store, "run", {N: 5})
+    async with again:
+        assert (await again.wait())[TOTAL] == 15
+    assert list(again.streams()) == [source]  # the restored alias and the resumed writer share one
+    assert relay.sent == [1, 2, 3, 4, 5] and relay.writer_runs == 2
+
+
+@node_check
+async def a_stream_written_inside_a_sub_is_exposed_by_its_mount_and_reopened_from_its_record(
+    store: Any,
+) -> None:
+    relay = Relay("inside")
+    relay.hold_after_at = 4
+    written, on_event = _finished_event("src")
+    first = Execution(relay.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
+    await _crash_when(first, relay.holding, written)  # src (and its writer) confirmed, after at 4
+    [record] = [r for r in store.node_records("run") if r.node == "src"]
+    [output] = record.outputs
+    assert output.stream is not None and (output.stream.node, output.stream.key) == ("orders", "orders")
+
+    relay.hold_after_at = None
+    again = resumed(relay.graph(), store, "run", {N: 5})
+    async with again:
+        assert (await again.wait())[TOTAL] == 15
+    assert relay.writer_runs == 1  # the mount was restored: its child's writer did not run again
+    assert await _stream_end(store, output.stream) == (True, False)

@@ -169,7 +169,7 @@ async def test_inspect_lists_runs_with_each_nodes_budget_and_conclusion_values_f
     assert "    double: failed, 1 of 1 attempt(s) failed" in table
     assert "    double, retry at 1: 2 of 2 attempt(s) failed, exhausted" in table
     assert "  good: graph doubling version 1, completed, started 1 time(s)" in table
-    assert "42" not in table  # no values unless asked
+    assert "42" not in table.replace(str(path), "")  # no values unless asked (the path may hold a 42)
     command = [sys.executable, "-m", "ledger", "inspect", str(path), "--values"]
     with_values = (await anyio.run_process(command)).stdout.decode()
     assert '    double: completed, 0 of 1 attempt(s) failed  {"doubled": 42}' in with_values

@@ -15,6 +15,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from streams import (
     ExecCheckpoint,
     Execution,
+    Finished,
     Graph,
     GraphError,
     Key,
@@ -59,17 +60,70 @@ def test_a_stream_nobody_reads_is_a_problem_of_the_graph() -> None:
     )
 
 
-def test_a_sub_forwards_streams_inward_only_and_never_fixes_one() -> None:
+def test_a_sub_never_fixes_a_stream() -> None:
     child = Graph("child", inputs=[ORDERS])
-    child.add_node("out", _noop, provides=[Key("more", Stream[int])])
-    child.add_node("read", _noop, requires=[ORDERS, Key("more", Stream[int])])
+    child.add_node("read", _noop, requires=[ORDERS])
     parent = Graph("parent", inputs=[N])
-    parent.add_node("orders", _write, requires=[N], provides=[ORDERS])
-    parent.sub(
-        "c", child, inlets={ORDERS: ORDERS}, outlets={Key("more", Stream[int]): Key("more", Stream[int])}
-    )
-    problems = problems_of(parent)
-    assert any("Sub 'c' exposes stream Key('more', streams.Stream[int])" in p for p in problems)
+    with pytest.raises(GraphError, match="a stream is wired, never a fixed value"):
+        parent.sub("c", child, fixed={ORDERS: 1})
+
+
+async def _sum_all(ctx: NodeContext, key: Key[Stream[int]]) -> int:
+    reader = ctx.reader(key)
+    total = 0
+    async for message in reader:
+        total += message.value
+        await reader.ack(message)
+    return total
+
+
+async def test_a_sub_exposes_a_stream_its_child_writes_and_readers_outside_read_it_live() -> None:
+    child = Graph("child", inputs=[N])
+    child.add_node("orders", _write, requires=[N], provides=[ORDERS])
+
+    @child.node(requires=[ORDERS], provides=[TOTAL])
+    async def inside(ctx: NodeContext) -> None:
+        ctx.set(TOTAL, await _sum_all(ctx, ORDERS))
+
+    outer = Graph("outer", inputs=[N])
+    outer.sub("c", child, inlets={N: N}, outlets={ORDERS: ORDERS, TOTAL: TOTAL})
+    OUTSIDE = Key("outside", int)
+
+    @outer.node(requires=[ORDERS], provides=[OUTSIDE])
+    async def outside(ctx: NodeContext) -> None:
+        ctx.set(OUTSIDE, await _sum_all(ctx, ORDERS))
+
+    async with Execution(outer, {N: 4}) as execution:
+        result = await execution.wait()
+    assert (result[TOTAL], result[OUTSIDE]) == (10, 10)
+    [stream] = execution.streams().values()
+    assert sorted(g.group for g in stream.snapshot().groups) == ["c/inside", "outside"]
+
+
+async def test_a_pass_through_sub_completes_before_its_source_and_readers_get_everything() -> None:
+    FORWARDED = Key("forwarded", Stream[int])
+    passing = Graph("passing", inputs=[ORDERS])  # no node: it only forwards the stream back out
+    outer = Graph("outer", inputs=[N])
+    passed = anyio.Event()
+
+    @outer.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        await ctx.writer(ORDERS).send(1)
+        await passed.wait()  # the pass-through mount is done while its source still writes
+        await ctx.writer(ORDERS).send(2)
+
+    outer.sub("pass", passing, inlets={ORDERS: ORDERS}, outlets={ORDERS: FORWARDED})
+
+    @outer.node(requires=[FORWARDED], provides=[TOTAL])
+    async def after(ctx: NodeContext) -> None:
+        ctx.set(TOTAL, await _sum_all(ctx, FORWARDED))
+
+    def on_event(event: Any) -> None:
+        if event == Finished((), "pass", "completed"):
+            passed.set()
+
+    result = await run_graph(outer, {N: 0}, on_event=on_event)
+    assert result[TOTAL] == 3
 
 
 def test_a_root_graph_takes_no_stream_input() -> None:
