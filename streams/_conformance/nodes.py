@@ -25,6 +25,8 @@ from .._execution import Execution, ExecutionEvent, Finished, Running, Waiting
 from .._graph import Graph
 from .._keys import Key, NoValue
 from .._store._node_records import (
+    COMPLETE_CHAIN,
+    CheckpointAttemptRequest,
     CheckpointChild,
     CheckpointChildOpened,
     CheckpointCommit,
@@ -428,6 +430,18 @@ async def a_confirmed_scope_failure_from_open_child_is_a_business_failure_of_the
     async with execution:
         with raises(CheckpointError, match="unexpected scope failure signal"):
             await execution.wait()
+
+
+@node_check
+async def open_child_of_a_child_failed_for_good_signals_the_attempt_that_asked(store: Any) -> None:
+    mount = await store.open_attempt(CheckpointAttemptRequest("run", "m", COMPLETE_CHAIN, 1))
+    child = CheckpointChild(mount.scope, "m", "child", "1", "f", "x", ())
+    opened = await store.open_child(child)
+    node = await store.open_attempt(CheckpointAttemptRequest(opened.scope, "n", COMPLETE_CHAIN, 1))
+    assert (await store.fail_attempt(node.scope)).exhausted  # the child's final failure, confirmed
+    with raises(CheckpointScopeFailure) as caught:  # the mount's attempt is still active: it asks again
+        await store.open_child(child)
+    assert type(caught.value) is CheckpointScopeFailure and caught.value.scope == mount.scope
 
 
 @node_check

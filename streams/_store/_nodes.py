@@ -168,7 +168,7 @@ def open_child(view: NodeView, child: CheckpointChild) -> CheckpointChildOpened:
             "change the business version (and the run) when a graph's meaning changes"
         )
     if record.failed:
-        raise CheckpointScopeFailure(scope)
+        raise CheckpointScopeFailure(child.parent)  # the signal names the attempt that asked
     return CheckpointChildOpened(scope, view.nodes(scope))
 
 

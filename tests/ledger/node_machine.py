@@ -2,10 +2,14 @@
 
 ``build`` draws a graph: nodes in a line, fanned out from the input, or
 joining earlier nodes, some flaky (failing their first runs) under a Retry,
-some inside a Sub mount. ``run`` starts or resumes the run, and may crash it
-at the k-th node-hook call, before or after that call took effect: the
-crash is a ``BaseException`` that no handler of the engine catches, and
-every later call of that process fails too, as a dead process makes none.
+some inside a Sub mount; and maybe a stream stage: node ``w`` writes a few
+messages (continuing from its position after a crash), read by handler
+nodes at the root and inside a Sub alias ``s``, each summing them in
+explicit state, one of them flaky on its first message. ``run`` starts or
+resumes the run, and may crash it at the k-th hook call (node hooks and
+stream hooks alike), before or after that call took effect: the crash is a
+``BaseException`` that no handler of the engine catches, and every later
+call of that process fails too, as a dead process makes none.
 ``restart`` closes the store and opens it again (for the LMDB ledger, from
 its files).
 
@@ -17,7 +21,8 @@ The invariants, checked during and after every run:
 * every confirmed record holds exactly those values;
 * a boundary's confirmed failures never go down (no budget refilled), and
   a run whose final failure is confirmed never starts again;
-* a run that finishes has every value the model says.
+* a run that finishes has every value the model says, and its stream holds
+  each message once.
 """
 
 from __future__ import annotations
@@ -49,13 +54,17 @@ from streams import (
     Graph,
     Key,
     MemoryStore,
+    MessageTx,
     NodeCheckpoint,
     NodeContext,
+    NoValue,
     Retry,
+    Stream,
 )
 
 SCOPE = "run"
 N = Key("n", int)
+MESSAGES = Key("messages", Stream[int])
 
 
 class Crash(BaseException):
@@ -73,6 +82,24 @@ class NodeSpec:
     failures: int  # the first runs of the body that fail (across crashes)
     retry: int  # 0: no Retry; else its attempts
     in_sub: bool  # inside the Sub mount "m" (which holds only such nodes, in a line from its inlet)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    messages: int  # node w sends n + 1 .. n + messages
+    readers: tuple[bool, ...]  # one reader node per entry: inside the Sub alias "s" if True
+    flaky_reader: bool  # reader r0's handler fails its first attempt at the first message
+
+
+stream_specs = st.one_of(
+    st.none(),
+    st.builds(
+        StreamSpec,
+        st.integers(0, 6),
+        st.lists(st.booleans(), min_size=1, max_size=3).map(tuple),
+        st.booleans(),
+    ),
+)
 
 
 @st.composite
@@ -110,6 +137,7 @@ class World:
 
     runs: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    flaked: bool = False  # r0's handler failed once already
 
 
 class CrashingHooks:
@@ -124,7 +152,7 @@ class CrashingHooks:
 
     @property
     def streams(self) -> Any:
-        return self.inner.streams
+        return _CrashingStreams(self)
 
     async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
         if self.dead:
@@ -153,6 +181,22 @@ class CrashingHooks:
 
     async def commit_node(self, commit: CheckpointCommit) -> None:
         await self._call(lambda: self.inner.commit_node(commit))
+
+
+class _CrashingStreams:
+    """The store's stream hooks, counting their calls with the node hooks' toward the same crash."""
+
+    def __init__(self, hooks: CrashingHooks) -> None:
+        self._hooks = hooks
+        self._inner = hooks.inner.streams
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._inner, name)
+
+        async def crashing(*args: Any) -> Any:
+            return await self._hooks._call(lambda: call(*args))
+
+        return crashing
 
 
 class NodeMachine(RuleBasedStateMachine):
@@ -193,10 +237,13 @@ class NodeMachine(RuleBasedStateMachine):
 
     # -- the graph ---------------------------------------------------------------------------
 
-    @initialize(specs=graph_specs(), n=st.integers(0, 100))
-    def build(self, specs: list[NodeSpec], n: int) -> None:
-        self.specs, self.n = specs, n
+    @initialize(specs=graph_specs(), stream=stream_specs, n=st.integers(0, 100))
+    def build(self, specs: list[NodeSpec], stream: StreamSpec | None, n: int) -> None:
+        self.specs, self.stream, self.n = specs, stream, n
         self.expected = expected_values(specs, n)
+        if stream is not None:
+            total = sum(range(n + 1, n + stream.messages + 1))
+            self.expected.update({f"r{i}": total for i in range(len(stream.readers))})
         self.graph = self._graph()
 
     def _graph(self) -> Graph:
@@ -217,7 +264,51 @@ class NodeMachine(RuleBasedStateMachine):
             if not spec.in_sub:
                 needs = [keys[f"n{j}"] for j in spec.requires] or [N]
                 graph.add_node(spec.name, self._body(spec, needs, keys), **self._ports(spec, needs, keys))
+        if self.stream is not None:
+            self._stream_stage(graph, self.stream)
         return graph
+
+    def _stream_stage(self, graph: Graph, spec: StreamSpec) -> None:
+        n = self.n
+
+        async def write(ctx: NodeContext) -> None:
+            writer = ctx.writer(MESSAGES)
+            for i in range((writer.position or 0) + 1, spec.messages + 1):
+                await writer.send(n + i, send_at=i)
+
+        graph.add_node("w", write, requires=[N], provides=[MESSAGES], resumable=True)
+        child = Graph("aliased", version="1", inputs=[MESSAGES])
+        for i, inside in enumerate(spec.readers):
+            total = Key(f"r{i}", int)
+            (child if inside else graph).add_node(
+                f"r{i}",
+                self._reader(total, flaky=spec.flaky_reader and i == 0),
+                requires=[MESSAGES],
+                provides=[total],
+            )
+        outlets = {Key(f"r{i}", int): Key(f"r{i}", int) for i, inside in enumerate(spec.readers) if inside}
+        if outlets:
+            graph.sub("s", child, inlets={MESSAGES: MESSAGES}, outlets=outlets)
+
+    def _reader(self, total: Key[int], *, flaky: bool) -> Any:
+        world, machine = self.world, self
+
+        async def read(ctx: NodeContext) -> None:
+            if ctx.node in machine.confirmed():
+                world.violations.append(f"{ctx.node} ran after its record was confirmed")
+
+            async def add(tx: MessageTx[int], value: int) -> None:
+                if flaky and not world.flaked:
+                    world.flaked = True
+                    raise Flaky(ctx.node)
+                tx.set_state(tx.state + value)
+                tx.set(total, tx.state)
+
+            result = await ctx.handle_messages(MESSAGES, add, initial_state=0, attempts=2)
+            if result.result(total) is NoValue:
+                ctx.set(total, 0)  # no message: nothing was set
+
+        return read
 
     def _ports(self, spec: NodeSpec, needs: list[Key[int]], keys: dict[str, Key[int]]) -> dict[str, Any]:
         return {
@@ -252,8 +343,9 @@ class NodeMachine(RuleBasedStateMachine):
     def records(self) -> dict[str, NodeCheckpoint]:
         """Confirmed records of the run's nodes and of the Sub's children (under the mount's one attempt)."""
         found = {r.node: r for r in self.store.node_records(SCOPE)}
-        for record in self.store.node_records(f"{SCOPE}/m@0.1.0/m"):
-            found[record.node] = record
+        for mount in ("m", "s"):
+            for record in self.store.node_records(f"{SCOPE}/{mount}@0.1.0/{mount}"):
+                found[record.node] = record
         return found
 
     def confirmed(self) -> set[str]:
@@ -280,6 +372,7 @@ class NodeMachine(RuleBasedStateMachine):
                 if hooks.dead and _holds(exc, (Crash, CheckpointError)):
                     return "crashed"  # the process died; whatever else unwound with it
                 raise
+            self.appended = [stream.snapshot().appended for stream in execution.streams().values()]
             return "crashed" if hooks.dead else "finished"
 
         if self.store_failed():  # the host's rule (ledger.resume): a run failed for good never starts
@@ -290,7 +383,9 @@ class NodeMachine(RuleBasedStateMachine):
             assert self.world.runs.get(name, 0) == runs_before.get(name, 0), f"{name} ran again"
         if outcome == "finished":
             self.finished = True
-            assert self.confirmed() >= {s.name for s in self.specs}
+            assert self.confirmed() >= set(self.expected)
+            if self.stream is not None:  # each message stored once, whatever crashed in between
+                assert self.appended == [self.stream.messages], self.appended
         if outcome == "failed":
             assert self.store_failed(), "a run failed without its final failure confirmed"
             self.failed_for_good = True
@@ -317,7 +412,7 @@ class NodeMachine(RuleBasedStateMachine):
         if not hasattr(self, "expected"):
             return
         for name, record in self.records().items():
-            if name == "m":
+            if name in ("m", "s", "w"):  # mounts and the writer hold no value of their own
                 continue
             [output] = record.outputs
             assert record.reason == "completed" and output.value is not None
