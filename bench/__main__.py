@@ -91,6 +91,10 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
         for sync, suffix in ((True, ""), (False, "_nondurable")):
             run = run_streamledger(n, sync=sync, window=args.window, backend=args.backend, workdir=workdir)
             record(f"streamledger{suffix}", run.msgs_per_s, {"batches": run.stats()})
+        bare = run_streamledger(
+            n, sync=True, window=args.window, backend=args.backend, workdir=workdir, graph=False
+        )
+        record("streamledger_bare", bare.msgs_per_s, {"batches": bare.stats()})
         for sync, suffix in ((True, ""), (False, "_nondurable")):
             raw = run_raw_lmdb(n, sync=sync, batch=args.batch or args.window, workdir=workdir)
             record(f"raw_lmdb{suffix}", raw.msgs_per_s)
@@ -120,6 +124,8 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
         out[f"{name}_msgs_per_s"] = value
     sl, sl_nd = med["streamledger"], med["streamledger_nondurable"]
     out["ratio_streamledger_to_raw_lmdb"] = sl / med["raw_lmdb"]
+    out["ratio_streamledger_to_bare_streams"] = sl / med["streamledger_bare"]
+    out["graph_cost_us_per_order"] = (1 / sl - 1 / med["streamledger_bare"]) * 1e6
     out["ratio_streamledger_to_raw_lmdb_nondurable"] = sl_nd / med["raw_lmdb_nondurable"]
     goals: dict[str, bool] = {
         "durable_at_least_30000_msgs_per_s": sl >= GOAL_DURABLE_MSGS_PER_S,
@@ -150,7 +156,8 @@ def show_streams(out: dict[str, Any]) -> str:
 
     rows: list[tuple[str, ...]] = [
         ("msgs/s (orders through the pipeline)", "durable", "non-durable"),
-        ("streamledger (handle_messages on LMDB)", get("streamledger"), get("streamledger_nondurable")),
+        ("streamledger (the demo's graph on LMDB)", get("streamledger"), get("streamledger_nondurable")),
+        ("the same handlers on bare streams (no graph)", get("streamledger_bare"), "-"),
         (
             f"raw py-lmdb loop ({out['raw_lmdb_batch']} orders/txn)",
             get("raw_lmdb"),
@@ -182,6 +189,10 @@ def show_streams(out: dict[str, Any]) -> str:
         f"streams: {out['messages']:,} orders, median of {out['repeat']}, {out['backend']}, "
         f"result verified; disk: {out['disk_fsyncs_per_s']:,.0f} fsyncs/s, "
         f"load average {out['load_average_1m']:.1f} on {out['cpus']} CPUs"
+    )
+    cost.append(
+        f"  the graph: {out['graph_cost_us_per_order']:.2f} µs per order over bare streams "
+        f"({_ratio(out['ratio_streamledger_to_bare_streams'])} of their rate)"
     )
     per_order = "\n".join(cost)
     return f"{head}\n{_table(rows)}\nstreamledger µs per order:\n{per_order}\ngoals: {goals}"

@@ -1,40 +1,55 @@
-"""The demo pipeline behind ``python -m ledger demo``: orders, billing, invoices, audit.
+"""The demo behind ``python -m ledger demo``: a graph whose nodes pass streams, run as ledger run ``demo``.
 
-A source appends ``messages`` orders (amounts 1..N) to ``orders``, promising
-continuation from its ``send_at`` position. Group ``billing`` handles every
-order with explicit state (a running total and count) and sends one invoice
-per order to ``invoices``; group ``audit`` handles every invoice keeping its
-own count. Every message is one confirmed transaction, so the demo can be
-killed at any instant and started again on the same path: it resumes where
-the ledger says and ends with the same figures as an uninterrupted run.
+Node ``source`` appends ``messages`` orders (amounts 1..N) to stream
+``orders``, promising continuation from its ``send_at`` position. Node
+``billing`` handles every order in its group with explicit state (a running
+total and count) and sends one invoice per order to ``invoices``; node
+``audit`` handles every invoice keeping its own count. Every message is one
+confirmed transaction and every node's outputs one record with its streams'
+ends, so the demo can be killed at any instant and started again on the
+same path: it resumes where the ledger says and ends with the same figures
+as an uninterrupted run.
 
 A finished demo started again changes nothing: :func:`run_demo` reads the
 ledger before opening any stream (opening raises generations, which is a
-change) and returns the figures it finds.
-"""
+change) and returns the figures it finds."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
-import anyio.lowlevel
 import msgspec
 
-from streams import Key, ManagedStream, MessageTx, Stream, StreamHooks, handle_messages, open_scope
+from streams import (
+    CheckpointHooks,
+    ExecCheckpoint,
+    Execution,
+    ExecutionResult,
+    Graph,
+    Key,
+    ManagedStream,
+    MessageTx,
+    NodeContext,
+    Stream,
+)
 from streams.store import single_error
 
 from ._errors import LedgerError
 from ._inspect import inspect_ledger
 from ._ledger import Ledger, open_ledger
+from ._runs import RunRecord, decode_inputs
 
 __all__ = [
     "AUDIT",
+    "AUDITED",
+    "BILLED",
     "BILLING",
     "DEMO_SCOPE",
     "INVOICES",
+    "MESSAGES",
     "ORDERS",
     "AuditState",
     "BillingState",
@@ -43,6 +58,7 @@ __all__ = [
     "DemoSummary",
     "Invoice",
     "Order",
+    "demo_graph",
     "run_demo",
     "run_demo_pipeline",
 ]
@@ -77,6 +93,10 @@ class AuditState(msgspec.Struct, frozen=True, gc=False):
 
 ORDERS: Final = Key("orders", Stream[Order])
 INVOICES: Final = Key("invoices", Stream[Invoice])
+MESSAGES: Final = Key("messages", int)
+BILLED: Final = Key("billed", BillingState)
+AUDITED: Final = Key("audited", AuditState)
+#: The demo's run id, which is also its root scope.
 DEMO_SCOPE: Final = "demo"
 BILLING: Final = "billing"
 AUDIT: Final = "audit"
@@ -135,19 +155,21 @@ async def run_demo(
     sync: bool = True,
     max_map_size: int = 1 << 40,
 ) -> DemoSummary:
-    """Run (or resume) the demo pipeline on the ledger at ``path`` and return its figures.
+    """Run (or resume) the demo graph on the ledger at ``path`` and return its figures.
 
-    ``progress`` is called with a :class:`DemoProgress` once when the streams
-    are open, then every ``progress_interval`` seconds, and once at the end;
-    it reads endpoint snapshots and never touches the messages. If the ledger
-    holds a finished demo, nothing is opened or written and the summary has
+    The demo is graph run ``demo`` (:func:`demo_graph`): ``ledger.run`` the
+    first time, ``ledger.resume`` after. ``progress`` is called with a
+    :class:`DemoProgress` once when the streams are open, then every
+    ``progress_interval`` seconds, and once at the end; it reads endpoint
+    snapshots and never touches the messages. If the ledger holds a finished
+    demo, nothing is opened or written and the summary has
     ``already_finished=True``. ``max_map_size`` is the ledger's map limit
     (:func:`~ledger.open_ledger`): a message whose write does not fit stops
     the run with a :class:`~streams.CheckpointError` caused by
     :class:`~ledger.MapFullError`, and the same call with a larger limit resumes.
 
-    Raises :class:`DemoMismatchError` if the ledger holds a demo that already
-    went past ``messages`` orders, and the ledger's own errors
+    Raises :class:`DemoMismatchError` if the ledger holds a demo of another
+    number of ``messages``, and the ledger's own errors
     (:class:`~ledger.NotALedgerError`, :class:`~ledger.LedgerLockedError`, …)
     for a path that cannot be opened.
     """
@@ -167,7 +189,8 @@ async def _run_on(
     progress_interval: float,
 ) -> DemoSummary:
     found = _read_demo(inspect_ledger(ledger.env))
-    if found.finished:
+    run = next((r for r in ledger.runs() if r.run_id == DEMO_SCOPE), None)
+    if found.finished and (run is None or run.status == "completed"):
         return DemoSummary(
             orders=found.orders,
             billing_total=found.billing_total,
@@ -184,9 +207,32 @@ async def _run_on(
             f"ledger {path} holds an unfinished demo of {found.orders} orders, "
             f"not {messages}; run it again with --messages {wanted}, or use a new path"
         )
-    return await run_demo_pipeline(
-        ledger.streams, messages, progress=progress, progress_interval=progress_interval
-    )
+    stored = _stored_messages(run)
+    if stored is not None and stored != messages:
+        raise DemoMismatchError(
+            f"ledger {path} holds an unfinished demo of {stored} orders, not {messages}; "
+            f"run it again with --messages {stored}, or use a new path"
+        )
+    demo = _Demo(messages, progress, progress_interval, billed_before=found.billed)
+    if run is None:
+        start = ledger.run(
+            demo.graph,
+            {MESSAGES: messages},
+            run_id=DEMO_SCOPE,
+            on_start=demo.started,
+            stream_capacity=_CAPACITY,
+        )
+    else:
+        start = ledger.resume(DEMO_SCOPE, demo.graph, on_start=demo.started, stream_capacity=_CAPACITY)
+    return await demo.run(start, resumed=run is not None)
+
+
+def _stored_messages(run: RunRecord | None) -> int | None:
+    """How many messages the demo run was started with (its stored input)."""
+    if run is None or run.graph != "demo":
+        return None
+    value = decode_inputs(demo_graph(), run).get(MESSAGES)
+    return value if isinstance(value, int) else None
 
 
 class _Found(msgspec.Struct, frozen=True):
@@ -195,6 +241,7 @@ class _Found(msgspec.Struct, frozen=True):
     finished: bool = False
     orders_finished: bool = False
     orders: int = 0
+    billed: int = 0
     billing_total: int = 0
     invoices: int = 0
     audit_count: int = 0
@@ -231,6 +278,7 @@ def _read_demo(report: dict[str, Any]) -> _Found:
         finished=bool(finished),
         orders_finished=orders["finished"],
         orders=orders["appended"],
+        billed=billing["acked_through"] if billing is not None else 0,
         billing_total=_field(billing_state, "total"),
         invoices=invoices["appended"] if invoices is not None else 0,
         audit_count=_field(audit_state, "count"),
@@ -253,85 +301,147 @@ def _field(state: Any, name: str) -> int:
 
 
 async def run_demo_pipeline(
-    hooks: StreamHooks,
+    store: CheckpointHooks,
     messages: int,
     *,
     progress: ProgressCallback | None = None,
     progress_interval: float = 0.25,
 ) -> DemoSummary:
-    """Run (or resume) the demo's streams on any store, e.g. :class:`~streams.MemoryStore`.
+    """Run (or resume) the demo graph in checkpoint mode on any store, e.g. :class:`~streams.MemoryStore`.
 
-    :func:`run_demo` is this on the ledger at a path, plus the check for a
-    finished demo. Opening the streams raises their generations.
+    ``store`` has the node hooks and ``node_records(scope)`` (to resume from
+    its confirmed nodes). :func:`run_demo` is this on the ledger at a path,
+    as a ledger run, plus the check for a finished demo.
     """
-    started = anyio.current_time()
-    async with open_scope(hooks, scope=DEMO_SCOPE) as scope:
-        orders = await scope.open_stream(
-            ORDERS, node=_NODES[ORDERS.name], groups=(BILLING,), capacity=_CAPACITY, resumable=True
-        )
-        invoices = await scope.open_stream(
-            INVOICES, node=_NODES[INVOICES.name], groups=(AUDIT,), capacity=_CAPACITY, resumable=True
-        )
-        order_writer = orders.writer()
-        invoice_writer = invoices.writer()
-        billed_before = _acked(orders, BILLING)
-        totals = BillingState()
-        audited = AuditState()
+    demo = _Demo(messages, progress, progress_interval, billed_before=0)
+    records = store.node_records(DEMO_SCOPE)  # type: ignore[attr-defined]
+    execution = Execution(
+        demo.graph,
+        {MESSAGES: messages},
+        checkpoint=ExecCheckpoint(DEMO_SCOPE, store),
+        stream_capacity=_CAPACITY,
+    )
+    execution.restore_nodes(records)
 
-        async def source() -> None:
-            if order_writer.done:
-                return
-            for i in range((order_writer.position or 0) + 1, messages + 1):
-                await order_writer.send(Order(id=i, amount=i), send_at=i)
-            await order_writer.finish()
+    async def start() -> ExecutionResult:
+        async with execution:
+            demo.started(execution)
+            return await execution.wait()
+
+    return await demo.run(start(), resumed=bool(records) or demo.billed_before > 0)
+
+
+class _Demo:
+    """One run of the demo graph: its nodes, the progress reporter, and the summary."""
+
+    def __init__(
+        self,
+        messages: int,
+        progress: ProgressCallback | None,
+        progress_interval: float,
+        *,
+        billed_before: int,
+    ) -> None:
+        self.messages = messages
+        self.progress = progress
+        self.progress_interval = progress_interval
+        self.billed_before = billed_before
+        self.execution: Execution | None = None
+        self.opened = anyio.Event()
+        self.began = anyio.current_time()
+        self.graph = demo_graph()
+
+    def started(self, execution: Execution) -> None:
+        self.execution = execution
+        self.opened.set()
+
+    def streams(self) -> tuple[ManagedStream[Order], ManagedStream[Invoice]] | None:
+        """The orders and invoices endpoints, once both are open."""
+        if self.execution is None:
+            return None
+        found = {
+            ref.key: stream for ref, stream in self.execution.streams().items() if ref.scope == DEMO_SCOPE
+        }
+        if ORDERS.name in found and INVOICES.name in found:
+            return found[ORDERS.name], found[INVOICES.name]
+        return None
+
+    def report(self) -> None:
+        streams = self.streams()
+        if self.progress is not None and streams is not None:
+            self.progress(_progress(self.messages, *streams, self.began, self.billed_before))
+
+    async def reporter(self) -> None:
+        """Report every ``progress_interval`` seconds once the streams are open (a clock, not a wait)."""
+        await self.opened.wait()
+        while True:
+            self.report()
+            await anyio.sleep(self.progress_interval)
+
+    async def run(self, start: Awaitable[Any], *, resumed: bool) -> DemoSummary:
+        outcome: Any = None
+
+        async def main() -> None:
+            nonlocal outcome
+            outcome = await start
+
+        with single_error():
+            async with anyio.create_task_group() as pipeline:
+                pipeline.start_soon(self.reporter)
+                await main()
+                pipeline.cancel_scope.cancel()
+        self.report()
+        result: ExecutionResult = outcome.result if hasattr(outcome, "result") else outcome
+        streams = self.streams()
+        assert streams is not None
+        orders, invoices = streams
+        return DemoSummary(
+            orders=orders.snapshot().appended,
+            billing_total=result[BILLED].total,
+            invoices=invoices.snapshot().appended,
+            audit_count=result[AUDITED].count,
+            handled=_acked(orders, BILLING) - self.billed_before,
+            elapsed=anyio.current_time() - self.began,
+            resumed=resumed,
+        )
+
+
+def demo_graph(*, window: int = 1024) -> Graph:
+    """The demo as a graph: ``source`` writes orders, ``billing`` bills them into invoices, ``audit`` counts.
+
+    Run as ``demo``, its streams are ``demo/source/orders`` (read by group
+    ``billing``) and ``demo/billing/invoices`` (group ``audit``): a reader's
+    group is its node's name. ``window`` is the handlers' (the bench varies it).
+    """
+    demo = Graph("demo", version="1", inputs=[MESSAGES])
+
+    @demo.node(requires=[MESSAGES], provides=[ORDERS], resumable=True)
+    async def source(ctx: NodeContext) -> None:
+        writer = ctx.writer(ORDERS)
+        for i in range((writer.position or 0) + 1, ctx[MESSAGES] + 1):
+            await writer.send(Order(id=i, amount=i), send_at=i)
+
+    @demo.node(requires=[ORDERS], provides=[INVOICES, BILLED], resumable=True)
+    async def billing(ctx: NodeContext) -> None:
+        invoices = ctx.writer(INVOICES)
 
         async def bill(tx: MessageTx[BillingState], order: Order) -> None:
             state = tx.state
             tx.set_state(BillingState(total=state.total + order.amount, count=state.count + 1))
-            tx.send(invoice_writer, Invoice(order=order.id, amount=order.amount))
+            tx.send(invoices, Invoice(order=order.id, amount=order.amount))
 
-        async def billing() -> None:
-            nonlocal totals
-            result = await handle_messages(orders.reader(BILLING), bill, initial_state=BillingState())
-            totals = result.state
-            await invoice_writer.finish()
+        result = await ctx.handle_messages(ORDERS, bill, initial_state=BillingState(), window=window)
+        ctx.set(BILLED, result.state)
 
+    @demo.node(requires=[INVOICES], provides=[AUDITED])
+    async def audit(ctx: NodeContext) -> None:
         async def audit_invoice(tx: MessageTx[AuditState], invoice: Invoice) -> None:
             tx.set_state(AuditState(count=tx.state.count + 1))
 
-        async def audit() -> None:
-            nonlocal audited
-            result = await handle_messages(invoices.reader(AUDIT), audit_invoice, initial_state=AuditState())
-            audited = result.state
+        result = await ctx.handle_messages(INVOICES, audit_invoice, initial_state=AuditState(), window=window)
+        ctx.set(AUDITED, result.state)
 
-        def report() -> None:
-            if progress is not None:
-                progress(_progress(messages, orders, invoices, started, billed_before))
-
-        async def reporter() -> None:
-            while True:
-                report()
-                await anyio.sleep(progress_interval)
-
-        with single_error():
-            async with anyio.create_task_group() as pipeline:
-                async with anyio.create_task_group() as workers:
-                    workers.start_soon(source)
-                    workers.start_soon(billing)
-                    workers.start_soon(audit)
-                    pipeline.start_soon(reporter)
-                pipeline.cancel_scope.cancel()
-        report()
-        elapsed = anyio.current_time() - started
-        return DemoSummary(
-            orders=orders.snapshot().appended,
-            billing_total=totals.total,
-            invoices=invoices.snapshot().appended,
-            audit_count=audited.count,
-            handled=_acked(orders, BILLING) - billed_before,
-            elapsed=elapsed,
-            resumed=orders.generation > 1,
-        )
+    return demo
 
 
 def _acked(stream: ManagedStream[Any], group: str) -> int:

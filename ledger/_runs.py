@@ -167,9 +167,17 @@ class Runs:
         run_id: str,
         aspects: Iterable[Aspect] = (),
         on_event: Callable[[ExecutionEvent], None] | None = None,
+        on_start: Callable[[Execution], None] | None = None,
+        stream_capacity: int = 1024,
     ) -> RunResult:
-        """Start run ``run_id`` of ``graph`` and run it to its end; a known id is :class:`RunExistsError`."""
-        topology = graph.topology()  # validates
+        """Start run ``run_id`` of ``graph`` and run it to its end; a known id is :class:`RunExistsError`.
+
+        ``on_start`` is called with the :class:`~streams.Execution` once it
+        has started (to watch its streams or snapshots, or to cancel it);
+        ``stream_capacity`` bounds each stream's unacknowledged messages.
+        """
+        graph.validate()
+        topology = graph.topology()
         node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         execution = Execution(
             graph,
@@ -177,6 +185,7 @@ class Runs:
             aspects=aspects,
             on_event=on_event,
             checkpoint=ExecCheckpoint(run_id, self._ledger.nodes),
+            stream_capacity=stream_capacity,
         )
         record = RunRecord(
             FORMAT_VERSION,
@@ -188,7 +197,7 @@ class Runs:
         )
         with self._owning(run_id):
             await _write_run(self._ledger, record, new=True)
-            return await self._execute(execution, record, resumed=False)
+            return await self._execute(execution, record, resumed=False, on_start=on_start)
 
     async def resume(
         self,
@@ -197,8 +206,13 @@ class Runs:
         *,
         aspects: Iterable[Aspect] = (),
         on_event: Callable[[ExecutionEvent], None] | None = None,
+        on_start: Callable[[Execution], None] | None = None,
+        stream_capacity: int = 1024,
     ) -> RunResult:
-        """Continue run ``run_id`` from what the ledger confirmed; a finished run returns its result."""
+        """Continue run ``run_id`` from what the ledger confirmed; a finished run returns its result.
+
+        ``on_start`` and ``stream_capacity`` are :meth:`run`'s.
+        """
         record = read_run(self._ledger, run_id)
         if record is None:
             raise UnknownRunError(f"ledger {self._ledger.path} has no run {run_id!r}")
@@ -222,23 +236,35 @@ class Runs:
                 aspects=aspects,
                 on_event=on_event,
                 checkpoint=ExecCheckpoint(run_id, self._ledger.nodes),
+                stream_capacity=stream_capacity,
             )
             execution.restore_nodes(self._ledger.nodes.node_records(run_id))
             if record.status == "completed":
                 async with execution:
+                    if on_start is not None:
+                        on_start(execution)
                     result = await execution.wait()
                 return RunResult(run_id, result, resumed=True, already_finished=True)
             record = msgspec.structs.replace(record, starts=record.starts + 1)
             await _write_run(self._ledger, record, new=False)
-            return await self._execute(execution, record, resumed=True)
+            return await self._execute(execution, record, resumed=True, on_start=on_start)
 
     def runs(self) -> list[RunRecord]:
         """Every run of the ledger, by run id."""
         return list(list_runs(self._ledger.env))
 
-    async def _execute(self, execution: Execution, record: RunRecord, *, resumed: bool) -> RunResult:
+    async def _execute(
+        self,
+        execution: Execution,
+        record: RunRecord,
+        *,
+        resumed: bool,
+        on_start: Callable[[Execution], None] | None,
+    ) -> RunResult:
         try:
             async with execution:
+                if on_start is not None:
+                    on_start(execution)
                 result = await execution.wait()
         except Exception as exc:
             if self._ledger.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
