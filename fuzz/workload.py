@@ -203,8 +203,8 @@ def _state(group: dict[str, Any], empty: dict[str, int]) -> Any:
 
 def check_confirmed(streams: dict[str, dict[str, Any]]) -> None:
     """What one transaction per message implies of a ledger killed at any instant."""
-    if "orders" not in streams:
-        return  # killed before the streams were opened
+    if any(key not in streams for key in ("orders", "invoices", "alerts", "shipments")):
+        return  # killed while opening the streams, one transaction each: nothing was handled yet
     billing, shipping = _group(streams, "orders", "billing"), _group(streams, "orders", "shipping")
     billed, shipped = billing["acked_through"], shipping["acked_through"]
     # the ack, the state and the outputs of each message are one commit

@@ -670,6 +670,7 @@ async def handle_messages(
         state_type = Any if initial_state is None else type(initial_state)
     state_codec: Codec[Any] = Codec(state_type)
     stream.check_healthy()  # a stream whose confirmation failed is recovered by reopening it
+    group.own(parent_attempt)  # another parent attempt's state and results never reach this one
     run: _Run[Any, Any] = _Run(
         reader,
         handler,

@@ -238,6 +238,42 @@ async def test_a_new_parent_attempt_has_a_budget_of_its_own(world: World) -> Non
 
 
 @check
+async def test_a_failed_parent_attempts_state_and_results_never_reach_the_next_one(world: World) -> None:
+    async def total(tx: MessageTx[int], order: Order) -> None:
+        tx.set_state(tx.state + order.amount)
+        tx.set(TOTAL, tx.state)
+
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        await _orders(scope, 5)
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        first = await handle_messages(
+            orders.reader("billing"), total, initial_state=0, parent_attempt="node@0.1.0", limit=2
+        )
+        assert (first.state, first.result(TOTAL)) == (3, 3)
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:  # a crash: the same attempt
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        again = await handle_messages(
+            orders.reader("billing"), total, initial_state=0, parent_attempt="node@0.1.0", limit=1
+        )
+        assert (again.state, again.result(TOTAL)) == (6, 6)  # it continues from its own state
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:  # that attempt failed
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        fresh = await handle_messages(
+            orders.reader("billing"), total, initial_state=0, parent_attempt="node@0.1.1"
+        )
+        assert fresh.handled == 2  # the failed attempt's confirmed messages stay acknowledged
+        assert (fresh.state, fresh.result(TOTAL)) == (4 + 5, 4 + 5)  # but its state and results are gone
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        orders = await scope.open_stream(ORDERS, node="src", groups=("billing",), resumable=True)
+        [group] = orders.snapshot().groups
+        assert group.acked_through == 5
+        done = await handle_messages(
+            orders.reader("billing"), total, initial_state=0, parent_attempt="node@0.1.1"
+        )
+        assert (done.handled, done.state, done.result(TOTAL)) == (0, 9, 9)
+
+
+@check
 async def test_raising_the_generation_never_replenishes_a_budget(world: World) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         await _orders(scope, 1)

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 
+from .._aspects import Retry
 from .._checkpoint import ExecCheckpoint
 from .._context import NodeContext
 from .._errors import CheckpointError
@@ -334,3 +336,34 @@ async def a_stream_written_inside_a_sub_is_exposed_by_its_mount_and_reopened_fro
         assert (await again.wait())[TOTAL] == 15
     assert relay.writer_runs == 1  # the mount was restored: its child's writer did not run again
     assert await _stream_end(store, output.stream) == (True, False)
+
+
+@node_check
+async def a_readers_failed_attempt_leaves_its_acks_but_never_its_state_or_results(store: Any) -> None:
+    tries: list[int] = []
+    shop = Graph("retried", version="1", inputs=[N])
+
+    @shop.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        for order in range(1, ctx[N] + 1):
+            await ctx.writer(ORDERS).send(order)
+
+    @shop.node(requires=[ORDERS], provides=[TOTAL], aspects=[Retry(2)])
+    async def billing(ctx: NodeContext) -> None:
+        async def add(tx: MessageTx[int], order: int) -> None:
+            tx.set_state(tx.state + order)
+            tx.set(TOTAL, tx.state)
+
+        tries.append(len(tries))
+        if len(tries) == 1:  # the first attempt confirms two messages, then fails
+            await ctx.handle_messages(ORDERS, add, initial_state=0, limit=2)
+            raise ValueError("billing broke after two orders")
+        result = await ctx.handle_messages(ORDERS, add, initial_state=0)
+        assert result.handled == 3  # orders 1 and 2 stay acknowledged
+
+    execution = Execution(shop, {N: 5}, checkpoint=ExecCheckpoint("run", store))
+    async with execution:
+        result = await execution.wait()
+    assert result[TOTAL] == 3 + 4 + 5  # nothing of the failed attempt's state or results
+    [record] = [r for r in store.node_records("run") if r.node == "billing"]
+    assert record.outputs[0].value == msgspec.msgpack.encode(12)

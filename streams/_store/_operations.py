@@ -37,6 +37,7 @@ from ._rules import (
     is_acked,
     min_frontier,
     reopen,
+    state_for,
 )
 from ._view import AttemptKey, RecordView
 
@@ -154,7 +155,7 @@ def open_message(view: RecordView, request: MessageOpen) -> MessageAttempt:
     record = view.get_attempt(_attempt_key(message, request.node, request.parent_attempt))
     index = 0 if record is None else record.failures
     exhausted = index >= request.limit or (record is not None and record.exhausted)
-    return MessageAttempt(index=index, exhausted=exhausted, state=frontier.state)
+    return MessageAttempt(index=index, exhausted=exhausted, state=state_for(frontier, request.parent_attempt))
 
 
 def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
@@ -185,7 +186,9 @@ def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
     else:
         frontier = msgspec.structs.replace(frontier, failing=tuple(sorted((*failing, message.seq))))
     view.put_group(desc.ref, frontier)
-    return MessageAttempt(index=failures + 1, exhausted=exhausted, state=frontier.state)
+    return MessageAttempt(
+        index=failures + 1, exhausted=exhausted, state=state_for(frontier, request.parent_attempt)
+    )
 
 
 class _StreamDraft:
@@ -255,6 +258,7 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         else:
             for seq in range(first, last + 1):
                 _ack(view, group, c, seq)
+        group.own(c.parent_attempt)
         if c.state is not None:
             group.state = c.state
         if c.results:

@@ -58,6 +58,7 @@ class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
     stopped: bool = False
     exhausted: tuple[int, ...] = ()  # seqs whose attempt budget is used up
     failing: tuple[int, ...] = ()  # seqs with confirmed failed attempts, budget left
+    attempt: str = ""  # the parent attempt that committed ``state`` and ``results``; another sees neither
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -113,6 +113,7 @@ class FrontierDraft:
     __slots__ = (
         "acked_above",
         "acked_through",
+        "attempt",
         "exhausted",
         "failing",
         "name",
@@ -130,6 +131,18 @@ class FrontierDraft:
         self.stopped = frontier.stopped
         self.exhausted: set[int] = set(frontier.exhausted)
         self.failing: set[int] = set(frontier.failing)
+        self.attempt = frontier.attempt
+
+    def own(self, attempt: str) -> None:
+        """State and results belong to parent attempt ``attempt`` from now on: another's are dropped.
+
+        A parent attempt that failed leaves its acknowledgements (its messages
+        were confirmed, their outputs published) but never its state or results.
+        """
+        if attempt != self.attempt:
+            self.attempt = attempt
+            self.state = None
+            self.results = {}
 
     def is_acked(self, seq: int) -> bool:
         if seq <= self.acked_through:
@@ -166,7 +179,13 @@ class FrontierDraft:
             stopped=self.stopped,
             exhausted=tuple(sorted(self.exhausted)),
             failing=tuple(sorted(self.failing)),
+            attempt=self.attempt,
         )
+
+
+def state_for(frontier: GroupFrontier, attempt: str) -> bytes | None:
+    """The group's committed state as parent attempt ``attempt`` sees it: none of another attempt's."""
+    return frontier.state if frontier.attempt == attempt else None
 
 
 def min_frontier(frontiers: list[GroupFrontier], appended: int) -> int:
