@@ -178,11 +178,12 @@ class NodeContext:
                     f"node {self.node!r}: its message handler set result {name!r}, which the node does not "
                     "provide"
                 )
-            value = result.result(provided[name])
-            slot = self._level.slots[provided[name]]
-            staged = self._frame is not None and provided[name] in self._frame.staged
-            if not staged and not slot.settled:
-                self._put(provided[name], *codec_for(provided[name].type).prepare(value, what=name))
+            out = provided[name]
+            value, payload = codec_for(out.type).prepare(result.result(out), what=name)
+            if self._frame is not None:
+                self._frame.staged[out] = (value, payload)  # the latest confirmed result of the key
+            elif not self._level.slots[out].settled:
+                self._put(out, value, payload)
         return result
 
     def skip_node(self) -> None:

@@ -265,6 +265,8 @@ class _Level:
         execution._status_of[where] = "running"
         execution._emit(Running(self.path, member.name))
         frame = WriteSet() if self.scope else None
+        if frame is not None and isinstance(member, NodeDef):
+            _restore_values(frame, member, self.slots, "/".join((*self.path, member.name)), attempt)
         ctx = NodeContext(self, member, frame=frame, scope=attempt)
         if isinstance(member, NodeDef):
             fn = member.fn
@@ -483,6 +485,31 @@ class _Level:
                 CheckpointError(f"open_child returned an invalid plan: {exc}")
             ) from exc
         return opened.scope, plan
+
+
+def _restore_values(
+    frame: WriteSet, member: NodeDef, slots: Mapping[Key[Any], Slot], group: str, attempt: str
+) -> None:
+    """The seed's ``CheckpointAttempt.values``: what messages confirmed under this very attempt set.
+
+    A reader's complete attempt, reclaimed after a crash, gets back the
+    ordinary results its handlers' confirmed messages set, into its write
+    set before its chain runs: published only with the node's commit. Only
+    results committed under this attempt count (not a Retry's nested
+    attempts, not a failed attempt's), and no key gets a value without one.
+    """
+    provided = {key.name: key for key in member.provides if not key.is_stream}
+    for key in member.requires:
+        stream = slots[key].value if key.is_stream else None
+        if not isinstance(stream, ManagedStream):
+            continue
+        frontier = stream.core.group(group)
+        if frontier.attempt != attempt:
+            continue
+        for name, payload in frontier.results.items():
+            out = provided.get(name)
+            if out is not None:
+                frame.staged[out] = (codec_for(out.type).decode(payload, what=f"result {name!r}"), payload)
 
 
 def _leave_groups(groups: list[str]) -> Callable[[Any], None]:

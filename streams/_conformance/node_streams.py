@@ -19,7 +19,7 @@ from .._checkpoint import ExecCheckpoint
 from .._context import NodeContext
 from .._errors import CheckpointError
 from .._execution import Execution, ExecutionEvent, Finished
-from .._graph import Graph
+from .._graph import Graph, NodeDef
 from .._handle import MessageTx
 from .._keys import Key, Stream, type_name
 from .._store._node_records import (
@@ -367,3 +367,30 @@ async def a_readers_failed_attempt_leaves_its_acks_but_never_its_state_or_result
     assert result[TOTAL] == 3 + 4 + 5  # nothing of the failed attempt's state or results
     [record] = [r for r in store.node_records("run") if r.node == "billing"]
     assert record.outputs[0].value == msgspec.msgpack.encode(12)
+
+
+@node_check
+async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain_never_published_early(
+    store: Any,
+) -> None:
+    shop = Shop()
+    shop.hold_billing_at = 3
+    written, on_event = _finished_event("orders")
+    first = Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
+    await _crash_when(first, shop.holding, written)  # billing confirmed orders 1 and 2, then died
+    seen: list[object] = []
+    shop_graph = Graph("shop", version="1", inputs=[N])  # the same graph, whose billing now only returns
+    for member in shop.graph().members:
+        if member.name != "billing":
+            assert isinstance(member, NodeDef)
+            shop_graph.add_node(member.name, member.fn, requires=member.requires, provides=member.provides)
+
+    @shop_graph.node(requires=[ORDERS], provides=[TOTAL])
+    async def billing(ctx: NodeContext) -> None:
+        seen.append(again.result().values.get(TOTAL, "unpublished"))
+
+    again = resumed(shop_graph, store, "run", {N: 5})
+    async with again:
+        result = await again.wait()
+    assert seen == ["unpublished"]  # restored into its write set, not published before its commit
+    assert result[TOTAL] == 1 + 2  # what its confirmed messages set under this attempt
