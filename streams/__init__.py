@@ -23,6 +23,7 @@ from ._errors import OutputLimitError as OutputLimitError
 from ._errors import PayloadTypeError as PayloadTypeError
 from ._errors import RecordDecodeError as RecordDecodeError
 from ._errors import RestorePlanError as RestorePlanError
+from ._errors import ScopeInUseError as ScopeInUseError
 from ._errors import SequenceError as SequenceError
 from ._errors import SkippedInputError as SkippedInputError
 from ._errors import SourceNotResumableError as SourceNotResumableError
@@ -170,6 +171,7 @@ __all__ = [
     "StreamRef",
     "StreamScope",
     "StreamSnapshot",
+    "ScopeInUseError",
     "StreamStateError",
     "StreamWriter",
     "StreamsError",

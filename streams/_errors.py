@@ -75,6 +75,10 @@ class StreamStateError(StreamsError):
     """The endpoint's state forbids the operation."""
 
 
+class ScopeInUseError(StreamStateError):
+    """A scope already open on the same stream hooks in this process: share its StreamScope."""
+
+
 class StreamClosedError(StreamStateError):
     """The writer already finished or failed."""
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from ._errors import StreamStateError
+from ._errors import ScopeInUseError, StreamStateError
 from ._keys import Key, Stream, check_name, type_name
 from ._store._hooks import StreamHooks, check_stream_hooks
 from ._store._records import StreamOpen, StreamRef
@@ -119,6 +119,21 @@ async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamS
     itself rather than inside an exception group.
     """
     check_stream_hooks(hooks)
-    with single_error():
-        async with anyio.create_task_group() as tg:
-            yield StreamScope(hooks, scope, tg)
+    check_name(scope, "a scope")
+    key = (id(hooks), scope)
+    if key in _OPEN:
+        raise ScopeInUseError(
+            f"scope {scope!r} is already open on {hooks!r} in this process: share that StreamScope "
+            "(a second one would open its streams again and fence the first one's endpoints)"
+        )
+    _OPEN.add(key)
+    try:
+        with single_error():
+            async with anyio.create_task_group() as tg:
+                yield StreamScope(hooks, scope, tg)
+    finally:
+        _OPEN.discard(key)
+
+
+#: (id of the hooks, scope) of every StreamScope open in this process: one endpoint per stream.
+_OPEN: set[tuple[int, str]] = set()

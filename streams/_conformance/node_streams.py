@@ -189,6 +189,7 @@ async def a_failed_writer_fails_its_stream_and_the_run(store: Any) -> None:
         with raises(ValueError, match="the order source broke"):
             await execution.wait()
     assert "orders" not in {r.node for r in store.node_records("run")}
+    assert store.scope_failed("run")  # the run failed for good: no resume reopens its failed stream
     assert await _stream_end(store, StreamRef("run", "orders", "orders")) == (False, True)
 
 

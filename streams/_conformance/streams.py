@@ -11,6 +11,7 @@ from .. import (
     MessageCommit,
     MessageRef,
     PayloadTypeError,
+    ScopeInUseError,
     SequenceError,
     SourceNotResumableError,
     StaleGenerationError,
@@ -257,6 +258,22 @@ async def test_active_stream_resumes_only_with_a_continuation_promise(world: Wor
             await writer.send(i * 10, send_at=i)
         await writer.finish()
         assert [m.value async for m in stream.reader("g")] == [10, 20, 30, 40, 50]
+
+
+@check
+async def test_a_second_scope_of_the_same_name_on_the_same_hooks_is_refused(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        with raises(ScopeInUseError, match="scope 's' is already open"):
+            async with open_scope(hooks, scope="s"):
+                pass
+        async with open_scope(hooks, scope="other"):  # another scope is another set of streams
+            pass
+        await stream.writer().send(1)  # the first scope's endpoint was not fenced
+        await stream.writer().flush()
+        assert stream.generation == 1
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:  # closed: open again
+        assert (await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)).generation == 2
 
 
 @check
