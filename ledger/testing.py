@@ -28,6 +28,7 @@ from typing import Any
 
 from ._check import check_ledger
 from ._env import LedgerEnv
+from ._errors import NotALedgerError
 from ._inspect import inspect_ledger
 
 __all__ = ["HistoryViolation", "LedgerHistory", "kill_until_done"]
@@ -108,7 +109,12 @@ class LedgerHistory:
         """Read the ledger now (nothing may be running on it) and compare it with what was seen before."""
         if not (self.path / "data.mdb").exists():
             return  # killed before the ledger was created
-        env = LedgerEnv.open_readonly(self.path)
+        try:
+            env = LedgerEnv.open_readonly(self.path)
+        except NotALedgerError:
+            if not self._streams and not self.observations:
+                return  # killed after LMDB made its files, before the ledger's schema: nothing confirmed
+            raise HistoryViolation(f"ledger {self.path} held records, and now holds no ledger") from None
         try:
             report = check_ledger(env)
             if not report.sound:
