@@ -23,6 +23,7 @@ from streams import (
     MessageTx,
     NodeContext,
     OutputError,
+    PayloadTypeError,
     Stream,
     StreamStateError,
     open_scope,
@@ -311,3 +312,21 @@ async def test_incomplete_stream_hooks_are_refused_before_any_call() -> None:
     plain = Graph("plain", inputs=[N])
     plain.add_node("noop", _noop, requires=[N])
     Execution(plain, {N: 1}, checkpoint=ExecCheckpoint("run", Hooks()))  # type: ignore[arg-type]  # no streams
+
+
+async def test_a_channel_hidden_in_a_value_is_refused_at_input_and_at_set() -> None:
+    anything = Key("anything", Any)
+    send, receive = anyio.create_memory_object_stream[int](1)
+    g = Graph("values", inputs=[anything])
+
+    @g.node(requires=[anything], provides=[TOTAL, SEEN])
+    async def hide(ctx: NodeContext) -> None:
+        with pytest.raises(PayloadTypeError):
+            ctx.set(SEEN, [send])  # type: ignore[misc]
+        ctx.set(TOTAL, 1)
+
+    with pytest.raises(GraphError, match="input Key\\('anything'"):
+        Execution(g, {anything: {"channel": receive}})
+    assert (await run_graph(g, {anything: {"fine": 1}}))[TOTAL] == 1
+    send.close()
+    receive.close()
