@@ -43,6 +43,7 @@ from ._errors import (
     ConfirmedFailureError,
     ExecutionCancelledError,
     GraphError,
+    OutputError,
     PayloadTypeError,
     RestorePlanError,
     SkippedInputError,
@@ -440,8 +441,18 @@ class _Level:
             self.slots[key].on_settle(_leave_groups(groups))
 
     async def _run_sub(self, mount: SubDef, ctx: NodeContext) -> None:
-        self.execution._emit(Child(self.path, mount.name))
         path = (*self.path, mount.name)
+        for _, parent_key in mount.outlets:
+            writer_inside = (
+                self.stream_plan(parent_key).path[: len(path)] == path if parent_key.is_stream else False
+            )
+            if writer_inside and self.slots[parent_key].settled:
+                raise OutputError(
+                    f"Sub {'/'.join(path)!r} runs again after a failed attempt, but the stream "
+                    f"{parent_key!r} its child writes was already handed to readers outside it, who would "
+                    "keep reading the failed attempt's stream: retry the writer inside the Sub, not the Sub"
+                )
+        self.execution._emit(Child(self.path, mount.name))
         scope, plan = "", dict[str, RestoredNode]()
         if self.scope:
             scope, plan = await self._open_child(mount, ctx._scopes[-1], path)

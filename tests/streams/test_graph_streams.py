@@ -24,6 +24,7 @@ from streams import (
     NodeContext,
     OutputError,
     PayloadTypeError,
+    Retry,
     Stream,
     StreamStateError,
     open_scope,
@@ -330,3 +331,22 @@ async def test_a_channel_hidden_in_a_value_is_refused_at_input_and_at_set() -> N
     assert (await run_graph(g, {anything: {"fine": 1}}))[TOTAL] == 1
     send.close()
     receive.close()
+
+
+async def test_a_sub_whose_child_writes_an_exposed_stream_is_not_run_again_after_a_failure() -> None:
+    child = Graph("child", inputs=[N])
+    runs: list[int] = []
+
+    @child.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        runs.append(1)
+        await ctx.writer(ORDERS).send(1)
+        if len(runs) == 1:
+            raise ValueError("the first attempt broke")
+
+    outer = Graph("outer", inputs=[N])
+    outer.sub("c", child, inlets={N: N}, outlets={ORDERS: ORDERS}, aspects=[Retry(2)])
+    outer.add_node("read", _noop, requires=[ORDERS])
+    with pytest.raises(OutputError, match="retry the writer inside the Sub, not the Sub"):
+        await run_graph(outer, {N: 1})
+    assert runs == [1]  # the second attempt stopped before running anything
