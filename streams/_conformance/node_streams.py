@@ -111,6 +111,13 @@ async def _crash_when(execution: Execution, *events: anyio.Event) -> None:
             await execution.wait()
 
 
+async def _crash_once_confirmed(graph: Graph, store: Any, holding: anyio.Event, node: str) -> None:
+    """Run ``graph`` as run ``run`` until something holds and ``node`` is confirmed, then crash it."""
+    confirmed, on_event = _finished_event(node)
+    execution = Execution(graph, {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
+    await _crash_when(execution, holding, confirmed)
+
+
 def _finished_event(node: str) -> tuple[anyio.Event, Any]:
     done = anyio.Event()
 
@@ -146,9 +153,8 @@ async def a_restored_writer_reopens_its_stream_and_readers_continue_from_their_f
 ) -> None:
     shop = Shop()
     shop.hold_billing_at = 4
-    written, on_event = _finished_event("orders")
-    first = Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
-    await _crash_when(first, shop.holding, written)  # orders confirmed; billing confirmed 1..3
+    # orders confirmed; billing confirmed 1..3
+    await _crash_once_confirmed(shop.graph(), store, shop.holding, "orders")
     assert shop.billed == [1, 2, 3]
 
     shop.hold_billing_at = None
@@ -303,9 +309,8 @@ async def a_pass_through_sub_confirmed_before_its_source_is_an_alias_of_the_resu
 ) -> None:
     relay = Relay("pass")
     relay.writer_holds_after = 2
-    passed, on_event = _finished_event("pass")
-    first = Execution(relay.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
-    await _crash_when(first, relay.holding, passed)  # pass confirmed; its source still active
+    # pass confirmed; its source still active
+    await _crash_once_confirmed(relay.graph(), store, relay.holding, "pass")
     source = StreamRef("run", "orders", "orders")
     [record] = [r for r in store.node_records("run") if r.node == "pass"]
     assert record.outputs == (CheckpointOutput("forwarded", "stream", stream=source),)
@@ -324,9 +329,8 @@ async def a_stream_written_inside_a_sub_is_exposed_by_its_mount_and_reopened_fro
 ) -> None:
     relay = Relay("inside")
     relay.hold_after_at = 4
-    written, on_event = _finished_event("src")
-    first = Execution(relay.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
-    await _crash_when(first, relay.holding, written)  # src (and its writer) confirmed, after at 4
+    # src (and its writer) confirmed, after at 4
+    await _crash_once_confirmed(relay.graph(), store, relay.holding, "src")
     [record] = [r for r in store.node_records("run") if r.node == "src"]
     [output] = record.outputs
     assert output.stream is not None and (output.stream.node, output.stream.key) == ("orders", "orders")
@@ -376,9 +380,8 @@ async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain
 ) -> None:
     shop = Shop()
     shop.hold_billing_at = 3
-    written, on_event = _finished_event("orders")
-    first = Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store), on_event=on_event)
-    await _crash_when(first, shop.holding, written)  # billing confirmed orders 1 and 2, then died
+    # billing confirmed orders 1 and 2, then died
+    await _crash_once_confirmed(shop.graph(), store, shop.holding, "orders")
     seen: list[object] = []
     shop_graph = Graph("shop", version="1", inputs=[N])  # the same graph, whose billing now only returns
     for member in shop.graph().members:
