@@ -48,6 +48,7 @@ from ._errors import (
     RestorePlanError,
     SkippedInputError,
     StrayCancellationError,
+    StreamClosedError,
 )
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, type_name
@@ -60,9 +61,10 @@ from ._store._node_records import (
     CheckpointAttemptRequest,
     CheckpointChild,
     CheckpointCommit,
+    CheckpointOutput,
     NodeCheckpoint,
 )
-from ._store._records import StreamFinish, StreamOpen, StreamRef
+from ._store._records import GroupFrontier, StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore
 from ._unwrap import single_error
 
@@ -340,11 +342,15 @@ class _Level:
         except CheckpointError:
             self._finish(member, "failed", settle=False)
             return
-        refs = {key: stream.core.ref for key, stream in owned.items()}
+        refs: dict[Key[Any], tuple[StreamRef, Literal["", "finished", "failed"]]] = {
+            key: (stream.core.ref, "finished")
+            for key, stream in owned.items()  # ends with this record
+        }
         for key in member.provides:  # a Sub's record names the source of each stream it exposes
             if key.is_stream and key not in refs:
                 await self.slots[key].arrived.wait()  # opened by its source, which may still be running
-                refs[key] = self.slots[key].value.core.ref
+                source = self.slots[key].value.core
+                refs[key] = (source.ref, "failed" if source.failed else "finished" if source.finished else "")
         payloads = {key: payload for key, (_, payload) in staged.items()}
         record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
         ends = tuple(
@@ -386,7 +392,9 @@ class _Level:
         for key in member.provides:
             if not key.is_stream:
                 continue
-            ref, plan = restored.outputs[key], self.stream_plan(key)
+            reference: CheckpointOutput = restored.outputs[key]
+            ref, plan = reference.stream, self.stream_plan(key)
+            assert ref is not None  # check_plan saw to it
             own = StreamRef(self.stream_scope, member.name, key.name) if isinstance(member, NodeDef) else None
             if (own is not None and ref != own) or (
                 plan.writer is None or ref.node != plan.writer.name or ref.key != plan.key.name
@@ -397,7 +405,18 @@ class _Level:
                         "not the stream its wiring leads to"
                     )
                 )
-            self.slots[key].settle(await self.execution._endpoint(ref, plan, self.scope))
+            if reference.terminal == "failed":  # a confirmed alias of a failed source: no Open, no messages
+                self.slots[key].settle(self.execution._failed_endpoint(ref, plan))
+                continue
+            stream = await self.execution._endpoint(ref, plan, self.scope)
+            if reference.terminal == "finished" and not stream.core.finished:
+                raise self.execution._latch(
+                    CheckpointError(
+                        f"stream {ref} was recorded finished by {'/'.join((*self.path, member.name))!r} but "
+                        "reopened unfinished: a known terminal never regresses"
+                    )
+                )
+            self.slots[key].settle(stream)
 
     def stream_plan(self, key: Key[Any]) -> StreamPlan:
         return self.execution._plans[(self.path, key.name)]
@@ -496,6 +515,18 @@ class _Level:
                 CheckpointError(f"open_child returned an invalid plan: {exc}")
             ) from exc
         return opened.scope, plan
+
+
+class _ReadOnlyStreamHooks:
+    """The hooks of a local failed endpoint: every call is refused (none should be made)."""
+
+    async def _refuse(self, *_: object) -> Any:
+        raise StreamClosedError("a restored alias of a failed stream is read-only: it takes no call")
+
+    open = append = open_message = fail_message = commit = finish = _refuse
+
+
+_READ_ONLY: Any = _ReadOnlyStreamHooks()
 
 
 def _restore_values(
@@ -824,6 +855,35 @@ class Execution:
         finally:
             del self._opening[ref]
             done.set()
+
+    def _failed_endpoint(self, ref: StreamRef, plan: StreamPlan) -> ManagedStream[Any]:
+        """A local, read-only endpoint of a source whose failure a restored Sub alias recorded.
+
+        No Open is made and it holds no message: receiving raises
+        :class:`StreamFailedError`, and sending or acknowledging is refused
+        (its hooks are never called). An endpoint the tree opened for the
+        same stream is shared instead.
+        """
+        existing = self._streams.get(ref)
+        if existing is not None:
+            return existing
+        opened = StreamOpened(
+            ref=ref,
+            generation=0,
+            appended=0,
+            position=None,
+            finished=False,
+            failed=True,
+            groups=tuple(GroupFrontier(group=group) for group in plan.groups),
+            tail=(),
+            created=False,
+        )
+        core: StreamCore[Any] = StreamCore(
+            self._spawn, _READ_ONLY, plan.key, ref, opened, capacity=1, resumable=False, node_owned=True
+        )
+        stream: ManagedStream[Any] = ManagedStream(core)
+        self._streams[ref] = stream
+        return stream
 
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run a stream's background confirmations in the execution's task group."""

@@ -28,7 +28,11 @@ __all__ = ["RestoredNode", "check_plan", "encode_outputs"]
 
 @dataclass(frozen=True)
 class RestoredNode:
-    """A confirmed node, decoded: its conclusion and the value (or ``NoValue``) of each key it provides."""
+    """A confirmed node, decoded: its conclusion and the value (or ``NoValue``) of each key it provides.
+
+    For a stream port the value is the record's :class:`CheckpointOutput`: the
+    source's reference and the terminal known when the record was made.
+    """
 
     reason: Literal["completed", "skipped"]
     outputs: Mapping[Key[Any], Any]
@@ -85,6 +89,11 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
                     "port's output is the descriptor of its stream, and only a stream port has one"
                 )
             own = isinstance(member, NodeDef)  # a writer names its own stream; a Sub, the source it exposes
+            if own and output.terminal == "failed":
+                raise RestorePlanError(
+                    f"{where}: node {record.node!r} presents its failed stream {output.stream} as a "
+                    "confirmed result; only a Sub alias may carry a failed source"
+                )
             if output.value is not None or (
                 own and (output.stream.key != key.name or output.stream.node != record.node)
             ):
@@ -92,7 +101,7 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
                     f"{where}: output {output.key!r} of node {record.node!r} names stream {output.stream}, "
                     "not the node's own (or carries a value beside it)"
                 )
-            outputs[key] = output.stream
+            outputs[key] = output  # the reference: the source and its terminal as recorded
         elif output.state == "skipped" and output.value is None:
             outputs[key] = NoValue
         elif output.state == "ready" and output.value is not None:
@@ -113,17 +122,20 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
 def encode_outputs(
     provides: Iterable[Key[Any]],
     staged: Mapping[Key[Any], bytes | None],
-    streams: Mapping[Key[Any], StreamRef] | None = None,
+    streams: Mapping[Key[Any], tuple[StreamRef, Literal["", "finished", "failed"]]] | None = None,
 ) -> tuple[CheckpointOutput, ...]:
     """The record's outputs: each provided key ready with its encoded value, skipped, or its stream."""
     return tuple(_output(key, staged, streams or {}) for key in provides)
 
 
 def _output(
-    key: Key[Any], staged: Mapping[Key[Any], bytes | None], streams: Mapping[Key[Any], StreamRef]
+    key: Key[Any],
+    staged: Mapping[Key[Any], bytes | None],
+    streams: Mapping[Key[Any], tuple[StreamRef, Literal["", "finished", "failed"]]],
 ) -> CheckpointOutput:
     if key.is_stream:
-        return CheckpointOutput(key.name, "stream", stream=streams[key])
+        ref, terminal = streams[key]
+        return CheckpointOutput(key.name, "stream", stream=ref, terminal=terminal)
     payload = staged.get(key)
     return (
         CheckpointOutput(key.name, "skipped")

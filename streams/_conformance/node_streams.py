@@ -17,7 +17,7 @@ import msgspec
 from .._aspects import Retry
 from .._checkpoint import ExecCheckpoint
 from .._context import NodeContext
-from .._errors import CheckpointError
+from .._errors import CheckpointError, RestorePlanError, StreamFailedError, StreamStateError
 from .._execution import Execution, ExecutionEvent, Finished
 from .._graph import Graph, NodeDef
 from .._handle import MessageTx
@@ -29,6 +29,7 @@ from .._store._node_records import (
     NodeCheckpoint,
 )
 from .._store._records import StreamFinish, StreamOpen, StreamRef
+from ..testing import PassThroughNodeHooks
 from ._support import raises
 from .nodes import node_check, resumed
 
@@ -143,7 +144,7 @@ async def a_writers_stream_ends_with_its_node_record(store: Any) -> None:
     assert (result[TOTAL], result[COUNT]) == (15, 5)
     [writer] = [r for r in store.node_records("run") if r.node == "orders"]
     ref = StreamRef("run", "orders", "orders")
-    assert writer.outputs == (CheckpointOutput("orders", "stream", stream=ref),)
+    assert writer.outputs == (CheckpointOutput("orders", "stream", stream=ref, terminal="finished"),)
     assert await _stream_end(store, ref) == (True, False)
 
 
@@ -398,3 +399,80 @@ async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain
         result = await again.wait()
     assert seen == ["unpublished"]  # restored into its write set, not published before its commit
     assert result[TOTAL] == 1 + 2  # what its confirmed messages set under this attempt
+
+
+class _CountingOpens(PassThroughNodeHooks):
+    """The store's hooks, noting every stream Open."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.opened: list[StreamRef] = []
+        self._streams = _OpenNoter(inner.streams, self.opened)
+
+    @property
+    def streams(self) -> Any:
+        return self._streams
+
+
+class _OpenNoter:
+    def __init__(self, inner: Any, opened: list[StreamRef]) -> None:
+        self._inner, self._opened = inner, opened
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def open(self, request: StreamOpen) -> Any:
+        self._opened.append(request.ref)
+        return await self._inner.open(request)
+
+
+@node_check
+async def a_restored_alias_of_a_failed_source_is_a_local_read_only_failed_endpoint(store: Any) -> None:
+    failed_source = StreamRef("run/src@0.1.0/src", "orders", "orders")  # a source that failed for good
+    shop = Shop()
+    writing = Graph("writing", version="1", inputs=[N])
+    writing.add_node("orders", shop.write_orders, requires=[N], provides=[ORDERS])
+    graph = Graph("aliased", version="1", inputs=[N])
+    graph.sub("src", writing, inlets={N: N}, outlets={ORDERS: FORWARDED})
+    seen: list[str] = []
+    graph.add_node("peek", _peek_failed(seen, FORWARDED), requires=[FORWARDED], provides=[COUNT])
+    reference = CheckpointOutput("forwarded", "stream", stream=failed_source, terminal="failed")
+    hooks = _CountingOpens(store)
+    execution = Execution(graph, {N: 5}, checkpoint=ExecCheckpoint("run", hooks))
+    execution.restore_nodes([NodeCheckpoint("src", "completed", (reference,))])
+    async with execution:
+        await execution.wait()
+    assert failed_source not in hooks.opened  # no Open for the recorded failure
+    assert seen == ["failed", "send refused", "ack refused"]  # the business failure, not EOF; read-only
+    assert shop.writer_runs == 0  # the confirmed alias did not rerun its child
+
+    plain = Graph("plain", version="1", inputs=[N])
+    plain.add_node("orders", shop.write_orders, requires=[N], provides=[ORDERS])
+    plain.add_node("read", _peek_failed([], ORDERS), requires=[ORDERS], provides=[COUNT])
+    own = CheckpointOutput(
+        "orders", "stream", stream=StreamRef("run-2", "orders", "orders"), terminal="failed"
+    )
+    with raises(RestorePlanError, match="only a Sub alias may carry a failed source"):
+        Execution(plain, {N: 1}, checkpoint=ExecCheckpoint("run-2", store)).restore_nodes(
+            [NodeCheckpoint("orders", "completed", (own,))]
+        )
+
+
+def _peek_failed(seen: list[str], key: Key[Stream[int]]) -> Any:
+    async def peek(ctx: NodeContext) -> None:
+        reader = ctx.reader(key)
+        try:
+            await reader.receive()
+        except StreamFailedError:
+            seen.append("failed")
+        try:
+            await reader.stream.writer().send(1)
+        except StreamStateError:
+            seen.append("send refused")
+        try:
+            await reader.ack(1)
+        except StreamStateError:
+            seen.append("ack refused")
+        ctx.set(COUNT, 0)
+
+    return peek

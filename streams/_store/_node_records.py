@@ -43,6 +43,9 @@ class CheckpointOutput(msgspec.Struct, frozen=True):
     state: Literal["ready", "skipped", "stream"]
     value: bytes | None = None
     stream: StreamRef | None = None
+    #: The stream's terminal as known when the record was made: "" (still open, or not known;
+    #: never "production ended"), "finished", or "failed" (only a Sub alias may carry it).
+    terminal: Literal["", "finished", "failed"] = ""
 
 
 class CheckpointAttempt(msgspec.Struct, frozen=True):
