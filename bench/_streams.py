@@ -30,7 +30,6 @@ from streams import (
     CheckpointHooks,
     ExecCheckpoint,
     Execution,
-    GroupFrontier,
     HandleResult,
     MemoryStore,
     MessageAttempt,
@@ -120,17 +119,7 @@ class NullHooks:
     """
 
     async def open(self, request: StreamOpen) -> StreamOpened:
-        return StreamOpened(
-            ref=request.ref,
-            generation=1,
-            appended=0,
-            position=None,
-            finished=False,
-            failed=False,
-            groups=tuple(GroupFrontier(group=g) for g in request.groups),
-            tail=(),
-            created=True,
-        )
+        return StreamOpened.empty(request.ref, request.groups)
 
     async def append(self, batch: AppendBatch) -> None:
         pass

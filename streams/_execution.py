@@ -64,7 +64,7 @@ from ._store._node_records import (
     CheckpointOutput,
     NodeCheckpoint,
 )
-from ._store._records import GroupFrontier, StreamFinish, StreamOpen, StreamOpened, StreamRef
+from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore
 from ._unwrap import single_error
 
@@ -867,17 +867,7 @@ class Execution:
         existing = self._streams.get(ref)
         if existing is not None:
             return existing
-        opened = StreamOpened(
-            ref=ref,
-            generation=0,
-            appended=0,
-            position=None,
-            finished=False,
-            failed=True,
-            groups=tuple(GroupFrontier(group=group) for group in plan.groups),
-            tail=(),
-            created=False,
-        )
+        opened = StreamOpened.empty(ref, plan.groups, generation=0, failed=True)
         core: StreamCore[Any] = StreamCore(
             self._spawn, _READ_ONLY, plan.key, ref, opened, capacity=1, resumable=False, node_owned=True
         )

@@ -79,6 +79,23 @@ class StreamOpened(msgspec.Struct, frozen=True, gc=False):
     tail: tuple[StoredMessage, ...]  # messages some group has not acknowledged
     created: bool  # True when this open created the stream
 
+    @classmethod
+    def empty(
+        cls, ref: StreamRef, groups: tuple[str, ...], *, generation: int = 1, failed: bool = False
+    ) -> StreamOpened:
+        """A stream without messages: a new one, or (``failed``) one known only by its failure."""
+        return cls(
+            ref=ref,
+            generation=generation,
+            appended=0,
+            position=None,
+            finished=False,
+            failed=failed,
+            groups=tuple(GroupFrontier(group=group) for group in groups),
+            tail=(),
+            created=not failed,
+        )
+
 
 class AppendBatch(msgspec.Struct, frozen=True, gc=False):
     """Messages ``first_seq..`` appended by a writer, with the cursor after the last one."""
