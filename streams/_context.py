@@ -160,10 +160,11 @@ class NodeContext:
     ) -> HandleResult[Any]:
         """:func:`~streams.handle_messages` on stream ``key`` in this node's group, under its attempt.
 
-        Message budgets are kept per attempt of the node; the ordinary
-        results the handler sets (``tx.set``) become this node's outputs:
-        published at once in ordinary mode, with the node's record in
-        checkpoint mode. ``options`` are ``handle_messages``'s.
+        Message budgets, the group's state and its results belong to this
+        attempt of the node (a failed attempt's never reach the next one);
+        the ordinary results the handler sets (``tx.set``) become this
+        node's outputs: published at once in ordinary mode, with the node's
+        record in checkpoint mode. ``options`` are ``handle_messages``'s.
         """
         for name in ("node", "parent_attempt"):
             if name in options:
