@@ -27,12 +27,15 @@ from streams import (
     CheckpointHooks,
     ExecCheckpoint,
     Execution,
+    ExecutionEvent,
     ExecutionResult,
+    Finished,
     Graph,
     Key,
     ManagedStream,
     MessageTx,
     NodeContext,
+    Running,
     Stream,
 )
 from streams.store import single_error
@@ -220,10 +223,13 @@ async def _run_on(
             {MESSAGES: messages},
             run_id=DEMO_SCOPE,
             on_start=demo.started,
+            on_event=demo.observe,
             stream_capacity=_CAPACITY,
         )
     else:
-        start = ledger.resume(DEMO_SCOPE, demo.graph, on_start=demo.started, stream_capacity=_CAPACITY)
+        start = ledger.resume(
+            DEMO_SCOPE, demo.graph, on_start=demo.started, on_event=demo.observe, stream_capacity=_CAPACITY
+        )
     return await demo.run(start, resumed=run is not None)
 
 
@@ -320,6 +326,7 @@ async def run_demo_pipeline(
         {MESSAGES: messages},
         checkpoint=ExecCheckpoint(DEMO_SCOPE, store),
         stream_capacity=_CAPACITY,
+        on_event=demo.observe,
     )
     execution.restore_nodes(records)
 
@@ -347,13 +354,17 @@ class _Demo:
         self.progress_interval = progress_interval
         self.billed_before = billed_before
         self.execution: Execution | None = None
-        self.opened = anyio.Event()
+        self.opened = anyio.Event()  # both streams are open
         self.began = anyio.current_time()
         self.graph = demo_graph()
 
     def started(self, execution: Execution) -> None:
         self.execution = execution
-        self.opened.set()
+
+    def observe(self, event: ExecutionEvent) -> None:
+        """Billing opens invoices before it runs (and reopens it when restored), after orders opened."""
+        if isinstance(event, Running | Finished) and event.node == BILLING and not event.path:
+            self.opened.set()
 
     def streams(self) -> tuple[ManagedStream[Order], ManagedStream[Invoice]] | None:
         """The orders and invoices endpoints, once both are open."""
@@ -372,7 +383,7 @@ class _Demo:
             self.progress(_progress(self.messages, *streams, self.began, self.billed_before))
 
     async def reporter(self) -> None:
-        """Report every ``progress_interval`` seconds once the streams are open (a clock, not a wait)."""
+        """Report as soon as the streams are open, then every ``progress_interval`` seconds."""
         await self.opened.wait()
         while True:
             self.report()
