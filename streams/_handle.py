@@ -16,10 +16,11 @@ had been handled one by one.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, TypeVar, overload
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import msgspec
 
@@ -34,8 +35,10 @@ from ._errors import (
     StreamStateError,
 )
 from ._keys import Key, NoValue, NoValueType, check_name
+from ._pipeline import ConfirmPipeline
+from ._reservation import OutputReservation, StagedOutputs, notify, publish
 from ._staging import CommitStager
-from ._store._records import MessageCommit, MessageFail, MessageOpen, MessageRef, OutputBatch
+from ._store._records import MessageCommit, MessageFail, MessageOpen, MessageRef
 from ._stream import StreamCore, StreamReader, StreamWriter, _Group
 from ._tracing import ATTR, EVENT, SPAN, span, tracer
 from ._unwrap import single_error
@@ -55,6 +58,8 @@ _CHUNK = 64
 NOT_A_HANDLER_FAILURE: Final = (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError)
 #: Why a message's staged outputs cannot be published: too many for a stream, or a stream refusing.
 REFUSED_OUTPUTS: Final = (OutputLimitError, StreamStateError)
+#: A batch as the committer cuts it: the commits, and the values of their outputs to publish.
+_Cut = tuple[list[MessageCommit], list[StagedOutputs]]
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
 
@@ -170,17 +175,6 @@ class HandleResult(msgspec.Struct, Generic[S], frozen=True, repr_omit_defaults=T
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
 
 
-class _Outputs:
-    """The messages staged for one output stream since the last commit batch was cut."""
-
-    __slots__ = ("first", "stream", "values")
-
-    def __init__(self, stream: StreamCore[Any], first: int) -> None:
-        self.stream = stream
-        self.first = first
-        self.values: list[Any] = []
-
-
 class _Run(Generic[T, S]):
     """One call of handle_messages."""
 
@@ -226,15 +220,17 @@ class _Run(Generic[T, S]):
         self.group_name = self.group.name
         self.generation = self.stream.generation
         self.stager = CommitStager(self.ref, self.group_name, self.generation, node, parent_attempt)
-        self.staged_outputs: dict[int, _Outputs] = {}
-        self.in_flight = 0
-        self.committed = 0
-        self.committing = False
-        self.queued = anyio.Event()
-        self.committer_idle = False
-        self.progress = anyio.Event()
+        self.outputs = OutputReservation(self, self.ref)
+        self.pipeline: ConfirmPipeline[_Cut] = ConfirmPipeline(
+            cut=self._cut,
+            confirm=self._confirm,
+            land=self._land,
+            fail=self._failed,
+            spawn=self._spawn,
+            surface=True,
+        )
+        self.task_group: anyio.abc.TaskGroup | None = None  # where the committer runs
         self.stopped = False
-        self.writes: set[StreamCore[Any]] = set()
 
     def _decode_state(self) -> S:
         return self.state_codec.decode(self.state_payload, what=self.state_what)
@@ -242,76 +238,66 @@ class _Run(Generic[T, S]):
     def _ref(self, seq: int) -> MessageRef:
         return MessageRef(self.ref, self.group_name, self.generation, seq)
 
-    # -- the committer ------------------------------------------------------------------
+    # -- the committer: its pipeline's steps ---------------------------------------------
 
-    async def committer(self) -> None:
-        stream, group = self.stream, self.group
-        while True:
-            while not self.stager:
-                self.committer_idle = True
-                await self.queued.wait()
-                self.queued = anyio.Event()
-            batch = self.stager.cut()
-            count = batch[0].count if len(batch) == 1 else sum(c.count for c in batch)
-            outputs, self.staged_outputs = self.staged_outputs, {}
-            self.committing = True
-            try:
-                # Shielded: a commit handed to the store finishes and is applied
-                # locally, so the endpoint never disagrees with the ledger.
-                with anyio.CancelScope(shield=True):
-                    await stream.hooks.commit(batch)
-            except Exception as exc:
-                # The outcome is unknown: latch the failure on every stream it touched.
-                error = (
-                    exc
-                    if isinstance(exc, CheckpointError)
-                    else CheckpointError(
-                        f"commit of {count} messages of {stream.ref} (group {group.name!r}) "
-                        f"from sequence {batch[0].message.seq} failed; recover from the ledger"
-                    )
-                )
-                if error is not exc:
-                    error.__cause__ = exc
-                for touched_stream in (stream, *self.writes):
-                    touched_stream.latch(error)
-                raise error  # noqa: B904 - its cause is set above
-            finally:
-                self.committing = False
-            for staged in outputs.values():
-                staged.stream.publish(staged.first, staged.values, notify=False)
-            # the batch's commits, applied locally in order as the store applied them
-            for c in batch:
-                if c.state is not None:
-                    group.state = c.state
-                if c.results:
-                    group.results.update(c.results)
-            if batch[-1].stop:  # a stop ends the handler's staging: it is always last
-                group.stopped = True
-            # ascending, as the handler took them: a range unless some were acked out of order
-            first, last = batch[0].message.seq, batch[-1].last_seq
-            seqs: Sequence[int] = (
-                range(first, last + 1)
-                if last - first == count - 1
-                else [s for c in batch for s in range(c.message.seq, c.last_seq + 1)]
+    def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        assert self.task_group is not None
+        self.task_group.start_soon(fn)
+
+    def _cut(self) -> _Cut:
+        # the commits and the values of their outputs at once: a batch publishes exactly its own
+        return self.stager.cut(), self.outputs.cut()
+
+    async def _confirm(self, cut: _Cut) -> None:
+        await self.stream.hooks.commit(cut[0])
+
+    def _failed(self, cut: _Cut, exc: Exception) -> CheckpointError:
+        """The outcome is unknown: latch the failure on every stream the batch touched."""
+        batch = cut[0]
+        if isinstance(exc, CheckpointError):
+            error = exc
+        else:
+            start = f" from sequence {batch[0].message.seq}" if batch else ""
+            error = CheckpointError(
+                f"commit of {_count(batch) if batch else 0} messages of {self.stream.ref} "
+                f"(group {self.group.name!r}){start} failed; recover from the ledger"
             )
-            stream.local_ack_many(group, seqs)
-            if group.failing:
-                group.failing.difference_update(seqs)
-            if group.exhausted:
-                group.exhausted.difference_update(seqs)
-            self.committed += count
-            self.in_flight -= count
-            stream.notify()
-            for staged in outputs.values():
-                staged.stream.notify()
-            self.progress.set()
-            self.progress = anyio.Event()
+            error.__cause__ = exc
+        for touched_stream in (self.stream, *self.outputs.writes):
+            touched_stream.latch(error)
+        return error
+
+    def _land(self, cut: _Cut) -> None:
+        """Apply a confirmed batch locally, in order as the store applied it; publish; wake."""
+        batch, outputs = cut
+        stream, group = self.stream, self.group
+        publish(outputs)
+        for c in batch:
+            if c.state is not None:
+                group.state = c.state
+            if c.results:
+                group.results.update(c.results)
+        if batch[-1].stop:  # a stop ends the handler's staging: it is always last
+            group.stopped = True
+        # ascending, as the handler took them: a range unless some were acked out of order
+        count = _count(batch)
+        first, last = batch[0].message.seq, batch[-1].last_seq
+        seqs: Sequence[int] = (
+            range(first, last + 1)
+            if last - first == count - 1
+            else [s for c in batch for s in range(c.message.seq, c.last_seq + 1)]
+        )
+        stream.local_ack_many(group, seqs)
+        if group.failing:
+            group.failing.difference_update(seqs)
+        if group.exhausted:
+            group.exhausted.difference_update(seqs)
+        stream.notify()
+        notify(outputs)
 
     async def drain(self) -> None:
         """Wait until every staged message is committed."""
-        while self.in_flight:
-            self.stream.check_healthy()
-            await self.progress.wait()
+        await self.pipeline.drain()
 
     # -- the handler side ---------------------------------------------------------------
 
@@ -325,13 +311,13 @@ class _Run(Generic[T, S]):
             stream.check_healthy()
             if self.remaining is not None and self.remaining <= 0:
                 return
-            room = min(self.window - self.in_flight, _CHUNK)
+            room = min(self.window - self.pipeline.in_flight, _CHUNK)
             if self.remaining is not None:
                 room = min(room, self.remaining)
             seqs, values = stream.take_ready(group, room) if room > 0 else ((), [])
             if not seqs:
                 if room <= 0:
-                    await self.progress.wait()
+                    await self.pipeline.wait_progress()
                 elif stream.at_end(group):
                     await self.drain()
                     if stream.failed:
@@ -367,19 +353,19 @@ class _Run(Generic[T, S]):
                     failure = None
                 if tx._outputs:
                     try:
-                        while not self._room_for(tx):
-                            await self._wait_for_room(tx)
+                        while not self.outputs.room_for(seq, tx._outputs):
+                            await self.outputs.wait_for_room(tx._outputs)
                     except REFUSED_OUTPUTS:
                         await self.drain()  # what was staged before this message still commits
                         raise
                 self._stage(tx)
                 if self.stopped:
                     break
-            if not self.committing:
+            if not self.pipeline.confirming:
                 await anyio.lowlevel.checkpoint()
 
     async def _open(self, seq: int, first: bool) -> int:
-        if self.in_flight:
+        if self.pipeline.in_flight:
             await self.drain()
         attempt = await self.stream.hooks.open_message(
             MessageOpen(
@@ -480,7 +466,7 @@ class _Run(Generic[T, S]):
             # a first attempt: it joins the run of first attempts that one commit confirms
             self.stager.run_message(seq, state, results, tx._stopped)
             if outputs:
-                self._reserve(outputs, self.stager)
+                self.outputs.reserve(outputs, self.stager)
         else:
             # a retry, or a message exhausted under another parent attempt: a commit of its
             # own, so the store forgets its budget record with it
@@ -491,107 +477,21 @@ class _Run(Generic[T, S]):
                     tx.attempt,
                     state,
                     results or _NO_RESULTS,
-                    self._reserve(outputs, None) if outputs else (),
+                    self.outputs.reserve(outputs, None) if outputs else (),
                     tx._stopped,
                     self.parent_attempt,
                 )
             )
-        self.in_flight += 1
+        self.pipeline.stage()
         if self.remaining is not None:
             self.remaining -= 1
-        if self.committer_idle:
-            self.committer_idle = False
-            self.queued.set()
         if tx._stopped:
             self.stopped = True
 
-    def _room_for(self, tx: MessageTx[S]) -> bool:
-        """Whether every stream ``tx`` writes has room for its outputs.
 
-        Raises first if a batch can never fit its stream or the stream may not
-        be written by this run: such errors must not wait for room elsewhere.
-        """
-        outputs = tx._outputs
-        assert outputs
-        if len(outputs) == 1:
-            out = outputs[0][0]
-            if out not in self.writes:
-                self._claim(out, tx, 1)
-            return out.next_seq - out.floor() <= out.capacity
-        grouped = _by_stream(outputs)
-        for out, values, _ in grouped:
-            if len(values) > out.capacity or out not in self.writes:
-                self._claim(out, tx, len(values))
-        return all(out.next_seq - 1 - out.floor() + len(v) <= out.capacity for out, v, _ in grouped)
-
-    def _reserve(
-        self, outputs: list[tuple[StreamCore[Any], Any, bytes]], run: CommitStager | None
-    ) -> tuple[OutputBatch, ...]:
-        """Reserve sequence numbers for staged outputs that have room; stage their values.
-
-        The payloads go to ``run`` (the open run of first attempts), or into
-        the returned batches, one per stream, for a commit of their own.
-        """
-        if len(outputs) == 1:
-            out, value, payload = outputs[0]
-            first = out.reserve(1)
-            self._publish_later(out, first).append(value)
-            if run is not None:
-                run.run_output_one(out, first, payload)
-                return ()
-            return (OutputBatch(out.ref, out.generation, first, (payload,)),)
-        batches: list[OutputBatch] = []
-        for out, values, payloads in _by_stream(outputs):
-            first = out.reserve(len(values))
-            self._publish_later(out, first).extend(values)
-            if run is not None:
-                run.run_output(out, first, payloads)
-            else:
-                batches.append(OutputBatch(out.ref, out.generation, first, payloads))
-        return tuple(batches)
-
-    def _publish_later(self, out: StreamCore[Any], first: int) -> list[Any]:
-        """The values staged for ``out`` in this batch, to publish once it is committed."""
-        pending = self.staged_outputs.get(id(out))
-        if pending is None:
-            pending = self.staged_outputs[id(out)] = _Outputs(out, first)
-        return pending.values
-
-    def _claim(self, out: StreamCore[Any], tx: MessageTx[S], n: int) -> None:
-        """Check that ``n`` outputs fit ``out`` at all, and make this run its writer."""
-        if n > out.capacity:
-            raise OutputLimitError(
-                f"message {tx.seq} of {self.stream.ref} staged {n} messages for "
-                f"{out.ref}, more than its capacity of {out.capacity}"
-            )
-        if out not in self.writes:
-            out.claim_for_handler(self)
-            self.writes.add(out)
-
-    async def _wait_for_room(self, tx: MessageTx[S]) -> None:
-        """Wait until every stream ``tx`` writes has room for its outputs.
-
-        Only this run reserves sequence numbers in these streams, so room
-        found for one stream is still there after waiting for the next.
-        """
-        assert tx._outputs
-        for out, values, _ in _by_stream(tx._outputs):
-            await out.wait_capacity(len(values))
-
-
-def _by_stream(
-    outputs: list[tuple[StreamCore[Any], Any, bytes]],
-) -> list[tuple[StreamCore[Any], list[Any], tuple[bytes, ...]]]:
-    """Staged outputs grouped by stream, in order of first appearance: values and payloads."""
-    first = outputs[0][0]
-    if len(outputs) == 1:
-        return [(first, [outputs[0][1]], (outputs[0][2],))]
-    grouped: dict[int, tuple[StreamCore[Any], list[Any], list[bytes]]] = {}
-    for out, value, payload in outputs:
-        entry = grouped.setdefault(id(out), (out, [], []))
-        entry[1].append(value)
-        entry[2].append(payload)
-    return [(out, values, tuple(payloads)) for out, values, payloads in grouped.values()]
+def _count(batch: list[MessageCommit]) -> int:
+    """How many messages a batch of commits confirms."""
+    return batch[0].count if len(batch) == 1 else sum(c.count for c in batch)
 
 
 Handler = Callable[[MessageTx[S], T], Awaitable[None]]
@@ -693,17 +593,12 @@ async def handle_messages(
                 {ATTR.STREAM: str(stream.ref), ATTR.GROUP: group.name},
             ) as current,
         ):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run.committer)
-                try:
-                    await run.consume()
-                    await run.drain()
-                finally:
-                    tg.cancel_scope.cancel()
-            current.set_attribute(ATTR.HANDLED, run.committed)
+            async with anyio.create_task_group() as run.task_group:
+                await run.consume()
+                await run.drain()
+            current.set_attribute(ATTR.HANDLED, run.pipeline.landed)
     finally:
         group.claimed = False
         group.cursor = group.acked_through
-        for out in run.writes:
-            out.release_handler(run)
-    return HandleResult(run.committed, run.stopped, run.state, dict(group.results))
+        run.outputs.release()
+    return HandleResult(run.pipeline.landed, run.stopped, run.state, dict(group.results))

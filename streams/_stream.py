@@ -24,6 +24,7 @@ from ._errors import (
     StreamStateError,
 )
 from ._keys import Key, Stream
+from ._pipeline import ConfirmPipeline
 from ._store._hooks import StreamHooks
 from ._store._records import (
     AppendBatch,
@@ -103,6 +104,16 @@ class _Group(FrontierDraft):
         self.left = False  # its reader node concluded: it holds the writer back no more (in memory)
 
 
+class _Appends(Generic[T]):
+    """A writer's appends as cut for one store call: the batch, and the values to publish after it."""
+
+    __slots__ = ("batch", "values")
+
+    def __init__(self, batch: AppendBatch, values: list[T]) -> None:
+        self.batch = batch
+        self.values = values
+
+
 class StreamCore(Generic[T]):
     """The engine's side of a stream endpoint: its state and the operations handlers and handles use.
 
@@ -162,7 +173,14 @@ class StreamCore(Generic[T]):
         self._pending_values: list[T] = []
         self._pending_payloads: list[bytes] = []
         self._pending_position: int | None = None
-        self._flushing = False
+        self._appends: ConfirmPipeline[_Appends[T]] = ConfirmPipeline(
+            cut=self._cut_appends,
+            confirm=self._confirm_appends,
+            land=self._land_appends,
+            fail=lambda _, exc: self.latch(exc, "an append"),
+            spawn=spawn,
+            surface=True,  # the scope fails even if no writer waits for this append
+        )
         self._broken: CheckpointError | None = None
         self._writer_mode: str | None = None  # "direct" or "handler"
         self._handler_owner: object | None = None  # the handle_messages run writing it
@@ -334,32 +352,24 @@ class StreamCore(Generic[T]):
         self._pending_payloads.append(payload)
         if send_at is not None:
             self._pending_position = send_at
-        if not self._flushing:
-            self._flushing = True
-            self._spawn(self._flush_loop)
+        self._appends.stage()
 
-    async def _flush_loop(self) -> None:
-        try:
-            while self._pending_values:
-                values, self._pending_values = self._pending_values, []
-                payloads, self._pending_payloads = self._pending_payloads, []
-                position, self._pending_position = self._pending_position, None
-                first = self.next_seq - len(values)  # the pending sends are the last assigned
-                try:
-                    # Shielded: once handed to the store an append finishes, so the
-                    # endpoint never disagrees with the ledger about what was appended.
-                    with anyio.CancelScope(shield=True):
-                        await self.hooks.append(
-                            AppendBatch(self.ref, self.generation, first, tuple(payloads), position)
-                        )
-                except Exception as exc:
-                    # the outcome is unknown: the stream takes no more sends until reopened
-                    raise self.latch(exc, "an append")  # noqa: B904 - the latched error keeps its cause
-                if position is not None:
-                    self.position = position
-                self.publish(first, values)
-        finally:
-            self._flushing = False
+    # the writer's appends: what was sent since the last cut leaves in one batch
+
+    def _cut_appends(self) -> _Appends[T]:
+        values, self._pending_values = self._pending_values, []
+        payloads, self._pending_payloads = self._pending_payloads, []
+        position, self._pending_position = self._pending_position, None
+        first = self.next_seq - len(values)  # the pending sends are the last assigned
+        return _Appends(AppendBatch(self.ref, self.generation, first, tuple(payloads), position), values)
+
+    async def _confirm_appends(self, appends: _Appends[T]) -> None:
+        await self.hooks.append(appends.batch)
+
+    def _land_appends(self, appends: _Appends[T]) -> None:
+        if appends.batch.position is not None:
+            self.position = appends.batch.position
+        self.publish(appends.batch.first_seq, appends.values)
 
     async def flush(self) -> None:
         target = self.next_seq - 1

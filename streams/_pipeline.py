@@ -1,0 +1,184 @@
+"""The confirmation pipeline: stage, confirm, land, wake.
+
+Every confirmation the engine makes runs through one of these: a handler's
+messages (:mod:`streams._handle`), a writer's appends (:mod:`streams._stream`)
+and the records of concluded graph nodes (:mod:`streams._execution`). The
+caller stages work in a buffer of its own and counts it with
+:meth:`ConfirmPipeline.stage`, which returns a mark to :meth:`~ConfirmPipeline.wait`
+for. One committer task then:
+
+1. **cuts** everything staged into one batch (the caller's ``cut``, with no
+   await between the count and the cut, so a batch holds exactly the work
+   counted before it);
+2. **confirms** it with one store call (``confirm``), shielded: a batch handed
+   to the store finishes, so local state never disagrees with the ledger;
+3. **lands** it (``land``): applies it to local state, publishes what it
+   confirmed, and wakes whoever waits on it;
+4. goes on while more was staged meanwhile: work staged while a batch is in
+   the store leaves together with the next, so concurrent work shares commits.
+
+Batches are confirmed one at a time and land in the order they were staged.
+The committer is started when work is staged and ends when nothing is left,
+so an idle pipeline holds no task; with :meth:`~ConfirmPipeline.stage_and_lead`
+the task that stages into an idle pipeline is the committer itself. A failed confirmation has an unknown
+outcome: ``fail`` turns it into the owner's latched :class:`CheckpointError`
+(recovery reads the ledger, never assumes), the pipeline takes nothing more,
+and every waiter whose work had not landed gets that error. With
+``surface=True`` the committer raises it too, so the task group it runs in
+fails even when nobody waits (a writer's appends, a handler that must stop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from ._errors import CheckpointError
+
+__all__ = ["ConfirmPipeline", "Spawn"]
+
+B = TypeVar("B")
+
+#: Starts a background task (a task group's ``start_soon``, or an execution's spawner).
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
+
+
+class ConfirmPipeline(Generic[B]):
+    """One ordered stream of confirmations; see the module docstring.
+
+    ``staged`` and ``landed`` count the caller's units of work (messages,
+    appended values, node records); ``in_flight`` is their difference.
+    """
+
+    __slots__ = (
+        "_confirm",
+        "_cut",
+        "_fail",
+        "_land",
+        "_progress",
+        "_running",
+        "_spawn",
+        "_surface",
+        "confirming",
+        "failure",
+        "landed",
+        "staged",
+    )
+
+    def __init__(
+        self,
+        *,
+        cut: Callable[[], B],
+        confirm: Callable[[B], Awaitable[object]],
+        land: Callable[[B], None],
+        fail: Callable[[B, Exception], CheckpointError],
+        spawn: Spawn | None = None,
+        surface: bool = False,
+    ) -> None:
+        self._cut = cut
+        self._confirm = confirm
+        self._land = land
+        self._fail = fail
+        self._spawn = spawn
+        self._surface = surface
+        self._running = False
+        self._progress = anyio.Event()
+        self.staged = 0
+        self.landed = 0
+        self.confirming = False  # a batch is in the store now
+        self.failure: CheckpointError | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Units staged but not landed."""
+        return self.staged - self.landed
+
+    def stage(self, units: int = 1) -> int:
+        """Count ``units`` the caller just staged; the mark :meth:`wait` takes for them.
+
+        Raises the pipeline's failure instead: after a failed confirmation
+        nothing more is taken.
+        """
+        if self.failure is not None:
+            raise self.failure
+        self.staged += units
+        if not self._running:
+            assert self._spawn is not None, "a pipeline without spawn is led by its callers: stage_and_lead"
+            self._running = True
+            self._spawn(self._commit)
+        return self.staged
+
+    async def stage_and_lead(self, units: int = 1) -> None:
+        """Count ``units`` the caller staged; if no committer runs, the caller's task becomes it.
+
+        The caller then confirms and lands its own work, and whatever is
+        staged meanwhile, before it returns; otherwise it returns at once and
+        the running committer takes the work. Work that waits for its
+        predecessor's confirmation (a chain of nodes) so costs no task of its own.
+        """
+        if self.failure is not None:
+            raise self.failure
+        self.staged += units
+        if not self._running:
+            self._running = True
+            await self._commit()
+
+    async def wait(self, mark: int) -> None:
+        """Wait until the work counted up to ``mark`` landed; raises the failure if it never will."""
+        while self.landed < mark:
+            if self.failure is not None:
+                raise self.failure
+            await self._progress.wait()
+
+    async def drain(self) -> None:
+        """Wait until everything staged so far landed."""
+        await self.wait(self.staged)
+
+    async def wait_progress(self) -> None:
+        """Wait until the next batch lands or fails."""
+        await self._progress.wait()
+
+    async def _commit(self) -> None:
+        try:
+            # Shielded from its start: work counted by stage() was accepted, so it is
+            # confirmed (or fails) even when the caller's scope is cancelled meanwhile.
+            with anyio.CancelScope(shield=True):
+                cut_through = self.landed
+                while self.staged > cut_through and self.failure is None:
+                    cut_through = self.staged
+                    batch = self._cut()
+                    self.confirming = True
+                    try:
+                        await self._confirm(batch)
+                    except Exception as exc:
+                        self.failure = self._fail(batch, exc)
+                    except BaseException as exc:  # the process is going down mid-call: the outcome is unknown
+                        self.failure = self._fail(batch, _stopped(exc))
+                        raise
+                    else:
+                        self.landed = cut_through
+                        self._land(batch)
+                    finally:
+                        self.confirming = False
+                        self._wake()
+        except BaseException as exc:
+            if self.failure is None:  # landing broke: nothing staged after it is confirmed here
+                self.failure = self._fail(self._cut(), _stopped(exc))
+                self._wake()
+            raise
+        finally:
+            self._running = False
+        if self.failure is not None and self._surface:
+            raise self.failure
+
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+
+def _stopped(exc: BaseException) -> CheckpointError:
+    error = CheckpointError(f"confirmations stopped by {type(exc).__qualname__}; recover from the ledger")
+    error.__cause__ = exc
+    return error
