@@ -14,7 +14,7 @@ Keys of the ``nodes`` database (see :mod:`ledger._layout`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import lmdb
@@ -121,18 +121,25 @@ class LmdbNodeHooks:
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
         return await self._write(lambda view: store.open_child(view, child))
 
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        """The node's record and its streams' successful ends, in one transaction."""
-        if not commit.streams:
-            await self._write(lambda view: store.commit_node(view, commit))
-            return
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        """The nodes' records and their streams' successful ends, in one transaction."""
         streams, db = self._streams, self._db
+        if not any(commit.streams for commit in commits):
+
+            def records(txn: lmdb.Transaction) -> None:
+                view = LmdbNodeView(txn, db)
+                for commit in commits:
+                    store.commit_node(view, commit)
+
+            await self.env.write(records)
+            return
 
         def write(txn: lmdb.Transaction) -> Any:
-            store.commit_node(LmdbNodeView(txn, db), commit)
-            view = streams.bind(txn)
-            for finish in commit.streams:
-                store.finish(view, finish)
+            nodes, view = LmdbNodeView(txn, db), streams.bind(txn)
+            for commit in commits:
+                store.commit_node(nodes, commit)
+                for finish in commit.streams:
+                    store.finish(view, finish)
             view.flush()
             return view
 

@@ -11,9 +11,11 @@ In checkpoint mode every node that is not restored:
    attempt staged);
 3. settles the keys it provides but did not set as skipped;
 4. has every output validated (read back as its key's type when staged);
-5. confirms the complete node record with ``hooks.commit_node`` (the
-   seed's Commit; named apart from the stream hooks' ``commit``, since one
-   store object usually implements both);
+5. confirms the complete node record with ``hooks.commit_nodes`` (the
+   seed's Commit, named apart from the stream hooks' ``commit``, since one
+   store object usually implements both; like that one it takes a batch:
+   the records of nodes that concluded while the previous batch was being
+   confirmed leave together, all or nothing);
 6. publishes its outputs key by key, only after that.
 
 A Sub mount asks ``hooks.open_child`` for the scope of its child under the
@@ -30,7 +32,7 @@ from ._store._hooks import CheckpointHooks
 __all__ = ["CHECKPOINT_HOOKS", "ExecCheckpoint"]
 
 #: The method names a complete set of node hooks has; checked when an execution is built.
-CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_node", "streams")
+CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_nodes", "streams")
 
 
 class ExecCheckpoint:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -52,6 +52,7 @@ from ._errors import (
 )
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, type_name
+from ._node_commits import NodeCommits, StagedNode
 from ._plan import RestoredNode, check_plan, encode_outputs
 from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
 from ._store._memory import MemoryStore
@@ -220,11 +221,15 @@ class _Level:
 
     async def run(self) -> None:
         self.execution._emit(GraphStarted(self.path, self.graph.name))
-        async with anyio.create_task_group() as tg:
-            self._cancel = tg.cancel_scope
-            for member in self.graph.members:
-                self.execution._status_of[(*self.path, member.name)] = "waiting"
-                tg.start_soon(self._member, member)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._cancel = tg.cancel_scope
+                for member in self.graph.members:
+                    self.execution._status_of[(*self.path, member.name)] = "waiting"
+                    tg.start_soon(self._member, member)
+        finally:
+            if self.scope:  # the records its nodes staged land (or fail) before the level ends
+                await self.execution._node_commits.settle()
         if self.failure is not None:  # the first failure of this graph, to its mount (or the execution)
             raise self.failure
 
@@ -320,8 +325,10 @@ class _Level:
         staged: Mapping[Key[Any], tuple[Any, bytes | None]],
         owned: Mapping[Key[Any], ManagedStream[Any]],
     ) -> None:
-        """Ordinary mode: the node is done. Checkpoint mode: confirm its record, then publish key by key.
+        """Ordinary mode: the node is done. Checkpoint mode: stage its record for the node commits.
 
+        In checkpoint mode the node's outputs are published key by key in
+        :meth:`landed`, once its record is confirmed (:mod:`streams._node_commits`).
         The streams the node writes end with it: every message it sent is
         confirmed first, and in checkpoint mode their successful ends are
         confirmed in the node's own record.
@@ -358,18 +365,25 @@ class _Level:
             for s in owned.values()
             if not s.core.done
         )
+        commit = CheckpointCommit(self.scope, attempt, record, ends)
+        values = {key: value for key, (value, _) in staged.items()}
         try:
-            await self.execution._reliable(
-                "commit_node",
-                lambda hooks: hooks.commit_node(CheckpointCommit(self.scope, attempt, record, ends)),
-            )
+            if self.execution._latched is not None:
+                raise self.execution._latched
+            await self.execution._node_commits.stage(StagedNode(self, member, commit, owned, values, reason))
         except CheckpointError:
             self._finish(member, "failed", settle=False)
-            return
-        for stream in owned.values():
+
+    def landed(self, staged: StagedNode) -> None:
+        """``staged``'s record is confirmed: its streams end, its outputs are published, it finishes."""
+        for stream in staged.owned.values():
             stream.core.confirmed_end(failed=False)
-        self._publish(member, {key: value for key, (value, _) in staged.items()})
-        self._finish(member, reason)
+        self._publish(staged.member, staged.values)
+        self._finish(staged.member, staged.reason)
+
+    def not_confirmed(self, staged: StagedNode) -> None:
+        """``staged``'s record may or may not be in the store: nothing is published, resume will tell."""
+        self._finish(staged.member, "failed", settle=False)
 
     async def _open_streams(self, member: NodeDef | SubDef) -> dict[Key[Any], ManagedStream[Any]]:
         """Open the streams ``member`` writes and hand their endpoints to the readers."""
@@ -655,6 +669,7 @@ class Execution:
         self._opening: dict[StreamRef, anyio.Event] = {}
         self._plans = graph.stream_plans()
         self._ordinary_streams: MemoryStore | None = None
+        self._node_commits = NodeCommits(confirm=self._commit_nodes, latch=self._latch_any)
         self._root = _Level(
             self, graph, (), self._aspects, _slots_for(graph), scope=checkpoint.scope if checkpoint else ""
         )
@@ -883,6 +898,13 @@ class Execution:
     def streams(self) -> dict[StreamRef, ManagedStream[Any]]:
         """Every stream endpoint the execution opened so far, by identity."""
         return dict(self._streams)
+
+    async def _commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        await self._reliable("commit_nodes", lambda hooks: hooks.commit_nodes(commits))
+
+    def _latch_any(self, exc: Exception) -> CheckpointError:
+        """Latch ``exc`` (a failed node commit, already a latched error when it came through _reliable)."""
+        return self._latch(exc if isinstance(exc, CheckpointError) else CheckpointError(str(exc)))
 
     def _latch(self, error: CheckpointError) -> CheckpointError:
         """The execution's one failure latch: the first reliable failure stops the whole tree."""

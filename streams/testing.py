@@ -117,7 +117,7 @@ class _Faults:
 
 
 _STREAM_HOOKS: Final = frozenset({"open", "append", "open_message", "fail_message", "commit", "finish"})
-_NODE_HOOKS: Final = frozenset({"open_attempt", "fail_attempt", "open_child", "commit_node"})
+_NODE_HOOKS: Final = frozenset({"open_attempt", "fail_attempt", "open_child", "commit_nodes"})
 
 
 class FaultyHooks(PassThroughHooks):
@@ -184,8 +184,8 @@ class PassThroughNodeHooks:
         opened: CheckpointChildOpened = await self.inner.open_child(child)
         return opened
 
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        await self.inner.commit_node(commit)
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        await self.inner.commit_nodes(commits)
 
     def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
         records: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
@@ -199,7 +199,7 @@ class FaultyNodeHooks(PassThroughNodeHooks):
     """A node-hook wrapper that fails chosen calls, as :class:`FaultyHooks` does for stream hooks.
 
     ``fail`` maps ``open_attempt``, ``fail_attempt``, ``open_child`` or
-    ``commit_node`` to the 1-based number of the call that fails;
+    ``commit_nodes`` to the 1-based number of the call that fails;
     ``after=True`` lets the store confirm it first, then loses the answer.
     """
 
@@ -222,8 +222,8 @@ class FaultyNodeHooks(PassThroughNodeHooks):
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
         return await self._call("open_child", super().open_child, child)
 
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        await self._call("commit_node", super().commit_node, commit)
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        await self._call("commit_nodes", super().commit_nodes, commits)
 
 
 class StoreWorld(Protocol):

@@ -207,8 +207,8 @@ async def a_node_commit_ends_only_the_streams_it_owns(store: Any) -> None:
     opened = await store.streams.open(StreamOpen(other, type_name(int), 8, ("reader",)))
     record = NodeCheckpoint("a", "completed", ())
     with raises(CheckpointError, match="does not write stream"):
-        await store.commit_node(
-            CheckpointCommit("run", attempt.scope, record, (StreamFinish(other, opened.generation, False),))
+        await store.commit_nodes(
+            [CheckpointCommit("run", attempt.scope, record, (StreamFinish(other, opened.generation, False),))]
         )
     assert store.node_records("run") == ()  # nothing of the refused commit was kept
     assert await _stream_end(store, other) == (False, False)

@@ -10,7 +10,7 @@ store confirmed. Published through :func:`streams.testing.check_node_store`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -44,6 +44,8 @@ TEXT = Key("text", str)
 SUMMARY = Key("summary", str)
 FIRST_URL = Key("first_url", str)
 FIRST_SUMMARY = Key("first_summary", str)
+N = Key("n", int)
+TOTAL = Key("total", int)
 
 
 class NodeWorld(Protocol):
@@ -153,9 +155,9 @@ async def outputs_are_published_only_after_the_node_record_is_confirmed(store: A
     order: list[str] = []
 
     class Recording(PassThroughNodeHooks):
-        async def commit_node(self, commit: CheckpointCommit) -> None:
-            await super().commit_node(commit)
-            order.append(f"confirmed {commit.checkpoint.node}")
+        async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+            await super().commit_nodes(commits)
+            order.extend(f"confirmed {commit.checkpoint.node}" for commit in commits)
 
     g = Graph("g", inputs=[URL])
 
@@ -361,6 +363,57 @@ async def _return(ctx: NodeContext) -> None:
 
 
 @node_check
+async def a_batch_of_node_commits_is_all_or_nothing(store: Any) -> None:
+    a = await store.open_attempt(CheckpointAttemptRequest("run", "a", COMPLETE_CHAIN, 1))
+    b = await store.open_attempt(CheckpointAttemptRequest("run", "b", COMPLETE_CHAIN, 1))
+    first = CheckpointCommit("run", a.scope, record("a"))
+    with raises(CheckpointError, match="is not the complete-chain attempt of node 'c'"):
+        wrong = CheckpointCommit("run", b.scope, record("c"))  # b's attempt, c's record
+        await store.commit_nodes([first, wrong])
+    assert store.node_records("run") == ()  # the commit of a that fitted was not kept either
+    await store.commit_nodes([first, CheckpointCommit("run", b.scope, record("b"))])
+    assert sorted(r.node for r in store.node_records("run")) == ["a", "b"]
+    await store.commit_nodes([])  # nothing to confirm: no change
+    assert len(store.node_records("run")) == 2
+
+
+@node_check
+async def nodes_that_conclude_together_share_a_commit(store: Any) -> None:
+    batches: list[list[str]] = []
+
+    class Recording(PassThroughNodeHooks):
+        async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+            batches.append([commit.checkpoint.node for commit in commits])
+            await super().commit_nodes(commits)
+
+    keys = [Key(f"k{i}", int) for i in range(8)]
+    g = Graph("g", inputs=[N])
+    for i, key in enumerate(keys):
+        g.add_node(f"n{i}", _setter(key), requires=[N], provides=[key])
+    g.add_node("last", _sum(keys), requires=keys, provides=[TOTAL])
+    async with Execution(g, {N: 1}, checkpoint=ExecCheckpoint("r", Recording(store))) as execution:
+        assert (await execution.wait())[TOTAL] == 8
+    committed = sorted(node for batch in batches for node in batch)
+    assert committed == sorted([*(f"n{i}" for i in range(8)), "last"])
+    assert len(batches) < 9  # the eight concluded together: fewer calls than nodes
+    assert batches[-1] == ["last"]  # it read what the others published, so after their records
+
+
+def _setter(key: Key[int]) -> Callable[[NodeContext], Awaitable[None]]:
+    async def node(ctx: NodeContext) -> None:
+        ctx.set(key, ctx[N])
+
+    return node
+
+
+def _sum(keys: list[Key[int]]) -> Callable[[NodeContext], Awaitable[None]]:
+    async def node(ctx: NodeContext) -> None:
+        ctx.set(TOTAL, sum(ctx[key] for key in keys))
+
+    return node
+
+
+@node_check
 async def a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(store: Any) -> None:
     g = Graph("g", inputs=[URL])
     runs = 0
@@ -372,10 +425,11 @@ async def a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(sto
 
     g.add_node("download", _download, requires=[URL], provides=[PAGE], aspects=[Retry(3), outer])
     g.add_node("extract", _fail_if_run, requires=[PAGE], provides=[TEXT])
-    store = FaultyNodeHooks(store, fail={"commit_node": 1})
+    store = FaultyNodeHooks(store, fail={"commit_nodes": 1})
     execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store))
     async with execution:
-        with raises(CheckpointError, match="commit_node failed: InjectedFault: .*call 1 \\(not confirmed\\)"):
+        refused = "commit_nodes failed: InjectedFault: .*call 1 \\(not confirmed\\)"
+        with raises(CheckpointError, match=refused):
             await execution.wait()
     assert runs == 1 and store.node_records("r") == ()
     assert PAGE not in execution.result().values  # nothing published
@@ -389,7 +443,7 @@ async def _download(ctx: NodeContext) -> None:
 async def a_commit_whose_answer_was_lost_is_found_on_resume(store: Any) -> None:
     g = Graph("g", inputs=[URL])
     g.add_node("download", _download, requires=[URL], provides=[PAGE])
-    faulty = FaultyNodeHooks(store, fail={"commit_node": 1}, after=True)
+    faulty = FaultyNodeHooks(store, fail={"commit_nodes": 1}, after=True)
     execution = Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", faulty))
     async with execution:
         with raises(CheckpointError, match="answer lost"):
@@ -564,7 +618,7 @@ def _faulted_hook_check(hook: str, after: bool) -> Callable[[NodeWorld], Awaitab
     return run
 
 
-for _hook in ("open_attempt", "fail_attempt", "open_child", "commit_node"):
+for _hook in ("open_attempt", "fail_attempt", "open_child", "commit_nodes"):
     for _after in (False, True):
         NODE_CHECKS.append(
             (

@@ -110,6 +110,12 @@ class CheckpointHooks(Protocol):
         """The child scope of a Sub mount under its parent attempt, and that scope's confirmed nodes."""
         ...
 
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        """Confirm a node's complete record (terminal status and every output) in one transaction."""
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        """Confirm each node's complete record (terminal status, every output, its streams' ends).
+
+        Like the stream hooks' ``commit``, one call confirms a batch (the
+        records of nodes that concluded together) in one transaction, all
+        or nothing: if any commit is refused, none is confirmed and the
+        error names the first refused.
+        """
         ...

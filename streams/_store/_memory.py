@@ -185,11 +185,12 @@ class MemoryStore:
         await checkpoint()
         return opened
 
-    async def commit_node(self, commit: CheckpointCommit) -> None:
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
         overlay, streams = _NodeOverlay(self), _Overlay(self)
-        _nodes.commit_node(overlay, commit)
-        for finish in commit.streams:  # the node's streams end in the same transaction as its record
-            _operations.finish(streams, finish)
+        for commit in commits:
+            _nodes.commit_node(overlay, commit)
+            for finish in commit.streams:  # the node's streams end in the same transaction as its record
+                _operations.finish(streams, finish)
         overlay.merge()
         streams.merge()
         await checkpoint()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,8 +179,8 @@ class CrashingHooks:
         result: CheckpointChildOpened = await self._call(lambda: self.inner.open_child(child))
         return result
 
-    async def commit_node(self, commit: CheckpointCommit) -> None:
-        await self._call(lambda: self.inner.commit_node(commit))
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        await self._call(lambda: self.inner.commit_nodes(commits))
 
 
 class _CrashingStreams:

@@ -303,7 +303,7 @@ async def test_incomplete_stream_hooks_are_refused_before_any_call() -> None:
 
     class Hooks:  # complete node hooks whose stream hooks are not
         streams = _NoFinish()
-        open_attempt = fail_attempt = open_child = commit_node = MemoryStore().open_attempt
+        open_attempt = fail_attempt = open_child = commit_nodes = MemoryStore().open_attempt
 
     g = Graph("g", inputs=[N])
     g.add_node("orders", _write, requires=[N], provides=[ORDERS])
