@@ -1,5 +1,6 @@
 """streamledger's durable store: an embedded LMDB ledger for streams, nodes and graph runs."""
 
+from streams import __version__ as __version__
 from streams.store import publish as _publish
 
 from ._env import LedgerEnv as LedgerEnv

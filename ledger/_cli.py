@@ -20,7 +20,7 @@ import anyio
 import lmdb
 import msgspec
 
-from streams import StoreDamagedError, StreamsError
+from streams import StoreDamagedError, StreamsError, __version__
 
 from ._check import check_ledger
 from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ledger", description="streamledger's LMDB ledger: run the demo, inspect a ledger."
     )
+    parser.add_argument("--version", action="version", version=f"streamledger {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(

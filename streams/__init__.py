@@ -93,6 +93,7 @@ from ._stream import Message as Message
 from ._stream import StreamReader as StreamReader
 from ._stream import StreamSnapshot as StreamSnapshot
 from ._stream import StreamWriter as StreamWriter
+from ._version import __version__ as __version__
 
 __all__ = [
     "CODEC_ID",
