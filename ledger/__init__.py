@@ -11,6 +11,7 @@ from ._errors import LedgerClosedError as LedgerClosedError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerInUseError as LedgerInUseError
 from ._errors import LedgerLockedError as LedgerLockedError
+from ._errors import LedgerPathError as LedgerPathError
 from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import MapFullError as MapFullError
 from ._errors import NotALedgerError as NotALedgerError
@@ -43,6 +44,7 @@ __all__ = [
     "LmdbStreamHooks",
     "MapFullError",
     "NotALedgerError",
+    "LedgerPathError",
     "RunActiveError",
     "RunExistsError",
     "RunMismatchError",

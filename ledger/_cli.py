@@ -12,6 +12,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -31,6 +32,7 @@ from ._errors import (
     LedgerError,
     LedgerInUseError,
     LedgerLockedError,
+    LedgerPathError,
     LedgerReadOnlyError,
     NotALedgerError,
     SchemaVersionError,
@@ -42,7 +44,16 @@ __all__ = ["main"]
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
-EXIT_INTERRUPTED: Final = 130
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT
+EXIT_TERMINATED: Final = 143  # 128 + SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be: the command stops the same way and says so."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 #: Errors that mean the input was wrong, not that something broke while running.
@@ -53,6 +64,7 @@ class BackupDestinationError(LedgerError, ValueError):
 _BAD_INPUT: Final = (
     BackupDestinationError,
     NotALedgerError,
+    LedgerPathError,
     SchemaVersionError,
     CorruptRecordError,
     DamagedLedgerError,
@@ -183,7 +195,20 @@ def _positive_float(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code.
+
+    SIGTERM stops a command as Ctrl-C does, with its own message and exit code (143).
+    """
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
         if args.command == "demo":
@@ -199,16 +224,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LedgerError, StreamsError) as exc:
         _error(exc)
         return EXIT_FAILURE
-    except KeyboardInterrupt:
-        _interrupted()
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:
+        return _interrupted(signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT)
     except BaseExceptionGroup as errors:
         # a second Ctrl-C while the demo shuts down can arrive inside a task group
         interrupts, others = errors.split(KeyboardInterrupt)
         if interrupts is None or others is not None:
             raise
-        _interrupted()
-        return EXIT_INTERRUPTED
+        terminated = interrupts.subgroup(_Terminated) is not None
+        return _interrupted(signal.SIGTERM if terminated else signal.SIGINT)
 
 
 def _error(exc: BaseException) -> None:
@@ -225,8 +249,13 @@ def _error(exc: BaseException) -> None:
     print(f"error: {' '.join(text.splitlines())}", file=sys.stderr)
 
 
-def _interrupted() -> None:
+def _interrupted(signum: int) -> int:
+    """Say why the command stopped; its exit code."""
+    if signum == signal.SIGTERM:
+        print("terminated; run the same command again to resume", file=sys.stderr)
+        return EXIT_TERMINATED
     print("interrupted; run the same command again to resume", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 # -- demo -----------------------------------------------------------------------------------
@@ -263,11 +292,12 @@ def _demo(args: argparse.Namespace) -> int:
     line = _ProgressLine(sys.stderr)
     outcome: list[DemoSummary] = []
     failure: list[Exception] = []
+    stopped_by: list[int] = []  # the signal that cancelled the demo
 
     async def run() -> None:
         with anyio.CancelScope() as cancel:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_cancel_on_sigint, cancel)
+                tg.start_soon(_cancel_on_signal, cancel, stopped_by)
                 try:
                     outcome.append(
                         await run_demo(
@@ -290,8 +320,7 @@ def _demo(args: argparse.Namespace) -> int:
     if failure:
         raise failure[0]
     if not outcome:
-        _interrupted()
-        return EXIT_INTERRUPTED
+        return _interrupted(stopped_by[0] if stopped_by else signal.SIGINT)
     summary = outcome[0]
     if summary.already_finished:
         print(
@@ -310,9 +339,11 @@ def _figures(s: DemoSummary) -> str:
     )
 
 
-async def _cancel_on_sigint(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT) as signals:
-        async for _ in signals:
+async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> None:
+    """Ctrl-C or SIGTERM: cancel the demo, which stops at a confirmed point and can be resumed."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            received.append(signum)
             scope.cancel()
             return
 

@@ -34,6 +34,7 @@ from ._errors import (
     LedgerClosedError,
     LedgerInUseError,
     LedgerLockedError,
+    LedgerPathError,
     LedgerReadOnlyError,
     MapFullError,
     NotALedgerError,
@@ -156,7 +157,7 @@ class LedgerEnv:
             _refuse_read_only(p, fresh=fresh)
             with _read_only_as_typed(p, fresh=fresh):
                 if fresh:
-                    p.mkdir(parents=True, exist_ok=True)
+                    _make_directory(p)
             lock_fd = _take_owner_lock(p)
             try:
                 with _read_only_as_typed(p, fresh=fresh):
@@ -395,6 +396,16 @@ def _open_databases(env: lmdb.Environment, *, readonly: bool) -> dict[str, Any]:
         except lmdb.NotFoundError:
             continue
     return found
+
+
+def _make_directory(path: Path) -> None:
+    """Make a new ledger's directory and its parents; a typed error, with nothing made, if it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileNotFoundError, NotADirectoryError, FileExistsError) as exc:
+        raise LedgerPathError(
+            f"cannot create the ledger directory {path}: {exc.strerror or exc} ({exc.filename})"
+        ) from None
 
 
 def _check_path(path: Path, *, create: bool) -> bool:

@@ -35,6 +35,7 @@ __all__ = [
     "NotALedgerError",
     "SchemaVersionError",
     "WriteFailedError",
+    "LedgerPathError",
 ]
 
 
@@ -44,6 +45,10 @@ class LedgerError(Exception):
 
 class NotALedgerError(LedgerError, ValueError):
     """The path exists but is not a streamledger ledger."""
+
+
+class LedgerPathError(LedgerError, ValueError):
+    """A new ledger's directory cannot be made at the path (a parent cannot be made, a file is in the way)."""
 
 
 class SchemaVersionError(LedgerError, ValueError):

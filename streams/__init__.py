@@ -17,6 +17,7 @@ from ._errors import ConfirmedFailureError as ConfirmedFailureError
 from ._errors import ExecutionCancelledError as ExecutionCancelledError
 from ._errors import GraphError as GraphError
 from ._errors import GroupBusyError as GroupBusyError
+from ._errors import HandlerContractError as HandlerContractError
 from ._errors import MessageExhaustedError as MessageExhaustedError
 from ._errors import OutputError as OutputError
 from ._errors import OutputLimitError as OutputLimitError
@@ -122,6 +123,7 @@ __all__ = [
     "GraphError",
     "GraphStarted",
     "GroupBusyError",
+    "HandlerContractError",
     "GroupFrontier",
     "GroupSnapshot",
     "HandleResult",

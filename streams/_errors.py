@@ -38,6 +38,7 @@ __all__ = [
     "ExecutionCancelledError",
     "GraphError",
     "GroupBusyError",
+    "HandlerContractError",
     "MessageExhaustedError",
     "OutputError",
     "OutputLimitError",
@@ -73,6 +74,14 @@ class OutputLimitError(StreamsError, ValueError):
 
 class StreamStateError(StreamsError):
     """The endpoint's state forbids the operation."""
+
+
+class HandlerContractError(StreamsError, TypeError):
+    """A handler broke handle_messages' contract (it is not async, it reads a state never given).
+
+    A programming error, not a failure of the message: the run stops before
+    any attempt is confirmed, so no budget is spent on it.
+    """
 
 
 class ScopeInUseError(StreamStateError):

@@ -16,6 +16,7 @@ had been handled one by one.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, TypeVar, overload
 
@@ -28,6 +29,7 @@ from ._codec import Codec, codec_for
 from ._errors import (
     CheckpointError,
     GroupBusyError,
+    HandlerContractError,
     MessageExhaustedError,
     OutputLimitError,
     PayloadTypeError,
@@ -55,7 +57,13 @@ _CHUNK = 64
 #: What a handler may raise that is not its own failure: the engine refused a value, an output or
 #: a confirmation. These end the run (after what was staged before commits); they never spend an
 #: attempt of the message's budget.
-NOT_A_HANDLER_FAILURE: Final = (PayloadTypeError, OutputLimitError, StreamStateError, CheckpointError)
+NOT_A_HANDLER_FAILURE: Final = (
+    PayloadTypeError,
+    OutputLimitError,
+    StreamStateError,
+    CheckpointError,
+    HandlerContractError,
+)
 #: Why a message's staged outputs cannot be published: too many for a stream, or a stream refusing.
 REFUSED_OUTPUTS: Final = (OutputLimitError, StreamStateError)
 #: A batch as the committer cuts it: the commits, and the values of their outputs to publish.
@@ -96,6 +104,12 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
     @property
     def state(self) -> S:
         """The group's explicit state: the last committed (or staged) one, or the initial state."""
+        if self._run.state_missing and self._state_payload is None:
+            raise HandlerContractError(
+                f"message {self.seq}: the handler reads tx.state, but handle_messages was given no "
+                f"initial_state and group {self._run.group_name!r} has no committed state; pass "
+                "initial_state=... (nothing was confirmed, no attempt was spent)"
+            )
         return self._state
 
     def set_state(self, state: S) -> None:
@@ -231,6 +245,8 @@ class _Run(Generic[T, S]):
         )
         self.task_group: anyio.abc.TaskGroup | None = None  # where the committer runs
         self.stopped = False
+        #: No initial state was given and none was committed: reading tx.state is a contract error.
+        self.state_missing = False
 
     def _decode_state(self) -> S:
         return self.state_codec.decode(self.state_payload, what=self.state_what)
@@ -489,6 +505,31 @@ class _Run(Generic[T, S]):
             self.stopped = True
 
 
+#: handle_messages was given no initial_state (None is a state one may give).
+_NO_STATE: Final[Any] = object()
+
+
+def _is_async(handler: Callable[..., Any]) -> bool:
+    """Whether calling ``handler`` surely gives a coroutine: an async function, or an object with one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def _awaitable_checked(handler: Callable[..., Any]) -> Handler[Any, Any]:
+    """``handler`` (not known to be async) checked to return an awaitable, a contract error if not."""
+
+    async def checked(tx: MessageTx[Any], value: Any) -> None:
+        result = handler(tx, value)
+        if not inspect.isawaitable(result):
+            raise HandlerContractError(
+                f"the handler {getattr(handler, '__qualname__', handler)!r} returned "
+                f"{type(result).__qualname__}, not an awaitable: declare it `async def` (message "
+                f"{tx.seq} ran once and stays unconfirmed; no attempt was spent)"
+            )
+        await result
+
+    return checked
+
+
 def _count(batch: list[MessageCommit]) -> int:
     """How many messages a batch of commits confirms."""
     return batch[0].count if len(batch) == 1 else sum(c.count for c in batch)
@@ -531,7 +572,7 @@ async def handle_messages(
     reader: StreamReader[Any],
     handler: Handler[Any, Any],
     *,
-    initial_state: Any = None,
+    initial_state: Any = _NO_STATE,
     state_type: Any = None,
     node: str | None = None,
     attempts: int = 1,
@@ -553,7 +594,19 @@ async def handle_messages(
     group). ``max_outputs`` bounds the messages one message may stage;
     ``window`` bounds the messages staged but not yet committed. ``limit``
     returns after that many messages (a pause, not a confirmed stop).
+
+    Programming errors stop the call before they spend any attempt, with
+    :class:`HandlerContractError`: a handler that is not async (it returns
+    something that cannot be awaited), or one that reads ``tx.state`` when
+    no ``initial_state`` was given and the group has none committed.
     """
+    if not callable(handler):
+        raise HandlerContractError(f"handle_messages takes an async handler(tx, value), got {handler!r}")
+    if not _is_async(handler):
+        handler = _awaitable_checked(handler)
+    given_state = initial_state is not _NO_STATE
+    if not given_state:
+        initial_state = None
     if node is not None:
         check_name(node, "a node name")
     try:
@@ -583,6 +636,7 @@ async def handle_messages(
         parent_attempt=parent_attempt,
         limit=limit,
     )
+    run.state_missing = not given_state and group.state is None
     group.claimed = True
     group.cursor = group.acked_through  # messages received but not acked are handled too, in order
     try:

@@ -643,7 +643,15 @@ class StreamReader(Generic[T_co]):
 
     async def ack(self, message: Message[Any] | int) -> None:
         """Confirm that the group processed ``message``; the frontier advances contiguously."""
-        seq = message if isinstance(message, int) else message.seq
+        if isinstance(message, Message):
+            seq = message.seq
+        elif isinstance(message, int) and not isinstance(message, bool):
+            seq = message
+        else:
+            raise TypeError(
+                f"ack takes a Message this reader received or its sequence number (an int), "
+                f"got {type(message).__qualname__} {message!r}"
+            )
         await self._stream.core.ack(self._group, seq)
 
     def __aiter__(self) -> AsyncIterator[Message[T_co]]:

@@ -18,10 +18,12 @@ import lmdb
 import msgspec
 import pytest
 
+import streams
 from ledger import (
     CorruptRecordError,
     LedgerEnv,
     LedgerLockedError,
+    LedgerPathError,
     NotALedgerError,
     SchemaVersionError,
     inspect_ledger,
@@ -276,6 +278,24 @@ def test_cli_refuses_a_directory_of_other_files(tmp_path: Path, command: str) ->
     assert os.listdir(path) == ["cat.jpg"]
 
 
+def test_cli_demo_where_no_directory_can_be_made_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file where a parent directory would go")
+    path = tmp_path / "file" / "ledger"
+    done = cli("demo", str(path), "-n", "10")
+    assert done.returncode == 2
+    with pytest.raises(LedgerPathError) as caught:  # the same error, raised in this process
+        LedgerEnv.open(path)
+    assert done.stderr.splitlines() == [f"error: {caught.value}"]
+    assert str(caught.value).startswith(f"cannot create the ledger directory {path}: Not a directory")
+    assert (tmp_path / "file").read_text().startswith("a file")
+
+
+def test_cli_version_prints_the_release() -> None:
+    done = cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"streamledger {streams.__version__}"
+
+
 def test_cli_inspect_does_not_create_a_ledger(tmp_path: Path) -> None:
     path = tmp_path / "missing"
     done = cli("inspect", str(path))
@@ -341,8 +361,18 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_ctrl_c_exits_130_without_a_traceback_and_the_demo_resumes(tmp_path: Path, backend: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "signum", "code", "said"),
+    [
+        ("asyncio", signal.SIGINT, 130, "interrupted"),
+        ("trio", signal.SIGINT, 130, "interrupted"),
+        ("asyncio", signal.SIGTERM, 143, "terminated"),
+        ("trio", signal.SIGTERM, 143, "terminated"),
+    ],
+)
+def test_ctrl_c_or_sigterm_stops_the_demo_without_a_traceback_and_it_resumes(
+    tmp_path: Path, backend: str, signum: int, code: int, said: str
+) -> None:
     path = tmp_path / "ledger"
     n = 100_000  # seconds of work: the interrupt, sent at the first report, always lands mid-run
     run = subprocess.Popen(
@@ -358,11 +388,11 @@ def test_ctrl_c_exits_130_without_a_traceback_and_the_demo_resumes(tmp_path: Pat
     assert run.stderr is not None
     first = run.stderr.readline()  # reported once the streams are open, before the work
     assert first.startswith("progress: "), first
-    run.send_signal(signal.SIGINT)
+    run.send_signal(signum)
     out, err = run.communicate(timeout=60)
-    assert run.returncode == 130, err
+    assert run.returncode == code, err
     assert "Traceback" not in err
-    assert err.splitlines()[-1] == "interrupted; run the same command again to resume"
+    assert err.splitlines()[-1] == f"{said}; run the same command again to resume"
     assert out == ""
     partial = streams_of(inspect(path))
     assert partial["orders"]["groups"][0]["acked_through"] < n
