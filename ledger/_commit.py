@@ -25,6 +25,7 @@ import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
@@ -35,7 +36,7 @@ import anyio.lowlevel
 import lmdb
 from opentelemetry.trace import Span
 
-from streams.store import ATTR, SPAN, failed, tracer
+from streams.store import ATTR, INSTRUMENTS, SPAN, failed, tracer
 
 from ._errors import MapFullError, WriteFailedError
 from ._files import damaged
@@ -105,6 +106,8 @@ class GroupCommitter:
         self._failure: BaseException | None = None
         self._finished = anyio.Event()  # stopped with nothing left, or a batch failed
         self._batches = 0
+        self._handed = 0.0  # when the batch with the writer thread was handed over
+        self._attributes = {ATTR.LEDGER: env.path.name}
         self._loop = _LoopCalls()
         self._dispatching = False  # a dispatch is scheduled, or a batch is with the writer thread
         self._writer = _WriterThread(
@@ -160,6 +163,7 @@ class GroupCommitter:
             return
         self._batch = batch
         self._span = tracer().start_span(SPAN.COMMIT_BATCH)
+        self._handed = time.perf_counter()
         self._writer.hand(batch)
 
     def _landed(self) -> None:
@@ -170,6 +174,8 @@ class GroupCommitter:
         self._batch = self._span = None
         self._dispatching = False
         ok, value = self._writer.take()
+        INSTRUMENTS.ledger_commit_duration.record(time.perf_counter() - self._handed, self._attributes)
+        INSTRUMENTS.ledger_batch_writes.record(len(batch), self._attributes)
         if ok:
             outcomes, growths = value
             refused = 0

@@ -52,6 +52,7 @@ from ._errors import (
 )
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, type_name
+from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
 from ._plan import RestoredNode, check_plan, encode_outputs
 from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
@@ -67,6 +68,7 @@ from ._store._node_records import (
 )
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore
+from ._tracing import ATTR
 from ._unwrap import single_error
 
 __all__ = [
@@ -455,6 +457,9 @@ class _Level:
                     slot.settle(NoValue)
         self._leave(member)
         self.execution._status_of[(*self.path, member.name)] = status
+        INSTRUMENTS.nodes.add(
+            1, {ATTR.GRAPH: self.graph.name, ATTR.NODE_STATUS: status}
+        )
         self.execution._emit(Finished(self.path, member.name, status))
 
     def _leave(self, member: NodeDef | SubDef) -> None:
@@ -715,8 +720,12 @@ class Execution:
         if not self._done.is_set():
             self.cancel()
         assert self._task_group is not None
-        with single_error():  # the block's own exception goes on as it is, never inside a group
-            await self._task_group.__aexit__(None, None, None)
+        try:
+            with single_error():  # the block's own exception goes on as it is, never inside a group
+                await self._task_group.__aexit__(None, None, None)
+        finally:
+            for stream in self._streams.values():
+                stream.core.close()
         return None
 
     async def wait(self) -> ExecutionResult:
@@ -769,6 +778,9 @@ class Execution:
                 self._status = "cancelled"
             else:
                 self._status = "completed"
+            INSTRUMENTS.executions.add(
+                1, {ATTR.GRAPH: self.graph.name, ATTR.EXECUTION_STATUS: self._status}
+            )
             self._done.set()
 
     def _fail(self, exc: BaseException, where: tuple[str, ...]) -> None:

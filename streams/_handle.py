@@ -17,6 +17,7 @@ had been handled one by one.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, TypeVar, overload
 
@@ -37,6 +38,7 @@ from ._errors import (
     StreamStateError,
 )
 from ._keys import Key, NoValue, NoValueType, check_name
+from ._metrics import INSTRUMENTS, group_attributes
 from ._pipeline import ConfirmPipeline
 from ._reservation import OutputReservation, StagedOutputs, notify, publish
 from ._staging import CommitStager
@@ -235,6 +237,9 @@ class _Run(Generic[T, S]):
         self.generation = self.stream.generation
         self.stager = CommitStager(self.ref, self.group_name, self.generation, node, parent_attempt)
         self.outputs = OutputReservation(self, self.ref)
+        # the attributes of its metrics, made once
+        self.group_attributes = group_attributes(str(self.ref), self.group_name)
+        self.commit_attributes = {**self.group_attributes, ATTR.OPERATION: "commit"}
         self.pipeline: ConfirmPipeline[_Cut] = ConfirmPipeline(
             cut=self._cut,
             confirm=self._confirm,
@@ -265,7 +270,9 @@ class _Run(Generic[T, S]):
         return self.stager.cut(), self.outputs.cut()
 
     async def _confirm(self, cut: _Cut) -> None:
+        started = time.perf_counter()
         await self.stream.hooks.commit(cut[0])
+        INSTRUMENTS.operation_duration.record(time.perf_counter() - started, self.commit_attributes)
 
     def _failed(self, cut: _Cut, exc: Exception) -> CheckpointError:
         """The outcome is unknown: latch the failure on every stream the batch touched."""
@@ -304,6 +311,10 @@ class _Run(Generic[T, S]):
             else [s for c in batch for s in range(c.message.seq, c.last_seq + 1)]
         )
         stream.local_ack_many(group, seqs)
+        INSTRUMENTS.consumed.add(count, self.group_attributes)
+        INSTRUMENTS.commit_batch_size.record(count, self.group_attributes)
+        for staged in outputs:
+            INSTRUMENTS.sent.add(len(staged.values), staged.stream.append_attributes)
         if group.failing:
             group.failing.difference_update(seqs)
         if group.exhausted:
@@ -447,7 +458,10 @@ class _Run(Generic[T, S]):
                 attempt = await self.stream.hooks.fail_message(request)
         except Exception as error:
             raise self.stream.latch(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
+        failure_attributes = {**self.group_attributes, ATTR.ERROR_KIND: type(exc).__qualname__}
+        INSTRUMENTS.failed_attempts.add(1, failure_attributes)
         if attempt.exhausted:
+            INSTRUMENTS.exhausted.add(1, failure_attributes)
             attempt_span = tracer().start_span(SPAN.MESSAGE_ATTEMPT)
             attempt_span.add_event(
                 EVENT.BUDGET_EXHAUSTED,

@@ -127,12 +127,16 @@ async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamS
             "(a second one would open its streams again and fence the first one's endpoints)"
         )
     _OPEN.add(key)
+    opened: StreamScope | None = None
     try:
         with single_error():
             async with anyio.create_task_group() as tg:
-                yield StreamScope(hooks, scope, tg)
+                opened = StreamScope(hooks, scope, tg)
+                yield opened
     finally:
         _OPEN.discard(key)
+        for stream in opened.streams() if opened is not None else ():
+            stream.core.close()
 
 
 #: (id of the hooks, scope) of every StreamScope open in this process: one endpoint per stream.

@@ -9,7 +9,8 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
@@ -24,6 +25,7 @@ from ._errors import (
     StreamStateError,
 )
 from ._keys import Key, Stream
+from ._metrics import INSTRUMENTS, forget_stream, group_attributes, observe_stream, stream_attributes
 from ._pipeline import ConfirmPipeline
 from ._store._hooks import StreamHooks
 from ._store._records import (
@@ -184,7 +186,8 @@ class StreamCore(Generic[T]):
         self._broken: CheckpointError | None = None
         self._writer_mode: str | None = None  # "direct" or "handler"
         self._handler_owner: object | None = None  # the handle_messages run writing it
-        self._closing = False
+        self.append_attributes = stream_attributes(str(ref), "append")  # of its metrics, made once
+        observe_stream(self)
 
     # -- shared state -----------------------------------------------------------------------
 
@@ -364,12 +367,27 @@ class StreamCore(Generic[T]):
         return _Appends(AppendBatch(self.ref, self.generation, first, tuple(payloads), position), values)
 
     async def _confirm_appends(self, appends: _Appends[T]) -> None:
+        started = time.perf_counter()
         await self.hooks.append(appends.batch)
+        INSTRUMENTS.operation_duration.record(time.perf_counter() - started, self.append_attributes)
 
     def _land_appends(self, appends: _Appends[T]) -> None:
         if appends.batch.position is not None:
             self.position = appends.batch.position
         self.publish(appends.batch.first_seq, appends.values)
+        INSTRUMENTS.sent.add(len(appends.values), self.append_attributes)
+
+    def lags(self) -> Iterator[tuple[str, int]]:
+        """Each group still reading, and how many confirmed messages it has not handled."""
+        confirmed = self._confirmed
+        for group in self._group_list:
+            if not (group.stopped or group.left):
+                handled_above = sum(1 for seq in group.acked_above if seq <= confirmed)
+                yield group.name, max(0, confirmed - group.acked_through - handled_above)
+
+    def close(self) -> None:
+        """Its scope or execution ended: the endpoint is no longer reported."""
+        forget_stream(self)
 
     async def flush(self) -> None:
         target = self.next_seq - 1
@@ -469,6 +487,7 @@ class StreamCore(Generic[T]):
         except Exception as exc:
             raise self.latch(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
         self._local_ack(group, seq)
+        INSTRUMENTS.consumed.add(1, group_attributes(str(self.ref), group.name))
         self.notify()
 
     @property

@@ -1,7 +1,8 @@
 """OpenTelemetry (API only) for the engine, the ledger and durable graphs: one vocabulary.
 
-Every span, event and attribute the library emits is named here, once:
-:class:`SPAN`, :class:`EVENT`, :class:`ATTR`. Spans never carry business
+Every span, event, metric and attribute the library emits is named here,
+once: :class:`SPAN`, :class:`EVENT`, :class:`METRIC`, :class:`ATTR` (the
+instruments themselves are made in :mod:`streams._metrics`). Spans never carry business
 values. OpenTelemetry's defaults record an exception's message and traceback
 on the span, and a message may quote a payload: :func:`span` and
 :func:`failed` record the exception's type instead.
@@ -17,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["ATTR", "EVENT", "SPAN", "failed", "span", "tracer"]
+__all__ = ["ATTR", "EVENT", "METRIC", "SPAN", "failed", "span", "tracer"]
 
 _INSTRUMENTATION: Final = "streamledger"
 
@@ -43,7 +44,29 @@ class EVENT:
     CHECKPOINT_SKIPPED: Final = "streamledger.checkpoint.skipped"
 
 
+class METRIC:
+    """Instrument names: OpenTelemetry's messaging conventions where one fits, the library's own elsewhere."""
+
+    SENT: Final = "messaging.client.sent.messages"
+    CONSUMED: Final = "messaging.client.consumed.messages"
+    OPERATION_DURATION: Final = "messaging.client.operation.duration"
+    FAILED_ATTEMPTS: Final = "streamledger.message.failed_attempts"
+    EXHAUSTED: Final = "streamledger.message.exhausted"
+    COMMIT_BATCH_SIZE: Final = "streamledger.commit.batch.size"
+    LAG: Final = "streamledger.consumer.lag"
+    LEDGER_BATCH_WRITES: Final = "streamledger.ledger.batch.writes"
+    LEDGER_COMMIT_DURATION: Final = "streamledger.ledger.commit.duration"
+    NODES: Final = "streamledger.nodes"
+    EXECUTIONS: Final = "streamledger.executions"
+
+
 class ATTR:
+    # OpenTelemetry's messaging and error conventions (metrics)
+    MESSAGING_SYSTEM: Final = "messaging.system"
+    DESTINATION: Final = "messaging.destination.name"
+    CONSUMER_GROUP: Final = "messaging.consumer.group.name"
+    OPERATION: Final = "messaging.operation.name"
+    ERROR_KIND: Final = "error.type"
     ERROR_TYPE: Final = "streamledger.error.type"
     # streams and handlers
     STREAM: Final = "streamledger.stream"
@@ -72,6 +95,10 @@ class ATTR:
     ERROR: Final = "streamledger.checkpoint.error"
     SEQUENCE: Final = "streamledger.checkpoint.sequence"
     NEXT_NODE: Final = "streamledger.checkpoint.next_node"
+    # graph executions and the ledger (metrics)
+    NODE_STATUS: Final = "streamledger.node.status"
+    EXECUTION_STATUS: Final = "streamledger.execution.status"
+    LEDGER: Final = "streamledger.ledger"
 
 
 def tracer(provider: TracerProvider | None = None) -> trace.Tracer:

@@ -49,6 +49,7 @@ for inspection), :func:`codec_for` (the codec of a type) and
 
 from ._codec import codec_for as codec_for
 from ._codec import to_plain as to_plain
+from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import StreamHooks as StreamHooks
@@ -94,6 +95,7 @@ from ._store._view import CachedView as CachedView
 from ._store._view import RecordView as RecordView
 from ._tracing import ATTR as ATTR
 from ._tracing import EVENT as EVENT
+from ._tracing import METRIC as METRIC
 from ._tracing import SPAN as SPAN
 from ._tracing import failed as failed
 from ._tracing import span as span
@@ -102,6 +104,8 @@ from ._unwrap import single_error as single_error
 
 __all__ = [
     "ATTR",
+    "INSTRUMENTS",
+    "METRIC",
     "COMPLETE_CHAIN",
     "EVENT",
     "SPAN",

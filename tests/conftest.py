@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 import sniffio
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -97,3 +100,45 @@ def spans() -> Iterator[InMemorySpanExporter]:
     finally:
         _WhileArmed.armed = False
         _exporter.clear()
+
+
+class Metrics:
+    """The library's metrics as the OpenTelemetry SDK's in-memory reader collects them now."""
+
+    def __init__(self, reader: InMemoryMetricReader) -> None:
+        self._reader = reader
+
+    def points(self, name: str) -> list[tuple[dict[str, Any], Any]]:
+        """Each data point of instrument ``name``: its attributes and the point itself."""
+        data = self._reader.get_metrics_data()
+        found: list[tuple[dict[str, Any], Any]] = []
+        for resource in data.resource_metrics if data is not None else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        found.extend((dict(p.attributes or {}), p) for p in metric.data.data_points)
+        return found
+
+    def value(self, name: str, **attributes: Any) -> Any:
+        """The sum (counters), the point (histograms) or the value (gauges) whose attributes include these."""
+        wanted = {k.replace("__", "."): v for k, v in attributes.items()}
+        matching = [p for a, p in self.points(name) if wanted.items() <= a.items()]
+        if not matching:
+            return None
+        assert len(matching) == 1, f"{name} has {len(matching)} points with {wanted}"
+        point = matching[0]
+        return getattr(point, "value", point)
+
+
+_metric_reader = InMemoryMetricReader()
+_meter_installed = False
+
+
+@pytest.fixture
+def metrics_now() -> Metrics:
+    """The process's metrics, read by an in-memory reader installed once (counters add up across tests)."""
+    global _meter_installed
+    if not _meter_installed:
+        otel_metrics.set_meter_provider(MeterProvider(metric_readers=[_metric_reader]))
+        _meter_installed = True
+    return Metrics(_metric_reader)

@@ -1,4 +1,4 @@
-"""Span, event and attribute names are spelled once, in streams._tracing."""
+"""Span, event, metric and attribute names are spelled once, in streams._tracing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_no_module_but_the_vocabulary_spells_a_telemetry_name() -> None:
-    spelled = re.compile(r"""["'](streamledger\.[a-z_.]+|invoke_graph |execute_step )""")
+    spelled = re.compile(
+        r"""["'](streamledger\.[a-z_.]+|messaging\.[a-z_.]+|error\.type|invoke_graph |execute_step )"""
+    )
     found = [
         f"{path.relative_to(ROOT)}: {match.group(1)}"
         for package in ("streams", "ledger")

@@ -1,0 +1,118 @@
+"""OpenTelemetry metrics (API only) for streams, handlers, the ledger and graph executions.
+
+Every instrument the library records is made here, once, on the global
+meter provider; with no SDK installed they are no-ops, and an SDK installed
+later takes them over (the API's proxies). The names are
+:class:`~streams._tracing.METRIC`'s: OpenTelemetry's messaging conventions
+where one fits, the library's own elsewhere. Attributes name
+streams and groups, never values. The engine records per batch, not per
+message, so metrics cost nothing a batch does not already pay.
+
+A stream's endpoint is observed for the lag gauge from when it opens until
+its scope or execution ends (:func:`observe_stream`, :func:`forget_stream`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from ._tracing import ATTR, METRIC
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._stream import StreamCore
+
+__all__ = [
+    "INSTRUMENTS",
+    "forget_stream",
+    "group_attributes",
+    "observe_stream",
+    "stream_attributes",
+]
+
+SYSTEM: Final = "streamledger"
+
+
+class _Instruments:
+    """The library's instruments, made once on the global meter provider."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.sent = meter.create_counter(
+            METRIC.SENT, unit="{message}", description="Messages confirmed in a stream (appended)."
+        )
+        self.consumed = meter.create_counter(
+            METRIC.CONSUMED, unit="{message}", description="Messages a consumer group confirmed as handled."
+        )
+        self.operation_duration = meter.create_histogram(
+            METRIC.OPERATION_DURATION,
+            unit="s",
+            description="How long a confirmation took in the store (an append, a commit batch).",
+        )
+        self.failed_attempts = meter.create_counter(
+            METRIC.FAILED_ATTEMPTS, unit="{attempt}", description="Handler attempts confirmed as failed."
+        )
+        self.exhausted = meter.create_counter(
+            METRIC.EXHAUSTED, unit="{message}", description="Messages that used their whole attempt budget."
+        )
+        self.commit_batch_size = meter.create_histogram(
+            METRIC.COMMIT_BATCH_SIZE, unit="{message}", description="Messages one handler commit confirmed."
+        )
+        self.ledger_batch_writes = meter.create_histogram(
+            METRIC.LEDGER_BATCH_WRITES, unit="{write}", description="Writes one ledger transaction confirmed."
+        )
+        self.ledger_commit_duration = meter.create_histogram(
+            METRIC.LEDGER_COMMIT_DURATION,
+            unit="s",
+            description="From a ledger batch's hand-over to its writer thread to its landing, fsync and all.",
+        )
+        self.nodes = meter.create_counter(
+            METRIC.NODES, unit="{node}", description="Graph nodes that concluded, by status."
+        )
+        self.executions = meter.create_counter(
+            METRIC.EXECUTIONS, unit="{execution}", description="Graph executions that ended, by status."
+        )
+        meter.create_observable_gauge(
+            METRIC.LAG,
+            callbacks=[_observe_lag],
+            unit="{message}",
+            description="Messages confirmed in a stream that a consumer group still reading has not handled.",
+        )
+
+
+_streams: weakref.WeakSet[StreamCore[Any]] = weakref.WeakSet()
+
+
+def observe_stream(stream: StreamCore[Any]) -> None:
+    """Report ``stream``'s groups in the lag gauge."""
+    _streams.add(stream)
+
+
+def forget_stream(stream: StreamCore[Any]) -> None:
+    """Stop reporting ``stream`` (its scope or execution ended)."""
+    _streams.discard(stream)
+
+
+def _observe_lag(options: CallbackOptions) -> Iterable[Observation]:
+    return list(_lags())
+
+
+def _lags() -> Iterator[Observation]:
+    for stream in list(_streams):
+        for name, lag in stream.lags():
+            yield Observation(lag, group_attributes(str(stream.ref), name))
+
+
+def stream_attributes(stream: str, operation: str) -> dict[str, str]:
+    return {ATTR.MESSAGING_SYSTEM: SYSTEM, ATTR.DESTINATION: stream, ATTR.OPERATION: operation}
+
+
+def group_attributes(stream: str, group: str) -> dict[str, str]:
+    return {ATTR.MESSAGING_SYSTEM: SYSTEM, ATTR.DESTINATION: stream, ATTR.CONSUMER_GROUP: group}
+
+
+INSTRUMENTS: Final = _Instruments(metrics.get_meter("streamledger", __version__))
