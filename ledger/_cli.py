@@ -13,6 +13,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -38,6 +39,7 @@ from ._errors import (
     SchemaVersionError,
 )
 from ._inspect import inspect_ledger
+from ._view import UnknownStreamError, filtered, group_rows, parse_ref, view_messages
 
 __all__ = ["main"]
 
@@ -63,6 +65,7 @@ class BackupDestinationError(LedgerError, ValueError):
 
 _BAD_INPUT: Final = (
     BackupDestinationError,
+    UnknownStreamError,
     NotALedgerError,
     LedgerPathError,
     SchemaVersionError,
@@ -127,6 +130,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("path", metavar="PATH", help="ledger directory")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.add_argument(
+        "--stream", metavar="PATTERN", help="only streams whose scope/node/key matches (shell-style: *, ?)"
+    )
+    inspect.add_argument("--group", metavar="PATTERN", help="only consumer groups whose name matches")
+    inspect.add_argument(
+        "--groups",
+        action="store_true",
+        help="one row per consumer group: acked through, appended, lag, exhausted, stopped",
+    )
+    inspect.add_argument(
+        "--watch",
+        type=_positive_float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="show it again every SECONDS (default 2) until Ctrl-C",
+    )
+
+    view = commands.add_parser(
+        "view",
+        help="print a stream's confirmed messages as JSON lines",
+        description=(
+            "Print the confirmed messages of STREAM (scope/node/key, as inspect shows it), one JSON "
+            "object per line: its sequence number and its value as its MessagePack reads (a Struct "
+            "is an object, bytes are base64). Messages every group acknowledged may have been "
+            "compacted away. Reads beside a running owner; changes nothing."
+        ),
+    )
+    view.add_argument("path", metavar="PATH", help="ledger directory")
+    view.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
+    view.add_argument(
+        "--from", dest="start", type=_positive_int, default=1, metavar="SEQ", help="first sequence"
+    )
+    view.add_argument("--limit", type=_positive_int, metavar="N", help="at most N messages")
     check = commands.add_parser(
         "check",
         help="verify every record and reference of a ledger",
@@ -217,6 +254,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _check(args)
         if args.command == "backup":
             return _backup(args)
+        if args.command == "view":
+            return _view(args)
         return _inspect(args)
     except _BAD_INPUT as exc:
         _error(exc)
@@ -398,16 +437,72 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.watch is None:
+        print(_inspection(args), end="")
+        return EXIT_OK
+    try:
+        while True:
+            shown = _inspection(args)
+            if sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: the view is redrawn in place
+            print(f"every {args.watch:g} s, Ctrl-C to stop: {time.strftime('%H:%M:%S')}")
+            print(shown, end="", flush=True)
+            time.sleep(args.watch)
+    except KeyboardInterrupt:  # the way to stop watching: not an error
+        return EXIT_OK
+
+
+def _inspection(args: argparse.Namespace) -> str:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
     env = LedgerEnv.open_readonly(args.path)
     try:
-        report = inspect_ledger(env, values=args.values)
+        report = filtered(inspect_ledger(env, values=args.values), stream=args.stream, group=args.group)
     finally:
         env.close()
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print(_table(report), end="")
+    if args.groups:
+        rows = group_rows(report)
+        return json.dumps(rows) + "\n" if args.json else _groups_table(rows)
+    return json.dumps(report) + "\n" if args.json else _table(report)
+
+
+def _groups_table(rows: list[dict[str, Any]]) -> str:
+    header = ("GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "STOPPED")
+    cells = [header] + [
+        (
+            r["group"],
+            r["stream"],
+            str(r["acked_through"]),
+            str(r["appended"]),
+            str(r["lag"]),
+            str(r["exhausted"]),
+            "yes" if r["stopped"] else "no",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in cells
+    ]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _view(args: argparse.Namespace) -> int:
+    env = LedgerEnv.open_readonly(args.path)
+    try:
+        shown = view_messages(env, parse_ref(args.stream), start=args.start, limit=args.limit)
+    finally:
+        env.close()
+    if args.start <= shown["compacted_through"]:
+        print(
+            f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "
+            "away; showing what is kept",
+            file=sys.stderr,
+        )
+    for message in shown["messages"]:
+        print(json.dumps(message))
     return EXIT_OK
 
 

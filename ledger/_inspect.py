@@ -116,7 +116,7 @@ def _node_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
             }
             if values and checkpoint is not None:
                 node["outputs"] = {
-                    o.key: None if o.value is None else _plain(to_plain(o.value)) for o in checkpoint.outputs
+                    o.key: None if o.value is None else plain(to_plain(o.value)) for o in checkpoint.outputs
                 }
             nodes.append(node)
         nodes.sort(key=lambda n: (n["path"], n["boundary"] != "node", n["boundary"]))
@@ -189,7 +189,7 @@ def _state(data: bytes | None, key: bytes) -> Any:
     if data is None:
         return None
     try:
-        return _plain(to_plain(data))
+        return plain(to_plain(data))
     except msgspec.DecodeError as exc:
         raise CorruptRecordError(
             f"the committed state in record {key.hex()} of database 'groups' "
@@ -198,16 +198,16 @@ def _state(data: bytes | None, key: bytes) -> Any:
         ) from None
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` with bytes, dates and extension types turned into JSON values."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(_plain(k)): _plain(v) for k, v in value.items()}
+        return {k if isinstance(k, str) else str(plain(k)): plain(v) for k, v in value.items()}
     if isinstance(value, datetime.datetime):
         return value.isoformat()
     if isinstance(value, msgspec.msgpack.Ext):

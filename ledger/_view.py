@@ -1,0 +1,102 @@
+"""Looking at messages: a stream's confirmed messages as JSON values, and its groups as an operator sees them.
+
+Both read one snapshot of a ledger opened read-only (beside its running
+owner) and write nothing. Messages are decoded without their Python type
+(the ledger does not keep the class), into the JSON shape their MessagePack
+has: a Struct is an object, bytes are base64.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+from streams.store import StreamRef, to_plain
+
+from ._env import LedgerEnv
+from ._errors import LedgerError
+from ._inspect import plain
+from ._streams import LmdbView
+
+__all__ = ["UnknownStreamError", "filtered", "group_rows", "parse_ref", "view_messages"]
+
+
+class UnknownStreamError(LedgerError, LookupError):
+    """The ledger holds no stream by that reference."""
+
+
+def parse_ref(text: str) -> StreamRef:
+    """``scope/node/key`` (the scope may hold ``/`` itself) as a :class:`StreamRef`."""
+    parts = text.rsplit("/", 2)
+    if len(parts) != 3 or not all(parts):
+        raise UnknownStreamError(f"{text!r} is not a stream reference: write it as scope/node/key")
+    return StreamRef(*parts)
+
+
+def view_messages(
+    env: LedgerEnv, ref: StreamRef, *, start: int = 1, limit: int | None = None
+) -> dict[str, Any]:
+    """The confirmed messages of ``ref`` from sequence ``start`` on (at most ``limit``), as JSON values.
+
+    ``compacted_through`` says which messages every group acknowledged and the
+    ledger removed: they cannot be shown.
+    """
+    if not (env.has_db("streams") and env.has_db("messages")):
+        raise UnknownStreamError(f"the ledger at {env.path} holds no stream {ref}")
+    dbs = {name: env.db(name) for name in ("streams", "messages")}
+    with env.read() as txn:
+        view = LmdbView(txn, dbs, {})
+        view.load(descriptors=(ref,))
+        desc = view.get_descriptor(ref)
+        if desc is None:
+            raise UnknownStreamError(f"the ledger at {env.path} holds no stream {ref}")
+        after = max(start, desc.compacted_through + 1) - 1
+        messages: list[dict[str, Any]] = []
+        for stored in view.messages_after(ref, after):
+            if limit is not None and len(messages) >= limit:
+                break
+            messages.append({"seq": stored.seq, "value": plain(to_plain(stored.payload))})
+    return {
+        "stream": str(ref),
+        "type": desc.type_name,
+        "appended": desc.appended,
+        "compacted_through": desc.compacted_through,
+        "messages": messages,
+    }
+
+
+def filtered(report: dict[str, Any], *, stream: str | None, group: str | None) -> dict[str, Any]:
+    """``report`` (of :func:`~ledger.inspect_ledger`) with the streams and groups matching the patterns.
+
+    Patterns are shell-style (``orders*``, ``*/billing/*``) against a
+    stream's ``scope/node/key`` and a group's name. With a group pattern,
+    streams with no matching group are left out.
+    """
+    streams = []
+    for s in report["streams"]:
+        if stream is not None and not fnmatch.fnmatchcase(f"{s['scope']}/{s['node']}/{s['key']}", stream):
+            continue
+        groups = [g for g in s["groups"] if group is None or fnmatch.fnmatchcase(g["group"], group)]
+        if group is not None and not groups:
+            continue
+        streams.append({**s, "groups": groups})
+    return {**report, "streams": streams}
+
+
+def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per consumer group, in the shape of ``kafka-consumer-groups --describe``."""
+    rows = []
+    for s in report["streams"]:
+        for g in s["groups"]:
+            rows.append(
+                {
+                    "group": g["group"],
+                    "stream": f"{s['scope']}/{s['node']}/{s['key']}",
+                    "acked_through": g["acked_through"],
+                    "appended": s["appended"],
+                    "lag": g["pending"],
+                    "exhausted": g["exhausted"],
+                    "stopped": g["stopped"],
+                }
+            )
+    return sorted(rows, key=lambda r: (r["group"], r["stream"]))

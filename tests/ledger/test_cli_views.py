@@ -1,0 +1,112 @@
+"""The CLI's views of a ledger: consumer groups, filters, messages, and watching, through subprocesses."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from ledger import open_ledger
+from streams import Key, Stream, open_scope
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Order(msgspec.Struct, frozen=True):
+    id: int
+    note: bytes
+
+
+ORDERS = Key("orders", Stream[Order])
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ledger", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger with 5 orders: group 'billing' handled 3 of them, group 'audit' none."""
+    path = tmp_path_factory.mktemp("views") / "ledger"
+
+    async def fill() -> None:
+        async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="shop") as scope:
+            stream = await scope.open_stream(ORDERS, node="intake", groups=("billing", "audit"))
+            for i in range(1, 6):
+                await stream.writer().send(Order(i, b"\x00\x01"))
+            await stream.writer().flush()
+            billing = stream.reader("billing")
+            for _ in range(3):
+                await billing.ack(await billing.receive())
+
+    anyio.run(fill)
+    return path
+
+
+def test_the_groups_view_has_a_row_per_group_with_its_lag(shop: Path) -> None:
+    table = cli("inspect", str(shop), "--groups")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "STOPPED"]
+    assert [line.split() for line in lines[1:]] == [
+        ["audit", "shop/intake/orders", "0", "5", "5", "0", "no"],
+        ["billing", "shop/intake/orders", "3", "5", "2", "0", "no"],
+    ]
+    rows = json.loads(cli("inspect", str(shop), "--groups", "--json").stdout)
+    assert [(r["group"], r["lag"]) for r in rows] == [("audit", 5), ("billing", 2)]
+
+
+def test_inspect_filters_streams_and_groups_by_pattern(shop: Path) -> None:
+    only_billing = json.loads(cli("inspect", str(shop), "--json", "--group", "bill*").stdout)
+    assert [[g["group"] for g in s["groups"]] for s in only_billing["streams"]] == [["billing"]]
+    no_stream = json.loads(cli("inspect", str(shop), "--json", "--stream", "*/payments").stdout)
+    assert no_stream["streams"] == []
+    no_group = json.loads(cli("inspect", str(shop), "--json", "--group", "nobody").stdout)
+    assert no_group["streams"] == []  # a stream with no matching group is left out
+    both = cli("inspect", str(shop), "--stream", "shop/*/orders", "--group", "audit")
+    assert "stream shop/intake/orders" in both.stdout and "billing" not in both.stdout
+
+
+def test_view_prints_the_kept_messages_as_json_lines(shop: Path) -> None:
+    done = cli("view", str(shop), "shop/intake/orders", "--from", "2", "--limit", "2")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {"seq": 2, "value": {"id": 2, "note": "AAE="}},
+        {"seq": 3, "value": {"id": 3, "note": "AAE="}},
+    ]
+    assert done.stderr == ""
+    unknown = cli("view", str(shop), "shop/intake/refunds")
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines() == [f"error: the ledger at {shop} holds no stream shop/intake/refunds"]
+
+
+def test_watch_shows_the_view_again_until_ctrl_c_which_ends_it_cleanly(shop: Path) -> None:
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "inspect", str(shop), "--groups", "--watch", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.stdout is not None
+    headers = 0
+    while headers < 2:  # the view, shown twice
+        line = run.stdout.readline()
+        assert line, "the watch ended by itself"
+        headers += line.startswith("GROUP ")
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=30)
+    assert run.returncode == 0 and "Traceback" not in err
