@@ -301,7 +301,13 @@ def _interrupted(signum: int) -> int:
 
 
 class _ProgressLine:
-    """Writes progress to a stream: one rewritten line on a terminal, plain lines otherwise."""
+    """Writes progress to a stream: a rewritten bar with rate and ETA on a terminal, plain lines otherwise.
+
+    The bar follows the last stage (audited orders), which ends the demo;
+    the ETA divides what is left by this run's billing rate.
+    """
+
+    WIDTH: Final = 24
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
@@ -314,7 +320,12 @@ class _ProgressLine:
             f"audited {p.audited:,}  {p.rate:,.0f} msgs/s"
         )
         if self._tty:
-            self._out.write(f"\r{text}\x1b[K")
+            done = p.audited / p.messages if p.messages else 1.0
+            filled = int(done * self.WIDTH)
+            bar = "#" * filled + "-" * (self.WIDTH - filled)
+            left = p.messages - p.audited
+            eta = "--:--" if p.rate <= 0 else _clock(left / p.rate)
+            self._out.write(f"\r[{bar}] {done:4.0%}  {text}  ETA {eta}\x1b[K")
             self._open = True
         else:
             self._out.write(f"progress: {text}\n")
@@ -325,6 +336,14 @@ class _ProgressLine:
             self._out.write("\n")
             self._out.flush()
             self._open = False
+
+
+def _clock(seconds: float) -> str:
+    """``seconds`` as m:ss (or h:mm:ss)."""
+    whole = int(seconds + 0.5)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _demo(args: argparse.Namespace) -> int:

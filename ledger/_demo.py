@@ -172,7 +172,8 @@ async def run_demo(
     :class:`~ledger.MapFullError`, and the same call with a larger limit resumes.
 
     Raises :class:`DemoMismatchError` if the ledger holds a demo of another
-    number of ``messages``, and the ledger's own errors
+    number of ``messages``, or anything but the demo (an application's
+    streams or runs: the demo never writes beside them), and the ledger's own errors
     (:class:`~ledger.NotALedgerError`, :class:`~ledger.LedgerLockedError`, …)
     for a path that cannot be opened.
     """
@@ -184,6 +185,29 @@ async def run_demo(
         return await _run_on(ledger, path, messages, progress, progress_interval)
 
 
+def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """The demo runs only in a new ledger or its own: never beside an application's records."""
+    others = [
+        *(
+            f"stream {s['scope']}/{s['node']}/{s['key']}"
+            for s in report["streams"]
+            if s["scope"] != DEMO_SCOPE
+        ),
+        *(
+            f"run {r['run_id']!r}"
+            for r in report["runs"]
+            if r["run_id"] != DEMO_SCOPE or r["graph"] != "demo"
+        ),
+        *(f"graph run {r['run_id']!r}" for r in report["graph_runs"]),
+    ]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise DemoMismatchError(
+            f"ledger {path} holds more than the demo ({shown}); the demo writes only into a new "
+            "directory or its own ledger: choose another path"
+        )
+
+
 async def _run_on(
     ledger: Ledger,
     path: str | os.PathLike[str],
@@ -191,7 +215,9 @@ async def _run_on(
     progress: ProgressCallback | None,
     progress_interval: float,
 ) -> DemoSummary:
-    found = _read_demo(inspect_ledger(ledger.env))
+    report = inspect_ledger(ledger.env)
+    _refuse_other_contents(report, path)
+    found = _read_demo(report)
     run = next((r for r in ledger.runs() if r.run_id == DEMO_SCOPE), None)
     if found.finished and (run is None or run.status == "completed"):
         return DemoSummary(

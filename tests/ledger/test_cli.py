@@ -6,6 +6,8 @@ import io
 import itertools
 import json
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -27,12 +29,13 @@ from ledger import (
     NotALedgerError,
     SchemaVersionError,
     inspect_ledger,
+    open_ledger,
 )
 from ledger._cli import _ProgressLine, main
 from ledger._demo import DemoMismatchError, DemoProgress, run_demo, run_demo_pipeline
 from ledger._env import LedgerMeta
 from ledger._seal import seal
-from streams import MemoryStore
+from streams import Key, MemoryStore, Stream, open_scope
 
 N = 500
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,6 +293,26 @@ def test_cli_demo_where_no_directory_can_be_made_is_a_one_line_usage_error(tmp_p
     assert (tmp_path / "file").read_text().startswith("a file")
 
 
+def test_cli_demo_refuses_a_ledger_that_holds_anything_but_the_demo(tmp_path: Path) -> None:
+    path = tmp_path / "app"
+
+    async def application() -> None:
+        async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="app") as scope:
+            stream = await scope.open_stream(Key("payments", Stream[int]), node="intake", groups=("g",))
+            await stream.writer().send(1)
+            await stream.writer().flush()
+
+    anyio.run(application)
+    before = snapshot(path)
+    done = cli("demo", str(path), "-n", "10")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: ledger {path} holds more than the demo (stream app/intake/payments); the demo writes "
+        "only into a new directory or its own ledger: choose another path"
+    ]
+    assert snapshot(path) == before  # nothing written
+
+
 def test_cli_version_prints_the_release() -> None:
     done = cli("--version")
     assert done.returncode == 0
@@ -417,7 +440,9 @@ def test_progress_rewrites_one_line_on_a_terminal_and_writes_plain_lines_elsewhe
     line.end()
     text = terminal.getvalue()
     assert text.count("\r") == 2 and text.count("\n") == 1 and text.endswith("\n")
-    assert "orders 50/100  billed 40  invoices 40  audited 30  40 msgs/s" in text
+    # 30 of 100 audited: 7 of 24 cells; 70 left at 40 a second: ETA 0:02
+    bar = "[#######-----------------]  30%"
+    assert f"{bar}  orders 50/100  billed 40  invoices 40  audited 30  40 msgs/s  ETA 0:02" in text
 
     plain = io.StringIO()
     line = _ProgressLine(plain)
@@ -429,6 +454,47 @@ def test_progress_rewrites_one_line_on_a_terminal_and_writes_plain_lines_elsewhe
         plain.getvalue().splitlines()
         == ["progress: orders 50/100  billed 40  invoices 40  audited 30  40 msgs/s"] * 2
     )
+
+
+def test_the_demo_on_a_real_terminal_draws_a_bar_with_rate_and_eta_then_its_summary(tmp_path: Path) -> None:
+    controller, terminal = os.openpty()
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ledger",
+            "demo",
+            str(tmp_path / "ledger"),
+            "-n",
+            "20000",
+            "--progress-interval",
+            "0.02",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+        cwd=ROOT,
+    )
+    os.close(terminal)
+    shown = b""
+    while True:
+        ready, _, _ = select.select([controller], [], [], 60)
+        assert ready, "the demo printed nothing for a minute"
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert run.wait(timeout=60) == 0
+    text = shown.decode()
+    assert re.search(
+        r"\r\[[#-]{24}\] +\d+%  orders [\d,]+/20,000 .* msgs/s  ETA (\d+:\d\d|--:--)\x1b\[K", text
+    )
+    assert "Traceback" not in text
+    assert text.rstrip().splitlines()[-1].startswith("demo finished: 20000 orders")
 
 
 def _rewrite(path: Path, db: str, change: Callable[[bytes, bytes], bytes | None]) -> None:
