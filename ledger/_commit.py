@@ -14,8 +14,9 @@ the event loop never blocks on LMDB and no task sits between a write and its
 commit.
 
 Each batch is one ``streamledger.commit_batch`` span (writes, failed writes,
-map growths), started and ended on the event loop so the writer thread does
-no tracing work.
+map growths), linked to the spans its writes were submitted under (a
+handler's ``process`` span, a run's), started and ended on the event loop so
+the writer thread does no tracing work.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import lmdb
-from opentelemetry.trace import Span
+from opentelemetry.trace import Link, Span, SpanContext, get_current_span
 
 from streams.store import ATTR, INSTRUMENTS, SPAN, failed, tracer
 
@@ -59,10 +60,12 @@ _READER_CHECK_EVERY: Final = 1024
 class WriteTicket(Generic[T]):
     """One submitted write; await :meth:`wait` for its result once its batch is durable."""
 
-    __slots__ = ("_done", "_error", "_fn", "_result")
+    __slots__ = ("_done", "_error", "_fn", "_result", "origin")
 
     def __init__(self, fn: Callable[[lmdb.Transaction], T]) -> None:
         self._fn = fn
+        #: The span the write was submitted under: the commit batch that confirms it links to it.
+        self.origin: SpanContext = get_current_span().get_span_context()
         self._done = anyio.Event()
         self._result: T | None = None
         self._error: BaseException | None = None
@@ -162,7 +165,7 @@ class GroupCommitter:
                 self._finished.set()
             return
         self._batch = batch
-        self._span = tracer().start_span(SPAN.COMMIT_BATCH)
+        self._span = tracer().start_span(SPAN.COMMIT_BATCH, links=_links(batch))
         self._handed = time.perf_counter()
         self._writer.hand(batch)
 
@@ -290,6 +293,16 @@ class GroupCommitter:
         if observer is not None:
             observer(len(batch), sum(1 for ok, _ in outcomes if ok))
         return outcomes
+
+
+def _links(batch: list[WriteTicket[Any]]) -> list[Link]:
+    """One link to each distinct span the batch's writes were submitted under."""
+    origins: dict[tuple[int, int], SpanContext] = {}
+    for ticket in batch:
+        origin = ticket.origin
+        if origin.is_valid:
+            origins.setdefault((origin.trace_id, origin.span_id), origin)
+    return [Link(origin) for origin in origins.values()]
 
 
 def _disk_note(path: Path) -> str:

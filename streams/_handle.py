@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import msgspec
+from opentelemetry.trace import SpanKind, get_current_span
 
 from ._codec import Codec, codec_for
 from ._errors import (
@@ -460,6 +461,12 @@ class _Run(Generic[T, S]):
             raise self.stream.latch(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
         failure_attributes = {**self.group_attributes, ATTR.ERROR_KIND: type(exc).__qualname__}
         INSTRUMENTS.failed_attempts.add(1, failure_attributes)
+        current = get_current_span()
+        if current.is_recording():  # a retry is visible on the run's span, even when it then succeeds
+            current.add_event(
+                EVENT.ATTEMPT_FAILED,
+                {ATTR.SEQ: seq, ATTR.ATTEMPTS: index + 1, ATTR.ERROR_TYPE: type(exc).__qualname__},
+            )
         if attempt.exhausted:
             INSTRUMENTS.exhausted.add(1, failure_attributes)
             attempt_span = tracer().start_span(SPAN.MESSAGE_ATTEMPT)
@@ -654,12 +661,20 @@ async def handle_messages(
     group.claimed = True
     group.cursor = group.acked_through  # messages received but not acked are handled too, in order
     try:
+        # the span outside single_error: it records the error the caller gets, never a group
         with (
-            single_error(),
             span(
-                SPAN.HANDLE_MESSAGES,
-                {ATTR.STREAM: str(stream.ref), ATTR.GROUP: group.name},
+                SPAN.PROCESS.format(stream=stream.ref),
+                {
+                    **run.group_attributes,
+                    ATTR.OPERATION: "process",
+                    ATTR.OPERATION_TYPE: "process",
+                    ATTR.STREAM: str(stream.ref),
+                    ATTR.GROUP: group.name,
+                },
+                kind=SpanKind.CONSUMER,
             ) as current,
+            single_error(),
         ):
             async with anyio.create_task_group() as run.task_group:
                 await run.consume()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Final
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 __all__ = ["ATTR", "EVENT", "METRIC", "SPAN", "failed", "span", "tracer"]
@@ -28,7 +28,8 @@ class SPAN:
 
     OPEN_STREAM: Final = "streamledger.open_stream"
     RECOVER: Final = "streamledger.recover"
-    HANDLE_MESSAGES: Final = "streamledger.handle_messages"
+    #: handle_messages: OpenTelemetry's messaging name, ``{operation} {destination}``
+    PROCESS: Final = "process {stream}"
     MESSAGE_ATTEMPT: Final = "streamledger.message_attempt"
     COMMIT_BATCH: Final = "streamledger.commit_batch"
     INVOKE_GRAPH: Final = "invoke_graph {graph}"
@@ -38,6 +39,8 @@ class SPAN:
 class EVENT:
     STREAM_RECOVERED: Final = "streamledger.stream.recovered"
     BUDGET_EXHAUSTED: Final = "streamledger.budget.exhausted"
+    #: a handler attempt failed and its failure was confirmed; a retry follows unless the budget is used
+    ATTEMPT_FAILED: Final = "streamledger.message.attempt_failed"
     CHECKPOINT_RESTORED: Final = "streamledger.checkpoint.restored"
     CHECKPOINT_DISCARDED: Final = "streamledger.checkpoint.discarded"
     CHECKPOINT_SAVED: Final = "streamledger.checkpoint.saved"
@@ -66,6 +69,7 @@ class ATTR:
     DESTINATION: Final = "messaging.destination.name"
     CONSUMER_GROUP: Final = "messaging.consumer.group.name"
     OPERATION: Final = "messaging.operation.name"
+    OPERATION_TYPE: Final = "messaging.operation.type"
     ERROR_KIND: Final = "error.type"
     ERROR_TYPE: Final = "streamledger.error.type"
     # streams and handlers
@@ -116,10 +120,12 @@ def failed(current: Span, exc: BaseException) -> None:
 
 
 @contextmanager
-def span(name: str, attributes: Mapping[str, AttributeValue] | None = None) -> Iterator[Span]:
+def span(
+    name: str, attributes: Mapping[str, AttributeValue] | None = None, *, kind: SpanKind = SpanKind.INTERNAL
+) -> Iterator[Span]:
     """A current span that, on an exception, records only its type."""
     with tracer().start_as_current_span(
-        name, attributes=attributes, record_exception=False, set_status_on_exception=False
+        name, attributes=attributes, kind=kind, record_exception=False, set_status_on_exception=False
     ) as current:
         try:
             yield current

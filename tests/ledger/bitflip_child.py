@@ -7,7 +7,9 @@ with unacknowledged messages and a failed attempt's budget; a durable graph
 run's record and checkpoint), copies it compacted so that every page is in
 use, then for each of FLIPS seeded random bits flips it in a fresh copy and
 reads the copy as a user would: ``inspect``, ``check``, and, when both show
-the ledger as it was, the demo run again on it (a write). One JSON line per
+the ledger as it was, the stream reopened and read back (a write: the
+reopen raises its generation). The demo refuses to run beside other records,
+so the write is the application's. One JSON line per
 flip says what happened. A signal kills this process, and the test sees it.
 """
 
@@ -50,6 +52,14 @@ async def build(path: Path) -> None:
             await runner.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"three"}))
 
 
+async def read_back(path: Path) -> bool:
+    """Reopen the stream (a write) and read its 300 unacknowledged messages: whether they are 1..300."""
+    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        reader = stream.reader("g")
+        return [(await reader.receive()).value for _ in range(300)] == list(range(1, 301))
+
+
 def view(path: Path) -> tuple[dict[str, Any], bool]:
     env = LedgerEnv.open_readonly(path)
     try:
@@ -75,8 +85,7 @@ def outcome(copy: Path, original: dict[str, Any]) -> str:
             return "check found damage"
         if report != original:
             return "READ OTHER DATA"
-        summary = anyio.run(run_demo, copy, DEMO)
-        return "unchanged" if summary.billing_total == DEMO * (DEMO + 1) // 2 else "RESUMED TO ANOTHER ANSWER"
+        return "unchanged" if anyio.run(read_back, copy) else "RESUMED TO ANOTHER ANSWER"
     except (LedgerError, StreamsError) as exc:
         return type(exc).__name__
     except Exception as exc:  # what the suite exists to find: reported, never hidden

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from ledger import open_ledger
 from streams import Key, MemoryStore, MessageExhaustedError, MessageTx, Stream, handle_messages, open_scope
 
 SECRETS = Key("secrets", Stream[str])
@@ -62,5 +66,60 @@ async def test_handler_run_span_counts_handled_messages(spans: InMemorySpanExpor
             pass
 
         await handle_messages(stream.reader("g"), ok)
-    (run,) = [s for s in spans.get_finished_spans() if s.name == "streamledger.handle_messages"]
-    assert dict(run.attributes or {})["streamledger.handled"] == 3
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "process t/src/secrets"]
+    attributes = dict(run.attributes or {})
+    assert attributes["streamledger.handled"] == 3
+    assert run.kind == SpanKind.CONSUMER
+    assert {k: attributes[k] for k in attributes if k.startswith("messaging.")} == {
+        "messaging.system": "streamledger",
+        "messaging.destination.name": "t/src/secrets",
+        "messaging.consumer.group.name": "g",
+        "messaging.operation.name": "process",
+        "messaging.operation.type": "process",
+    }
+
+
+async def test_the_run_span_records_the_error_the_caller_gets_and_every_retry(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with open_scope(MemoryStore(), scope="retries") as scope:
+        stream = await scope.open_stream(SECRETS, node="src", groups=("g",))
+        for value in ("flaky", "broken"):
+            await stream.writer().send(value)
+        await stream.writer().finish()
+        tries: dict[str, int] = {}
+
+        async def handler(tx: MessageTx[None], value: str) -> None:
+            tries[value] = tries.get(value, 0) + 1
+            if value == "broken" or tries[value] == 1:
+                raise KeyError("no")
+
+        with pytest.raises(MessageExhaustedError):
+            await handle_messages(stream.reader("g"), handler, attempts=2)
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "process retries/src/secrets"]
+    assert dict(run.attributes or {})["streamledger.error.type"] == "MessageExhaustedError"  # not a group
+    assert run.status.description == "MessageExhaustedError"
+    failed = [dict(e.attributes or {}) for e in run.events if e.name == "streamledger.message.attempt_failed"]
+    assert [(f["streamledger.seq"], f["streamledger.attempts"]) for f in failed] == [(1, 1), (2, 1), (2, 2)]
+    assert {f["streamledger.error.type"] for f in failed} == {"KeyError"}
+
+
+async def test_a_commit_batch_links_to_the_handler_runs_it_confirms(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    async with open_ledger(tmp_path / "l") as ledger, open_scope(ledger.streams, scope="linked") as scope:
+        stream = await scope.open_stream(SECRETS, node="src", groups=("g",))
+        for i in range(5):
+            await stream.writer().send(str(i))
+        await stream.writer().finish()
+
+        async def ok(tx: MessageTx[None], value: str) -> None:
+            pass
+
+        await handle_messages(stream.reader("g"), ok)
+    finished = spans.get_finished_spans()
+    (run,) = [s for s in finished if s.name == "process linked/src/secrets"]
+    batches = [s for s in finished if s.name == "streamledger.commit_batch"]
+    linked = [b for b in batches if any(link.context.span_id == run.context.span_id for link in b.links)]
+    assert linked  # the commits of the run's messages are found from the run's trace
+    assert all(link.context.trace_id == run.context.trace_id for b in linked for link in b.links)
