@@ -39,7 +39,7 @@ from ._errors import (
     SchemaVersionError,
 )
 from ._inspect import inspect_ledger
-from ._view import UnknownStreamError, filtered, group_rows, parse_ref, view_messages
+from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
 
 __all__ = ["main"]
 
@@ -65,7 +65,7 @@ class BackupDestinationError(LedgerError, ValueError):
 
 _BAD_INPUT: Final = (
     BackupDestinationError,
-    UnknownStreamError,
+    StreamNotFoundError,
     NotALedgerError,
     LedgerPathError,
     SchemaVersionError,

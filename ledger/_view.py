@@ -18,10 +18,10 @@ from ._errors import LedgerError
 from ._inspect import plain
 from ._streams import LmdbView
 
-__all__ = ["UnknownStreamError", "filtered", "group_rows", "parse_ref", "view_messages"]
+__all__ = ["StreamNotFoundError", "filtered", "group_rows", "parse_ref", "view_messages"]
 
 
-class UnknownStreamError(LedgerError, LookupError):
+class StreamNotFoundError(LedgerError, LookupError):
     """The ledger holds no stream by that reference."""
 
 
@@ -29,7 +29,7 @@ def parse_ref(text: str) -> StreamRef:
     """``scope/node/key`` (the scope may hold ``/`` itself) as a :class:`StreamRef`."""
     parts = text.rsplit("/", 2)
     if len(parts) != 3 or not all(parts):
-        raise UnknownStreamError(f"{text!r} is not a stream reference: write it as scope/node/key")
+        raise StreamNotFoundError(f"{text!r} is not a stream reference: write it as scope/node/key")
     return StreamRef(*parts)
 
 
@@ -42,14 +42,14 @@ def view_messages(
     ledger removed: they cannot be shown.
     """
     if not (env.has_db("streams") and env.has_db("messages")):
-        raise UnknownStreamError(f"the ledger at {env.path} holds no stream {ref}")
+        raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
     dbs = {name: env.db(name) for name in ("streams", "messages")}
     with env.read() as txn:
         view = LmdbView(txn, dbs, {})
         view.load(descriptors=(ref,))
         desc = view.get_descriptor(ref)
         if desc is None:
-            raise UnknownStreamError(f"the ledger at {env.path} holds no stream {ref}")
+            raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
         after = max(start, desc.compacted_through + 1) - 1
         messages: list[dict[str, Any]] = []
         for stored in view.messages_after(ref, after):

@@ -13,6 +13,7 @@ from ._codec import CODEC_ID as CODEC_ID
 from ._codec import CODEC_VERSION as CODEC_VERSION
 from ._errors import CheckpointError as CheckpointError
 from ._errors import CheckpointScopeFailure as CheckpointScopeFailure
+from ._errors import CompactedHistoryError as CompactedHistoryError
 from ._errors import ConfirmedFailureError as ConfirmedFailureError
 from ._errors import ExecutionCancelledError as ExecutionCancelledError
 from ._errors import GraphError as GraphError
@@ -122,6 +123,7 @@ __all__ = [
     "Graph",
     "GraphError",
     "GraphStarted",
+    "CompactedHistoryError",
     "GroupBusyError",
     "HandlerContractError",
     "GroupFrontier",

@@ -34,6 +34,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "CheckpointScopeFailure",
+    "CompactedHistoryError",
     "ConfirmedFailureError",
     "ExecutionCancelledError",
     "GraphError",
@@ -74,6 +75,10 @@ class OutputLimitError(StreamsError, ValueError):
 
 class StreamStateError(StreamsError):
     """The endpoint's state forbids the operation."""
+
+
+class CompactedHistoryError(StreamStateError):
+    """A consumer group was asked to start at messages every group acknowledged and compaction removed."""
 
 
 class HandlerContractError(StreamsError, TypeError):

@@ -457,9 +457,7 @@ class _Level:
                     slot.settle(NoValue)
         self._leave(member)
         self.execution._status_of[(*self.path, member.name)] = status
-        INSTRUMENTS.nodes.add(
-            1, {ATTR.GRAPH: self.graph.name, ATTR.NODE_STATUS: status}
-        )
+        INSTRUMENTS.nodes.add(1, {ATTR.GRAPH: self.graph.name, ATTR.NODE_STATUS: status})
         self.execution._emit(Finished(self.path, member.name, status))
 
     def _leave(self, member: NodeDef | SubDef) -> None:
@@ -778,9 +776,7 @@ class Execution:
                 self._status = "cancelled"
             else:
                 self._status = "completed"
-            INSTRUMENTS.executions.add(
-                1, {ATTR.GRAPH: self.graph.name, ATTR.EXECUTION_STATUS: self._status}
-            )
+            INSTRUMENTS.executions.add(1, {ATTR.GRAPH: self.graph.name, ATTR.EXECUTION_STATUS: self._status})
             self._done.set()
 
     def _fail(self, exc: BaseException, where: tuple[str, ...]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -46,6 +46,7 @@ class StreamScope:
         groups: Sequence[str] = ("default",),
         capacity: int = 1024,
         resumable: bool = False,
+        start: Literal["earliest", "latest"] | int = "earliest",
     ) -> ManagedStream[T]:
         """Open (or recover) the stream ``key`` written by ``node``.
 
@@ -55,6 +56,13 @@ class StreamScope:
         ``resumable=True`` is the writer's promise that it continues from
         :attr:`StreamWriter.position` after a crash; only such a stream may be
         recovered while still active.
+
+        ``start`` says where a group new to the stream starts: ``"earliest"``
+        (its first message), ``"latest"`` (after the last one appended: only
+        messages appended from now on), or the first sequence it handles.
+        Groups the stream already has keep their frontiers. A start at
+        messages every other group acknowledged and compaction removed is
+        refused with :class:`CompactedHistoryError`, never a silent jump.
         """
         if not key.is_stream:
             raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
@@ -62,6 +70,10 @@ class StreamScope:
             raise ValueError("capacity must be at least 1")
         if not groups or len(set(groups)) != len(groups):
             raise ValueError("groups must be distinct, and at least one")
+        if start not in ("earliest", "latest") and (
+            not isinstance(start, int) or isinstance(start, bool) or start < 1
+        ):
+            raise ValueError(f"start is 'earliest', 'latest' or a sequence of at least 1, not {start!r}")
         check_name(node, "a node name")
         for group in groups:
             check_name(group, "a group name")
@@ -75,13 +87,19 @@ class StreamScope:
             return existing
         done = self._opening[ref] = anyio.Event()
         try:
-            return await self._open(key, ref, groups, capacity, resumable)
+            return await self._open(key, ref, groups, capacity, resumable, start)
         finally:
             del self._opening[ref]
             done.set()
 
     async def _open(
-        self, key: Key[Stream[T]], ref: StreamRef, groups: Sequence[str], capacity: int, resumable: bool
+        self,
+        key: Key[Stream[T]],
+        ref: StreamRef,
+        groups: Sequence[str],
+        capacity: int,
+        resumable: bool,
+        start: str | int,
     ) -> ManagedStream[T]:
         request = StreamOpen(
             ref=ref,
@@ -89,6 +107,7 @@ class StreamScope:
             capacity=capacity,
             groups=tuple(groups),
             resumable=resumable,
+            start=start,
         )
         with span(SPAN.OPEN_STREAM, {ATTR.STREAM: str(ref)}) as current:
             opened = await self.hooks.open(request)

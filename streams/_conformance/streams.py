@@ -7,6 +7,7 @@ import anyio
 from .. import (
     AppendBatch,
     CheckpointError,
+    CompactedHistoryError,
     Key,
     MessageCommit,
     MessageRef,
@@ -21,6 +22,7 @@ from .. import (
     StreamRef,
     open_scope,
 )
+from .._keys import type_name
 from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import NUMBERS, ORDERS, Order
@@ -324,3 +326,70 @@ async def test_opening_the_same_stream_twice_shares_one_endpoint(world: World) -
         other = Key("numbers", Stream[str])
         with raises(Exception, match="already open"):
             await scope.open_stream(other, node="src", groups=("g",))
+
+
+async def _acked_by_one_group(world: World, scope_name: str, n: int) -> None:
+    """Finished stream ``src/numbers`` of ``scope_name``: ``n`` messages, all acknowledged by group ``a``.
+
+    Once every group acknowledged a finished stream's messages, the store compacts them away.
+    """
+    async with world.session() as hooks, open_scope(hooks, scope=scope_name) as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a",))
+        for i in range(1, n + 1):
+            await stream.writer().send(i)
+        await stream.writer().finish()
+        reader = stream.reader("a")
+        for _ in range(n):
+            await reader.ack(await reader.receive())
+
+
+@check
+async def test_a_group_added_where_compaction_removed_messages_is_refused_and_nothing_changes(
+    world: World,
+) -> None:
+    await _acked_by_one_group(world, "late", 5)
+    async with world.session() as hooks:
+        ref = StreamRef("late", "src", "numbers")
+        for start in ("earliest", 3):
+            with raises(CompactedHistoryError, match="messages 1 to 5 were acknowledged by every group"):
+                await hooks.open(StreamOpen(ref, type_name(int), 1024, ("a", "b"), True, start=start))
+        opened = await hooks.open(StreamOpen(ref, type_name(int), 1024, ("a",), True))
+        assert opened.generation == 2 and opened.finished  # the refused opens raised nothing
+        assert [g.group for g in opened.groups] == ["a"]
+
+
+@check
+async def test_a_group_added_at_latest_handles_only_what_is_appended_after(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="latest") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+        for i in range(1, 6):
+            await stream.writer().send(i)
+        await stream.writer().flush()
+    async with world.session() as hooks, open_scope(hooks, scope="latest") as scope:
+        groups = ("a", "b")
+        stream = await scope.open_stream(NUMBERS, node="src", groups=groups, resumable=True, start="latest")
+        assert {g.group: g.acked_through for g in stream.snapshot().groups} == {"a": 0, "b": 5}
+        await stream.writer().send(6)
+        await stream.writer().finish()
+        assert [m.value async for m in stream.reader("b")] == [6]
+
+
+@check
+async def test_a_group_added_at_a_sequence_starts_there_and_the_others_keep_their_frontiers(
+    world: World,
+) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="at") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+        for i in range(1, 6):
+            await stream.writer().send(i)
+        await stream.writer().flush()
+    async with world.session() as hooks, open_scope(hooks, scope="at") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"), resumable=True, start=4)
+        assert {g.group: g.acked_through for g in stream.snapshot().groups} == {"a": 0, "b": 3}
+        await stream.writer().finish()
+        assert [m.value async for m in stream.reader("b")] == [4, 5]
+        ref = StreamRef("at", "src", "numbers")
+        with raises(SequenceError, match="only 5 messages were appended"):
+            await hooks.open(StreamOpen(ref, type_name(int), 1024, ("a", "c"), True, start=7))
+        with raises(ValueError, match="start is 'earliest', 'latest' or a sequence"):
+            await scope.open_stream(Key("other", Stream[int]), node="src", start=0)

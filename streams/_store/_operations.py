@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .._errors import SequenceError, StoreDamagedError, StreamFinishedError, UnknownStreamError
+from .._errors import (
+    CompactedHistoryError,
+    SequenceError,
+    StoreDamagedError,
+    StreamFinishedError,
+    UnknownStreamError,
+)
 from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import (
     AppendBatch,
@@ -107,7 +113,7 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
         if frontier is None:
             if current is not None and group in current.groups:
                 raise _missing_frontier(desc, group, "open")
-            frontier = GroupFrontier(group=group, acked_through=desc.compacted_through)
+            frontier = GroupFrontier(group=group, acked_through=start_of(desc, group, request.start))
             view.put_group(desc.ref, frontier)
         frontiers.append(frontier)
     floor = min_frontier(frontiers, desc.appended)
@@ -126,6 +132,30 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
         tail=tail,
         created=current is None,
     )
+
+
+def start_of(desc: StreamDescriptor, group: str, start: str | int) -> int:
+    """The frontier a group new to ``desc`` starts at: the sequence before the first it handles.
+
+    Never a silent jump: a start at messages compaction removed is refused.
+    """
+    if start == "latest":
+        return desc.appended
+    first = 1 if start == "earliest" else start
+    if not isinstance(first, int) or isinstance(first, bool) or first < 1:
+        raise ValueError(f"a group starts at 'earliest', 'latest' or a sequence of at least 1, not {start!r}")
+    if first <= desc.compacted_through:
+        raise CompactedHistoryError(
+            f"group {group!r} cannot start at sequence {first} of stream {desc.ref}: messages 1 to "
+            f"{desc.compacted_through} were acknowledged by every group and compacted away; start it "
+            f"at 'latest' or at a sequence from {desc.compacted_through + 1}"
+        )
+    if first > desc.appended + 1:
+        raise SequenceError(
+            f"group {group!r} cannot start at sequence {first} of stream {desc.ref}: only "
+            f"{desc.appended} messages were appended (start at most at {desc.appended + 1})"
+        )
+    return first - 1
 
 
 def append(view: RecordView, batch: AppendBatch) -> None:

@@ -45,6 +45,9 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     capacity: int
     groups: tuple[str, ...]
     resumable: bool = False  # the writer promised to continue from its position
+    #: Where a group new to the stream starts: "earliest" (sequence 1, refused once compaction
+    #: removed messages), "latest" (after the last appended), or the first sequence it handles.
+    start: str | int = "earliest"
 
 
 class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
