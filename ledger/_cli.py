@@ -35,6 +35,7 @@ from ._errors import (
     LedgerLockedError,
     LedgerPathError,
     LedgerReadOnlyError,
+    MapFullError,
     NotALedgerError,
     SchemaVersionError,
 )
@@ -44,8 +45,13 @@ from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_me
 __all__ = ["main"]
 
 EXIT_OK: Final = 0
-EXIT_FAILURE: Final = 1
-EXIT_USAGE: Final = 2
+EXIT_FAILURE: Final = 1  # something failed while running
+EXIT_USAGE: Final = 2  # the arguments or the input were wrong
+EXIT_IN_USE: Final = 3  # another process owns the ledger (or this one has it open)
+EXIT_DAMAGED: Final = 4  # a record or the data file is damaged (check found damage)
+EXIT_VERSION: Final = 5  # written by another schema or codec version
+EXIT_READ_ONLY: Final = 6  # the ledger cannot be written
+EXIT_FULL: Final = 7  # a write did not fit the ledger's map limit (--max-map-size)
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT
 EXIT_TERMINATED: Final = 143  # 128 + SIGTERM
 
@@ -63,20 +69,35 @@ class BackupDestinationError(LedgerError, ValueError):
     """The backup's destination exists already."""
 
 
-_BAD_INPUT: Final = (
-    BackupDestinationError,
-    StreamNotFoundError,
-    NotALedgerError,
-    LedgerPathError,
-    SchemaVersionError,
-    CorruptRecordError,
-    DamagedLedgerError,
-    StoreDamagedError,
-    LedgerLockedError,
-    LedgerInUseError,
-    LedgerReadOnlyError,
-    DemoMismatchError,
+#: Each failure's exit code, the first class that matches; anything else of the library's is 1.
+_EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
+    ((LedgerLockedError, LedgerInUseError), EXIT_IN_USE),
+    ((CorruptRecordError, DamagedLedgerError, StoreDamagedError), EXIT_DAMAGED),
+    ((SchemaVersionError,), EXIT_VERSION),
+    ((LedgerReadOnlyError,), EXIT_READ_ONLY),
+    ((MapFullError,), EXIT_FULL),
+    (
+        (
+            BackupDestinationError,
+            StreamNotFoundError,
+            NotALedgerError,
+            LedgerPathError,
+            DemoMismatchError,
+        ),
+        EXIT_USAGE,
+    ),
 )
+
+
+def _exit_code(exc: BaseException) -> int:
+    """The exit code of a failure: distinct per kind (docs/reference.md lists them)."""
+    seen: BaseException | None = exc
+    while seen is not None:  # a write that did not fit arrives as a CheckpointError caused by MapFullError
+        for kinds, code in _EXIT_CODES:
+            if isinstance(seen, kinds):
+                return code
+        seen = seen.__cause__
+    return EXIT_FAILURE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         help="verify every record and reference of a ledger",
         description=(
             "Verify every record of a ledger (its checksum, its layout) and every reference between "
-            "records; print what was found. Exit 0 if the ledger is sound, 1 if not. Changes nothing."
+            "records; print what was found. Exit 0 if the ledger is sound, 4 if not. Changes nothing."
         ),
     )
     check.add_argument("path", metavar="PATH", help="ledger directory")
@@ -257,12 +278,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "view":
             return _view(args)
         return _inspect(args)
-    except _BAD_INPUT as exc:
-        _error(exc)
-        return EXIT_USAGE
     except (LedgerError, StreamsError) as exc:
         _error(exc)
-        return EXIT_FAILURE
+        return _exit_code(exc)
     except KeyboardInterrupt as stop:
         return _interrupted(signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT)
     except BaseExceptionGroup as errors:
@@ -425,7 +443,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"ledger {report.path}: {total} records checked, {len(report.problems)} problems")
             for problem in report.problems:
                 print(f"  {problem}")
-    return EXIT_OK if report.sound else EXIT_FAILURE
+    return EXIT_OK if report.sound else EXIT_DAMAGED
 
 
 def _backup(args: argparse.Namespace) -> int:
@@ -447,7 +465,7 @@ def _backup(args: argparse.Namespace) -> int:
         copy.close()
     if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
         print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_DAMAGED
     print(f"ledger {args.path} copied to {destination}: {sum(report.records.values())} records, sound")
     return EXIT_OK
 

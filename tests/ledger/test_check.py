@@ -119,14 +119,14 @@ def _orphan_checkpoint(txn: Any) -> None:
     ],
     ids=["flipped-value", "moved-frontier", "missing-run", "orphan-checkpoint"],
 )
-def test_each_kind_of_damage_is_named_and_check_exits_1(
+def test_each_kind_of_damage_is_named_and_check_exits_4(
     demo_ledger: Path, db: bytes, change: Callable[[Any], None], problem: str
 ) -> None:
     damage(demo_ledger, db, change)
     problems = checked(demo_ledger)
     assert any(problem in p for p in problems), problems
     done = cli("check", str(demo_ledger))
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert problem in done.stdout and "problems" in done.stdout.splitlines()[0]
 
 

@@ -355,7 +355,7 @@ def test_cli_demo_refuses_a_ledger_another_process_owns_but_inspect_reads_it(tmp
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
         message = expected_error(path, LedgerLockedError)
         done = cli("demo", str(path), "--messages", "100")
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 3, done.stderr
         assert done.stderr.splitlines() == [message]
         assert done.stdout == ""
         # inspecting takes no owner lock: it reads beside the process that owns the ledger
@@ -519,7 +519,7 @@ def test_cli_refuses_a_ledger_of_another_schema_version(tmp_path: Path, command:
     _rewrite(path, "meta", lambda key, value: seal("meta", key, msgspec.msgpack.encode(meta)))
     before = (path / "data.mdb").read_bytes()
     done = cli(command, str(path))
-    assert done.returncode == 2
+    assert done.returncode == 5
     assert done.stderr.splitlines() == [expected_error(path, SchemaVersionError)]
     assert (path / "data.mdb").read_bytes() == before
 
@@ -531,7 +531,7 @@ def test_cli_refuses_a_ledger_with_a_corrupted_record(tmp_path: Path, command: s
     _rewrite(path, "groups", lambda key, value: value[:-1] + bytes([value[-1] ^ 0xFF]))
     before = (path / "data.mdb").read_bytes()
     done = cli(command, str(path))
-    assert done.returncode == 2
+    assert done.returncode == 4
     [line] = done.stderr.splitlines()
     assert line.startswith("error: record ") and "database 'groups'" in line, line
     with pytest.raises(CorruptRecordError, match="database 'groups'"):

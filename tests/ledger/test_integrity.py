@@ -113,7 +113,7 @@ async def test_a_record_under_another_records_key_fails_its_checksum(tmp_path: P
         ledger_env.close()
 
 
-def test_the_demo_on_a_ledger_with_a_damaged_key_exits_2_with_one_line_and_changes_nothing(
+def test_the_demo_on_a_ledger_with_a_damaged_key_exits_4_with_one_line_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "ledger"
@@ -129,7 +129,7 @@ def test_the_demo_on_a_ledger_with_a_damaged_key_exits_2_with_one_line_and_chang
         cwd=ROOT,
         check=False,
     )
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 4, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: ") and "damaged" in line  # the moved record, or the missing one
     assert (path / "data.mdb").read_bytes() == before

@@ -96,7 +96,7 @@ def test_the_demo_command_over_its_map_limit_says_so_in_one_line_and_the_same_co
         )
 
     full = demo("256K")
-    assert full.returncode == 1 and "Traceback" not in full.stderr
+    assert full.returncode == 7 and "Traceback" not in full.stderr
     [error] = [line for line in full.stderr.splitlines() if line.startswith("error:")]
     assert f"map limit of {TOO_SMALL} bytes" in error and "larger max_map_size" in error, error
     assert "nothing of it was written" in error
@@ -132,7 +132,7 @@ def test_a_ledger_whose_creation_does_not_fit_its_limit_is_map_full_and_a_larger
 
     other = tmp_path / "other"
     refused = cli("demo", str(other), "--messages", "10", "--max-map-size", "4K")
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.returncode == 7 and "Traceback" not in refused.stderr
     [error] = refused.stderr.splitlines()
     assert re.fullmatch(r"error: ledger .* map limit of 4096 bytes.*larger max_map_size", error), error
 

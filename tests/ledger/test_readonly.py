@@ -93,11 +93,11 @@ async def test_open_ledger_and_run_demo_on_a_read_only_filesystem_raise_the_type
     assert files(disk) == before
 
 
-def test_the_demo_on_a_read_only_ledger_exits_2_with_one_line(disk: Path) -> None:
+def test_the_demo_on_a_read_only_ledger_exits_6_with_one_line(disk: Path) -> None:
     path = read_only_ledger(disk)
     before = files(disk)
     refused = cli("demo", str(path), "--messages", str(N))
-    assert refused.returncode == 2
+    assert refused.returncode == 6
     line = one_error_line(refused.stderr)
     assert str(path) in line and "is read-only" in line and "mounted read-only" in line
     assert refused.stdout == ""
@@ -117,7 +117,7 @@ def test_a_ledger_cannot_be_created_on_a_read_only_filesystem(disk: Path, where:
     ):
         LedgerEnv.open(path)
     ran = cli("demo", str(path), "--messages", "10")
-    assert ran.returncode == 2
+    assert ran.returncode == 6
     line = one_error_line(ran.stderr)
     assert f"ledger {path} cannot be created" in line and "mounted read-only" in line
     assert files(disk) == before
