@@ -358,13 +358,18 @@ async def test_a_group_added_where_compaction_removed_messages_is_refused_and_no
         assert [g.group for g in opened.groups] == ["a"]
 
 
-@check
-async def test_a_group_added_at_latest_handles_only_what_is_appended_after(world: World) -> None:
-    async with world.session() as hooks, open_scope(hooks, scope="latest") as scope:
+async def _five_unread(world: World, scope_name: str) -> None:
+    """Active stream ``src/numbers`` of ``scope_name``: messages 1 to 5, which group ``a`` has not read."""
+    async with world.session() as hooks, open_scope(hooks, scope=scope_name) as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
         for i in range(1, 6):
             await stream.writer().send(i)
         await stream.writer().flush()
+
+
+@check
+async def test_a_group_added_at_latest_handles_only_what_is_appended_after(world: World) -> None:
+    await _five_unread(world, "latest")
     async with world.session() as hooks, open_scope(hooks, scope="latest") as scope:
         groups = ("a", "b")
         stream = await scope.open_stream(NUMBERS, node="src", groups=groups, resumable=True, start="latest")
@@ -378,11 +383,7 @@ async def test_a_group_added_at_latest_handles_only_what_is_appended_after(world
 async def test_a_group_added_at_a_sequence_starts_there_and_the_others_keep_their_frontiers(
     world: World,
 ) -> None:
-    async with world.session() as hooks, open_scope(hooks, scope="at") as scope:
-        stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
-        for i in range(1, 6):
-            await stream.writer().send(i)
-        await stream.writer().flush()
+    await _five_unread(world, "at")
     async with world.session() as hooks, open_scope(hooks, scope="at") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"), resumable=True, start=4)
         assert {g.group: g.acked_through for g in stream.snapshot().groups} == {"a": 0, "b": 3}

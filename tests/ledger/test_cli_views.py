@@ -15,6 +15,8 @@ import pytest
 from ledger import open_ledger
 from streams import Key, Stream, open_scope
 
+from .test_cli import cli
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,17 +26,6 @@ class Order(msgspec.Struct, frozen=True):
 
 
 ORDERS = Key("orders", Stream[Order])
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ledger", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
