@@ -516,14 +516,22 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in cells
-    ]
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    return "\n".join(_aligned(cells, left=2)) + "\n"
+
+
+def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = False) -> list[str]:
+    """Rows as lines of columns two spaces apart: the first ``left`` aligned left, the others right.
+
+    With ``ragged_last`` the last column (free text) is not padded.
+    """
+    fixed = len(rows[0]) - ragged_last
+    widths = [max(len(row[i]) for row in rows) for i in range(fixed)]
+    lines = []
+    for row in rows:
+        aligned = zip(row[:fixed], widths, strict=True)
+        cells = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(aligned)]
+        lines.append("  ".join([*cells, *row[fixed:]]).rstrip())
+    return lines
 
 
 def _view(args: argparse.Namespace) -> int:
@@ -566,11 +574,7 @@ def _table(report: dict[str, Any]) -> str:
                     json.dumps(g["state"]),
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        for row in rows:
-            name, *numbers, state = row
-            cells = [name.ljust(widths[0])] + [n.rjust(w) for n, w in zip(numbers, widths[1:], strict=True)]
-            lines.append("  " + "  ".join([*cells, state]))
+        lines.extend("  " + line for line in _aligned(rows, left=1, ragged_last=True))
     lines.extend(_node_runs_table(report["runs"]))
     lines.extend(_runs_table(report["graph_runs"]))
     return "\n".join(lines) + "\n"

@@ -204,6 +204,7 @@ class _Level:
         self.plan = dict(plan or {})
         self.failure: BaseException | None = None
         self._cancel: anyio.CancelScope | None = None
+        self._status_attributes: dict[str, dict[str, str]] = {}
 
     @property
     def stream_scope(self) -> str:
@@ -457,7 +458,13 @@ class _Level:
                     slot.settle(NoValue)
         self._leave(member)
         self.execution._status_of[(*self.path, member.name)] = status
-        INSTRUMENTS.nodes.add(1, {ATTR.GRAPH: self.graph.name, ATTR.NODE_STATUS: status})
+        attributes = self._status_attributes.get(status)
+        if attributes is None:  # made once per status and level: _finish runs for every node
+            attributes = self._status_attributes[status] = {
+                ATTR.GRAPH: self.graph.name,
+                ATTR.NODE_STATUS: status,
+            }
+        INSTRUMENTS.nodes.add(1, attributes)
         self.execution._emit(Finished(self.path, member.name, status))
 
     def _leave(self, member: NodeDef | SubDef) -> None:
@@ -718,12 +725,8 @@ class Execution:
         if not self._done.is_set():
             self.cancel()
         assert self._task_group is not None
-        try:
-            with single_error():  # the block's own exception goes on as it is, never inside a group
-                await self._task_group.__aexit__(None, None, None)
-        finally:
-            for stream in self._streams.values():
-                stream.core.close()
+        with single_error():  # the block's own exception goes on as it is, never inside a group
+            await self._task_group.__aexit__(None, None, None)
         return None
 
     async def wait(self) -> ExecutionResult:

@@ -45,7 +45,7 @@ from ._reservation import OutputReservation, StagedOutputs, notify, publish
 from ._staging import CommitStager
 from ._store._records import MessageCommit, MessageFail, MessageOpen, MessageRef
 from ._stream import StreamCore, StreamReader, StreamWriter, _Group
-from ._tracing import ATTR, EVENT, SPAN, span, tracer
+from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error
 
 __all__ = ["HandleResult", "MessageTx", "handle_messages"]
@@ -283,7 +283,7 @@ class _Run(Generic[T, S]):
         else:
             start = f" from sequence {batch[0].message.seq}" if batch else ""
             error = CheckpointError(
-                f"commit of {_count(batch) if batch else 0} messages of {self.stream.ref} "
+                f"commit of {_count(batch)} messages of {self.stream.ref} "
                 f"(group {self.group.name!r}){start} failed; recover from the ledger"
             )
             error.__cause__ = exc
@@ -461,26 +461,21 @@ class _Run(Generic[T, S]):
             raise self.stream.latch(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
         failure_attributes = {**self.group_attributes, ATTR.ERROR_KIND: type(exc).__qualname__}
         INSTRUMENTS.failed_attempts.add(1, failure_attributes)
+        # on the run's span: a retry is visible even when it then succeeds, and so is exhaustion
         current = get_current_span()
-        if current.is_recording():  # a retry is visible on the run's span, even when it then succeeds
+        recording = current.is_recording()
+        if recording:
             current.add_event(
                 EVENT.ATTEMPT_FAILED,
                 {ATTR.SEQ: seq, ATTR.ATTEMPTS: index + 1, ATTR.ERROR_TYPE: type(exc).__qualname__},
             )
         if attempt.exhausted:
             INSTRUMENTS.exhausted.add(1, failure_attributes)
-            attempt_span = tracer().start_span(SPAN.MESSAGE_ATTEMPT)
-            attempt_span.add_event(
-                EVENT.BUDGET_EXHAUSTED,
-                {
-                    ATTR.STREAM: str(self.stream.ref),
-                    ATTR.GROUP: self.group.name,
-                    ATTR.SEQ: seq,
-                    ATTR.ATTEMPTS: attempt.index,
-                    ATTR.ERROR_TYPE: type(exc).__qualname__,
-                },
-            )
-            attempt_span.end()
+            if recording:
+                current.add_event(
+                    EVENT.BUDGET_EXHAUSTED,
+                    {ATTR.SEQ: seq, ATTR.ATTEMPTS: attempt.index, ATTR.ERROR_TYPE: type(exc).__qualname__},
+                )
             self._exhausted(seq, attempt.index, exc)
         self.group.failing.add(seq)
         return attempt.index

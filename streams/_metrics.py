@@ -9,7 +9,8 @@ streams and groups, never values. The engine records per batch, not per
 message, so metrics cost nothing a batch does not already pay.
 
 A stream's endpoint is observed for the lag gauge from when it opens until
-its scope or execution ends (:func:`observe_stream`, :func:`forget_stream`).
+its scope ends (:func:`observe_stream`, :func:`forget_stream`); a group is
+reported while it reads: one that stopped, or whose graph node concluded, is not.
 """
 
 from __future__ import annotations

@@ -101,12 +101,8 @@ class ConfirmPipeline(Generic[B]):
         Raises the pipeline's failure instead: after a failed confirmation
         nothing more is taken.
         """
-        if self.failure is not None:
-            raise self.failure
-        self.staged += units
-        if not self._running:
+        if self._accept(units):
             assert self._spawn is not None, "a pipeline without spawn is led by its callers: stage_and_lead"
-            self._running = True
             self._spawn(self._commit)
         return self.staged
 
@@ -118,12 +114,18 @@ class ConfirmPipeline(Generic[B]):
         the running committer takes the work. Work that waits for its
         predecessor's confirmation (a chain of nodes) so costs no task of its own.
         """
+        if self._accept(units):
+            await self._commit()
+
+    def _accept(self, units: int) -> bool:
+        """Count accepted work (or raise the failure); whether the caller must start the committer."""
         if self.failure is not None:
             raise self.failure
         self.staged += units
-        if not self._running:
-            self._running = True
-            await self._commit()
+        if self._running:
+            return False
+        self._running = True
+        return True
 
     async def wait(self, mark: int) -> None:
         """Wait until the work counted up to ``mark`` landed; raises the failure if it never will."""

@@ -386,7 +386,7 @@ class StreamCore(Generic[T]):
                 yield group.name, max(0, confirmed - group.acked_through - handled_above)
 
     def close(self) -> None:
-        """Its scope or execution ended: the endpoint is no longer reported."""
+        """Its scope ended: the endpoint is no longer reported."""
         forget_stream(self)
 
     async def flush(self) -> None:

@@ -30,7 +30,6 @@ class SPAN:
     RECOVER: Final = "streamledger.recover"
     #: handle_messages: OpenTelemetry's messaging name, ``{operation} {destination}``
     PROCESS: Final = "process {stream}"
-    MESSAGE_ATTEMPT: Final = "streamledger.message_attempt"
     COMMIT_BATCH: Final = "streamledger.commit_batch"
     INVOKE_GRAPH: Final = "invoke_graph {graph}"
     EXECUTE_STEP: Final = "execute_step {node}"

@@ -14,6 +14,7 @@ import pytest
 
 from ledger import open_ledger
 from streams import (
+    Execution,
     Graph,
     Key,
     MemoryStore,
@@ -129,6 +130,36 @@ async def test_nodes_executions_and_ledger_batches_are_counted(
     assert writes.count >= 1 and writes.sum >= 2  # at least the two node records
     landed = metrics_now.value("streamledger.ledger.commit.duration", streamledger__ledger=name)
     assert landed.count == writes.count and landed.sum > 0
+
+
+async def test_an_executions_stream_lag_is_observed_while_its_reader_runs_and_not_after_it_concluded(
+    metrics_now: Metrics, anyio_backend: str
+) -> None:
+    orders = Key(f"orders_{anyio_backend}", Stream[int])
+    destination = f"execution/shop/orders_{anyio_backend}"
+    graph = Graph(f"lagging-{anyio_backend}", version="1")
+    lags: list[object] = []
+
+    @graph.node(provides=[orders])
+    async def shop(ctx: NodeContext) -> None:
+        for i in range(3):
+            await ctx.writer(orders).send(i)
+        await ctx.writer(orders).flush()
+        lags.append(metrics_now.value("streamledger.consumer.lag", messaging__destination__name=destination))
+
+    @graph.node(requires=[orders])
+    async def count(ctx: NodeContext) -> None:
+        async def ack(tx: MessageTx[None], value: int) -> None:
+            pass
+
+        await ctx.handle_messages(orders, ack)
+
+    execution = Execution(graph)
+    async with execution:
+        await execution.wait()
+    assert lags and lags[0] is not None  # observed while the reader had messages to handle
+    # a concluded reader leaves its group (it no longer holds the writer back), so no lag is left
+    assert metrics_now.value("streamledger.consumer.lag", messaging__destination__name=destination) is None
 
 
 def test_the_library_records_metrics_without_the_sdk() -> None:
