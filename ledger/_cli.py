@@ -39,6 +39,7 @@ from ._errors import (
     NotALedgerError,
     SchemaVersionError,
 )
+from ._groups import GroupChangeError, add_group_command, run_group_command
 from ._inspect import inspect_ledger
 from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
 
@@ -80,6 +81,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
         (
             BackupDestinationError,
             StreamNotFoundError,
+            GroupChangeError,
             NotALedgerError,
             LedgerPathError,
             DemoMismatchError,
@@ -158,7 +160,10 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--groups",
         action="store_true",
-        help="one row per consumer group: acked through, appended, lag, exhausted, stopped",
+        help=(
+            "one row per consumer group: acked through, appended, lag, exhausted, dead-lettered, "
+            "stopped, last activity"
+        ),
     )
     inspect.add_argument(
         "--watch",
@@ -185,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         "--from", dest="start", type=_positive_int, default=1, metavar="SEQ", help="first sequence"
     )
     view.add_argument("--limit", type=_positive_int, metavar="N", help="at most N messages")
+    add_group_command(commands)
     check = commands.add_parser(
         "check",
         help="verify every record and reference of a ledger",
@@ -277,6 +283,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return _backup(args)
         if args.command == "view":
             return _view(args)
+        if args.command == "group":
+            print(run_group_command(args))
+            return EXIT_OK
         return _inspect(args)
     except (LedgerError, StreamsError) as exc:
         _error(exc)
@@ -503,7 +512,7 @@ def _inspection(args: argparse.Namespace) -> str:
 
 
 def _groups_table(rows: list[dict[str, Any]]) -> str:
-    header = ("GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "STOPPED")
+    header = ("GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "DEAD", "STOPPED", "LAST-ACTIVITY")
     cells = [header] + [
         (
             r["group"],
@@ -512,7 +521,9 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
             str(r["appended"]),
             str(r["lag"]),
             str(r["exhausted"]),
+            str(r["dead_lettered"]),
             "yes" if r["stopped"] else "no",
+            r["last_activity"] or "-",
         )
         for r in rows
     ]

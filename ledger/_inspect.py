@@ -56,6 +56,8 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
                             "acked_through": frontier.acked_through,
                             "pending": desc.appended - frontier.acked_through - len(frontier.acked_above),
                             "exhausted": len(frontier.exhausted),
+                            "dead_lettered": frontier.dead_lettered,
+                            "active_at": _moment(frontier.active_at),
                             "stopped": frontier.stopped,
                             "state": _state(frontier.state, gkey),
                         }
@@ -213,3 +215,10 @@ def plain(value: Any) -> Any:
     if isinstance(value, msgspec.msgpack.Ext):
         return {"ext": value.code, "data": base64.b64encode(value.data).decode()}
     return str(value)
+
+
+def _moment(at: float) -> str | None:
+    """A wall-clock time as UTC ISO 8601 to the second; None for never."""
+    if not at:
+        return None
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

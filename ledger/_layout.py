@@ -15,13 +15,18 @@ contiguous and in order::
     groups      id + group (utf-8)                        GroupFrontier
     attempts    id + len(group) (4 bytes) + group + seq   AttemptRecord
                    + len(node) (4 bytes) + node + parent attempt
+                or, when that is longer than MAX_KEY:
+                id + 0xff + digest(group) + digest(rest)
     graph_runs  b"run/" + run id (utf-8)                  GraphRunRecord
     graph_runs  b"checkpoint/" + run id (utf-8)           GraphCheckpoint
     nodes       (reserved for complete-node checkpoints)
 
 A key part that would make a ``streams``, ``groups`` or ``attempts`` key
 longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
-BLAKE2b digest; the full names stay in the values. A run id is 1 to
+BLAKE2b digest; the full names stay in the values. A long ``attempts`` key
+digests its group apart from the rest, so a group's budgets are found by
+prefix (:func:`budget_prefixes`); ledgers written before 0.2 digested the
+two together (:func:`legacy_attempt_key`), and such a budget is still read. A run id is 1 to
 :data:`MAX_RUN_ID_BYTES` bytes of UTF-8, kept whole.
 """
 
@@ -50,10 +55,12 @@ __all__ = [
     "RUN_PREFIX",
     "U64",
     "attempt_key",
+    "budget_prefixes",
     "checkpoint_key",
     "descriptor_key",
     "group_key",
     "index_key",
+    "legacy_attempt_key",
     "message_key",
     "NODE_RUN_PREFIX",
     "node_attempt_key",
@@ -132,12 +139,39 @@ def group_key(stream_id: int, group: str) -> bytes:
     return _bounded(U64.pack(stream_id), group.encode())
 
 
-def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
-    """The ``attempts`` key of a message budget."""
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=32).digest()
+
+
+def _budget_parts(key: AttemptKey) -> tuple[bytes, bytes]:
+    """The group part and the rest of a budget key, undigested."""
     _, group, seq, node, parent = key
     g, n = group.encode(), node.encode()
-    rest = b"".join((_u32.pack(len(g)), g, U64.pack(seq), _u32.pack(len(n)), n, parent.encode()))
-    return _bounded(U64.pack(stream_id), rest)
+    return _u32.pack(len(g)) + g, b"".join((U64.pack(seq), _u32.pack(len(n)), n, parent.encode()))
+
+
+def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
+    """The ``attempts`` key of a message budget."""
+    group, rest = _budget_parts(key)
+    prefix = U64.pack(stream_id)
+    if len(prefix) + len(group) + len(rest) <= MAX_KEY:
+        return prefix + group + rest
+    return prefix + _DIGESTED + _digest(group) + _digest(rest)
+
+
+def legacy_attempt_key(stream_id: int, key: AttemptKey) -> bytes | None:
+    """The key ledgers before 0.2 gave a budget whose key is digested; None if it is not digested."""
+    group, rest = _budget_parts(key)
+    if 8 + len(group) + len(rest) <= MAX_KEY:
+        return None
+    return U64.pack(stream_id) + _DIGESTED + _digest(group + rest)
+
+
+def budget_prefixes(stream_id: int, group: str) -> tuple[bytes, bytes]:
+    """What the ``attempts`` keys of a group's budgets start with: written whole, or digested."""
+    g = group.encode()
+    prefix = U64.pack(stream_id)
+    return prefix + _u32.pack(len(g)) + g, prefix + _DIGESTED + _digest(_u32.pack(len(g)) + g)
 
 
 def run_key(run_id: str) -> bytes:

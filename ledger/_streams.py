@@ -30,6 +30,7 @@ from streams.store import (
     AttemptKey,
     AttemptRecord,
     CachedView,
+    GroupChange,
     GroupFrontier,
     MessageAttempt,
     MessageCommit,
@@ -51,9 +52,11 @@ from ._layout import (
     COUNTER_KEY,
     U64,
     attempt_key,
+    budget_prefixes,
     descriptor_key,
     group_key,
     index_key,
+    legacy_attempt_key,
 )
 from ._seal import decode_record, seal
 
@@ -197,6 +200,9 @@ class LmdbView(CachedView):
                 raw_key = attempt_key(stream_id, key)
                 raw = self._txn.get(raw_key, db=self._dbs["attempts"])
                 self.reads += 1
+                if raw is None and (legacy := legacy_attempt_key(stream_id, key)) is not None:
+                    raw_key = legacy
+                    raw = self._txn.get(raw_key, db=self._dbs["attempts"])
                 if raw is not None:
                     record = decode_record(raw, _attempt_decoder, db="attempts", key=raw_key)
             found.append(record)
@@ -205,7 +211,7 @@ class LmdbView(CachedView):
     def _write(
         self,
         descriptors: Mapping[StreamRef, StreamDescriptor],
-        groups: Mapping[tuple[StreamRef, str], GroupFrontier],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier | None],
         attempts: Mapping[AttemptKey, AttemptRecord | None],
     ) -> None:
         txn = self._txn
@@ -218,17 +224,36 @@ class LmdbView(CachedView):
             db = self._dbs["groups"]
             for (ref, group), frontier in groups.items():
                 key = group_key(self._require_id(ref), group)
-                txn.put(key, seal("groups", key, _encoder.encode(frontier)), db=db)
+                if frontier is None:
+                    txn.delete(key, db=db)
+                else:
+                    txn.put(key, seal("groups", key, _encoder.encode(frontier)), db=db)
         if attempts:
             db = self._dbs["attempts"]
             for budget, record in attempts.items():
+                stream_id = self._id(budget.ref) if record is None else self._require_id(budget.ref)
+                if stream_id is None:
+                    continue
+                raw_key = attempt_key(stream_id, budget)
                 if record is not None:
-                    raw_key = attempt_key(self._require_id(budget.ref), budget)
                     txn.put(raw_key, seal("attempts", raw_key, _encoder.encode(record)), db=db)
                 else:
-                    stream_id = self._id(budget.ref)
-                    if stream_id is not None:
-                        txn.delete(attempt_key(stream_id, budget), db=db)
+                    txn.delete(raw_key, db=db)
+                legacy = legacy_attempt_key(stream_id, budget)
+                if legacy is not None:  # a budget is kept under its current key only
+                    txn.delete(legacy, db=db)
+
+    def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
+        db = self._dbs["attempts"]
+        for ref, group in groups:
+            stream_id = self._id(ref)
+            if stream_id is None:
+                continue
+            for prefix in budget_prefixes(stream_id, group):
+                with self._txn.cursor(db=db) as cursor:
+                    found = cursor.set_range(prefix)
+                    while found and cursor.key().startswith(prefix):
+                        found = cursor.delete()
 
     # -- messages --------------------------------------------------------------------------
 
@@ -364,3 +389,8 @@ class LmdbStreamHooks:
     async def finish(self, request: StreamFinish) -> None:
         """Confirm the writer's terminal in one write."""
         await self._write(lambda view: store.finish(view, request))
+
+    async def change_group(self, change: GroupChange) -> GroupFrontier | None:
+        """Remove or move a consumer group in one write (see :class:`~streams.store.GroupChange`)."""
+        moved, _ = await self._write(lambda view: store.change_group(view, change))
+        return moved

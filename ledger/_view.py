@@ -96,6 +96,8 @@ def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "appended": s["appended"],
                     "lag": g["pending"],
                     "exhausted": g["exhausted"],
+                    "dead_lettered": g["dead_lettered"],
+                    "last_activity": g["active_at"],
                     "stopped": g["stopped"],
                 }
             )

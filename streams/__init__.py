@@ -8,9 +8,11 @@ from ._aspects import Aspect as Aspect
 from ._aspects import Proceed as Proceed
 from ._aspects import Retry as Retry
 from ._aspects import Timeout as Timeout
+from ._backoff import Backoff as Backoff
 from ._checkpoint import ExecCheckpoint as ExecCheckpoint
 from ._codec import CODEC_ID as CODEC_ID
 from ._codec import CODEC_VERSION as CODEC_VERSION
+from ._dead_letter import DeadLetter as DeadLetter
 from ._errors import CheckpointError as CheckpointError
 from ._errors import CheckpointScopeFailure as CheckpointScopeFailure
 from ._errors import CompactedHistoryError as CompactedHistoryError
@@ -56,6 +58,8 @@ from ._graph import NodeSpec as NodeSpec
 from ._graph import PortSpec as PortSpec
 from ._graph import Topology as Topology
 from ._graph import TopologyNode as TopologyNode
+from ._groups import move_group as move_group
+from ._groups import remove_group as remove_group
 from ._handle import HandleResult as HandleResult
 from ._handle import MessageTx as MessageTx
 from ._handle import handle_messages as handle_messages
@@ -67,6 +71,7 @@ from ._public import publish as _publish
 from ._scope import StreamScope as StreamScope
 from ._scope import open_scope as open_scope
 from ._store._hooks import CheckpointHooks as CheckpointHooks
+from ._store._hooks import GroupHooks as GroupHooks
 from ._store._hooks import StreamHooks as StreamHooks
 from ._store._memory import MemoryStore as MemoryStore
 from ._store._node_records import CheckpointAttempt as CheckpointAttempt
@@ -98,6 +103,8 @@ from ._stream import StreamWriter as StreamWriter
 from ._version import __version__ as __version__
 
 __all__ = [
+    "Backoff",
+    "DeadLetter",
     "CODEC_ID",
     "CODEC_VERSION",
     "AppendBatch",
@@ -127,6 +134,7 @@ __all__ = [
     "GroupBusyError",
     "HandlerContractError",
     "GroupFrontier",
+    "GroupHooks",
     "GroupSnapshot",
     "HandleResult",
     "Key",
@@ -186,7 +194,9 @@ __all__ = [
     "UnknownStreamError",
     "Waiting",
     "handle_messages",
+    "move_group",
     "open_scope",
+    "remove_group",
     "run_graph",
 ]
 

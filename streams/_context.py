@@ -164,11 +164,14 @@ class NodeContext:
         attempt of the node (a failed attempt's never reach the next one);
         the ordinary results the handler sets (``tx.set``) become this
         node's outputs: published at once in ordinary mode, with the node's
-        record in checkpoint mode. ``options`` are ``handle_messages``'s.
+        record in checkpoint mode. ``options`` are ``handle_messages``'s;
+        ``dead_letter`` may name a stream key this node provides (its writer).
         """
         for name in ("node", "parent_attempt"):
             if name in options:
                 raise TypeError(f"ctx.handle_messages supplies {name}= itself")
+        if isinstance(options.get("dead_letter"), Key):
+            options["dead_letter"] = self.writer(options["dead_letter"])
         reader = self.reader(key)
         parent = self._scopes[-1] if self._scopes else ""
         result: HandleResult[Any] = await handle_messages(reader, handler, parent_attempt=parent, **options)

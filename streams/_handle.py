@@ -27,7 +27,9 @@ import anyio.lowlevel
 import msgspec
 from opentelemetry.trace import SpanKind, get_current_span
 
+from ._backoff import Backoff
 from ._codec import Codec, codec_for
+from ._dead_letter import DeadLetter, check_dead_letter_writer
 from ._errors import (
     CheckpointError,
     GroupBusyError,
@@ -43,7 +45,7 @@ from ._metrics import INSTRUMENTS, group_attributes
 from ._pipeline import ConfirmPipeline
 from ._reservation import OutputReservation, StagedOutputs, notify, publish
 from ._staging import CommitStager
-from ._store._records import MessageCommit, MessageFail, MessageOpen, MessageRef
+from ._store._records import MessageAttempt, MessageCommit, MessageFail, MessageOpen, MessageRef
 from ._stream import StreamCore, StreamReader, StreamWriter, _Group
 from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error
@@ -208,8 +210,12 @@ class _Run(Generic[T, S]):
         window: int,
         parent_attempt: str,
         limit: int | None,
+        dead_letter: StreamWriter[Any] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.stream: StreamCore[T] = reader.stream.core
+        self.dead_letter = dead_letter
+        self.backoff = backoff
         self.remaining = limit
         self.group: _Group = reader.frontier
         self.handler = handler
@@ -361,8 +367,13 @@ class _Run(Generic[T, S]):
             for seq, value in zip(seqs, values, strict=True):
                 index = 0
                 if first or (failing and seq in failing) or (exhausted and seq in exhausted):
-                    index = await self._open(seq, first)
+                    attempt = await self._open(seq, first)
                     first = False
+                    if attempt.exhausted:  # with a dead-letter stream: route it there, handle nothing
+                        await self._dead_letter(seq, value, attempt)
+                        continue
+                    index = attempt.index
+                    await self._wait_backoff(attempt)
                 # the first attempt inline; failures and their retries in _retry
                 tx = MessageTx(self, seq, index, self.state if self.share_state else self._decode_state())
                 failure: Exception | None = None
@@ -377,8 +388,12 @@ class _Run(Generic[T, S]):
                     tx._closed = True
                 if failure is not None:
                     # outside the except block: retries do not run inside this failure
-                    tx = await self._retry(seq, value, index, failure)
+                    retried = await self._retry(seq, value, index, failure)
                     failure = None
+                    if isinstance(retried, MessageAttempt):  # exhausted, with a dead-letter stream
+                        await self._dead_letter(seq, value, retried)
+                        continue
+                    tx = retried
                 if tx._outputs:
                     try:
                         while not self.outputs.room_for(seq, tx._outputs):
@@ -392,7 +407,8 @@ class _Run(Generic[T, S]):
             if not self.pipeline.confirming:
                 await anyio.lowlevel.checkpoint()
 
-    async def _open(self, seq: int, first: bool) -> int:
+    async def _open(self, seq: int, first: bool) -> MessageAttempt:
+        """The message's confirmed budget; an exhausted one raises unless it goes to the dead letters."""
         if self.pipeline.in_flight:
             await self.drain()
         attempt = await self.stream.hooks.open_message(
@@ -407,8 +423,71 @@ class _Run(Generic[T, S]):
             self.state_payload = attempt.state
             self.state = self._decode_state()
         if attempt.exhausted:
+            if self.dead_letter is not None:
+                self.group.exhausted.add(seq)
+                return attempt
             self._exhausted(seq, attempt.index, None)
-        return attempt.index
+        return attempt
+
+    async def _wait_backoff(self, attempt: MessageAttempt) -> None:
+        """Wait out the delay the backoff sets after the message's last confirmed failure."""
+        if self.backoff is None or attempt.index < 1:
+            return
+        due = attempt.failed_at + self.backoff.delay(attempt.index)
+        wait = due - time.time()
+        if wait > 0:
+            await anyio.sleep(wait)
+
+    async def _dead_letter(self, seq: int, value: T, attempt: MessageAttempt) -> None:
+        """Stage the exhausted message's ack with its dead letter, one commit of its own."""
+        writer = self.dead_letter
+        assert writer is not None
+        letter = DeadLetter(
+            source=str(self.ref),
+            seq=seq,
+            group=self.group_name,
+            node=self.node,
+            attempts=attempt.index,
+            error_type=attempt.error_type,
+            message=value,
+        )
+        target = writer.stream.core
+        read_back, payload = target.codec.prepare(letter, what=target.what)
+        outputs: list[tuple[StreamCore[Any], Any, bytes]] = [(target, read_back, payload)]
+        try:
+            while not self.outputs.room_for(seq, outputs):
+                await self.outputs.wait_for_room(outputs)
+        except REFUSED_OUTPUTS:
+            await self.drain()  # what was staged before this message still commits
+            raise
+        self.stager.single(
+            MessageCommit(
+                self._ref(seq),
+                self.node,
+                attempt.index,
+                None,
+                _NO_RESULTS,
+                self.outputs.reserve(outputs, None),
+                False,
+                self.parent_attempt,
+                dead_letter=True,
+            )
+        )
+        self.pipeline.stage()
+        if self.remaining is not None:
+            self.remaining -= 1
+        INSTRUMENTS.dead_lettered.add(1, self.group_attributes)
+        current = get_current_span()
+        if current.is_recording():
+            current.add_event(
+                EVENT.DEAD_LETTERED,
+                {
+                    ATTR.SEQ: seq,
+                    ATTR.ATTEMPTS: attempt.index,
+                    ATTR.ERROR_TYPE: attempt.error_type,
+                    ATTR.DEAD_LETTER: str(target.ref),
+                },
+            )
 
     def _exhausted(self, seq: int, index: int, cause: BaseException | None) -> None:
         message = self._ref(seq)
@@ -422,10 +501,18 @@ class _Run(Generic[T, S]):
             raise error from cause
         raise error
 
-    async def _retry(self, seq: int, value: T, index: int, exc: Exception) -> MessageTx[S]:
-        """Confirm the failure ``exc`` of attempt ``index``, then retry until one succeeds."""
+    async def _retry(self, seq: int, value: T, index: int, exc: Exception) -> MessageTx[S] | MessageAttempt:
+        """Confirm the failure ``exc`` of attempt ``index``, then retry until one succeeds.
+
+        An exhausted message raises :class:`MessageExhaustedError`, or with a
+        dead-letter stream returns its exhausted budget for routing.
+        """
         while True:
-            index = await self._fail(seq, index, exc)
+            attempt = await self._fail(seq, index, exc)
+            if attempt.exhausted:
+                return attempt
+            await self._wait_backoff(attempt)
+            index = attempt.index
             tx: MessageTx[S] = MessageTx(
                 # its own copy of the state, unless the state can never change
                 self,
@@ -445,7 +532,7 @@ class _Run(Generic[T, S]):
                 tx._closed = True
             return tx
 
-    async def _fail(self, seq: int, index: int, exc: Exception) -> int:
+    async def _fail(self, seq: int, index: int, exc: Exception) -> MessageAttempt:
         await self.drain()
         request = MessageFail(
             message=self._ref(seq),
@@ -453,6 +540,8 @@ class _Run(Generic[T, S]):
             limit=self.attempts,
             index=index,
             parent_attempt=self.parent_attempt,
+            error_type=type(exc).__qualname__,
+            at=time.time(),
         )
         try:
             with anyio.CancelScope(shield=True):
@@ -476,9 +565,13 @@ class _Run(Generic[T, S]):
                     EVENT.BUDGET_EXHAUSTED,
                     {ATTR.SEQ: seq, ATTR.ATTEMPTS: attempt.index, ATTR.ERROR_TYPE: type(exc).__qualname__},
                 )
+            if self.dead_letter is not None:
+                self.group.failing.discard(seq)
+                self.group.exhausted.add(seq)
+                return attempt
             self._exhausted(seq, attempt.index, exc)
         self.group.failing.add(seq)
-        return attempt.index
+        return attempt
 
     def _stage(self, tx: MessageTx[S]) -> None:
         """Stage ``tx`` for the next commit batch; from here on it is the committer's.
@@ -565,6 +658,8 @@ async def handle_messages(
     window: int = 1024,
     parent_attempt: str = "",
     limit: int | None = None,
+    dead_letter: StreamWriter[DeadLetter[T]] | None = None,
+    backoff: Backoff | None = None,
 ) -> HandleResult[None]: ...
 
 
@@ -581,6 +676,8 @@ async def handle_messages(
     window: int = 1024,
     parent_attempt: str = "",
     limit: int | None = None,
+    dead_letter: StreamWriter[DeadLetter[T]] | None = None,
+    backoff: Backoff | None = None,
 ) -> HandleResult[S]: ...
 
 
@@ -596,6 +693,8 @@ async def handle_messages(
     window: int = 1024,
     parent_attempt: str = "",
     limit: int | None = None,
+    dead_letter: StreamWriter[Any] | None = None,
+    backoff: Backoff | None = None,
 ) -> HandleResult[Any]:
     """Handle every message of ``reader``'s group, one confirmed transaction each.
 
@@ -610,6 +709,14 @@ async def handle_messages(
     group). ``max_outputs`` bounds the messages one message may stage;
     ``window`` bounds the messages staged but not yet committed. ``limit``
     returns after that many messages (a pause, not a confirmed stop).
+
+    ``dead_letter`` (the writer of a ``Stream[DeadLetter[T]]``) takes a
+    message that exhausted its budget instead of raising: its
+    :class:`DeadLetter` (source, sequence, group, node, attempts, the error's
+    type, the message) is appended in the same commit as its ack, and the
+    group moves on. ``backoff`` (a :class:`Backoff`) delays each retry after a
+    confirmed failure, counted from the failure's time in the ledger, so a
+    restart does not retry sooner.
 
     Programming errors stop the call before they spend any attempt, with
     :class:`HandlerContractError`: a handler that is not async (it returns
@@ -633,6 +740,10 @@ async def handle_messages(
         raise ValueError("attempts and window must be at least 1, max_outputs and limit at least 0")
     group = reader.frontier
     stream = reader.stream.core
+    if dead_letter is not None:
+        check_dead_letter_writer(dead_letter, stream.key.item_type)
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise TypeError(f"backoff takes a Backoff, got {backoff!r}")
     if group.claimed:
         raise GroupBusyError(f"group {group.name!r} of stream {stream.ref} already has a handler")
     if state_type is None:
@@ -651,6 +762,8 @@ async def handle_messages(
         window=window,
         parent_attempt=parent_attempt,
         limit=limit,
+        dead_letter=dead_letter,
+        backoff=backoff,
     )
     run.state_missing = not given_state and group.state is None
     group.claimed = True

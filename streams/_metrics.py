@@ -60,6 +60,11 @@ class _Instruments:
         self.exhausted = meter.create_counter(
             METRIC.EXHAUSTED, unit="{message}", description="Messages that used their whole attempt budget."
         )
+        self.dead_lettered = meter.create_counter(
+            METRIC.DEAD_LETTERED,
+            unit="{message}",
+            description="Exhausted messages routed to a dead-letter stream and acknowledged.",
+        )
         self.commit_batch_size = meter.create_histogram(
             METRIC.COMMIT_BATCH_SIZE, unit="{message}", description="Messages one handler commit confirmed."
         )

@@ -47,6 +47,7 @@ class StreamScope:
         capacity: int = 1024,
         resumable: bool = False,
         start: Literal["earliest", "latest"] | int = "earliest",
+        retain: int = 0,
     ) -> ManagedStream[T]:
         """Open (or recover) the stream ``key`` written by ``node``.
 
@@ -63,11 +64,17 @@ class StreamScope:
         Groups the stream already has keep their frontiers. A start at
         messages every other group acknowledged and compaction removed is
         refused with :class:`CompactedHistoryError`, never a silent jump.
+
+        ``retain`` keeps the last ``retain`` messages appended even once every
+        group acknowledged them, so a group added later (or one an operator
+        moves back) can start at them; the latest open's setting holds.
         """
         if not key.is_stream:
             raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        if not isinstance(retain, int) or isinstance(retain, bool) or retain < 0:
+            raise ValueError(f"retain is a number of messages, at least 0, not {retain!r}")
         if not groups or len(set(groups)) != len(groups):
             raise ValueError("groups must be distinct, and at least one")
         if start not in ("earliest", "latest") and (
@@ -87,7 +94,7 @@ class StreamScope:
             return existing
         done = self._opening[ref] = anyio.Event()
         try:
-            return await self._open(key, ref, groups, capacity, resumable, start)
+            return await self._open(key, ref, groups, capacity, resumable, start, retain)
         finally:
             del self._opening[ref]
             done.set()
@@ -100,6 +107,7 @@ class StreamScope:
         capacity: int,
         resumable: bool,
         start: str | int,
+        retain: int,
     ) -> ManagedStream[T]:
         request = StreamOpen(
             ref=ref,
@@ -108,6 +116,7 @@ class StreamScope:
             groups=tuple(groups),
             resumable=resumable,
             start=start,
+            retain=retain,
         )
         with span(SPAN.OPEN_STREAM, {ATTR.STREAM: str(ref)}) as current:
             opened = await self.hooks.open(request)

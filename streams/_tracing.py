@@ -40,6 +40,8 @@ class EVENT:
     BUDGET_EXHAUSTED: Final = "streamledger.budget.exhausted"
     #: a handler attempt failed and its failure was confirmed; a retry follows unless the budget is used
     ATTEMPT_FAILED: Final = "streamledger.message.attempt_failed"
+    #: an exhausted message was routed to the dead-letter stream, acknowledged in the same commit
+    DEAD_LETTERED: Final = "streamledger.message.dead_lettered"
     CHECKPOINT_RESTORED: Final = "streamledger.checkpoint.restored"
     CHECKPOINT_DISCARDED: Final = "streamledger.checkpoint.discarded"
     CHECKPOINT_SAVED: Final = "streamledger.checkpoint.saved"
@@ -54,6 +56,7 @@ class METRIC:
     OPERATION_DURATION: Final = "messaging.client.operation.duration"
     FAILED_ATTEMPTS: Final = "streamledger.message.failed_attempts"
     EXHAUSTED: Final = "streamledger.message.exhausted"
+    DEAD_LETTERED: Final = "streamledger.message.dead_lettered"
     COMMIT_BATCH_SIZE: Final = "streamledger.commit.batch.size"
     LAG: Final = "streamledger.consumer.lag"
     LEDGER_BATCH_WRITES: Final = "streamledger.ledger.batch.writes"
@@ -79,6 +82,7 @@ class ATTR:
     GROUP: Final = "streamledger.group"
     SEQ: Final = "streamledger.seq"
     ATTEMPTS: Final = "streamledger.attempts"
+    DEAD_LETTER: Final = "streamledger.dead_letter"
     HANDLED: Final = "streamledger.handled"
     GENERATION: Final = "streamledger.generation"
     APPENDED: Final = "streamledger.appended"

@@ -28,7 +28,9 @@ The pieces:
   (:meth:`CachedView.load`) and writes each changed one once;
 * the operations, one per hook call: :func:`open_stream`, :func:`append`,
   :func:`open_message`, :func:`fail_message`, :func:`commit`,
-  :func:`finish`;
+  :func:`finish`; and, for stores that let operators repair consumer
+  groups (:class:`GroupHooks`), :func:`change_group` over a
+  :class:`GroupChange`;
 * the node hooks, the same way: :class:`CheckpointHooks` and its records
   (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`,
   :class:`CheckpointOutput`, :class:`NodeCheckpoint`,
@@ -52,6 +54,7 @@ from ._codec import to_plain as to_plain
 from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
+from ._store._hooks import GroupHooks as GroupHooks
 from ._store._hooks import StreamHooks as StreamHooks
 from ._store._layouts import AttemptRecord as AttemptRecord
 from ._store._layouts import StreamDescriptor as StreamDescriptor
@@ -72,12 +75,14 @@ from ._store._nodes import fail_attempt as fail_attempt
 from ._store._nodes import open_attempt as open_attempt
 from ._store._nodes import open_child as open_child
 from ._store._operations import append as append
+from ._store._operations import change_group as change_group
 from ._store._operations import commit as commit
 from ._store._operations import fail_message as fail_message
 from ._store._operations import finish as finish
 from ._store._operations import open_message as open_message
 from ._store._operations import open_stream as open_stream
 from ._store._records import AppendBatch as AppendBatch
+from ._store._records import GroupChange as GroupChange
 from ._store._records import GroupFrontier as GroupFrontier
 from ._store._records import MessageAttempt as MessageAttempt
 from ._store._records import MessageCommit as MessageCommit
@@ -120,7 +125,9 @@ __all__ = [
     "CheckpointCommit",
     "CheckpointHooks",
     "CheckpointOutput",
+    "GroupChange",
     "GroupFrontier",
+    "GroupHooks",
     "MemoryStore",
     "MessageAttempt",
     "MessageCommit",
@@ -141,6 +148,7 @@ __all__ = [
     "StreamOpened",
     "StreamRef",
     "append",
+    "change_group",
     "codec_for",
     "commit",
     "commit_node",

@@ -6,6 +6,8 @@ one part of the contract (streams, handlers, lifecycles, values, runs of
 commits). Importing this package registers them all.
 """
 
+from . import dead_letters as dead_letters
+from . import groups as groups
 from . import handle as handle
 from . import lifecycle as lifecycle
 from . import runs as runs

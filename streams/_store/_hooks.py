@@ -14,6 +14,8 @@ from ._node_records import (
 )
 from ._records import (
     AppendBatch,
+    GroupChange,
+    GroupFrontier,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -23,7 +25,7 @@ from ._records import (
     StreamOpened,
 )
 
-__all__ = ["STREAM_HOOKS", "CheckpointHooks", "StreamHooks", "check_stream_hooks"]
+__all__ = ["STREAM_HOOKS", "CheckpointHooks", "GroupHooks", "StreamHooks", "check_stream_hooks"]
 
 #: The calls a complete set of stream hooks has; checked before any stream is opened on it.
 STREAM_HOOKS = ("open", "append", "open_message", "fail_message", "commit", "finish")
@@ -83,6 +85,20 @@ class StreamHooks(Protocol):
 
     async def finish(self, request: StreamFinish) -> None:
         """Confirm the writer's terminal result."""
+        ...
+
+
+@runtime_checkable
+class GroupHooks(Protocol):
+    """What a store implements so an operator can remove or move consumer groups.
+
+    Optional beside :class:`StreamHooks`; :func:`streams.store.change_group`
+    is the rule, written once. :func:`streams.remove_group` and
+    :func:`streams.move_group` call it.
+    """
+
+    async def change_group(self, change: GroupChange) -> GroupFrontier | None:
+        """Apply ``change`` in one transaction; return the moved frontier (None for a removal)."""
         ...
 
 

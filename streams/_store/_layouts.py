@@ -29,8 +29,11 @@ class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
     failed: bool = False
     compacted_through: int = 0  # every seq <= it was acknowledged by every group and removed
     format: int = 1
+    retain: int = 0  # acknowledged messages kept for groups added later (the last ``retain`` appended)
 
 
 class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     failures: int
     exhausted: bool
+    failed_at: float = 0.0  # when the last failure was confirmed (Unix seconds)
+    error_type: str = ""  # the type of the last failure's error

@@ -27,6 +27,7 @@ from ._node_records import (
 from ._nodes import NodeAttemptRecord, ScopeRecord
 from ._records import (
     AppendBatch,
+    GroupChange,
     GroupFrontier,
     MessageAttempt,
     MessageCommit,
@@ -63,15 +64,24 @@ class _Overlay(CachedView):
     def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:
         return [self._store._attempts.get(key) for key in keys]
 
+    def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
+        attempts = self._store._attempts
+        for key in [k for k in attempts if (k.ref, k.group) in groups]:
+            del attempts[key]
+
     def _write(
         self,
         descriptors: Mapping[StreamRef, StreamDescriptor],
-        groups: Mapping[tuple[StreamRef, str], GroupFrontier],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier | None],
         attempts: Mapping[AttemptKey, AttemptRecord | None],
     ) -> None:
         store = self._store
         store._descriptors.update(descriptors)
-        store._groups.update(groups)
+        for pair, frontier in groups.items():
+            if frontier is None:
+                store._groups.pop(pair, None)
+            else:
+                store._groups[pair] = frontier
         for key, record in attempts.items():
             if record is None:
                 store._attempts.pop(key, None)
@@ -242,6 +252,13 @@ class MemoryStore:
         _operations.finish(overlay, request)
         overlay.merge()
         await checkpoint()
+
+    async def change_group(self, change: GroupChange) -> GroupFrontier | None:
+        overlay = _Overlay(self)
+        moved = _operations.change_group(overlay, change)
+        overlay.merge()
+        await checkpoint()
+        return moved
 
     # -- inspection ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ LMDB ledger over an LMDB write transaction, so both keep the same ledger.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import msgspec
@@ -23,6 +24,7 @@ from .._errors import (
 from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import (
     AppendBatch,
+    GroupChange,
     GroupFrontier,
     MessageAttempt,
     MessageCommit,
@@ -49,6 +51,7 @@ from ._view import AttemptKey, RecordView
 
 __all__ = [
     "append",
+    "change_group",
     "commit",
     "fail_message",
     "finish",
@@ -183,9 +186,16 @@ def open_message(view: RecordView, request: MessageOpen) -> MessageAttempt:
     if is_acked(frontier, message.seq):
         raise SequenceError(f"open of {message}: already acknowledged")
     record = view.get_attempt(_attempt_key(message, request.node, request.parent_attempt))
-    index = 0 if record is None else record.failures
-    exhausted = index >= request.limit or (record is not None and record.exhausted)
-    return MessageAttempt(index=index, exhausted=exhausted, state=state_for(frontier, request.parent_attempt))
+    state = state_for(frontier, request.parent_attempt)
+    if record is None:
+        return MessageAttempt(index=0, exhausted=request.limit <= 0, state=state)
+    return MessageAttempt(
+        index=record.failures,
+        exhausted=record.failures >= request.limit or record.exhausted,
+        state=state,
+        failed_at=record.failed_at,
+        error_type=record.error_type,
+    )
 
 
 def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
@@ -205,19 +215,27 @@ def fail_message(view: RecordView, request: MessageFail) -> MessageAttempt:
             f"{what}: attempt {request.index} is not the open attempt ({failures} confirmed failures)"
         )
     exhausted = failures + 1 >= request.limit
-    view.put_attempt(key, AttemptRecord(failures + 1, exhausted))
+    failed_at = request.at or time.time()
+    view.put_attempt(key, AttemptRecord(failures + 1, exhausted, failed_at, request.error_type))
     failing = tuple(s for s in frontier.failing if s != message.seq)
     if exhausted:
         frontier = msgspec.structs.replace(
             frontier,
             exhausted=tuple(sorted({*frontier.exhausted, message.seq})),
             failing=failing,
+            active_at=failed_at,
         )
     else:
-        frontier = msgspec.structs.replace(frontier, failing=tuple(sorted((*failing, message.seq))))
+        frontier = msgspec.structs.replace(
+            frontier, failing=tuple(sorted((*failing, message.seq))), active_at=failed_at
+        )
     view.put_group(desc.ref, frontier)
     return MessageAttempt(
-        index=failures + 1, exhausted=exhausted, state=state_for(frontier, request.parent_attempt)
+        index=failures + 1,
+        exhausted=exhausted,
+        state=state_for(frontier, request.parent_attempt),
+        failed_at=failed_at,
+        error_type=request.error_type,
     )
 
 
@@ -277,12 +295,15 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         if first < 1 or last > source.appended:
             seq = first if first < 1 or first > source.appended else source.appended + 1
             raise SequenceError(f"ack of {_at(message, seq)}: sequence {seq} was never appended")
+        if c.dead_letter:
+            _check_dead_letter(c)
         if (
             first == group.acked_through + 1
             and not group.acked_above
             and not group.exhausted
             and not group.failing
             and c.attempt == 0
+            and not c.dead_letter
         ):
             group.acked_through = last  # the common case: a run from the frontier, nothing pending
         else:
@@ -315,7 +336,9 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         if draft.payloads:
             view.put_messages(draft.desc.ref, draft.first, draft.payloads)
             view.put_descriptor(msgspec.structs.replace(draft.desc, appended=draft.appended))
+    now = time.time()
     for (ref, _), (_, group) in groups.items():
+        group.active_at = now
         view.put_group(ref, group.record())
     for ref in {ref for ref, _ in groups}:
         _maybe_compact(view, ref)
@@ -353,7 +376,17 @@ def _ack(view: RecordView, group: FrontierDraft, c: MessageCommit, seq: int) -> 
         raise SequenceError(f"ack of {_at(c.message, seq)}: already acknowledged")
     key = _attempt_key(c.message, c.node, c.parent_attempt, seq)
     forget_attempt = c.attempt > 0
-    if group.exhausted and seq in group.exhausted:
+    if c.dead_letter:
+        record = view.get_attempt(key)
+        if record is None or not record.exhausted:
+            raise SequenceError(
+                f"dead letter of {_at(c.message, seq)}: the message has not exhausted its attempt "
+                f"budget in node {c.node!r}; only an exhausted message is dead-lettered"
+            )
+        group.exhausted.discard(seq)
+        group.dead_lettered += 1
+        forget_attempt = True
+    elif group.exhausted and seq in group.exhausted:
         record = view.get_attempt(key)
         if record is not None and record.exhausted:
             raise SequenceError(
@@ -368,6 +401,19 @@ def _ack(view: RecordView, group: FrontierDraft, c: MessageCommit, seq: int) -> 
         view.delete_attempt(key)
 
 
+def _check_dead_letter(c: MessageCommit) -> None:
+    """A dead-letter commit acknowledges its one message with its dead letter, and nothing else."""
+    if c.through or c.state is not None or c.results or c.stop:
+        raise SequenceError(
+            f"dead letter of {c.message}: a dead-letter commit acknowledges one message and sets "
+            "no state, results or stop"
+        )
+    if len(c.outputs) != 1 or len(c.outputs[0].payloads) != 1:
+        raise SequenceError(
+            f"dead letter of {c.message}: the commit must carry exactly one message, its dead letter"
+        )
+
+
 #: Acknowledged messages are removed in chunks of at least this many.
 COMPACT_CHUNK = 1024
 
@@ -377,9 +423,10 @@ def _maybe_compact(view: RecordView, ref: StreamRef) -> None:
     if desc is None:
         return
     frontiers = [_frontier(view, desc, g, "compaction") for g in desc.groups]
-    floor = min_frontier(frontiers, desc.appended)
+    acked = min_frontier(frontiers, desc.appended)
+    floor = min(acked, desc.appended - desc.retain)  # the last ``retain`` messages stay
     if floor - desc.compacted_through >= COMPACT_CHUNK or (
-        floor > desc.compacted_through and floor == desc.appended and (desc.finished or desc.failed)
+        floor > desc.compacted_through and acked == desc.appended and (desc.finished or desc.failed)
     ):
         view.compact(desc.ref, floor)
         view.put_descriptor(msgspec.structs.replace(desc, compacted_through=floor))
@@ -394,3 +441,43 @@ def finish(view: RecordView, request: StreamFinish) -> None:
         raise StreamFinishedError(f"finish of stream {desc.ref}: it already ended the other way")
     view.put_descriptor(msgspec.structs.replace(desc, finished=not request.failed, failed=request.failed))
     _maybe_compact(view, desc.ref)
+
+
+def change_group(view: RecordView, change: GroupChange) -> GroupFrontier | None:
+    """Remove or move a consumer group (an operator's repair); returns the moved frontier.
+
+    Every budget the group holds goes with it; the stream's generation is
+    raised, so endpoints still open on the stream are fenced off. Removing
+    frees what the group held back: compaction runs again without it.
+    """
+    ref, name = change.ref, change.group
+    what = f"{'removal' if change.remove else 'move'} of group {name!r}"
+    view.load(descriptors=(ref,))
+    desc = _descriptor(view, ref, what)
+    view.load(groups=[(ref, g) for g in desc.groups])
+    if name not in desc.groups:
+        listed = ", ".join(repr(g) for g in desc.groups) or "none"
+        raise UnknownStreamError(
+            f"{what}: stream {ref} has no consumer group {name!r} (its groups: {listed})"
+        )
+    frontier = _frontier(view, desc, name, what)
+    moved: GroupFrontier | None = None
+    if change.remove:
+        view.delete_group(ref, name)
+        groups = tuple(g for g in desc.groups if g != name)
+    else:
+        moved = GroupFrontier(
+            group=name,
+            acked_through=start_of(desc, name, change.to),
+            state=frontier.state if change.keep_state else None,
+            results=dict(frontier.results) if change.keep_state else {},
+            attempt=frontier.attempt if change.keep_state else "",
+            dead_lettered=frontier.dead_lettered,
+            active_at=time.time(),
+        )
+        view.put_group(ref, moved)
+        groups = desc.groups
+    view.delete_budgets(ref, name)
+    view.put_descriptor(msgspec.structs.replace(desc, groups=groups, generation=desc.generation + 1))
+    _maybe_compact(view, ref)
+    return moved

@@ -11,6 +11,7 @@ import msgspec
 
 __all__ = [
     "AppendBatch",
+    "GroupChange",
     "GroupFrontier",
     "MessageAttempt",
     "MessageCommit",
@@ -48,6 +49,9 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     #: Where a group new to the stream starts: "earliest" (sequence 1, refused once compaction
     #: removed messages), "latest" (after the last appended), or the first sequence it handles.
     start: str | int = "earliest"
+    #: Acknowledged messages kept for groups added later: compaction leaves the last ``retain``
+    #: messages appended even when every group acknowledged them.
+    retain: int = 0
 
 
 class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
@@ -62,6 +66,8 @@ class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
     exhausted: tuple[int, ...] = ()  # seqs whose attempt budget is used up
     failing: tuple[int, ...] = ()  # seqs with confirmed failed attempts, budget left
     attempt: str = ""  # the parent attempt that committed ``state`` and ``results``; another sees neither
+    dead_lettered: int = 0  # exhausted messages routed to a dead-letter stream and acknowledged
+    active_at: float = 0.0  # wall-clock time (Unix seconds) of the last confirmed ack or failure
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -139,6 +145,8 @@ class MessageAttempt(msgspec.Struct, frozen=True, gc=False):
     index: int  # attempts already confirmed failed
     exhausted: bool
     state: bytes | None
+    failed_at: float = 0.0  # when the last failure was confirmed (Unix seconds); 0 with none
+    error_type: str = ""  # the type of the last confirmed failure's error
 
 
 class MessageFail(msgspec.Struct, frozen=True, gc=False):
@@ -149,6 +157,8 @@ class MessageFail(msgspec.Struct, frozen=True, gc=False):
     limit: int
     index: int
     parent_attempt: str = ""
+    error_type: str = ""  # the qualified name of the error's type (never its text)
+    at: float = 0.0  # when the attempt failed (Unix seconds): the start of a retry delay
 
 
 class OutputBatch(msgspec.Struct, frozen=True, gc=False):
@@ -179,6 +189,9 @@ class MessageCommit(msgspec.Struct, frozen=True, gc=False):
     stop: bool = False
     parent_attempt: str = ""
     through: int = 0  # 0: the one message ``message.seq``; else the last sequence of the run
+    #: The message exhausted its budget in ``node``: its one output is its dead letter, and the
+    #: ack moves the group past it (a message not exhausted is refused).
+    dead_letter: bool = False
 
     @property
     def last_seq(self) -> int:
@@ -189,6 +202,24 @@ class MessageCommit(msgspec.Struct, frozen=True, gc=False):
     def count(self) -> int:
         """How many messages this commit acknowledges."""
         return max(self.through - self.message.seq + 1, 0) if self.through else 1
+
+
+class GroupChange(msgspec.Struct, frozen=True, gc=False):
+    """An operator's change of one consumer group: remove it, or move its frontier.
+
+    ``move`` sets where the group's next message is (``"earliest"``,
+    ``"latest"`` or a sequence, as a new group's start) and forgets its
+    failures, exhausted messages, dead budgets and stop; ``keep_state``
+    keeps its explicit state and results, else both are cleared. Either
+    change raises the stream's generation: endpoints open on it are fenced
+    off and must reopen.
+    """
+
+    ref: StreamRef
+    group: str
+    remove: bool = False
+    to: str | int = "earliest"
+    keep_state: bool = True
 
 
 class StreamFinish(msgspec.Struct, frozen=True, gc=False):

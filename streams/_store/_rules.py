@@ -42,6 +42,7 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
             capacity=request.capacity,
             generation=1,
             groups=request.groups,
+            retain=request.retain,
         )
     if current.type_name != request.type_name:
         raise SourceNotResumableError(
@@ -56,7 +57,11 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
         )
     groups = current.groups + tuple(g for g in request.groups if g not in current.groups)
     return msgspec.structs.replace(
-        current, generation=current.generation + 1, groups=groups, capacity=request.capacity
+        current,
+        generation=current.generation + 1,
+        groups=groups,
+        capacity=request.capacity,
+        retain=request.retain,
     )
 
 
@@ -113,7 +118,9 @@ class FrontierDraft:
     __slots__ = (
         "acked_above",
         "acked_through",
+        "active_at",
         "attempt",
+        "dead_lettered",
         "exhausted",
         "failing",
         "name",
@@ -132,6 +139,8 @@ class FrontierDraft:
         self.exhausted: set[int] = set(frontier.exhausted)
         self.failing: set[int] = set(frontier.failing)
         self.attempt = frontier.attempt
+        self.dead_lettered = frontier.dead_lettered
+        self.active_at = frontier.active_at
 
     def own(self, attempt: str) -> None:
         """State and results belong to parent attempt ``attempt`` from now on: another's are dropped.
@@ -180,6 +189,8 @@ class FrontierDraft:
             exhausted=tuple(sorted(self.exhausted)),
             failing=tuple(sorted(self.failing)),
             attempt=self.attempt,
+            dead_lettered=self.dead_lettered,
+            active_at=self.active_at,
         )
 
 

@@ -36,9 +36,14 @@ class RecordView(Protocol):
     def put_descriptor(self, desc: StreamDescriptor) -> None: ...
     def get_group(self, ref: StreamRef, group: str) -> GroupFrontier | None: ...
     def put_group(self, ref: StreamRef, frontier: GroupFrontier) -> None: ...
+    def delete_group(self, ref: StreamRef, group: str) -> None: ...
     def get_attempt(self, key: AttemptKey) -> AttemptRecord | None: ...
     def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None: ...
     def delete_attempt(self, key: AttemptKey) -> None: ...
+    def delete_budgets(self, ref: StreamRef, group: str) -> None:
+        """Delete every message budget of ``group`` on ``ref`` (of every node and parent attempt)."""
+        ...
+
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None: ...
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]: ...
     def compact(self, ref: StreamRef, through: int) -> None:
@@ -61,8 +66,9 @@ class CachedView(abc.ABC):
     A store subclasses it and supplies, for its own transaction, batched raw
     reads (:meth:`_read_descriptors`, :meth:`_read_groups`,
     :meth:`_read_attempts`, one answer per key, None when absent), the raw
-    writes :meth:`_write` makes once when the call ends, and the message
-    methods of :class:`RecordView`. The operations call :meth:`load` first,
+    writes :meth:`_write` makes once when the call ends (after
+    :meth:`_delete_budgets`, for the groups an operator removed or moved),
+    and the message methods of :class:`RecordView`. The operations call :meth:`load` first,
     with every record the call will touch that its request names, so a
     store across a network pays one or two round trips a call; whatever is
     read later (a retried message's budget, a stream's other groups before
@@ -76,6 +82,7 @@ class CachedView(abc.ABC):
         "_dirty_attempts",
         "_dirty_descriptors",
         "_dirty_groups",
+        "_dropped_budgets",
         "_groups",
     )
 
@@ -86,6 +93,7 @@ class CachedView(abc.ABC):
         self._dirty_descriptors: dict[StreamRef, None] = {}
         self._dirty_groups: dict[tuple[StreamRef, str], None] = {}
         self._dirty_attempts: dict[AttemptKey, None] = {}
+        self._dropped_budgets: dict[tuple[StreamRef, str], None] = {}
 
     # -- what a store supplies ---------------------------------------------------------------
 
@@ -102,13 +110,17 @@ class CachedView(abc.ABC):
         """One answer per key, in order; None for a record the store does not hold."""
 
     @abc.abstractmethod
+    def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
+        """Delete every stored message budget of each group (of every node and parent attempt)."""
+
+    @abc.abstractmethod
     def _write(
         self,
         descriptors: Mapping[StreamRef, StreamDescriptor],
-        groups: Mapping[tuple[StreamRef, str], GroupFrontier],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier | None],
         attempts: Mapping[AttemptKey, AttemptRecord | None],
     ) -> None:
-        """Write what the call changed; a budget mapped to None is deleted."""
+        """Write what the call changed; a frontier or budget mapped to None is deleted."""
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -125,12 +137,20 @@ class CachedView(abc.ABC):
         pairs = [key for key in dict.fromkeys(groups) if key not in self._groups]
         if pairs:
             self._groups.update(zip(pairs, self._read_groups(pairs), strict=True))
-        keys = [key for key in dict.fromkeys(attempts) if key not in self._attempts]
+        keys = [
+            key
+            for key in dict.fromkeys(attempts)
+            if key not in self._attempts and (key.ref, key.group) not in self._dropped_budgets
+        ]
         if keys:
             self._attempts.update(zip(keys, self._read_attempts(keys), strict=True))
 
     def flush(self) -> None:
-        """Write each changed descriptor, frontier and budget once."""
+        """Delete dropped groups' budgets, then write each changed descriptor, frontier and budget once."""
+        if self._dropped_budgets:
+            dropped = list(self._dropped_budgets)
+            self._dropped_budgets.clear()
+            self._delete_budgets(dropped)
         if not (self._dirty_descriptors or self._dirty_groups or self._dirty_attempts):
             return
         descriptors = {ref: self._descriptors[ref] for ref in self._dirty_descriptors}
@@ -167,11 +187,17 @@ class CachedView(abc.ABC):
         self._groups[key] = frontier
         self._dirty_groups[key] = None
 
+    def delete_group(self, ref: StreamRef, group: str) -> None:
+        key = (ref, group)
+        self._groups[key] = None
+        self._dirty_groups[key] = None
+
     def get_attempt(self, key: AttemptKey) -> AttemptRecord | None:
         try:
             return self._attempts[key]
         except KeyError:
-            record = self._attempts[key] = self._read_attempts((key,))[0]
+            dropped = self._dropped_budgets and (key.ref, key.group) in self._dropped_budgets
+            record = self._attempts[key] = None if dropped else self._read_attempts((key,))[0]
             return record
 
     def put_attempt(self, key: AttemptKey, record: AttemptRecord) -> None:
@@ -181,3 +207,10 @@ class CachedView(abc.ABC):
     def delete_attempt(self, key: AttemptKey) -> None:
         self._attempts[key] = None
         self._dirty_attempts[key] = None
+
+    def delete_budgets(self, ref: StreamRef, group: str) -> None:
+        """Forget the group's budgets: cached ones now, stored ones when the call ends (first)."""
+        for key in [k for k in self._attempts if k.ref == ref and k.group == group]:
+            del self._attempts[key]
+            self._dirty_attempts.pop(key, None)
+        self._dropped_budgets[(ref, group)] = None

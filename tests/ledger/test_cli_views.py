@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -51,11 +52,15 @@ def test_the_groups_view_has_a_row_per_group_with_its_lag(shop: Path) -> None:
     table = cli("inspect", str(shop), "--groups")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "STOPPED"]
-    assert [line.split() for line in lines[1:]] == [
-        ["audit", "shop/intake/orders", "0", "5", "5", "0", "no"],
-        ["billing", "shop/intake/orders", "3", "5", "2", "0", "no"],
+    header = ["GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "DEAD", "STOPPED", "LAST-ACTIVITY"]
+    assert lines[0].split() == header
+    rows = [line.split() for line in lines[1:]]
+    assert [row[:-1] for row in rows] == [
+        ["audit", "shop/intake/orders", "0", "5", "5", "0", "0", "no"],
+        ["billing", "shop/intake/orders", "3", "5", "2", "0", "0", "no"],
     ]
+    assert rows[0][-1] == "-"  # audit never acknowledged anything
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[1][-1])
     rows = json.loads(cli("inspect", str(shop), "--groups", "--json").stdout)
     assert [(r["group"], r["lag"]) for r in rows] == [("audit", 5), ("billing", 2)]
 

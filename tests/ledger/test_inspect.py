@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -56,6 +57,9 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
     assert orders.generation == 1
     assert json.loads(json.dumps(report)) == report
     assert report["path"] == str(tmp_path / "l")
+    for stream in report["streams"]:
+        for group in stream["groups"]:  # each acknowledged or failed something just now
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", group.pop("active_at"))
     assert report["streams"] == [
         {
             "key": "orders",
@@ -73,6 +77,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
                     "acked_through": 0,
                     "pending": 10,
                     "exhausted": 1,
+                    "dead_lettered": 0,
                     "stopped": False,
                     "state": None,
                 },
@@ -81,6 +86,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
                     "acked_through": 2,
                     "pending": 7,
                     "exhausted": 0,
+                    "dead_lettered": 0,
                     "stopped": False,
                     "state": {
                         "total": 6,
@@ -106,6 +112,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
                     "acked_through": 1,
                     "pending": 0,
                     "exhausted": 0,
+                    "dead_lettered": 0,
                     "stopped": False,
                     "state": None,
                 }

@@ -20,7 +20,17 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, inspect_ledger, open_ledger
-from ledger._layout import CHUNK, MAX_KEY, descriptor_key, group_key, index_key, message_key
+from ledger._layout import (
+    CHUNK,
+    MAX_KEY,
+    attempt_key,
+    descriptor_key,
+    group_key,
+    index_key,
+    legacy_attempt_key,
+    message_key,
+)
+from ledger._seal import seal, unseal
 from ledger._streams import LmdbView, decode_run
 from streams import (
     AppendBatch,
@@ -41,9 +51,11 @@ from streams import (
     StreamRef,
     handle_messages,
     open_scope,
+    remove_group,
     store,
 )
 from streams._store._operations import COMPACT_CHUNK
+from streams.store import AttemptKey
 
 ORDERS = StreamRef("run", "source", "orders")
 INVOICES = StreamRef("run", "billing", "invoices")
@@ -195,6 +207,35 @@ async def test_budgets_persist_across_reopen_and_are_not_replenished_by_a_genera
         assert (after.index, after.exhausted) == (3, True)
         with pytest.raises(SequenceError, match="exhausted"):
             await ledger.streams.commit([MessageCommit(message(3), node="billing-node", attempt=3)])
+
+
+async def test_a_long_budget_under_its_0_1_key_is_read_then_moved_and_removed_with_its_group(
+    tmp_path: Path,
+) -> None:
+    node = "n" * 300  # the budget's key is digested
+    message = MessageRef(ORDERS, "billing", 1, 1)
+    budget = AttemptKey(ORDERS, "billing", 1, node, "")
+    async with ledger_at(tmp_path / "l") as ledger:
+        opened = await ledger.streams.open(opening())
+        await append(ledger.streams, opened, 2)
+        await ledger.streams.fail_message(MessageFail(message, node, 5, 0))
+        stream_id = 1  # the first stream of a ledger
+        current, legacy = attempt_key(stream_id, budget), legacy_attempt_key(stream_id, budget)
+        assert legacy is not None and current != legacy
+
+        def as_written_by_0_1(txn: Any) -> None:  # the record under the key 0.1.0 gave it
+            db = ledger.env.db("attempts")
+            value = txn.get(current, db=db)
+            txn.delete(current, db=db)
+            txn.put(legacy, seal("attempts", legacy, unseal(value, db="attempts", key=current)), db=db)
+
+        await ledger.env.write(as_written_by_0_1)
+        reread = await ledger.streams.open_message(MessageOpen(message, node, 5))
+        assert reread.index == 1  # never refilled by the new layout
+        await ledger.streams.fail_message(MessageFail(message, node, 5, 1))
+        assert [k for k, _ in dump(ledger)["attempts"]] == [current]  # moved to its current key
+        await remove_group(ledger.streams, ORDERS, "billing")
+        assert dump(ledger)["attempts"] == []
 
 
 async def test_a_commit_batch_with_a_stale_record_in_position_3_confirms_nothing(tmp_path: Path) -> None:

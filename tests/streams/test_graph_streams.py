@@ -13,6 +13,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectSendStream
 
 from streams import (
+    DeadLetter,
     ExecCheckpoint,
     Execution,
     Finished,
@@ -197,6 +198,34 @@ async def test_a_handlers_results_are_the_nodes_outputs() -> None:
         assert result.handled == 4
 
     assert (await run_graph(g, {N: 4}))[TOTAL] == 10
+
+
+async def test_a_node_routes_exhausted_messages_to_a_dead_letter_stream_it_provides() -> None:
+    dead = Key("orders.dead", Stream[DeadLetter[int]])
+    g = Graph("dead", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+
+    @g.node(requires=[ORDERS], provides=[TOTAL, dead])
+    async def billing(ctx: NodeContext) -> None:
+        async def bill(tx: MessageTx[int], order: int) -> None:
+            if order == 3:
+                raise ZeroDivisionError("a bug")
+            tx.set_state(tx.state + order)
+            tx.set(TOTAL, tx.state)
+
+        result = await ctx.handle_messages(ORDERS, bill, initial_state=0, attempts=2, dead_letter=dead)
+        assert result.handled == 4
+
+    @g.node(requires=[dead], provides=[SEEN])
+    async def operators(ctx: NodeContext) -> None:
+        letters = [m.value async for m in ctx.reader(dead)]
+        assert [(d.seq, d.group, d.node, d.attempts, d.error_type) for d in letters] == [
+            (3, "billing", "billing", 2, "ZeroDivisionError")
+        ]
+        ctx.set(SEEN, [d.message for d in letters])
+
+    result = await run_graph(g, {N: 4})
+    assert (result[TOTAL], result[SEEN]) == (1 + 2 + 4, [3])
 
 
 async def test_a_handler_setting_a_result_its_node_does_not_provide_fails_the_node() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from ledger import open_ledger
 from streams import (
+    DeadLetter,
     Execution,
     Graph,
     Key,
@@ -102,6 +103,31 @@ async def test_an_exhausted_message_is_counted_with_its_error_type(
     assert metrics_now.value("streamledger.message.failed_attempts", **group, error__type="KeyError") == 2
     assert metrics_now.value("streamledger.message.exhausted", **group, error__type="KeyError") == 1
     assert metrics_now.value(CONSUMED, **group) is None  # nothing was handled
+
+
+async def test_a_dead_lettered_message_is_counted_as_exhausted_dead_lettered_and_consumed(
+    metrics_now: Metrics, anyio_backend: str
+) -> None:
+    scope_name = f"dead-{anyio_backend}"
+    async with open_scope(MemoryStore(), scope=scope_name) as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        dead = await scope.open_stream(Key("dead", Stream[DeadLetter[int]]), node="src", groups=("ops",))
+        await numbers.writer().send(1)
+        await numbers.writer().finish()
+
+        async def broken(tx: MessageTx[None], value: int) -> None:
+            raise KeyError("always")
+
+        await handle_messages(numbers.reader("g"), broken, attempts=2, dead_letter=dead.writer())
+        await dead.writer().finish()
+    group = {
+        "messaging__destination__name": f"{scope_name}/src/numbers",
+        "messaging__consumer__group__name": "g",
+    }
+    assert metrics_now.value("streamledger.message.exhausted", **group, error__type="KeyError") == 1
+    assert metrics_now.value("streamledger.message.dead_lettered", **group) == 1
+    assert metrics_now.value(CONSUMED, **group) == 1  # acknowledged: the group moved on
+    assert metrics_now.value(SENT, messaging__destination__name=f"{scope_name}/src/dead") == 1
 
 
 async def test_nodes_executions_and_ledger_batches_are_counted(

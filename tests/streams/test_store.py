@@ -118,7 +118,7 @@ async def test_check_stream_store_names_the_check_a_broken_store_fails() -> None
     with pytest.raises(SequenceError, match="exhausted its attempt budget") as failed:
         await check_stream_store(lambda: _Sessions(Forgetful(example_store())))
     assert failed.value.__notes__ == [
-        "conformance check test_exhausted_message_fails_the_handler_here_and_after_every_restart failed"
+        "conformance check test_a_message_exhausted_before_a_restart_goes_to_the_dead_letters_after_it failed"
     ]
 
 

@@ -9,7 +9,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from ledger import open_ledger
-from streams import Key, MemoryStore, MessageExhaustedError, MessageTx, Stream, handle_messages, open_scope
+from streams import (
+    DeadLetter,
+    Key,
+    MemoryStore,
+    MessageExhaustedError,
+    MessageTx,
+    Stream,
+    handle_messages,
+    open_scope,
+)
 
 SECRETS = Key("secrets", Stream[str])
 
@@ -33,6 +42,37 @@ async def test_exhausted_budget_leaves_an_event_without_the_payload(spans: InMem
     assert attributes["streamledger.seq"] == 1
     assert attributes["streamledger.attempts"] == 2
     assert attributes["streamledger.error.type"] == "ValueError"
+    dumped = repr(
+        [
+            (s.name, s.attributes, [(e.name, e.attributes) for e in s.events])
+            for s in spans.get_finished_spans()
+        ]
+    )
+    assert "4111" not in dumped and "declined" not in dumped
+
+
+async def test_a_dead_letter_leaves_an_event_naming_its_stream_without_the_payload(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with open_scope(MemoryStore(), scope="t-dead") as scope:
+        stream = await scope.open_stream(SECRETS, node="src", groups=("g",))
+        dead = await scope.open_stream(Key("dead", Stream[DeadLetter[str]]), node="src", groups=("ops",))
+        await stream.writer().send("card 4111-1111")
+        await stream.writer().finish()
+
+        async def fail(tx: MessageTx[None], value: str) -> None:
+            raise ValueError("declined")
+
+        await handle_messages(stream.reader("g"), fail, attempts=1, dead_letter=dead.writer())
+        await dead.writer().finish()
+    events = [e for s in spans.get_finished_spans() for e in s.events]
+    [letter] = [dict(e.attributes or {}) for e in events if e.name == "streamledger.message.dead_lettered"]
+    assert letter == {
+        "streamledger.seq": 1,
+        "streamledger.attempts": 1,
+        "streamledger.error.type": "ValueError",
+        "streamledger.dead_letter": "t-dead/src/dead",
+    }
     dumped = repr(
         [
             (s.name, s.attributes, [(e.name, e.attributes) for e in s.events])

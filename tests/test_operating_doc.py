@@ -1,0 +1,47 @@
+"""docs/operating.md: every command it shows runs, in order, and succeeds."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "operating.md"
+
+
+def commands() -> list[list[str]]:
+    """The page's ``$ python -m ledger ...`` lines, in order."""
+    return [
+        shlex.split(line.removeprefix("$ "))
+        for line in PAGE.read_text().splitlines()
+        if line.startswith("$ python -m ledger ")
+    ]
+
+
+def test_the_operating_page_shows_watching_viewing_and_both_repairs() -> None:
+    shown = [c[3] for c in commands()]
+    assert shown == ["demo", "inspect", "view", "group", "group", "check", "backup"]
+
+
+def test_every_command_of_the_operating_page_succeeds_in_order(tmp_path: Path) -> None:
+    for command in commands():
+        done = subprocess.run(
+            [sys.executable, *command[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stderr)
+        assert "Traceback" not in done.stderr
+    groups = subprocess.run(
+        [sys.executable, "-m", "ledger", "inspect", "shop-ledger", "--groups", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"audit"' not in groups.stdout  # the page removed it
