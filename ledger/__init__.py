@@ -16,6 +16,7 @@ from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import MapFullError as MapFullError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import SchemaVersionError as SchemaVersionError
+from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
 from ._errors import WriteFailedError as WriteFailedError
 from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
@@ -52,6 +53,7 @@ __all__ = [
     "RunResult",
     "Runs",
     "SchemaVersionError",
+    "UnattributedBudgetsError",
     "UnknownRunError",
     "WriteFailedError",
     "WriteTicket",

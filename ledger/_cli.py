@@ -1,9 +1,8 @@
-"""The command line, ``python -m ledger``: ``demo``, ``inspect``, ``check`` and ``backup``.
+"""The command line, ``python -m ledger``: ``demo``, ``inspect``, ``view``, ``group``, ``check``, ``backup``.
 
-Exit codes: 0 success, 1 a failure while running, 2 bad usage or input (a
-path that is not a ledger, a ledger of another version, a damaged or missing
-record, a ledger another process owns), 130 interrupted with Ctrl-C. Errors are one
-line on stderr; the ledger is left as it was.
+Errors are one line on stderr, with an exit code per kind of failure
+(:data:`_EXIT_CODES`; the table is in docs/reference.md); the ledger is left
+as it was.
 """
 
 from __future__ import annotations

@@ -416,7 +416,7 @@ def _check_path(path: Path, *, create: bool) -> bool:
     if not names or ("data.mdb" not in names and names <= _CREATION_FILES):
         # empty, or a creation that was interrupted before LMDB wrote its data file
         if not create:
-            raise NotALedgerError(f"{path} holds no ledger (create=False)")
+            raise NotALedgerError(f"{path} holds no ledger (and this command does not create one)")
         return True
     if "data.mdb" not in names:
         raise NotALedgerError(
@@ -431,7 +431,7 @@ def _check_path(path: Path, *, create: bool) -> bool:
         if names <= _CREATION_FILES and _is_empty(probe):
             # a creation interrupted after LMDB made its files, before the schema was written
             if not create:
-                raise NotALedgerError(f"{path} holds no ledger (create=False)")
+                raise NotALedgerError(f"{path} holds no ledger (and this command does not create one)")
             return True
         _read_schema(probe, path)
     except lmdb.Error as exc:  # a damaged page met while reading the schema

@@ -14,7 +14,7 @@ import anyio
 
 from streams import CompactedHistoryError, SequenceError, UnknownStreamError, move_group, remove_group
 
-from ._errors import LedgerError
+from ._errors import LedgerError, UnattributedBudgetsError
 from ._ledger import open_ledger
 from ._view import StreamNotFoundError, parse_ref
 
@@ -97,5 +97,5 @@ def run_group_command(args: argparse.Namespace) -> str:
         return anyio.run(change)
     except UnknownStreamError as exc:
         raise StreamNotFoundError(str(exc)) from None
-    except (CompactedHistoryError, SequenceError) as exc:
+    except (CompactedHistoryError, SequenceError, UnattributedBudgetsError) as exc:
         raise GroupChangeError(str(exc)) from None

@@ -74,6 +74,8 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
                     "finished": desc.finished,
                     "failed": desc.failed,
                     "capacity": desc.capacity,
+                    "compacted_through": desc.compacted_through,
+                    "retain": desc.retain,
                     "groups": groups,
                 }
             )

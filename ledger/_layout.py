@@ -49,6 +49,8 @@ __all__ = [
     "DATABASES",
     "DESCRIPTOR_PREFIX",
     "INDEX_PREFIX",
+    "LEGACY_DIGEST",
+    "LEGACY_KEY_LENGTH",
     "MAX_KEY",
     "MAX_RUN_ID_BYTES",
     "META_KEY",
@@ -157,6 +159,11 @@ def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
     if len(prefix) + len(group) + len(rest) <= MAX_KEY:
         return prefix + group + rest
     return prefix + _DIGESTED + _digest(group) + _digest(rest)
+
+
+#: What follows a stream's id in a digested budget key, and the whole length of one as 0.1.0 wrote it.
+LEGACY_DIGEST: Final = _DIGESTED
+LEGACY_KEY_LENGTH: Final = 8 + 1 + 32
 
 
 def legacy_attempt_key(stream_id: int, key: AttemptKey) -> bytes | None:

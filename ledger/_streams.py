@@ -46,10 +46,12 @@ from streams.store import (
 )
 
 from ._env import LedgerEnv
-from ._errors import CorruptRecordError
+from ._errors import CorruptRecordError, UnattributedBudgetsError
 from ._layout import (
     CHUNK,
     COUNTER_KEY,
+    LEGACY_DIGEST,
+    LEGACY_KEY_LENGTH,
     U64,
     attempt_key,
     budget_prefixes,
@@ -249,11 +251,32 @@ class LmdbView(CachedView):
             stream_id = self._id(ref)
             if stream_id is None:
                 continue
+            self._refuse_unattributed(ref, stream_id)
             for prefix in budget_prefixes(stream_id, group):
                 with self._txn.cursor(db=db) as cursor:
                     found = cursor.set_range(prefix)
                     while found and cursor.key().startswith(prefix):
                         found = cursor.delete()
+
+    def _refuse_unattributed(self, ref: StreamRef, stream_id: int) -> None:
+        """Refuse a group change on a stream holding budgets under 0.1.0's digested keys.
+
+        Those keys digest the group with the rest, so no group's budgets can be
+        told from another's: forgetting some might forget another group's, and
+        keeping them might give a moved group a used budget back. They go as
+        their messages are acknowledged (or dead-lettered).
+        """
+        prefix = U64.pack(stream_id) + LEGACY_DIGEST
+        with self._txn.cursor(db=self._dbs["attempts"]) as cursor:
+            found = cursor.set_range(prefix)
+            while found and (key := cursor.key()).startswith(prefix):
+                if len(key) == LEGACY_KEY_LENGTH:
+                    raise UnattributedBudgetsError(
+                        f"stream {ref} holds message budgets written by streamledger 0.1.0 under keys that "
+                        "do not say their group (its groups' and nodes' names together are over 230 "
+                        "bytes); acknowledge or dead-letter its failing messages first (nothing was changed)"
+                    )
+                found = cursor.next()
 
     # -- messages --------------------------------------------------------------------------
 

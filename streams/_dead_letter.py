@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from ._errors import HandlerContractError
-from ._stream import StreamWriter
+from ._stream import StreamCore, StreamWriter
 
 __all__ = ["DeadLetter", "check_dead_letter_writer"]
 
@@ -33,16 +33,29 @@ class DeadLetter(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     message: T  #: the message itself
 
 
-def check_dead_letter_writer(writer: object, item_type: Any) -> StreamWriter[Any]:
-    """``writer``, refused with :class:`HandlerContractError` unless it writes ``DeadLetter[item_type]``."""
+def check_dead_letter_writer(writer: object, source: StreamCore[Any]) -> StreamWriter[Any]:
+    """``writer``, refused with :class:`HandlerContractError` unless it can take ``source``'s dead letters.
+
+    Checked before the first message, so no budget is spent on a letter that
+    could never be written: it writes ``DeadLetter[T]`` of ``source``'s
+    item type ``T`` (or ``DeadLetter[Any]``), on the same store.
+    """
+    item_type = source.key.item_type
+    wanted = f"Stream[DeadLetter[{getattr(item_type, '__qualname__', item_type)}]]"
     if not isinstance(writer, StreamWriter):
+        raise HandlerContractError(f"dead_letter takes the StreamWriter of a {wanted}, got {writer!r}")
+    target = writer.stream.core
+    written = target.key.item_type
+    args = typing.get_args(written)
+    letters = (typing.get_origin(written) or written) is DeadLetter
+    if not letters or (args and args[0] not in (item_type, Any)):
         raise HandlerContractError(
-            f"dead_letter takes the StreamWriter of a Stream[DeadLetter[...]], got {writer!r}"
+            f"dead_letter writes {target.ref}, a stream of {written!r}; the dead letters of "
+            f"{source.ref} go to a {wanted}"
         )
-    written = writer.stream.core.key.item_type
-    if typing.get_origin(written) is not DeadLetter and written is not DeadLetter:
+    if target.hooks is not source.hooks:
         raise HandlerContractError(
-            f"dead_letter writes {writer.stream.core.ref}, a stream of {written!r}; dead letters go "
-            f"to a Stream[DeadLetter[{getattr(item_type, '__qualname__', item_type)}]]"
+            f"dead_letter writes {target.ref} on another store than {source.ref}'s: a dead letter is "
+            "confirmed in the same commit as its message's ack, so both streams share one store"
         )
     return writer

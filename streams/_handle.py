@@ -471,6 +471,7 @@ class _Run(Generic[T, S]):
                 False,
                 self.parent_attempt,
                 dead_letter=True,
+                limit=self.attempts,
             )
         )
         self.pipeline.stage()
@@ -741,7 +742,7 @@ async def handle_messages(
     group = reader.frontier
     stream = reader.stream.core
     if dead_letter is not None:
-        check_dead_letter_writer(dead_letter, stream.key.item_type)
+        check_dead_letter_writer(dead_letter, stream)
     if backoff is not None and not isinstance(backoff, Backoff):
         raise TypeError(f"backoff takes a Backoff, got {backoff!r}")
     if group.claimed:

@@ -118,6 +118,7 @@ def tracer(provider: TracerProvider | None = None) -> trace.Tracer:
 def failed(current: Span, exc: BaseException) -> None:
     """Mark ``current`` as failed with ``exc``'s type only: its message may hold values."""
     kind = type(exc).__qualname__
+    current.set_attribute(ATTR.ERROR_KIND, kind)  # OpenTelemetry's convention, which backends group by
     current.set_attribute(ATTR.ERROR_TYPE, kind)
     current.set_status(Status(StatusCode.ERROR, kind))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import anyio
 
@@ -14,6 +14,8 @@ from .. import (
     DeadLetter,
     HandlerContractError,
     Key,
+    ManagedStream,
+    MemoryStore,
     MessageCommit,
     MessageFail,
     MessageTx,
@@ -115,14 +117,35 @@ async def test_a_message_exhausted_before_a_restart_goes_to_the_dead_letters_aft
 
 
 @check
-async def test_dead_letters_go_only_to_a_stream_of_dead_letters(world: World) -> None:
+async def test_dead_letters_go_only_to_a_stream_of_the_messages_dead_letters_on_the_same_store(
+    world: World,
+) -> None:
     async with world.session() as hooks, open_scope(hooks, scope="dl-type") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("a",))
-        other = await scope.open_stream(Key("other", Stream[int]), node="src", groups=("ops",))
-        with raises(HandlerContractError, match=r"Stream\[DeadLetter\[int\]\]"):
-            await handle_messages(stream.reader("a"), _fragile, initial_state=0, dead_letter=other.writer())  # type: ignore[arg-type]
+        wrong: list[ManagedStream[Any]] = [
+            await scope.open_stream(Key("other", Stream[int]), node="src", groups=("ops",)),
+            await scope.open_stream(Key("strs", Stream[DeadLetter[str]]), node="src", groups=("ops",)),
+        ]
+        for other in wrong:
+            with raises(HandlerContractError, match=r"go to a Stream\[DeadLetter\[int\]\]"):
+                await handle_messages(
+                    stream.reader("a"), _fragile, initial_state=0, dead_letter=other.writer()
+                )
+        async with open_scope(MemoryStore(), scope="elsewhere") as elsewhere:
+            foreign = await elsewhere.open_stream(DEAD, node="src", groups=("ops",))
+            with raises(HandlerContractError, match="on another store"):
+                await handle_messages(
+                    stream.reader("a"), _fragile, initial_state=0, dead_letter=foreign.writer()
+                )
+            await foreign.writer().finish()
         await stream.writer().finish()
-        await other.writer().finish()
+        for other in wrong:
+            await other.writer().finish()
+    async with world.session() as hooks:
+        opened = await hooks.open(
+            StreamOpen(StreamRef("dl-type", "src", "numbers"), type_name(int), 8, ("a",))
+        )
+        assert opened.groups[0].failing == ()  # refused before any attempt: no budget was spent
 
 
 class _NotesFailures(PassThroughHooks):
@@ -174,3 +197,29 @@ async def test_retries_wait_out_their_backoff_and_a_restart_does_not_retry_soone
     first, second, third = attempts
     assert second - first >= 0.3  # counted from the failure the ledger confirmed, before the restart
     assert third - second >= 0.6
+
+
+@check
+async def test_a_budget_lowered_across_a_restart_sends_the_message_to_its_dead_letters(world: World) -> None:
+    async with world.session() as hooks:
+        await _three_numbers(hooks, "dl-lower")
+        noting = _NotesFailures(hooks)
+        async with open_scope(noting, scope="dl-lower") as scope, anyio.create_task_group() as tg:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+            slow = Backoff(3600)  # the run waits after its first failure: 1 of a budget of 5
+            tg.start_soon(
+                lambda: handle_messages(
+                    stream.reader("a"), _fragile, initial_state=0, attempts=5, backoff=slow
+                )
+            )
+            await noting.failed.wait()
+            tg.cancel_scope.cancel()
+    async with world.session() as hooks, open_scope(hooks, scope="dl-lower") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+        dead = await scope.open_stream(DEAD, node="src", groups=("ops",))
+        result = await handle_messages(
+            stream.reader("a"), _fragile, initial_state=0, attempts=1, dead_letter=dead.writer()
+        )
+        assert (result.handled, result.state) == (2, 1 + 3)  # message 1 was confirmed before the stop
+        await dead.writer().finish()
+        assert [(m.value.seq, m.value.attempts) async for m in dead.reader("ops")] == [(2, 1)]

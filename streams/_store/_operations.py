@@ -378,7 +378,7 @@ def _ack(view: RecordView, group: FrontierDraft, c: MessageCommit, seq: int) -> 
     forget_attempt = c.attempt > 0
     if c.dead_letter:
         record = view.get_attempt(key)
-        if record is None or not record.exhausted:
+        if record is None or not (record.exhausted or 0 < c.limit <= record.failures):
             raise SequenceError(
                 f"dead letter of {_at(c.message, seq)}: the message has not exhausted its attempt "
                 f"budget in node {c.node!r}; only an exhausted message is dead-lettered"

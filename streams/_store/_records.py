@@ -192,6 +192,9 @@ class MessageCommit(msgspec.Struct, frozen=True, gc=False):
     #: The message exhausted its budget in ``node``: its one output is its dead letter, and the
     #: ack moves the group past it (a message not exhausted is refused).
     dead_letter: bool = False
+    #: With ``dead_letter``: the attempt limit the message used up (it may be lower than when its
+    #: failures were confirmed); 0 trusts the budget's own exhausted mark only.
+    limit: int = 0
 
     @property
     def last_seq(self) -> int:

@@ -71,6 +71,8 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
             "finished": False,
             "failed": False,
             "capacity": 64,
+            "compacted_through": 0,
+            "retain": 0,
             "groups": [
                 {
                     "group": "audit",
@@ -106,6 +108,8 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
             "finished": True,
             "failed": False,
             "capacity": 16,
+            "compacted_through": 1,  # finished and acknowledged by every group
+            "retain": 0,
             "groups": [
                 {
                     "group": "audit",

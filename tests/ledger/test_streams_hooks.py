@@ -20,6 +20,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, inspect_ledger, open_ledger
+from ledger._errors import UnattributedBudgetsError
 from ledger._layout import (
     CHUNK,
     MAX_KEY,
@@ -209,7 +210,7 @@ async def test_budgets_persist_across_reopen_and_are_not_replenished_by_a_genera
             await ledger.streams.commit([MessageCommit(message(3), node="billing-node", attempt=3)])
 
 
-async def test_a_long_budget_under_its_0_1_key_is_read_then_moved_and_removed_with_its_group(
+async def test_a_long_budget_under_its_0_1_key_is_read_refuses_group_changes_until_moved(
     tmp_path: Path,
 ) -> None:
     node = "n" * 300  # the budget's key is digested
@@ -232,6 +233,10 @@ async def test_a_long_budget_under_its_0_1_key_is_read_then_moved_and_removed_wi
         await ledger.env.write(as_written_by_0_1)
         reread = await ledger.streams.open_message(MessageOpen(message, node, 5))
         assert reread.index == 1  # never refilled by the new layout
+        before = dump(ledger)
+        with pytest.raises(UnattributedBudgetsError, match=r"written by streamledger 0\.1\.0"):
+            await remove_group(ledger.streams, ORDERS, "billing")  # whose budgets? the key cannot say
+        assert dump(ledger) == before
         await ledger.streams.fail_message(MessageFail(message, node, 5, 1))
         assert [k for k, _ in dump(ledger)["attempts"]] == [current]  # moved to its current key
         await remove_group(ledger.streams, ORDERS, "billing")
