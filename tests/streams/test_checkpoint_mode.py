@@ -1,4 +1,4 @@
-"""Checkpoint mode: the node-hook conformance suite on MemoryStore and on LMDB, and what needs no store."""
+"""Checkpoint mode: the node-hook conformance suite on three stores, and what needs no store."""
 
 from __future__ import annotations
 
@@ -35,14 +35,34 @@ class LedgerWorld:
             yield ledger.nodes
 
 
-@pytest.mark.parametrize("kind", ["memory", "lmdb"])
+class PostgresWorld:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Any]:
+        from ledger.postgres import open_postgres
+
+        async with open_postgres(self.url) as ledger:
+            yield ledger.nodes
+
+
+@pytest.mark.parametrize("kind", ["memory", "lmdb", "postgres"])
 @pytest.mark.parametrize(
     ("name", "check"), node_store_checks(), ids=[name for name, _ in node_store_checks()]
 )
 async def test_node_store_conformance(
-    kind: str, name: str, check: Callable[[Any], Awaitable[None]], tmp_path: Path
+    kind: str,
+    name: str,
+    check: Callable[[Any], Awaitable[None]],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    await check(MemoryWorld() if kind == "memory" else LedgerWorld(tmp_path / "ledger"))
+    if kind == "postgres":
+        world: Any = PostgresWorld(request.getfixturevalue("postgres_url"))
+    else:
+        world = MemoryWorld() if kind == "memory" else LedgerWorld(tmp_path / "ledger")
+    await check(world)
 
 
 async def _noop(ctx: NodeContext) -> None:

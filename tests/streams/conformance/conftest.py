@@ -50,9 +50,10 @@ _DOCS_STORE: Callable[[], StreamHooks] = _DOCS_MODULE.DictStore
 class World:
     """A store that outlives sessions."""
 
-    def __init__(self, kind: str, path: Path) -> None:
+    def __init__(self, kind: str, path: Path, url: str = "") -> None:
         self.kind = kind
         self.path = path
+        self.url = url
         self.memory = MemoryStore()
         self.example = example_store()
 
@@ -62,11 +63,18 @@ class World:
             yield self.memory
         elif self.kind == "example":
             yield self.example
+        elif self.kind == "postgres":
+            from ledger.postgres import open_postgres
+
+            async with open_postgres(self.url) as ledger:
+                yield ledger.streams
         else:
             async with open_ledger(self.path) as ledger:
                 yield ledger.streams
 
 
-@pytest.fixture(params=["memory", "lmdb", "example"])
+@pytest.fixture(params=["memory", "lmdb", "example", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
-    return World(str(request.param), tmp_path / "ledger")
+    kind = str(request.param)
+    url = request.getfixturevalue("postgres_url") if kind == "postgres" else ""
+    return World(kind, tmp_path / "ledger", url)

@@ -1,0 +1,59 @@
+"""The PostgreSQL ledger: the LMDB ledger's records and rules, on a server many workers share.
+
+Install the ``postgres`` extra (psycopg 3). ``open_postgres(url)`` connects,
+makes the tables in an empty database (or checks the schema of a ledger),
+and yields a :class:`PostgresLedger` whose ``streams`` is a
+:class:`~streams.StreamHooks` store, exactly as ``open_ledger(path)`` does
+for a directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from streams.store import publish as _publish
+
+from ._nodes import PgNodeHooks
+from ._store import PgConnection
+from ._streams import PgStreamHooks
+
+__all__ = ["PgNodeHooks", "PgStreamHooks", "PostgresLedger", "open_postgres"]
+
+
+class PostgresLedger:
+    """An open PostgreSQL ledger. Obtain one with :func:`open_postgres`."""
+
+    def __init__(self, connection: PgConnection) -> None:
+        self._connection = connection
+        #: The managed-stream store on this ledger (:class:`~streams.StreamHooks`).
+        self.streams = PgStreamHooks(connection)
+        #: The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`).
+        self.nodes = PgNodeHooks(connection, self.streams)
+
+    @property
+    def url(self) -> str:
+        return self._connection.url
+
+
+@asynccontextmanager
+async def open_postgres(url: str) -> AsyncIterator[PostgresLedger]:
+    """Connect to the PostgreSQL ledger at ``url`` (making its tables in an empty database).
+
+    Refuses a database holding another schema or codec version with
+    :class:`~ledger.SchemaVersionError`. ``url`` is libpq's: a
+    ``postgresql://`` URL or a ``key=value`` string.
+    """
+    connection = PgConnection(url)
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(connection.connect)
+    try:
+        yield PostgresLedger(connection)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(connection.close)
+
+
+_publish(globals(), __all__)

@@ -1,0 +1,147 @@
+"""The tables of a PostgreSQL ledger, made once, and its schema record, checked on every open.
+
+Records are the LMDB ledger's, msgpack-encoded in ``bytea`` columns; the
+keys are columns, so a group's budgets or a stream's runs are found by
+index::
+
+    table                    key                                  value
+    streamledger_meta        name                                 LedgerMeta (format, schema, codec)
+    streamledger_streams     id; unique (scope, node, key)        StreamDescriptor
+    streamledger_messages    (stream_id, first_seq), last_seq     msgpack list of payloads: a run
+    streamledger_groups      (stream_id, name)                    GroupFrontier
+    streamledger_attempts    (stream_id, grp, seq, node, parent)  AttemptRecord
+    streamledger_node_attempts (parent, node, position)           NodeAttemptRecord
+    streamledger_scopes      scope                                ScopeRecord
+    streamledger_nodes       (scope, node)                        NodeCheckpoint
+
+A database (or a schema of it, through ``search_path``) holds one ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from .._env import CODEC, CODEC_VERSION, LedgerMeta
+from .._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError, SchemaVersionError
+
+__all__ = ["FORMAT", "SCHEMA_VERSION", "TABLES", "ensure_schema"]
+
+#: What the schema record of a PostgreSQL ledger names as its format.
+FORMAT: Final = "streamledger-postgres"
+SCHEMA_VERSION: Final = 1
+
+_TABLES: Final = """
+CREATE TABLE streamledger_meta (
+    name text PRIMARY KEY,
+    value bytea NOT NULL
+);
+CREATE TABLE streamledger_streams (
+    id bigserial PRIMARY KEY,
+    scope text NOT NULL,
+    node text NOT NULL,
+    key text NOT NULL,
+    descriptor bytea,
+    UNIQUE (scope, node, key)
+);
+CREATE TABLE streamledger_messages (
+    stream_id bigint NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    payloads bytea NOT NULL,
+    PRIMARY KEY (stream_id, first_seq)
+);
+CREATE TABLE streamledger_groups (
+    stream_id bigint NOT NULL,
+    name text NOT NULL,
+    frontier bytea NOT NULL,
+    PRIMARY KEY (stream_id, name)
+);
+CREATE TABLE streamledger_attempts (
+    stream_id bigint NOT NULL,
+    grp text NOT NULL,
+    seq bigint NOT NULL,
+    node text NOT NULL,
+    parent text NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (stream_id, grp, seq, node, parent)
+);
+CREATE TABLE streamledger_node_attempts (
+    parent text NOT NULL,
+    node text NOT NULL,
+    position integer NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (parent, node, position)
+);
+CREATE TABLE streamledger_scopes (
+    scope text PRIMARY KEY,
+    record bytea NOT NULL
+);
+CREATE TABLE streamledger_nodes (
+    scope text NOT NULL,
+    node text NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (scope, node)
+);
+"""
+
+#: Every table of a ledger, checked on open.
+TABLES: Final = (
+    "streamledger_meta",
+    "streamledger_streams",
+    "streamledger_messages",
+    "streamledger_groups",
+    "streamledger_attempts",
+    "streamledger_node_attempts",
+    "streamledger_scopes",
+    "streamledger_nodes",
+)
+
+_meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
+
+
+def ensure_schema(conn: Any, where: str) -> None:
+    """Make the tables and the schema record in an empty database; check them in any other.
+
+    Refuses a database of another schema or codec version with
+    :class:`~ledger.SchemaVersionError`, and one whose tables are not a
+    ledger's with :class:`~ledger.NotALedgerError`; changes nothing then.
+    """
+    with conn.transaction():
+        # one opener makes the tables; the others wait here and then find them
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
+        found = conn.execute("SELECT to_regclass('streamledger_meta') IS NOT NULL").fetchone()[0]
+        if not found:
+            conn.execute(_TABLES)
+            record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
+            conn.execute(
+                "INSERT INTO streamledger_meta (name, value) VALUES ('schema', %s)",
+                (msgspec.msgpack.encode(record),),
+            )
+            return
+        row = conn.execute("SELECT value FROM streamledger_meta WHERE name = 'schema'").fetchone()
+        missing = [
+            table
+            for table in TABLES
+            if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
+        ]
+    if row is None:
+        raise NotALedgerError(f"{where} has a streamledger_meta table without a schema record")
+    try:
+        meta = _meta_decoder.decode(row[0])
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(f"{where}: the schema record does not decode ({exc})") from None
+    if meta.format != FORMAT:
+        raise NotALedgerError(f"{where} holds a {meta.format!r} store, not a PostgreSQL streamledger ledger")
+    if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
+        raise SchemaVersionError(
+            f"{where} was written with schema {meta.schema_version} and codec {meta.codec}/"
+            f"{meta.codec_version}; this build reads schema {SCHEMA_VERSION} and codec "
+            f"{CODEC}/{CODEC_VERSION}. Open it with the matching streamledger release."
+        )
+    if missing:
+        raise DamagedLedgerError(
+            f"{where} lacks its table(s) {', '.join(missing)}; restore the database from a backup "
+            "(nothing was changed)"
+        )

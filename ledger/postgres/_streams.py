@@ -1,0 +1,52 @@
+"""``StreamHooks`` and ``GroupHooks`` on a PostgreSQL ledger: each call one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streams import store
+from streams.store import (
+    AppendBatch,
+    GroupChange,
+    GroupFrontier,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+)
+
+from ._store import PgConnection
+
+__all__ = ["PgStreamHooks"]
+
+
+class PgStreamHooks:
+    """:class:`~streams.StreamHooks` on a PostgreSQL ledger; obtain it as ``ledger.streams``."""
+
+    def __init__(self, connection: PgConnection) -> None:
+        self._connection = connection
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        return await self._connection.call(lambda view: store.open_stream(view, request))
+
+    async def append(self, batch: AppendBatch) -> None:
+        await self._connection.call(lambda view: store.append(view, batch))
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        return await self._connection.call(lambda view: store.open_message(view, request))
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        return await self._connection.call(lambda view: store.fail_message(view, request))
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        batch = tuple(commits)
+        await self._connection.call(lambda view: store.commit(view, batch))
+
+    async def finish(self, request: StreamFinish) -> None:
+        await self._connection.call(lambda view: store.finish(view, request))
+
+    async def change_group(self, change: GroupChange) -> GroupFrontier | None:
+        return await self._connection.call(lambda view: store.change_group(view, change))

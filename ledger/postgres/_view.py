@@ -1,0 +1,257 @@
+"""A :class:`~streams.store.RecordView` over one PostgreSQL transaction: a query per kind of record.
+
+The operations of :mod:`streams.store` call :meth:`load` first with every
+record their request names, so a call reads its descriptors, then its
+frontiers and budgets, in one round trip each; writes go out once, when the
+call ends, as one pipelined batch per table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from streams.store import (
+    AttemptKey,
+    AttemptRecord,
+    CachedView,
+    GroupFrontier,
+    StoredMessage,
+    StreamDescriptor,
+    StreamRef,
+)
+
+from .._errors import CorruptRecordError
+from .._layout import CHUNK
+
+__all__ = ["PgView"]
+
+_encoder = msgspec.msgpack.Encoder()
+_descriptor_decoder = msgspec.msgpack.Decoder(StreamDescriptor)
+_frontier_decoder = msgspec.msgpack.Decoder(GroupFrontier)
+_attempt_decoder = msgspec.msgpack.Decoder(AttemptRecord)
+_run_decoder = msgspec.msgpack.Decoder(list[bytes])
+
+
+def _decode(decoder: msgspec.msgpack.Decoder[Any], raw: bytes, what: str) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"{what} does not decode as its layout ({exc}); the ledger is damaged"
+        ) from None
+
+
+class PgView(CachedView):
+    """One call's records, in transaction ``conn``; ``known_ids`` maps streams to ids already committed.
+
+    Ids found or allocated here are collected in :attr:`ids`, for the caller
+    to remember once the transaction committed.
+    """
+
+    __slots__ = ("_conn", "_known_ids", "ids")
+
+    def __init__(self, conn: Any, known_ids: Mapping[StreamRef, int]) -> None:
+        super().__init__()
+        self._conn = conn
+        self._known_ids = known_ids
+        self.ids: dict[StreamRef, int] = {}
+
+    @property
+    def connection(self) -> Any:
+        """The connection whose transaction this view reads and writes (other views may share it)."""
+        return self._conn
+
+    # -- ids -------------------------------------------------------------------------------
+
+    def _known(self, ref: StreamRef) -> int | None:
+        found = self._known_ids.get(ref)
+        return self.ids.get(ref) if found is None else found
+
+    def _resolve(self, refs: Iterable[StreamRef]) -> None:
+        """Learn the ids of ``refs`` not known yet, in one query."""
+        missing = [ref for ref in dict.fromkeys(refs) if self._known(ref) is None]
+        if not missing:
+            return
+        rows = self._conn.execute(
+            "SELECT r.i, s.id FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+            " AS r(scope, node, key, i) JOIN streamledger_streams s USING (scope, node, key)",
+            ([r.scope for r in missing], [r.node for r in missing], [r.key for r in missing]),
+        ).fetchall()
+        for i, stream_id in rows:
+            self.ids[missing[i - 1]] = stream_id
+
+    def _require_id(self, ref: StreamRef) -> int:
+        self._resolve((ref,))
+        stream_id = self._known(ref)
+        if stream_id is None:
+            stream_id = self._conn.execute(
+                "INSERT INTO streamledger_streams (scope, node, key) VALUES (%s, %s, %s) RETURNING id",
+                (ref.scope, ref.node, ref.key),
+            ).fetchone()[0]
+            self.ids[ref] = stream_id
+        return stream_id
+
+    # -- CachedView ------------------------------------------------------------------------
+
+    def _read_descriptors(self, refs: Sequence[StreamRef]) -> list[StreamDescriptor | None]:
+        rows = self._conn.execute(
+            "SELECT r.i, s.id, s.descriptor FROM unnest(%s::text[], %s::text[], %s::text[])"
+            " WITH ORDINALITY AS r(scope, node, key, i) JOIN streamledger_streams s USING (scope, node, key)",
+            ([r.scope for r in refs], [r.node for r in refs], [r.key for r in refs]),
+        ).fetchall()
+        found: list[StreamDescriptor | None] = [None] * len(refs)
+        for i, stream_id, raw in rows:
+            ref = refs[i - 1]
+            self.ids.setdefault(ref, stream_id)
+            if raw is not None:
+                desc = _decode(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
+                if desc.ref != ref:
+                    raise CorruptRecordError(
+                        f"stream {ref} has id {stream_id}, whose descriptor is for {desc.ref}; "
+                        "the ledger is damaged"
+                    )
+                found[i - 1] = desc
+        return found
+
+    def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> list[GroupFrontier | None]:
+        self._resolve(ref for ref, _ in keys)
+        found: list[GroupFrontier | None] = [None] * len(keys)
+        asked = [(i, self._known(ref), group) for i, (ref, group) in enumerate(keys)]
+        asked = [(i, stream_id, group) for i, stream_id, group in asked if stream_id is not None]
+        if not asked:
+            return found
+        rows = self._conn.execute(
+            "SELECT r.i, g.frontier FROM unnest(%s::int[], %s::bigint[], %s::text[])"
+            " AS r(i, stream_id, name) JOIN streamledger_groups g USING (stream_id, name)",
+            ([a[0] for a in asked], [a[1] for a in asked], [a[2] for a in asked]),
+        ).fetchall()
+        for i, raw in rows:
+            ref, group = keys[i]
+            found[i] = _decode(_frontier_decoder, raw, f"the frontier of group {group!r} of {ref}")
+        return found
+
+    def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:
+        self._resolve(key.ref for key in keys)
+        found: list[AttemptRecord | None] = [None] * len(keys)
+        asked = [(i, self._known(key.ref), key) for i, key in enumerate(keys)]
+        rows_asked = [(i, stream_id, key) for i, stream_id, key in asked if stream_id is not None]
+        if not rows_asked:
+            return found
+        rows = self._conn.execute(
+            "SELECT r.i, a.record FROM unnest(%s::int[], %s::bigint[], %s::text[], %s::bigint[], %s::text[],"
+            " %s::text[]) AS r(i, stream_id, grp, seq, node, parent)"
+            " JOIN streamledger_attempts a USING (stream_id, grp, seq, node, parent)",
+            (
+                [a[0] for a in rows_asked],
+                [a[1] for a in rows_asked],
+                [a[2].group for a in rows_asked],
+                [a[2].seq for a in rows_asked],
+                [a[2].node for a in rows_asked],
+                [a[2].parent_attempt for a in rows_asked],
+            ),
+        ).fetchall()
+        for i, raw in rows:
+            found[i] = _decode(_attempt_decoder, raw, f"the budget of {keys[i]}")
+        return found
+
+    def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
+        self._resolve(ref for ref, _ in groups)
+        params = [(self._known(ref), group) for ref, group in groups if self._known(ref) is not None]
+        if params:
+            with self._conn.cursor() as cur:
+                cur.executemany("DELETE FROM streamledger_attempts WHERE stream_id = %s AND grp = %s", params)
+
+    def _write(
+        self,
+        descriptors: Mapping[StreamRef, StreamDescriptor],
+        groups: Mapping[tuple[StreamRef, str], GroupFrontier | None],
+        attempts: Mapping[AttemptKey, AttemptRecord | None],
+    ) -> None:
+        with self._conn.cursor() as cur:
+            if descriptors:
+                cur.executemany(
+                    "UPDATE streamledger_streams SET descriptor = %s WHERE id = %s",
+                    [(_encoder.encode(desc), self._require_id(ref)) for ref, desc in descriptors.items()],
+                )
+            put = [
+                (self._require_id(ref), g, _encoder.encode(f))
+                for (ref, g), f in groups.items()
+                if f is not None
+            ]
+            if put:
+                cur.executemany(
+                    "INSERT INTO streamledger_groups (stream_id, name, frontier) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (stream_id, name) DO UPDATE SET frontier = EXCLUDED.frontier",
+                    put,
+                )
+            gone = [(self._known(ref), g) for (ref, g), f in groups.items() if f is None]
+            if gone := [(i, g) for i, g in gone if i is not None]:
+                cur.executemany("DELETE FROM streamledger_groups WHERE stream_id = %s AND name = %s", gone)
+            budgets = [
+                (self._require_id(k.ref), k.group, k.seq, k.node, k.parent_attempt, _encoder.encode(r))
+                for k, r in attempts.items()
+                if r is not None
+            ]
+            if budgets:
+                cur.executemany(
+                    "INSERT INTO streamledger_attempts (stream_id, grp, seq, node, parent, record)"
+                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (stream_id, grp, seq, node, parent)"
+                    " DO UPDATE SET record = EXCLUDED.record",
+                    budgets,
+                )
+            forgotten = [
+                (self._known(k.ref), k.group, k.seq, k.node, k.parent_attempt)
+                for k, r in attempts.items()
+                if r is None
+            ]
+            if forgotten := [f for f in forgotten if f[0] is not None]:
+                cur.executemany(
+                    "DELETE FROM streamledger_attempts"
+                    " WHERE stream_id = %s AND grp = %s AND seq = %s AND node = %s AND parent = %s",
+                    forgotten,
+                )
+
+    # -- messages --------------------------------------------------------------------------
+
+    def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
+        stream_id = self._require_id(ref)
+        runs = [
+            (stream_id, first_seq + start, first_seq + start + len(run) - 1, _encoder.encode(run))
+            for start in range(0, len(payloads), CHUNK)
+            if (run := list(payloads[start : start + CHUNK]))
+        ]
+        with self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
+                " VALUES (%s, %s, %s, %s)",
+                runs,
+            )
+
+    def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:
+        self._resolve((ref,))
+        stream_id = self._known(ref)
+        if stream_id is None:
+            return []
+        rows = self._conn.execute(
+            "SELECT first_seq, payloads FROM streamledger_messages WHERE stream_id = %s AND last_seq > %s"
+            " ORDER BY first_seq",
+            (stream_id, seq),
+        ).fetchall()
+        found: list[StoredMessage] = []
+        for first, raw in rows:
+            for i, payload in enumerate(_decode(_run_decoder, raw, f"a run of messages of {ref}")):
+                if first + i > seq:
+                    found.append(StoredMessage(first + i, payload))
+        return found
+
+    def compact(self, ref: StreamRef, through: int) -> None:
+        """Delete every run whose messages are all at or below ``through``."""
+        stream_id = self._known(ref)
+        if stream_id is not None:
+            self._conn.execute(
+                "DELETE FROM streamledger_messages WHERE stream_id = %s AND last_seq <= %s",
+                (stream_id, through),
+            )

@@ -1,0 +1,148 @@
+"""The PostgreSQL ledger as a store: its schema record, damage, lost connections, workers that conflict.
+
+The conformance suite proves its rules (it runs every check on PostgreSQL
+too); these are the store's own counterparts of the LMDB ledger's tests of
+versions, damage and locking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import msgspec
+import psycopg
+import pytest
+
+from ledger import DamagedLedgerError, NotALedgerError, SchemaVersionError
+from ledger._env import LedgerMeta
+from ledger.postgres import open_postgres
+from ledger.postgres._schema import FORMAT
+from streams import (
+    CheckpointError,
+    Key,
+    MessageTx,
+    StaleGenerationError,
+    Stream,
+    handle_messages,
+    open_scope,
+    store,
+)
+from streams.store import AppendBatch, MessageCommit, MessageRef, StreamOpen, StreamRef
+
+pytestmark = pytest.mark.anyio
+
+NUMBERS = Key("numbers", Stream[int])
+REF = StreamRef("s", "src", "numbers")
+
+
+def execute(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+async def three_messages(url: str) -> None:
+    async with open_postgres(url) as ledger:
+        opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b")))
+        await ledger.streams.append(AppendBatch(REF, opened.generation, 1, (b"\x01", b"\x02", b"\x03")))
+
+
+async def test_a_new_database_gets_its_tables_and_schema_record(postgres_url: str) -> None:
+    await three_messages(postgres_url)
+    [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
+    assert msgspec.msgpack.decode(raw, type=LedgerMeta).format == FORMAT
+    async with open_postgres(postgres_url) as ledger:  # reopened: the same records
+        opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
+        assert (opened.generation, opened.appended, len(opened.tail)) == (2, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [
+        (LedgerMeta(FORMAT, 99, "msgpack", 1), SchemaVersionError),
+        (LedgerMeta(FORMAT, 1, "msgpack", 7), SchemaVersionError),
+        (LedgerMeta("something-else", 1, "msgpack", 1), NotALedgerError),
+    ],
+)
+async def test_another_schema_codec_or_format_is_refused_and_changes_nothing(
+    postgres_url: str, record: LedgerMeta, error: type[Exception]
+) -> None:
+    await three_messages(postgres_url)
+    execute(
+        postgres_url,
+        "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
+        (msgspec.msgpack.encode(record),),
+    )
+    before = execute(postgres_url, "SELECT descriptor FROM streamledger_streams")
+    with pytest.raises(error):
+        async with open_postgres(postgres_url):
+            pass
+    assert execute(postgres_url, "SELECT descriptor FROM streamledger_streams") == before
+
+
+async def test_a_dropped_table_is_damage_found_on_open(postgres_url: str) -> None:
+    await three_messages(postgres_url)
+    execute(postgres_url, "DROP TABLE streamledger_groups")
+    with pytest.raises(DamagedLedgerError, match=r"lacks its table\(s\) streamledger_groups"):
+        async with open_postgres(postgres_url):
+            pass
+
+
+async def test_a_connection_lost_inside_a_commit_confirms_nothing_and_the_next_call_reconnects(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_postgres(postgres_url) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+        for i in (1, 2, 3):
+            await stream.writer().send(i)
+        await stream.writer().flush()
+    commit = store.commit
+
+    def commit_then_lose_the_connection(view: Any, commits: Any) -> None:
+        commit(view, commits)
+        view.flush()  # the records are written in the open transaction; the server drops it with the link
+        view._conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    monkeypatch.setattr(store, "commit", commit_then_lose_the_connection)
+
+    async def add(tx: MessageTx[int], value: int) -> None:
+        tx.set_state(tx.state + value)
+
+    async with open_postgres(postgres_url) as ledger:
+        with pytest.raises(CheckpointError) as failed:
+            async with open_scope(ledger.streams, scope="s") as scope:
+                stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+                await handle_messages(stream.reader("a"), add, initial_state=0)
+        assert isinstance(failed.value.__cause__, psycopg.OperationalError)
+        monkeypatch.setattr(store, "commit", commit)
+        # the same ledger's next call reconnects; the ledger says what was confirmed: nothing
+        async with open_scope(ledger.streams, scope="s") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+            assert [g.acked_through for g in stream.snapshot().groups] == [0]
+            await stream.writer().finish()
+            assert (await handle_messages(stream.reader("a"), add, initial_state=0)).state == 6
+
+
+async def test_workers_on_one_ledger_conflict_safely_and_a_reopen_fences_the_older_one(
+    postgres_url: str,
+) -> None:
+    await three_messages(postgres_url)
+    async with open_postgres(postgres_url) as first, open_postgres(postgres_url) as second:
+        opened = await first.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
+        n = 200
+        await first.streams.append(
+            AppendBatch(REF, opened.generation, 4, tuple(b"%d" % i for i in range(n - 3)))
+        )
+
+        async def ack_all(worker: Any, group: str) -> None:
+            for seq in range(1, n + 1):
+                await worker.streams.commit([MessageCommit(MessageRef(REF, group, opened.generation, seq))])
+
+        async with anyio.create_task_group() as tg:  # two connections, serializable: conflicts are retried
+            tg.start_soon(ack_all, first, "a")
+            tg.start_soon(ack_all, second, "b")
+        taken = await second.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
+        assert [g.acked_through for g in taken.groups] == [n, n] and taken.tail == ()
+        with pytest.raises(StaleGenerationError):
+            await first.streams.append(AppendBatch(REF, opened.generation, n + 1, (b"late",)))
