@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,8 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
 
 
 def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
+    if args.store == "postgres":
+        return bench_streams_postgres(args)
     n: int = args.messages
     workdir: Path | None = args.workdir
     quiet: bool = args.json
@@ -147,7 +150,129 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+#: The goals of the PostgreSQL ledger's figures.
+GOAL_PG_RAW_RATIO = 0.7
+GOAL_PG_PER_MESSAGE_RATIO = 10.0
+
+
+def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline on PostgreSQL beside a hand-written psycopg loop and a per-message one, in one run."""
+    from contextlib import ExitStack
+
+    from ledger.postgres.server import private_server
+
+    from ._postgres import (
+        PgRun,
+        new_database,
+        run_psycopg_per_message,
+        run_raw_psycopg,
+        run_streamledger_postgres,
+    )
+
+    n: int = args.messages
+    quiet: bool = args.json
+    figures: dict[str, list[float]] = {}
+    with ExitStack() as stack:
+        if args.url:
+            server_url, make_url = args.url, _database_url(args.url)
+        else:
+            server = stack.enter_context(private_server())
+            server_url, make_url = server.url, server.url_for
+        with psycopg_connect(server_url) as conn:
+            settings = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
+            }
+        for k in range(args.repeat):
+            _progress(quiet, f"round {k + 1}/{args.repeat}, {n:,} orders on PostgreSQL")
+            runs: tuple[tuple[str, Callable[[str], PgRun]], ...] = (
+                (
+                    "streamledger",
+                    partial(run_streamledger_postgres, n=n, window=args.window, backend=args.backend),
+                ),
+                ("raw_psycopg", partial(run_raw_psycopg, n=n, batch=args.batch or args.window)),
+                ("psycopg_per_message", partial(run_psycopg_per_message, n=min(n, args.per_message))),
+            )
+            for name, run in runs:
+                rate = run(new_database(server_url, make_url)).msgs_per_s
+                figures.setdefault(name, []).append(rate)
+                _progress(quiet, f"  {name}: {_rate(rate)} msgs/s")
+    med = {name: median(values) for name, values in figures.items()}
+    out: dict[str, Any] = {
+        "bench": "streams",
+        "store": "postgres",
+        "messages": n,
+        "per_message_messages": min(n, args.per_message),
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "window": args.window,
+        "raw_psycopg_batch": args.batch or args.window,
+        "verified": True,
+        "server": settings,
+        "load_average_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
+    for name, value in med.items():
+        out[f"{name}_msgs_per_s"] = value
+    out["ratio_streamledger_to_raw_psycopg"] = med["streamledger"] / med["raw_psycopg"]
+    out["ratio_streamledger_to_psycopg_per_message"] = med["streamledger"] / med["psycopg_per_message"]
+    out["goals_met"] = {
+        "at_least_0_7_of_raw_psycopg": out["ratio_streamledger_to_raw_psycopg"] >= GOAL_PG_RAW_RATIO,
+        "at_least_10x_per_message_psycopg": out["ratio_streamledger_to_psycopg_per_message"]
+        >= GOAL_PG_PER_MESSAGE_RATIO,
+    }
+    return out
+
+
+def psycopg_connect(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+def _database_url(url: str) -> Callable[[str], str]:
+    """For a server's URL: the URL of another database on it."""
+    import psycopg
+
+    def make(name: str) -> str:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        params["dbname"] = name
+        return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+    return make
+
+
+def show_streams_postgres(out: dict[str, Any]) -> str:
+    def get(name: str) -> str:
+        return _shown(out, f"{name}_msgs_per_s", _rate)
+
+    rows: list[tuple[str, ...]] = [
+        ("msgs/s (orders through the pipeline)", "durable"),
+        ("streamledger (bare streams on the PostgreSQL ledger)", get("streamledger")),
+        (f"hand-written psycopg loop ({out['raw_psycopg_batch']} orders/txn)", get("raw_psycopg")),
+        (f"psycopg, one txn per step ({out['per_message_messages']:,} orders)", get("psycopg_per_message")),
+        ("streamledger / raw psycopg", _shown(out, "ratio_streamledger_to_raw_psycopg", _ratio)),
+        (
+            "streamledger / per-message psycopg",
+            _shown(out, "ratio_streamledger_to_psycopg_per_message", _ratio),
+        ),
+    ]
+    server = out["server"]
+    head = (
+        f"streams on PostgreSQL {server['server_version']}: {out['messages']:,} orders, median of "
+        f"{out['repeat']}, {out['backend']}, result verified; "
+        f"synchronous_commit={server['synchronous_commit']}, "
+        f"fsync={server['fsync']}, wal_sync_method={server['wal_sync_method']}; load average "
+        f"{out['load_average_1m']:.1f} on {out['cpus']} CPUs"
+    )
+    goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
+    return f"{head}\n{_table(rows)}\ngoals: {goals}"
+
+
 def show_streams(out: dict[str, Any]) -> str:
+    if out.get("store") == "postgres":
+        return show_streams_postgres(out)
+
     def get(name: str) -> str:
         return _shown(out, f"{name}_msgs_per_s", _rate)
 
@@ -547,6 +672,17 @@ def _parser() -> argparse.ArgumentParser:
         "--batch", type=int, default=0, help="orders per raw py-lmdb transaction (default: the window)"
     )
     p.add_argument("--skip-sqlite", action="store_true", help="leave out the (slow) sqlite3 loops")
+    p.add_argument(
+        "--store", choices=("lmdb", "postgres"), default="lmdb", help="the ledger to measure (default lmdb)"
+    )
+    p.add_argument(
+        "--url",
+        default=None,
+        help="with --store postgres: a server to use (its databases are made per run); default a private one",
+    )
+    p.add_argument(
+        "--per-message", type=int, default=2_000, help="orders through the per-message psycopg loop (slow)"
+    )
     common(p, 1)
 
     p = sub.add_parser("recovery", help="open time with 1,000,000 vs 1,000 acknowledged messages")

@@ -118,11 +118,13 @@ class PgNodeHooks:
 
     async def fail_attempt(self, scope: str) -> CheckpointAttempt:
         return await self._connection.call(
-            lambda view: store.fail_attempt(PgNodeView(view.connection), scope)
+            lambda view: store.fail_attempt(PgNodeView(view.connection), scope), buffered=False
         )
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
-        return await self._connection.call(lambda view: store.open_child(PgNodeView(view.connection), child))
+        return await self._connection.call(
+            lambda view: store.open_child(PgNodeView(view.connection), child), buffered=False
+        )
 
     async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
         """The nodes' records and their streams' successful ends, in one transaction."""
@@ -135,7 +137,7 @@ class PgNodeHooks:
                 for finish in commit.streams:
                     store.finish(view, finish)
 
-        await self._connection.call(write)
+        await self._connection.call(write, buffered=False)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -11,8 +11,11 @@ is found in the ledger on recovery, never assumed.
 
 from __future__ import annotations
 
+import contextlib
+import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -25,6 +28,12 @@ from ._schema import ensure_schema
 from ._view import PgView
 
 __all__ = ["PgConnection", "describe_url"]
+
+
+@contextlib.contextmanager
+def _no_savepoint() -> Iterator[None]:
+    yield
+
 
 T = TypeVar("T")
 
@@ -43,16 +52,41 @@ def describe_url(url: str) -> str:
     return f"the PostgreSQL ledger {params.get('dbname') or '(default database)'} on {host}"
 
 
+class _Call:
+    """One hook call waiting for, or done by, a group commit."""
+
+    __slots__ = ("done", "error", "op", "result", "savepoint")
+
+    def __init__(self, op: Callable[[PgView], Any], savepoint: bool) -> None:
+        self.op = op
+        self.savepoint = savepoint  # it may write before it raises: run it in a savepoint of its own
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class PgConnection:
-    """A ledger's connection: calls run one at a time, in a worker thread, each in a transaction."""
+    """A ledger's connection, and its group commit.
+
+    Calls made while a transaction is in flight wait and then share the next
+    one: each runs in a savepoint of its own, so a call its rules refuse
+    leaves nothing and fails alone, and one COMMIT (one WAL flush) confirms
+    the others together. The transaction runs in a worker thread, so the
+    event loop never waits on the server.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.where = describe_url(url)
         self._conn: Any = None
-        self._lock = anyio.Lock()
-        self._using = threading.Lock()  # the connection is used by one call, or one read, at a time
+        self._using = threading.Lock()  # the connection is used by one batch, or one read, at a time
         self._ids: dict[StreamRef, int] = {}
+        self._pending: list[_Call] = []
+        self._busy = False
+        self._landed = anyio.Event()
+        #: Transactions committed and the calls they confirmed, for benchmarks and tests.
+        self.transactions = 0
+        self.calls = 0
 
     def connect(self) -> None:
         """Connect (blocking) and check or make the schema."""
@@ -70,39 +104,127 @@ class PgConnection:
             self._conn.close()
             self._conn = None
 
-    async def call(self, op: Callable[[PgView], T]) -> T:
-        """Run ``op`` over a view of one transaction; commit it if ``op`` returned.
+    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T:
+        """Run ``op`` over a view of the next transaction; return once it committed.
 
-        Once started, a call runs to its end even if the caller is cancelled
-        (as every store's calls do).
+        ``buffered`` says that ``op`` writes only through its view, which
+        writes at its end: one that raises wrote nothing, so it needs no
+        savepoint. Others (the node hooks) run in a savepoint.
+
+        The caller that finds no transaction in flight runs the batch of every
+        call waiting, its own among them; the others wait for it. Once its
+        transaction started, a call runs to its end even if its caller is
+        cancelled; a call cancelled before that is dropped, never run.
         """
-        async with self._lock:
-            return await anyio.to_thread.run_sync(self._run, op)
+        call = _Call(op, savepoint=not buffered)
+        self._pending.append(call)
+        try:
+            while not call.done:
+                if self._busy:
+                    await self._landed.wait()
+                    continue
+                batch, self._pending = self._pending, []
+                self._busy = True
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._run_batch, batch)
+                finally:
+                    self._busy = False
+                    landed, self._landed = self._landed, anyio.Event()
+                    landed.set()
+        except BaseException:
+            if call in self._pending:  # never started: as if it had not been made
+                self._pending.remove(call)
+            raise
+        if call.error is not None:
+            raise call.error
+        result: T = call.result
+        return result
 
     def read(self, op: Callable[[PgView], T]) -> T:
         """Run ``op`` now, on this thread, in a transaction of its own (a read, or a call of tests)."""
-        return self._run(op)
+        call = _Call(op, savepoint=False)
+        self._run_batch([call])
+        if call.error is not None:
+            raise call.error
+        result: T = call.result
+        return result
 
-    def _run(self, op: Callable[[PgView], T]) -> T:
+    def _run_batch(self, batch: list[_Call]) -> None:
         with self._using:
-            return self._transaction(op)
+            try:
+                self._transaction(batch)
+            except Exception as exc:  # the transaction failed as a whole (or its one call was refused)
+                for call in batch:
+                    if not call.done:
+                        call.error, call.done = exc, True
 
-    def _transaction(self, op: Callable[[PgView], T]) -> T:
+    def _transaction(self, batch: list[_Call]) -> None:
         if self._conn is None or self._conn.broken:
             self.close()
-            self.connect()  # a connection lost before: its last call's outcome is in the ledger
+            self.connect()  # a connection lost before: its last calls' outcomes are in the ledger
         conn = self._conn
+        shared = len(batch) > 1
         for attempt in range(MAX_CONFLICT_RETRIES + 1):
-            view = PgView(conn, self._ids)
+            outcomes: list[tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]] = []
             try:
                 with conn.transaction():
-                    result = op(view)
-                    view.flush()
+                    for call in batch:
+                        outcomes.append(self._one(conn, call, shared))
             except _CONFLICTS:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
+                # a little apart, so two workers that keep colliding stop doing so in step
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
                 continue
-            if view.ids:
-                self._ids.update(view.ids)
-            return result
-        raise AssertionError("unreachable")
+            except _WriteRefused:
+                for call in batch:  # one call's writes failed and aborted the others': each on its own
+                    try:
+                        self._transaction([call])
+                    except Exception as exc:
+                        call.error, call.done = exc, True
+                return
+            self.transactions += 1
+            self.calls += len(batch)
+            for call, result, error, ids in outcomes:
+                if error is None:
+                    self._ids.update(ids)
+                call.result, call.error, call.done = result, error, True
+            return
+
+    def _one(
+        self, conn: Any, call: _Call, shared: bool
+    ) -> tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]:
+        """Run one call of a transaction; an error of its own is its outcome, unless it must abort all."""
+        view = PgView(conn, self._ids)
+        if not shared:  # alone in its transaction: whatever it raises rolls the transaction back
+            result = call.op(view)
+            view.flush()
+            return call, result, None, view.ids
+        if call.savepoint:
+            try:
+                with conn.transaction():
+                    result = call.op(view)
+                    view.flush()
+            except _CONFLICTS:
+                raise
+            except Exception as exc:  # its savepoint left nothing
+                return call, None, exc, {}
+            return call, result, None, view.ids
+        try:
+            result = call.op(view)
+        except _CONFLICTS:
+            raise
+        except Exception as exc:  # refused by the rules before it wrote anything
+            return call, None, exc, {}
+        try:
+            view.flush()
+        except _CONFLICTS:
+            raise
+        except Exception as exc:  # the server refused a write: the transaction is aborted
+            raise _WriteRefused from exc
+        return call, result, None, view.ids
+
+
+class _WriteRefused(Exception):
+    """A shared transaction's write failed: run its calls again, each in a transaction of its own."""

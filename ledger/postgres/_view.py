@@ -51,13 +51,38 @@ class PgView(CachedView):
     to remember once the transaction committed.
     """
 
-    __slots__ = ("_conn", "_known_ids", "ids")
+    __slots__ = ("_compactions", "_conn", "_known_ids", "_runs", "ids")
 
     def __init__(self, conn: Any, known_ids: Mapping[StreamRef, int]) -> None:
         super().__init__()
         self._conn = conn
         self._known_ids = known_ids
         self.ids: dict[StreamRef, int] = {}
+        # written by flush, never before: a call that raises has written nothing at all
+        self._runs: list[tuple[StreamRef, int, int, bytes]] = []
+        self._compactions: dict[StreamRef, int] = {}
+
+    def flush(self) -> None:
+        """Write everything the call changed, in one pipeline: one round trip to the server.
+
+        Until then the call has only read: one whose rules raise leaves
+        nothing behind, with no savepoint to roll back to.
+        """
+        with self._conn.pipeline(), self._conn.cursor() as cur:
+            super().flush()
+            if self._compactions:
+                cur.executemany(
+                    "DELETE FROM streamledger_messages WHERE stream_id = %s AND last_seq <= %s",
+                    [(self._require_id(ref), through) for ref, through in self._compactions.items()],
+                )
+                self._compactions.clear()
+            if self._runs:
+                runs, self._runs = self._runs, []
+                cur.executemany(
+                    "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
+                    " VALUES (%s, %s, %s, %s)",
+                    [(self._require_id(ref), first, last, raw) for ref, first, last, raw in runs],
+                )
 
     @property
     def connection(self) -> Any:
@@ -97,16 +122,23 @@ class PgView(CachedView):
     # -- CachedView ------------------------------------------------------------------------
 
     def _read_descriptors(self, refs: Sequence[StreamRef]) -> list[StreamDescriptor | None]:
+        """The descriptors, and with them (in the same round trip) every frontier of their streams."""
         rows = self._conn.execute(
-            "SELECT r.i, s.id, s.descriptor FROM unnest(%s::text[], %s::text[], %s::text[])"
-            " WITH ORDINALITY AS r(scope, node, key, i) JOIN streamledger_streams s USING (scope, node, key)",
+            "SELECT r.i, s.id, s.descriptor, g.name, g.frontier"
+            " FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS r(scope, node, key, i)"
+            " JOIN streamledger_streams s USING (scope, node, key)"
+            " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
             ([r.scope for r in refs], [r.node for r in refs], [r.key for r in refs]),
         ).fetchall()
         found: list[StreamDescriptor | None] = [None] * len(refs)
-        for i, stream_id, raw in rows:
+        for i, stream_id, raw, group, frontier in rows:
             ref = refs[i - 1]
             self.ids.setdefault(ref, stream_id)
-            if raw is not None:
+            if group is not None and (ref, group) not in self._groups:
+                self._groups[(ref, group)] = _decode(
+                    _frontier_decoder, frontier, f"the frontier of group {group!r} of {ref}"
+                )
+            if raw is not None and found[i - 1] is None:
                 desc = _decode(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
                 if desc.ref != ref:
                     raise CorruptRecordError(
@@ -217,18 +249,12 @@ class PgView(CachedView):
     # -- messages --------------------------------------------------------------------------
 
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
-        stream_id = self._require_id(ref)
-        runs = [
-            (stream_id, first_seq + start, first_seq + start + len(run) - 1, _encoder.encode(run))
+        """Keep runs of messages for :meth:`flush` (no call reads back what it appends)."""
+        self._runs.extend(
+            (ref, first_seq + start, first_seq + start + len(run) - 1, _encoder.encode(run))
             for start in range(0, len(payloads), CHUNK)
             if (run := list(payloads[start : start + CHUNK]))
-        ]
-        with self._conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
-                " VALUES (%s, %s, %s, %s)",
-                runs,
-            )
+        )
 
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]:
         self._resolve((ref,))
@@ -248,10 +274,5 @@ class PgView(CachedView):
         return found
 
     def compact(self, ref: StreamRef, through: int) -> None:
-        """Delete every run whose messages are all at or below ``through``."""
-        stream_id = self._known(ref)
-        if stream_id is not None:
-            self._conn.execute(
-                "DELETE FROM streamledger_messages WHERE stream_id = %s AND last_seq <= %s",
-                (stream_id, through),
-            )
+        """Delete every run whose messages are all at or below ``through``, when the call ends."""
+        self._compactions[ref] = max(through, self._compactions.get(ref, 0))
