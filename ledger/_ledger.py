@@ -14,7 +14,7 @@ from streams.store import single_error
 
 from ._env import LedgerEnv
 from ._nodes import LmdbNodeHooks
-from ._runs import Runs
+from ._runs import LmdbRunBook, Runs
 from ._streams import LmdbStreamHooks
 
 __all__ = ["Ledger", "open_ledger"]
@@ -29,7 +29,7 @@ class Ledger:
         self.streams = LmdbStreamHooks(env)
         #: The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`).
         self.nodes = LmdbNodeHooks(env, self.streams)
-        self._runs = Runs(self)
+        self._runs = Runs(LmdbRunBook(self))
         #: ``await ledger.run(graph, inputs, run_id=...)``: a run in checkpoint mode (:class:`~ledger.Runs`).
         self.run = self._runs.run
         #: ``await ledger.resume(run_id, graph)``: continue a run from what the ledger confirmed.

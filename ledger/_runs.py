@@ -11,14 +11,15 @@ failed: resuming it raises :class:`~streams.ConfirmedFailureError` before
 anything starts, and a new run of the same work needs a new run id. A
 finished run resumed returns its result and runs nothing.
 
-One process owns a ledger; within it a run id is run by one execution at a
-time (:class:`RunActiveError`).
+Within a process a run id is run by one execution at a time
+(:class:`RunActiveError`). Where the run records live is a :class:`RunBook`:
+the LMDB ledger's ``nodes`` database, or a PostgreSQL table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -46,7 +47,9 @@ if TYPE_CHECKING:
     from ._ledger import Ledger
 
 __all__ = [
+    "LmdbRunBook",
     "RunActiveError",
+    "RunBook",
     "RunExistsError",
     "RunMismatchError",
     "RunRecord",
@@ -127,36 +130,80 @@ def decode_inputs(graph: Graph, record: RunRecord) -> dict[Key[Any], Any]:
     return inputs
 
 
-def read_run(ledger: Ledger, run_id: str) -> RunRecord | None:
-    key = node_run_key(run_id)
-    with ledger.env.read() as txn:
-        raw = txn.get(key, db=ledger.env.db(DB))
-    return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
-
-
 def list_runs(env: LedgerEnv) -> Iterator[RunRecord]:
     """Every business run of the ledger, by run id, from one snapshot."""
     return scan(env, NODE_RUN_PREFIX, _decoder)
 
 
-async def _write_run(ledger: Ledger, record: RunRecord, *, new: bool) -> None:
-    db = ledger.env.db(DB)
-    key = node_run_key(record.run_id)
-    value = seal(DB, key, _encoder.encode(record))
+def run_exists(run_id: str) -> RunExistsError:
+    return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
-    def write(txn: Any) -> None:
-        if new and txn.get(key, db=db) is not None:
-            raise RunExistsError(f"run {record.run_id!r} exists already: resume it, or use a new run id")
-        txn.put(key, value, db=db)
 
-    await ledger.env.write(write)
+class RunBook(Protocol):
+    """Where a ledger keeps its runs' records, beside the node store the runs checkpoint in."""
+
+    @property
+    def where(self) -> str:
+        """The ledger, as error messages name it."""
+        ...
+
+    @property
+    def nodes(self) -> Any:
+        """The ledger's node hooks (with ``node_records`` and ``scope_failed``)."""
+        ...
+
+    async def read(self, run_id: str) -> RunRecord | None: ...
+
+    async def write(self, record: RunRecord, *, new: bool) -> None:
+        """Keep ``record``; with ``new``, refuse a run id the ledger knows (:class:`RunExistsError`)."""
+        ...
+
+    def records(self) -> list[RunRecord]: ...
+
+
+class LmdbRunBook:
+    """The runs of an LMDB ledger: records in its ``nodes`` database, keyed by run id."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    @property
+    def where(self) -> str:
+        return f"ledger {self._ledger.path}"
+
+    @property
+    def nodes(self) -> Any:
+        return self._ledger.nodes
+
+    async def read(self, run_id: str) -> RunRecord | None:
+        env = self._ledger.env
+        key = node_run_key(run_id)
+        with env.read() as txn:
+            raw = txn.get(key, db=env.db(DB))
+        return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
+
+    async def write(self, record: RunRecord, *, new: bool) -> None:
+        env = self._ledger.env
+        db = env.db(DB)
+        key = node_run_key(record.run_id)
+        value = seal(DB, key, _encoder.encode(record))
+
+        def write(txn: Any) -> None:
+            if new and txn.get(key, db=db) is not None:
+                raise run_exists(record.run_id)
+            txn.put(key, value, db=db)
+
+        await env.write(write)
+
+    def records(self) -> list[RunRecord]:
+        return list(list_runs(self._ledger.env))
 
 
 class Runs:
     """The runs of one open ledger (``ledger.run``, ``ledger.resume``, ``ledger.runs``)."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
+    def __init__(self, book: RunBook) -> None:
+        self._book = book
         self._active: set[str] = set()
 
     async def run(
@@ -184,7 +231,7 @@ class Runs:
             inputs,
             aspects=aspects,
             on_event=on_event,
-            checkpoint=ExecCheckpoint(run_id, self._ledger.nodes),
+            checkpoint=ExecCheckpoint(run_id, self._book.nodes),
             stream_capacity=stream_capacity,
         )
         record = RunRecord(
@@ -196,7 +243,7 @@ class Runs:
             encode_inputs(graph, execution.checkpoint_inputs()),
         )
         with self._owning(run_id):
-            await _write_run(self._ledger, record, new=True)
+            await self._book.write(record, new=True)
             return await self._execute(execution, record, resumed=False, on_start=on_start)
 
     async def resume(
@@ -213,9 +260,9 @@ class Runs:
 
         ``on_start`` and ``stream_capacity`` are :meth:`run`'s.
         """
-        record = read_run(self._ledger, run_id)
+        record = await self._book.read(run_id)
         if record is None:
-            raise UnknownRunError(f"ledger {self._ledger.path} has no run {run_id!r}")
+            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
         fingerprint = graph.topology().fingerprint
         if (record.graph, record.version, record.fingerprint) != (graph.name, graph.version, fingerprint):
             raise RunMismatchError(
@@ -224,7 +271,7 @@ class Runs:
                 + ("" if record.fingerprint == fingerprint else " with another topology")
                 + ": resume it with the graph it started with, or start a new run"
             )
-        if record.status == "failed" or self._ledger.nodes.scope_failed(run_id):
+        if record.status == "failed" or self._book.nodes.scope_failed(run_id):
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
                 "a new run of this work needs a new run id"
@@ -235,10 +282,10 @@ class Runs:
                 decode_inputs(graph, record),
                 aspects=aspects,
                 on_event=on_event,
-                checkpoint=ExecCheckpoint(run_id, self._ledger.nodes),
+                checkpoint=ExecCheckpoint(run_id, self._book.nodes),
                 stream_capacity=stream_capacity,
             )
-            execution.restore_nodes(self._ledger.nodes.node_records(run_id))
+            execution.restore_nodes(self._book.nodes.node_records(run_id))
             if record.status == "completed":
                 async with execution:
                     if on_start is not None:
@@ -246,12 +293,12 @@ class Runs:
                     result = await execution.wait()
                 return RunResult(run_id, result, resumed=True, already_finished=True)
             record = msgspec.structs.replace(record, starts=record.starts + 1)
-            await _write_run(self._ledger, record, new=False)
+            await self._book.write(record, new=False)
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 
     def runs(self) -> list[RunRecord]:
         """Every run of the ledger, by run id."""
-        return list(list_runs(self._ledger.env))
+        return self._book.records()
 
     async def _execute(
         self,
@@ -267,11 +314,11 @@ class Runs:
                     on_start(execution)
                 result = await execution.wait()
         except Exception as exc:
-            if self._ledger.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
+            if self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
                 failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
-                await _write_run(self._ledger, failed, new=False)
+                await self._book.write(failed, new=False)
             raise  # anything else leaves the run running, for resume to continue
-        await _write_run(self._ledger, msgspec.structs.replace(record, status="completed"), new=False)
+        await self._book.write(msgspec.structs.replace(record, status="completed"), new=False)
         return RunResult(record.run_id, result, resumed=resumed)
 
     def _owning(self, run_id: str) -> _Owning:

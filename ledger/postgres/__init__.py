@@ -16,7 +16,9 @@ import anyio
 
 from streams.store import publish as _publish
 
+from .._runs import Runs
 from ._nodes import PgNodeHooks
+from ._runs import PgRunBook
 from ._store import PgConnection
 from ._streams import PgStreamHooks
 
@@ -32,6 +34,13 @@ class PostgresLedger:
         self.streams = PgStreamHooks(connection)
         #: The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`).
         self.nodes = PgNodeHooks(connection, self.streams)
+        self._runs = Runs(PgRunBook(connection, self.nodes))
+        #: ``await ledger.run(graph, inputs, run_id=...)``: a run in checkpoint mode (:class:`~ledger.Runs`).
+        self.run = self._runs.run
+        #: ``await ledger.resume(run_id, graph)``: continue a run from what the ledger confirmed.
+        self.resume = self._runs.resume
+        #: ``ledger.runs()``: every run's :class:`~ledger.RunRecord`.
+        self.runs = self._runs.runs
 
     @property
     def url(self) -> str:

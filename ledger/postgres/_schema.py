@@ -13,6 +13,7 @@ index::
     streamledger_node_attempts (parent, node, position)           NodeAttemptRecord
     streamledger_scopes      scope                                ScopeRecord
     streamledger_nodes       (scope, node)                        NodeCheckpoint
+    streamledger_runs        run_id                               RunRecord (ledger.run, ledger.resume)
 
 A database (or a schema of it, through ``search_path``) holds one ledger.
 """
@@ -84,6 +85,10 @@ CREATE TABLE streamledger_nodes (
     record bytea NOT NULL,
     PRIMARY KEY (scope, node)
 );
+CREATE TABLE streamledger_runs (
+    run_id text PRIMARY KEY,
+    record bytea NOT NULL
+);
 """
 
 #: Every table of a ledger, checked on open.
@@ -96,6 +101,7 @@ TABLES: Final = (
     "streamledger_node_attempts",
     "streamledger_scopes",
     "streamledger_nodes",
+    "streamledger_runs",
 )
 
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)

@@ -1,4 +1,4 @@
-"""Run/Resume on the LMDB ledger: graph runs in checkpoint mode, killed with SIGKILL and resumed."""
+"""Run/Resume: graph runs in checkpoint mode, killed with SIGKILL and resumed; on LMDB and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -19,6 +22,7 @@ from ledger import (
     UnknownRunError,
     open_ledger,
 )
+from ledger.postgres import open_postgres
 from streams import ConfirmedFailureError, Graph, Key, NodeContext, Retry
 
 from ._kills import ROOT, assert_sound, killed_until_landed
@@ -104,8 +108,20 @@ def doubling(version: str = "1", *, fail: bool = False) -> Graph:
     return g
 
 
-async def test_runs_are_listed_and_a_run_id_is_used_once(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "ledger") as ledger:
+Opener = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens the same ledger each time: an LMDB directory, or a PostgreSQL database."""
+    if request.param == "lmdb":
+        return lambda: open_ledger(tmp_path / "ledger")
+    url = request.getfixturevalue("postgres_url")
+    return lambda: open_postgres(url)
+
+
+async def test_runs_are_listed_and_a_run_id_is_used_once(open_any: Opener) -> None:
+    async with open_any() as ledger:
         outcome = await ledger.run(doubling(), {N: 21}, run_id="a")
         assert outcome.result[DOUBLED] == 42 and not outcome.resumed
         with pytest.raises(RunExistsError, match="run 'a' exists already: resume it"):
@@ -126,19 +142,19 @@ async def test_runs_are_listed_and_a_run_id_is_used_once(tmp_path: Path) -> None
 
 
 async def test_a_confirmed_final_failure_stays_final_and_is_raised_before_anything_runs(
-    tmp_path: Path,
+    open_any: Opener,
 ) -> None:
-    async with open_ledger(tmp_path / "ledger") as ledger:
+    async with open_any() as ledger:
         with pytest.raises(ValueError, match="cannot double today"):
             await ledger.run(doubling(fail=True), {N: 1}, run_id="f")
         [record] = ledger.runs()
         assert (record.status, record.error) == ("failed", "ValueError")
-    async with open_ledger(tmp_path / "ledger") as ledger:  # another process lifetime
+    async with open_any() as ledger:  # another process lifetime
         with pytest.raises(ConfirmedFailureError, match="run 'f' failed for good \\(ValueError\\)"):
             await ledger.resume("f", doubling())  # even with a graph that would succeed now
 
 
-async def test_one_execution_at_a_time_runs_a_run_id(tmp_path: Path) -> None:
+async def test_one_execution_at_a_time_runs_a_run_id(open_any: Opener) -> None:
     started = anyio.Event()
     g = Graph("slow", inputs=[N])
 
@@ -147,13 +163,13 @@ async def test_one_execution_at_a_time_runs_a_run_id(tmp_path: Path) -> None:
         started.set()
         await anyio.sleep_forever()
 
-    async with open_ledger(tmp_path / "ledger") as ledger, anyio.create_task_group() as tg:
+    async with open_any() as ledger, anyio.create_task_group() as tg:
         tg.start_soon(lambda: ledger.run(g, {N: 1}, run_id="x"))
         await started.wait()
         with pytest.raises(RunActiveError, match="run 'x' is being run"):
             await ledger.resume("x", g)
         tg.cancel_scope.cancel()
-    async with open_ledger(tmp_path / "ledger") as ledger:
+    async with open_any() as ledger:
         [record] = ledger.runs()
         assert record.status == "running"  # cancelled, not failed: it resumes
 

@@ -1,0 +1,84 @@
+"""The runs of a PostgreSQL ledger: ``ledger.run`` and ``ledger.resume`` with records in a table."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from .._errors import CorruptRecordError
+from .._layout import node_run_key
+from .._runs import RunRecord, run_exists
+from ._nodes import PgNodeHooks
+from ._store import PgConnection
+
+__all__ = ["PgRunBook"]
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_decoder: Final = msgspec.msgpack.Decoder(RunRecord)
+
+
+def _decoded(raw: bytes, run_id: str) -> RunRecord:
+    try:
+        return _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"the record of run {run_id!r} does not decode ({exc}); the ledger is damaged"
+        ) from None
+
+
+class PgRunBook:
+    """:class:`~ledger.RunBook` over the ``streamledger_runs`` table."""
+
+    def __init__(self, connection: PgConnection, nodes: PgNodeHooks) -> None:
+        self._connection = connection
+        self._nodes = nodes
+
+    @property
+    def where(self) -> str:
+        return self._connection.where
+
+    @property
+    def nodes(self) -> PgNodeHooks:
+        return self._nodes
+
+    async def read(self, run_id: str) -> RunRecord | None:
+        def read(view: Any) -> RunRecord | None:
+            row = view.connection.execute(
+                "SELECT record FROM streamledger_runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+            return None if row is None else _decoded(row[0], run_id)
+
+        return await self._connection.call(read)
+
+    async def write(self, record: RunRecord, *, new: bool) -> None:
+        node_run_key(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError
+        raw = _encoder.encode(record)
+
+        def write(view: Any) -> None:
+            conn = view.connection
+            if new:
+                inserted = conn.execute(
+                    "INSERT INTO streamledger_runs (run_id, record) VALUES (%s, %s)"
+                    " ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                    (record.run_id, raw),
+                ).fetchone()
+                if inserted is None:
+                    raise run_exists(record.run_id)
+            else:
+                conn.execute(
+                    "INSERT INTO streamledger_runs (run_id, record) VALUES (%s, %s)"
+                    " ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
+                    (record.run_id, raw),
+                )
+
+        await self._connection.call(write, buffered=False)
+
+    def records(self) -> list[RunRecord]:
+        def read(view: Any) -> list[RunRecord]:
+            rows = view.connection.execute(
+                "SELECT run_id, record FROM streamledger_runs ORDER BY run_id"
+            ).fetchall()
+            return [_decoded(raw, run_id) for run_id, raw in rows]
+
+        return self._connection.read(read)
