@@ -72,7 +72,7 @@ class RunRecord(msgspec.Struct, frozen=True):
     fingerprint: str
     inputs: tuple[CheckpointOutput, ...]
     status: Literal["running", "completed", "failed"] = "running"
-    starts: int = 1  # executions started for it: the first run and each resume that ran something
+    starts: int = 1  # executions started: the first run and each resume that ran something (0: submitted)
     error: str | None = None  # the type of a confirmed final failure, never its text
 
 
@@ -245,6 +245,27 @@ class Runs:
         with self._owning(run_id):
             await self._book.write(record, new=True)
             return await self._execute(execution, record, resumed=False, on_start=on_start)
+
+    async def submit(self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str) -> RunRecord:
+        """Record run ``run_id`` of ``graph`` without running it: a worker that claims it resumes it.
+
+        A known run id is :class:`RunExistsError`; the inputs are checked and
+        encoded as :meth:`run` does.
+        """
+        graph.validate()
+        node_run_key(run_id)
+        execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(run_id, self._book.nodes))
+        record = RunRecord(
+            FORMAT_VERSION,
+            run_id,
+            graph.name,
+            graph.version,
+            graph.topology().fingerprint,
+            encode_inputs(graph, execution.checkpoint_inputs()),
+            starts=0,
+        )
+        await self._book.write(record, new=True)
+        return record
 
     async def resume(
         self,

@@ -24,7 +24,7 @@ from streams.store import (
 )
 
 from .._errors import CorruptRecordError
-from ._store import PgConnection
+from ._store import Calls
 from ._streams import PgStreamHooks
 from ._view import PgView
 
@@ -102,7 +102,7 @@ class PgNodeView:
 class PgNodeHooks:
     """:class:`~streams.CheckpointHooks` on a PostgreSQL ledger: ``ledger.nodes``."""
 
-    def __init__(self, connection: PgConnection, streams: PgStreamHooks) -> None:
+    def __init__(self, connection: Calls, streams: PgStreamHooks) -> None:
         self._connection = connection
         self._streams = streams
 

@@ -10,7 +10,7 @@ from .._errors import CorruptRecordError
 from .._layout import node_run_key
 from .._runs import RunRecord, run_exists
 from ._nodes import PgNodeHooks
-from ._store import PgConnection
+from ._store import Calls
 
 __all__ = ["PgRunBook"]
 
@@ -30,7 +30,7 @@ def _decoded(raw: bytes, run_id: str) -> RunRecord:
 class PgRunBook:
     """:class:`~ledger.RunBook` over the ``streamledger_runs`` table."""
 
-    def __init__(self, connection: PgConnection, nodes: PgNodeHooks) -> None:
+    def __init__(self, connection: Calls, nodes: PgNodeHooks) -> None:
         self._connection = connection
         self._nodes = nodes
 
@@ -59,17 +59,17 @@ class PgRunBook:
             conn = view.connection
             if new:
                 inserted = conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, record) VALUES (%s, %s)"
+                    "INSERT INTO streamledger_runs (run_id, status, record) VALUES (%s, %s, %s)"
                     " ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                    (record.run_id, raw),
+                    (record.run_id, record.status, raw),
                 ).fetchone()
                 if inserted is None:
                     raise run_exists(record.run_id)
             else:
                 conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, record) VALUES (%s, %s)"
-                    " ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
-                    (record.run_id, raw),
+                    "INSERT INTO streamledger_runs (run_id, status, record) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, record = EXCLUDED.record",
+                    (record.run_id, record.status, raw),
                 )
 
         await self._connection.call(write, buffered=False)

@@ -13,7 +13,8 @@ index::
     streamledger_node_attempts (parent, node, position)           NodeAttemptRecord
     streamledger_scopes      scope                                ScopeRecord
     streamledger_nodes       (scope, node)                        NodeCheckpoint
-    streamledger_runs        run_id                               RunRecord (ledger.run, ledger.resume)
+    streamledger_runs        run_id, status                       RunRecord (ledger.run, ledger.resume)
+    streamledger_leases      run_id                               owner, token, expiry of a run's lease
 
 A database (or a schema of it, through ``search_path``) holds one ledger.
 """
@@ -87,7 +88,14 @@ CREATE TABLE streamledger_nodes (
 );
 CREATE TABLE streamledger_runs (
     run_id text PRIMARY KEY,
+    status text NOT NULL,
     record bytea NOT NULL
+);
+CREATE TABLE streamledger_leases (
+    run_id text PRIMARY KEY,
+    owner text NOT NULL,
+    token bigint NOT NULL,
+    expires_at timestamptz NOT NULL
 );
 """
 
@@ -102,6 +110,7 @@ TABLES: Final = (
     "streamledger_scopes",
     "streamledger_nodes",
     "streamledger_runs",
+    "streamledger_leases",
 )
 
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import psycopg
@@ -27,7 +27,18 @@ from streams.store import StreamRef
 from ._schema import ensure_schema
 from ._view import PgView
 
-__all__ = ["PgConnection", "describe_url"]
+__all__ = ["Calls", "PgConnection", "describe_url"]
+
+
+class Calls(Protocol):
+    """What the stores of a PostgreSQL ledger make their calls through: its connection, maybe fenced."""
+
+    @property
+    def where(self) -> str: ...
+
+    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T: ...
+
+    def read(self, op: Callable[[PgView], T]) -> T: ...
 
 
 @contextlib.contextmanager

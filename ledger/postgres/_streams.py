@@ -18,7 +18,7 @@ from streams.store import (
     StreamOpened,
 )
 
-from ._store import PgConnection
+from ._store import Calls
 
 __all__ = ["PgStreamHooks"]
 
@@ -26,7 +26,7 @@ __all__ = ["PgStreamHooks"]
 class PgStreamHooks:
     """:class:`~streams.StreamHooks` on a PostgreSQL ledger; obtain it as ``ledger.streams``."""
 
-    def __init__(self, connection: PgConnection) -> None:
+    def __init__(self, connection: Calls) -> None:
         self._connection = connection
 
     async def open(self, request: StreamOpen) -> StreamOpened:

@@ -1,0 +1,76 @@
+"""``python -m ledger worker URL --graphs MODULE:NAME``: one worker of a PostgreSQL ledger's runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from streams import Graph
+
+from ._errors import LedgerError
+
+__all__ = ["GraphsNotFoundError", "add_worker_command", "run_worker_command"]
+
+
+class GraphsNotFoundError(LedgerError, ValueError):
+    """``--graphs`` does not name a mapping of graph names to graphs."""
+
+
+def add_worker_command(commands: Any) -> None:
+    worker = commands.add_parser(
+        "worker",
+        help="claim and run the due runs of a PostgreSQL ledger, under leases",
+        description=(
+            "Run as one worker of the PostgreSQL ledger at URL: claim a run that is due (submitted, or "
+            "left by a worker that died or stopped renewing its lease), resume it from the ledger with "
+            "the graph of its name, renew the lease while it runs. Start as many as you like, on any "
+            "machines. Prints one line per claimed run and per ended run."
+        ),
+    )
+    worker.add_argument("url", metavar="URL", help="the ledger: a postgresql:// URL")
+    worker.add_argument(
+        "--graphs",
+        required=True,
+        metavar="MODULE:NAME",
+        help="a mapping of graph names to Graphs (or a list of Graphs), importable from here",
+    )
+    worker.add_argument("--owner", help="this worker's name in its leases (default host:pid)")
+    worker.add_argument(
+        "--lease", type=float, default=10.0, metavar="SECONDS", help="lease length (default 10)"
+    )
+    worker.add_argument("--poll", type=float, default=0.5, metavar="SECONDS", help="idle poll (default 0.5)")
+    worker.add_argument("--until-idle", action="store_true", help="exit once no run of the ledger is running")
+
+
+def _graphs(spec: str) -> Mapping[str, Graph]:
+    module_name, _, name = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise GraphsNotFoundError(f"--graphs {spec!r}: {exc}") from None
+    graphs = {g.name: g for g in found} if isinstance(found, list | tuple) else found
+    if not isinstance(graphs, Mapping) or not all(isinstance(g, Graph) for g in graphs.values()):
+        raise GraphsNotFoundError(f"--graphs {spec!r} is not a mapping of graph names to Graphs")
+    return graphs
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    from .postgres import work
+
+    graphs = _graphs(args.graphs)
+    ended = anyio.run(
+        lambda: work(
+            args.url,
+            graphs,
+            owner=args.owner,
+            lease_seconds=args.lease,
+            poll_seconds=args.poll,
+            until_idle=args.until_idle,
+        )
+    )
+    print(f"worker ended {ended} run(s)", flush=True)
+    return 0

@@ -1,0 +1,117 @@
+"""Run leases: one worker owns a run at a time, and a worker that lost its lease can confirm nothing.
+
+A lease is a row of ``streamledger_leases``: the run, its owner, a token
+and an expiry. A worker claims a run that is due (running, with no lease or
+an expired one); each claim raises the token. The owner renews it well
+before it expires. Every write a worker makes for a leased run first reads
+its lease row ``FOR SHARE`` in the same transaction and refuses to go on
+unless the token is still its own (:class:`LeaseLostError`): a worker that
+was paused or cut off past its expiry, a zombie, can never commit after
+another took the run over. A takeover that races a write is serialized by
+the row lock: the write commits first, or sees the new token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from streams import CheckpointError
+
+from ._store import PgConnection
+from ._view import PgView
+
+__all__ = ["FencedConnection", "Lease", "LeaseLostError", "claim_due", "release", "renew"]
+
+T = TypeVar("T")
+
+
+class LeaseLostError(CheckpointError):
+    """This worker's lease on a run expired and another worker took the run over; nothing was confirmed."""
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """A worker's claim on a run: valid while the run's lease row holds this token."""
+
+    run_id: str
+    owner: str
+    token: int
+
+
+def check(conn: Any, lease: Lease) -> None:
+    """Refuse to go on unless ``lease`` still holds its run (locks the row until the transaction ends)."""
+    row = conn.execute(
+        "SELECT owner, token FROM streamledger_leases WHERE run_id = %s FOR SHARE", (lease.run_id,)
+    ).fetchone()
+    if row is None or row[1] != lease.token:
+        holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
+        raise LeaseLostError(
+            f"worker {lease.owner!r} lost its lease on run {lease.run_id!r} (claim {lease.token}); "
+            f"{holder} holds it now: nothing was confirmed"
+        )
+
+
+class FencedConnection:
+    """A ledger connection whose every call for a run first checks the worker's lease on it."""
+
+    def __init__(self, connection: PgConnection, lease: Lease) -> None:
+        self._connection = connection
+        self.lease = lease
+
+    @property
+    def where(self) -> str:
+        return self._connection.where
+
+    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T:
+        lease = self.lease
+
+        def fenced(view: PgView) -> T:
+            check(view.connection, lease)
+            return op(view)
+
+        return await self._connection.call(fenced, buffered=buffered)
+
+    def read(self, op: Callable[[PgView], T]) -> T:
+        return self._connection.read(op)
+
+
+_CLAIM = """
+WITH due AS (
+    SELECT r.run_id FROM streamledger_runs r LEFT JOIN streamledger_leases l USING (run_id)
+    WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at < now())
+    ORDER BY r.run_id
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+)
+INSERT INTO streamledger_leases (run_id, owner, token, expires_at)
+SELECT run_id, %(owner)s, 1, now() + make_interval(secs => %(seconds)s) FROM due
+ON CONFLICT (run_id) DO UPDATE
+    SET owner = EXCLUDED.owner, token = streamledger_leases.token + 1, expires_at = EXCLUDED.expires_at
+    WHERE streamledger_leases.expires_at < now()
+RETURNING run_id, token
+"""
+
+
+def claim_due(conn: Any, owner: str, seconds: float) -> Lease | None:
+    """Claim one run that is due (running, and not leased or its lease expired); None if there is none."""
+    row = conn.execute(_CLAIM, {"owner": owner, "seconds": seconds}).fetchone()
+    return None if row is None else Lease(row[0], owner, row[1])
+
+
+def renew(conn: Any, lease: Lease, seconds: float) -> bool:
+    """Extend ``lease`` by ``seconds`` from now; False if it was taken over."""
+    row = conn.execute(
+        "UPDATE streamledger_leases SET expires_at = now() + make_interval(secs => %s)"
+        " WHERE run_id = %s AND token = %s RETURNING run_id",
+        (seconds, lease.run_id, lease.token),
+    ).fetchone()
+    return row is not None
+
+
+def release(conn: Any, lease: Lease) -> None:
+    """Give the run up (its run ended, or its worker stops); another lease is left alone."""
+    conn.execute(
+        "DELETE FROM streamledger_leases WHERE run_id = %s AND token = %s", (lease.run_id, lease.token)
+    )

@@ -1,0 +1,49 @@
+"""The graphs the worker tests run: a chain of nodes that take a while, and write a stream on the way."""
+
+from __future__ import annotations
+
+import anyio
+
+from streams import Graph, Key, MessageTx, NodeContext, Stream
+
+N = Key("n", int)
+NUMBERS = Key("numbers", Stream[int])
+TOTAL = Key("total", int)
+ANSWER = Key("answer", int)
+#: Seconds each node takes: long enough for a kill or a pause to land inside a run.
+STEP = 0.15
+
+
+def answer(n: int) -> int:
+    """What a run with input ``n`` ends with, however often it was interrupted."""
+    return (n * (n + 1) // 2) * 2 + 1
+
+
+def summing() -> Graph:
+    g = Graph("summing", inputs=[N])
+
+    @g.node(requires=[N], provides=[NUMBERS], resumable=True)
+    async def numbers(ctx: NodeContext) -> None:
+        writer = ctx.writer(NUMBERS)
+        for i in range((writer.position or 0) + 1, ctx[N] + 1):  # after a takeover: from its position
+            await writer.send(i, send_at=i)
+        await anyio.sleep(STEP)
+
+    @g.node(requires=[NUMBERS], provides=[TOTAL])
+    async def add(ctx: NodeContext) -> None:
+        async def add_one(tx: MessageTx[int], value: int) -> None:
+            tx.set_state(tx.state + value)
+            tx.set(TOTAL, tx.state)
+
+        await ctx.handle_messages(NUMBERS, add_one, initial_state=0)
+        await anyio.sleep(STEP)
+
+    @g.node(requires=[TOTAL], provides=[ANSWER])
+    async def finish(ctx: NodeContext) -> None:
+        await anyio.sleep(STEP)
+        ctx.set(ANSWER, ctx[TOTAL] * 2 + 1)
+
+    return g
+
+
+GRAPHS = {"summing": summing()}

@@ -1,0 +1,156 @@
+"""Workers on one PostgreSQL ledger: each run claimed once, leases that fence, workers killed and paused."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import psycopg
+import pytest
+
+from ledger.postgres import Lease, LeaseLostError, open_postgres, work
+from ledger.postgres._leases import FencedConnection, claim_due
+from ledger.postgres._streams import PgStreamHooks
+from streams import StreamOpen, StreamRef
+
+from .pool_graphs import ANSWER, GRAPHS, N, answer, summing
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def submit(url: str, runs: dict[str, int]) -> None:
+    async with open_postgres(url) as ledger:
+        for run_id, n in runs.items():
+            await ledger.submit(summing(), {N: n}, run_id=run_id)
+
+
+async def answers(url: str) -> dict[str, tuple[str, int | None]]:
+    """Each run's status and, once completed, its answer (a completed run resumed runs nothing)."""
+    found: dict[str, tuple[str, int | None]] = {}
+    async with open_postgres(url) as ledger:
+        for record in ledger.runs():
+            value = None
+            if record.status == "completed":
+                outcome = await ledger.resume(record.run_id, summing())
+                assert outcome.already_finished
+                value = outcome.result[ANSWER]
+            found[record.run_id] = (record.status, value)
+    return found
+
+
+async def test_workers_share_the_due_runs_and_each_run_is_claimed_once(postgres_url: str) -> None:
+    runs = {f"r{i}": i for i in range(1, 7)}
+    await submit(postgres_url, runs)
+    reports: list[tuple[str, str, str]] = []
+
+    async def worker(owner: str) -> None:
+        def report(run_id: str, outcome: str) -> None:
+            reports.append((owner, run_id, outcome))
+
+        await work(postgres_url, GRAPHS, owner=owner, poll_seconds=0.05, until_idle=True, report=report)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker, "w1")
+        tg.start_soon(worker, "w2")
+    claimed = sorted(run_id for _, run_id, outcome in reports if outcome == "claimed")
+    assert claimed == sorted(runs)  # each run claimed once, by one worker
+    assert {owner for owner, _, _ in reports} == {"w1", "w2"}  # both worked
+    assert await answers(postgres_url) == {run_id: ("completed", answer(n)) for run_id, n in runs.items()}
+
+
+async def test_a_worker_whose_lease_was_taken_over_confirms_nothing(postgres_url: str) -> None:
+    await submit(postgres_url, {"z": 3})
+    async with open_postgres(postgres_url) as ledger:
+        connection = ledger.connection
+        zombie = await connection.call(lambda view: claim_due(view.connection, "zombie", 30.0))
+        assert zombie == Lease("z", "zombie", 1)
+        # the zombie stops renewing; its lease runs out and another worker claims the run
+        await connection.call(
+            lambda view: view.connection.execute(
+                "UPDATE streamledger_leases SET expires_at = now() - interval '1s'"
+            )
+        )
+        taker = await connection.call(lambda view: claim_due(view.connection, "taker", 30.0))
+        assert taker == Lease("z", "taker", 2)
+        late = PgStreamHooks(FencedConnection(connection, zombie))
+        with pytest.raises(LeaseLostError, match="'taker' \\(claim 2\\) holds it now"):
+            await late.open(StreamOpen(StreamRef("z", "numbers", "numbers"), "int", 16, ("add",)))
+        on_time = PgStreamHooks(FencedConnection(connection, taker))
+        opened = await on_time.open(StreamOpen(StreamRef("z", "numbers", "numbers"), "int", 16, ("add",)))
+        assert opened.created  # the zombie's refused open left nothing
+
+
+def _worker(url: str, owner: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ledger",
+            "worker",
+            url,
+            "--graphs",
+            "tests.ledger.pool_graphs:GRAPHS",
+            "--owner",
+            owner,
+            "--lease",
+            "1",
+            "--poll",
+            "0.05",
+            "--until-idle",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _claims(process: subprocess.Popen[str]) -> str:
+    """Read ``process``'s lines until it claims a run; that run's id."""
+    assert process.stdout is not None
+    while line := process.stdout.readline():
+        if line.endswith(": claimed\n"):
+            return line.removeprefix("run ").removesuffix(": claimed\n")
+    raise AssertionError(
+        f"the worker exited without claiming a run: {process.stderr.read() if process.stderr else ''}"
+    )
+
+
+def test_workers_killed_and_paused_past_their_lease_leave_every_run_with_its_answer(
+    postgres_url: str,
+) -> None:
+    runs = {f"run-{i:02}": 20 + i for i in range(12)}
+    anyio.run(submit, postgres_url, runs)
+    killed, paused, steady = (_worker(postgres_url, name) for name in ("killed", "paused", "steady"))
+    try:
+        _claims(killed)
+        killed.send_signal(signal.SIGKILL)  # dies inside a run: its lease runs out, another resumes it
+        killed.wait()
+        held = _claims(paused)
+        paused.send_signal(signal.SIGSTOP)  # a zombie: alive, but silent past its lease
+        assert steady.stdout is not None
+        while (line := steady.stdout.readline()) and line != f"run {held}: claimed\n":
+            pass
+        assert line, "the steady worker never took the paused worker's run over"
+        paused.send_signal(signal.SIGCONT)
+        out_paused, err_paused = paused.communicate(timeout=120)
+        _, err_steady = steady.communicate(timeout=120)
+    finally:
+        for process in (killed, paused, steady):
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+            process.communicate()  # waits, and closes its pipes
+    assert paused.returncode == 0 and steady.returncode == 0, (err_paused, err_steady)
+    assert f"run {held}: lost" in out_paused  # its late writes were refused: the run is the steady one's
+    assert anyio.run(answers, postgres_url) == {
+        run_id: ("completed", answer(n)) for run_id, n in runs.items()
+    }
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM streamledger_leases").fetchone() == (0,)
