@@ -13,6 +13,7 @@ from ._errors import LedgerInUseError as LedgerInUseError
 from ._errors import LedgerLockedError as LedgerLockedError
 from ._errors import LedgerPathError as LedgerPathError
 from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
+from ._errors import LedgerUnreachableError as LedgerUnreachableError
 from ._errors import MapFullError as MapFullError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import SchemaVersionError as SchemaVersionError
@@ -41,6 +42,7 @@ __all__ = [
     "LedgerInUseError",
     "LedgerLockedError",
     "LedgerReadOnlyError",
+    "LedgerUnreachableError",
     "LmdbNodeHooks",
     "LmdbStreamHooks",
     "MapFullError",

@@ -43,7 +43,13 @@ from ._inspect import inspect_ledger
 from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
 from ._worker_cli import GraphsNotFoundError, add_worker_command, run_worker_command
 
-__all__ = ["main"]
+__all__ = ["is_url", "main"]
+
+
+def is_url(path: str) -> bool:
+    """Whether a command's ledger argument names a PostgreSQL ledger rather than a directory."""
+    return path.startswith(("postgresql://", "postgres://"))
+
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1  # something failed while running
@@ -441,11 +447,16 @@ async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> No
 
 
 def _check(args: argparse.Namespace) -> int:
-    env = LedgerEnv.open_readonly(args.path)  # beside a running owner, like inspect
-    try:
-        report = check_ledger(env)
-    finally:
-        env.close()
+    if is_url(args.path):
+        from .postgres._inspect import check_postgres
+
+        report = check_postgres(args.path)
+    else:
+        env = LedgerEnv.open_readonly(args.path)  # beside a running owner, like inspect
+        try:
+            report = check_ledger(env)
+        finally:
+            env.close()
     if args.json:
         print(json.dumps(msgspec.to_builtins(report) | {"sound": report.sound}))
     else:
@@ -504,11 +515,17 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _inspection(args: argparse.Namespace) -> str:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
-    env = LedgerEnv.open_readonly(args.path)
-    try:
-        report = filtered(inspect_ledger(env, values=args.values), stream=args.stream, group=args.group)
-    finally:
-        env.close()
+    if is_url(args.path):
+        from .postgres._inspect import inspect_postgres
+
+        found = inspect_postgres(args.path, values=args.values)
+    else:
+        env = LedgerEnv.open_readonly(args.path)
+        try:
+            found = inspect_ledger(env, values=args.values)
+        finally:
+            env.close()
+    report = filtered(found, stream=args.stream, group=args.group)
     if args.groups:
         rows = group_rows(report)
         return json.dumps(rows) + "\n" if args.json else _groups_table(rows)

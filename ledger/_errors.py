@@ -51,6 +51,10 @@ class LedgerPathError(LedgerError, ValueError):
     """A new ledger's directory cannot be made at the path (a parent cannot be made, a file is in the way)."""
 
 
+class LedgerUnreachableError(LedgerError):
+    """The server holding a PostgreSQL ledger cannot be reached (or refused the connection)."""
+
+
 class UnattributedBudgetsError(LedgerError, ValueError):
     """A group change met message budgets an older release keyed by a digest no group can be read from."""
 

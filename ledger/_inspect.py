@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import base64
 import datetime
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
 
-from streams.store import to_plain
+from streams.store import GroupFrontier, NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, to_plain
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, list_runs
 from ._layout import DESCRIPTOR_PREFIX
 from ._nodes import node_attempts, node_record
+from ._runs import RunRecord
 from ._runs import list_runs as list_node_runs
 from ._streams import decode_descriptor, decode_frontier
 
-__all__ = ["inspect_ledger"]
+__all__ = ["inspect_ledger", "node_runs_report", "plain", "stream_entry"]
 
 
 def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
@@ -41,7 +44,7 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
             if not key.startswith(DESCRIPTOR_PREFIX):
                 break
             desc = decode_descriptor(key, value)
-            groups: list[dict[str, Any]] = []
+            frontiers: list[tuple[GroupFrontier, str]] = []
             prefix = key[len(DESCRIPTOR_PREFIX) :]
             with txn.cursor(db=groups_db) as group_cursor:
                 group_found = group_cursor.set_range(prefix)
@@ -49,38 +52,44 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
                     gkey, gvalue = (bytes(b) for b in group_cursor.item())
                     if not gkey.startswith(prefix):
                         break
-                    frontier = decode_frontier(gkey, gvalue)
-                    groups.append(
-                        {
-                            "group": frontier.group,
-                            "acked_through": frontier.acked_through,
-                            "pending": desc.appended - frontier.acked_through - len(frontier.acked_above),
-                            "exhausted": len(frontier.exhausted),
-                            "dead_lettered": frontier.dead_lettered,
-                            "active_at": _moment(frontier.active_at),
-                            "stopped": frontier.stopped,
-                            "state": _state(frontier.state, gkey),
-                        }
+                    frontiers.append(
+                        (decode_frontier(gkey, gvalue), f"record {gkey.hex()} of database 'groups'")
                     )
                     group_found = group_cursor.next()
-            streams.append(
-                {
-                    "key": desc.ref.key,
-                    "scope": desc.ref.scope,
-                    "node": desc.ref.node,
-                    "type": desc.type_name,
-                    "generation": desc.generation,
-                    "appended": desc.appended,
-                    "finished": desc.finished,
-                    "failed": desc.failed,
-                    "capacity": desc.capacity,
-                    "compacted_through": desc.compacted_through,
-                    "retain": desc.retain,
-                    "groups": groups,
-                }
-            )
+            streams.append(stream_entry(desc, frontiers))
             found = cursor.next()
     return _report(env, streams, values=values)
+
+
+def stream_entry(desc: StreamDescriptor, frontiers: list[tuple[GroupFrontier, str]]) -> dict[str, Any]:
+    """A stream as the report shows it, with its groups (each frontier with where it is kept)."""
+    groups = [
+        {
+            "group": frontier.group,
+            "acked_through": frontier.acked_through,
+            "pending": desc.appended - frontier.acked_through - len(frontier.acked_above),
+            "exhausted": len(frontier.exhausted),
+            "dead_lettered": frontier.dead_lettered,
+            "active_at": _moment(frontier.active_at),
+            "stopped": frontier.stopped,
+            "state": _state(frontier.state, where),
+        }
+        for frontier, where in frontiers
+    ]
+    return {
+        "key": desc.ref.key,
+        "scope": desc.ref.scope,
+        "node": desc.ref.node,
+        "type": desc.type_name,
+        "generation": desc.generation,
+        "appended": desc.appended,
+        "finished": desc.finished,
+        "failed": desc.failed,
+        "capacity": desc.capacity,
+        "compacted_through": desc.compacted_through,
+        "retain": desc.retain,
+        "groups": groups,
+    }
 
 
 def _report(env: LedgerEnv, streams: list[dict[str, Any]], *, values: bool) -> dict[str, Any]:
@@ -93,11 +102,20 @@ def _report(env: LedgerEnv, streams: list[dict[str, Any]], *, values: bool) -> d
 
 
 def _node_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
-    """Business runs (ledger.run): status, and every retry boundary with its budget and conclusion."""
     runs = list(list_node_runs(env))
     if not runs:
         return []
-    boundaries = list(node_attempts(env))
+    return node_runs_report(runs, list(node_attempts(env)), partial(node_record, env), values=values)
+
+
+def node_runs_report(
+    runs: list[RunRecord],
+    boundaries: list[NodeAttemptRecord],
+    node_record: Callable[[str, str], NodeCheckpoint | None],
+    *,
+    values: bool,
+) -> list[dict[str, Any]]:
+    """Business runs (ledger.run): status, and every retry boundary with its budget and conclusion."""
     report = []
     for run in runs:
         scope = run.run_id
@@ -105,7 +123,7 @@ def _node_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
         for attempt in boundaries:
             if attempt.parent != scope and not attempt.parent.startswith(scope + "/"):
                 continue
-            checkpoint = node_record(env, attempt.parent, attempt.node) if attempt.committed else None
+            checkpoint = node_record(attempt.parent, attempt.node) if attempt.committed else None
             status = (
                 checkpoint.reason if checkpoint is not None else "failed" if attempt.exhausted else "active"
             )
@@ -189,16 +207,15 @@ def _json(data: bytes) -> Any:
         return base64.b64encode(data).decode()
 
 
-def _state(data: bytes | None, key: bytes) -> Any:
+def _state(data: bytes | None, where: str) -> Any:
     if data is None:
         return None
     try:
         return plain(to_plain(data))
     except msgspec.DecodeError as exc:
         raise CorruptRecordError(
-            f"the committed state in record {key.hex()} of database 'groups' "
-            f"does not decode ({exc}); "
-            "the ledger file is damaged or was written by an incompatible build"
+            f"the committed state in {where} does not decode ({exc}); "
+            "the ledger is damaged or was written by an incompatible build"
         ) from None
 
 

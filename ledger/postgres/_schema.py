@@ -116,8 +116,8 @@ TABLES: Final = (
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 
 
-def ensure_schema(conn: Any, where: str) -> None:
-    """Make the tables and the schema record in an empty database; check them in any other.
+def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
+    """Make the tables and the schema record in an empty database (if ``create``); check them in any other.
 
     Refuses a database of another schema or codec version with
     :class:`~ledger.SchemaVersionError`, and one whose tables are not a
@@ -127,6 +127,8 @@ def ensure_schema(conn: Any, where: str) -> None:
         # one opener makes the tables; the others wait here and then find them
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
         found = conn.execute("SELECT to_regclass('streamledger_meta') IS NOT NULL").fetchone()[0]
+        if not found and not create:
+            raise NotALedgerError(f"{where} holds no ledger (and this command does not create one)")
         if not found:
             conn.execute(_TABLES)
             record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)

@@ -24,10 +24,11 @@ from psycopg import errors
 
 from streams.store import StreamRef
 
+from .._errors import LedgerUnreachableError
 from ._schema import ensure_schema
 from ._view import PgView
 
-__all__ = ["Calls", "PgConnection", "describe_url"]
+__all__ = ["Calls", "PgConnection", "connect", "describe_url"]
 
 
 class Calls(Protocol):
@@ -61,6 +62,17 @@ def describe_url(url: str) -> str:
         return "a PostgreSQL ledger (its URL does not parse)"
     host = params.get("host") or "localhost"
     return f"the PostgreSQL ledger {params.get('dbname') or '(default database)'} on {host}"
+
+
+def connect(url: str) -> Any:
+    """An autocommit connection to ``url``; an unreachable server is :class:`LedgerUnreachableError`."""
+    try:
+        return psycopg.connect(url, autocommit=True)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise LedgerUnreachableError(f"{describe_url(url)} cannot be reached: {reason}") from None
+    except psycopg.ProgrammingError as exc:  # a URL libpq cannot parse
+        raise LedgerUnreachableError(f"{describe_url(url)}: {exc}") from None
 
 
 class _Call:
@@ -101,7 +113,7 @@ class PgConnection:
 
     def connect(self) -> None:
         """Connect (blocking) and check or make the schema."""
-        conn = psycopg.connect(self.url, autocommit=True)
+        conn = connect(self.url)
         conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
         try:
             ensure_schema(conn, self.where)

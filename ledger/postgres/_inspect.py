@@ -1,0 +1,216 @@
+"""``inspect`` and ``check`` of a PostgreSQL ledger: the LMDB ledger's report and checks, from its tables.
+
+Both read one ``REPEATABLE READ`` snapshot (a read-only transaction: the
+ledger's workers go on) and write nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+
+from streams.store import (
+    AttemptRecord,
+    GroupFrontier,
+    NodeAttemptRecord,
+    NodeCheckpoint,
+    ScopeRecord,
+    StreamDescriptor,
+    StreamRef,
+)
+
+from .._check import LedgerCheck
+from .._inspect import node_runs_report, stream_entry
+from .._runs import RunRecord
+from ._schema import ensure_schema
+from ._store import connect, describe_url
+
+__all__ = ["check_postgres", "inspect_postgres"]
+
+T = TypeVar("T")
+
+
+@contextmanager
+def _snapshot(url: str) -> Iterator[Any]:
+    with connect(url) as conn:
+        ensure_schema(conn, describe_url(url), create=False)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        with conn.transaction():
+            yield conn
+
+
+def _decode(tp: type[T], raw: bytes) -> T:
+    return msgspec.msgpack.decode(raw, type=tp)
+
+
+def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
+    """Streams with their groups, runs with their nodes: the report :func:`~ledger.inspect_ledger` makes."""
+    with _snapshot(url) as conn:
+        streams: list[dict[str, Any]] = []
+        rows = conn.execute(
+            "SELECT s.id, s.descriptor, g.name, g.frontier FROM streamledger_streams s"
+            " LEFT JOIN streamledger_groups g ON g.stream_id = s.id"
+            " WHERE s.descriptor IS NOT NULL ORDER BY s.id, g.name"
+        ).fetchall()
+        by_stream: dict[int, tuple[StreamDescriptor, list[tuple[GroupFrontier, str]]]] = {}
+        for stream_id, raw, group, frontier in rows:
+            entry = by_stream.setdefault(stream_id, (_decode(StreamDescriptor, raw), []))
+            if group is not None:
+                where = f"the frontier of group {group!r} of stream {entry[0].ref}"
+                entry[1].append((_decode(GroupFrontier, frontier), where))
+        streams = [stream_entry(desc, frontiers) for desc, frontiers in by_stream.values()]
+        runs = [
+            _decode(RunRecord, raw)
+            for (raw,) in conn.execute("SELECT record FROM streamledger_runs ORDER BY run_id").fetchall()
+        ]
+        boundaries = [
+            _decode(NodeAttemptRecord, raw)
+            for (raw,) in conn.execute("SELECT record FROM streamledger_node_attempts").fetchall()
+        ]
+        nodes = {
+            (scope, node): raw
+            for scope, node, raw in conn.execute(
+                "SELECT scope, node, record FROM streamledger_nodes"
+            ).fetchall()
+        }
+
+        def node_record(scope: str, node: str) -> NodeCheckpoint | None:
+            raw = nodes.get((scope, node))
+            return None if raw is None else _decode(NodeCheckpoint, raw)
+
+        return {
+            "path": describe_url(url),
+            "streams": streams,
+            "runs": node_runs_report(runs, boundaries, node_record, values=values) if runs else [],
+            "graph_runs": [],
+        }
+
+
+def check_postgres(url: str) -> LedgerCheck:
+    """Decode every record, and follow every reference between them; the problems say which and why."""
+    problems: list[str] = []
+    records: dict[str, int] = {}
+    with _snapshot(url) as conn:
+
+        def each(table: str, columns: str) -> Iterator[tuple[Any, ...]]:
+            for row in conn.execute(f"SELECT {columns} FROM {table}").fetchall():
+                records[table] = records.get(table, 0) + 1
+                yield row
+
+        def decoded(tp: type[T], raw: bytes, what: str) -> T | None:
+            try:
+                return _decode(tp, raw)
+            except msgspec.DecodeError as exc:
+                problems.append(f"{what} does not decode as {tp.__name__} ({exc})")
+                return None
+
+        streams: dict[int, StreamDescriptor] = {}
+        for stream_id, scope, node, key, raw in each(
+            "streamledger_streams", "id, scope, node, key, descriptor"
+        ):
+            ref = StreamRef(scope, node, key)
+            if raw is None:
+                problems.append(f"stream {ref} (id {stream_id}) has no descriptor")
+                continue
+            desc = decoded(StreamDescriptor, raw, f"the descriptor of stream {ref}")
+            if desc is None:
+                continue
+            if desc.ref != ref:
+                problems.append(f"stream {ref} (id {stream_id}) holds the descriptor of {desc.ref}")
+            streams[stream_id] = desc
+        seen_groups: set[tuple[int, str]] = set()
+        for stream_id, name, raw in each("streamledger_groups", "stream_id, name, frontier"):
+            desc = streams.get(stream_id)
+            frontier = decoded(GroupFrontier, raw, f"the frontier of group {name!r} of stream id {stream_id}")
+            if desc is None:
+                problems.append(f"group {name!r} belongs to stream id {stream_id}, which has no descriptor")
+                continue
+            seen_groups.add((stream_id, name))
+            if name not in desc.groups:
+                problems.append(f"group {name!r} of stream {desc.ref} is not one of its groups {desc.groups}")
+            if frontier is not None and frontier.acked_through > desc.appended:
+                problems.append(
+                    f"group {name!r} of stream {desc.ref} acknowledged through {frontier.acked_through}, "
+                    f"past the {desc.appended} messages appended"
+                )
+        for stream_id, desc in streams.items():
+            for name in desc.groups:
+                if (stream_id, name) not in seen_groups:
+                    problems.append(f"stream {desc.ref} lists group {name!r}, whose frontier is missing")
+        _check_runs(each, streams, decoded, problems)
+        for stream_id, grp, seq, _node, _parent, raw in each(
+            "streamledger_attempts", "stream_id, grp, seq, node, parent, record"
+        ):
+            decoded(
+                AttemptRecord, raw, f"the budget of message {seq} of group {grp!r} (stream id {stream_id})"
+            )
+            if stream_id not in streams:
+                problems.append(
+                    f"a budget of group {grp!r} belongs to stream id {stream_id}, which has no descriptor"
+                )
+        for parent, node, _position, raw in each(
+            "streamledger_node_attempts", "parent, node, position, record"
+        ):
+            decoded(NodeAttemptRecord, raw, f"the attempt record of node {node!r} under {parent!r}")
+        for scope, raw in each("streamledger_scopes", "scope, record"):
+            decoded(ScopeRecord, raw, f"the record of scope {scope!r}")
+        for scope, node, raw in each("streamledger_nodes", "scope, node, record"):
+            decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
+        for run_id, status, raw in each("streamledger_runs", "run_id, status, record"):
+            record = decoded(RunRecord, raw, f"the record of run {run_id!r}")
+            if record is not None and (record.run_id, record.status) != (run_id, status):
+                problems.append(
+                    f"run {run_id!r} ({status}) holds the record of run {record.run_id!r} ({record.status})"
+                )
+    return LedgerCheck(describe_url(url), records, problems)
+
+
+def _check_runs(
+    each: Callable[[str, str], Iterator[tuple[Any, ...]]],
+    streams: dict[int, StreamDescriptor],
+    decoded: Callable[[type[list[bytes]], bytes, str], list[bytes] | None],
+    problems: list[str],
+) -> None:
+    """Every stream's kept messages are runs contiguous from its compaction floor to what it appended."""
+    runs: dict[int, list[tuple[int, int, int]]] = {}
+    for stream_id, first, last, raw in each(
+        "streamledger_messages", "stream_id, first_seq, last_seq, payloads"
+    ):
+        payloads = decoded(
+            list[bytes], raw, f"the run of messages {first} to {last} of stream id {stream_id}"
+        )
+        count = -1 if payloads is None else len(payloads)
+        runs.setdefault(stream_id, []).append((first, last, count))
+    for stream_id, desc in streams.items():
+        if stream_id not in runs and desc.appended > desc.compacted_through:
+            problems.append(
+                f"stream {desc.ref}: messages {desc.compacted_through + 1} to {desc.appended} are missing"
+            )
+    for stream_id, found in runs.items():
+        owner = streams.get(stream_id)
+        if owner is None:
+            problems.append(f"messages belong to stream id {stream_id}, which has no descriptor")
+            continue
+        desc = owner
+        found.sort()
+        for first, last, count in found:
+            if count >= 0 and count != last - first + 1:
+                problems.append(f"stream {desc.ref}: the run {first} to {last} holds {count} messages")
+        expected = None
+        for first, last, _ in found:
+            if expected is not None and first != expected:
+                problems.append(f"stream {desc.ref}: its messages jump from {expected - 1} to {first}")
+            expected = last + 1
+        if found and found[-1][1] != desc.appended:
+            problems.append(
+                f"stream {desc.ref}: its messages end at {found[-1][1]}, but it appended {desc.appended}"
+            )
+        if found and found[0][0] > desc.compacted_through + 1:
+            problems.append(
+                f"stream {desc.ref}: messages {desc.compacted_through + 1} to {found[0][0] - 1} are missing"
+            )
