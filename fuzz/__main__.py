@@ -31,6 +31,9 @@ def machines() -> list[type[RuleBasedStateMachine]]:
             found.append(
                 type(f"Fuzz_nodes_{kind}_{backend}", (NodeMachine,), {"kind": kind, "backend": backend})
             )
+        found.append(
+            type(f"Fuzz_postgres_{backend}", (LedgerMachine,), {"kind": "postgres", "backend": backend})
+        )
         found.append(type(f"Fuzz_lockstep_{backend}", (LockstepMachine,), {"backend": backend}))
     return found
 

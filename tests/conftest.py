@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -18,41 +17,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ledger import LedgerEnv
 
+from . import pg_server
+
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[Any]:
-    """A private PostgreSQL server for the session: skipped where none can run, unless in CI."""
+def postgres_server() -> Any:
+    """The session's private PostgreSQL server: skipped where none can run, unless in CI."""
     try:
-        import psycopg  # noqa: F401  - the postgres extra
-
-        from ledger.postgres.server import ServerUnavailableError, private_server
-    except ImportError as missing:  # pragma: no cover - the dev extra installs it
-        pytest.skip(f"the postgres extra is not installed: {missing}")
-    try:
-        context = private_server()
-        server = context.__enter__()
-    except ServerUnavailableError as exc:
+        return pg_server.server()
+    except pg_server.Unavailable as exc:
         if os.environ.get("CI"):
             raise  # CI installs PostgreSQL: there, a server that cannot start is a failure
         pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        context.__exit__(None, None, None)
-
-
-_schemas = itertools.count()
 
 
 @pytest.fixture
 def postgres_url(postgres_server: Any) -> str:
     """A URL of a new, empty ledger: a schema of its own on the session's server."""
-    import psycopg
-
-    schema = f"t{os.getpid()}_{next(_schemas)}"
-    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    return f"{postgres_server.url}&options=-csearch_path%3D{schema}"
+    return pg_server.new_ledger_url()
 
 
 @pytest.fixture(params=["asyncio", "trio"])

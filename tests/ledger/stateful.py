@@ -8,9 +8,10 @@ a contiguous frontier, one transaction per message (the state is the sum of
 exactly the acknowledged messages and each produced one output), budgets
 that never refill and generations raised on every open.
 
-:class:`LockstepMachine` drives ``MemoryStore`` and the LMDB ledger with the
-same rules and, after every step, requires the two to agree on everything
-the endpoints show: the reference store and the durable one cannot drift.
+:class:`LockstepMachine` drives ``MemoryStore``, the LMDB ledger and the
+PostgreSQL ledger with the same rules and, after every step, requires the
+three to agree on everything the endpoints show: the reference store and
+the durable ones cannot drift.
 
 ``fuzz/`` runs these same machines for longer. Nothing is caught that a
 rule does not mean to catch.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ledger import open_ledger
+from ledger.postgres import open_postgres
 from streams import (
     CheckpointError,
     Key,
@@ -42,6 +45,8 @@ from streams import (
     open_scope,
 )
 from streams.testing import FaultyHooks
+
+from ..pg_server import new_ledger_url
 
 NUMBERS = Key("numbers", Stream[int])
 SUMS = Key("sums", Stream[int])
@@ -85,14 +90,19 @@ class Stack:
         self.kind = kind
         self.portal = portal
         self.path = path
+        self.url = new_ledger_url() if kind == "postgres" else ""
         self.memory = MemoryStore()
         self.session: contextlib.ExitStack | None = None
         self.opens = 0
 
+    def opening(self) -> AbstractAsyncContextManager[Any]:
+        """Opens the durable store again: a new process lifetime on the same ledger."""
+        return open_postgres(self.url) if self.kind == "postgres" else open_ledger(self.path)
+
     def open(self) -> None:
         session = contextlib.ExitStack()
-        if self.kind == "lmdb":
-            ledger = session.enter_context(self.portal.wrap_async_context_manager(open_ledger(self.path)))
+        if self.kind in ("lmdb", "postgres"):
+            ledger = session.enter_context(self.portal.wrap_async_context_manager(self.opening()))
             self.hooks: StreamHooks = ledger.streams
         else:
             self.hooks = self.memory
@@ -235,7 +245,7 @@ class LedgerMachine(_Machine):
         self.stopped = self.stopped or STOP in self.values[self.handled : self.handled + expected]
         self.handled += expected
 
-    @precondition(lambda self: self.kind == "lmdb" and self.exhausted_at is None and not self.stopped)
+    @precondition(lambda self: self.kind != "memory" and self.exhausted_at is None and not self.stopped)
     @rule(call=st.integers(min_value=1, max_value=3), after=st.booleans())
     def lose_a_commit_then_crash(self, call: int, after: bool) -> None:
         """A commit fails (or its answer is lost); the process dies; the ledger decides."""
@@ -253,7 +263,7 @@ class LedgerMachine(_Machine):
 
         # The faulty scope opens the streams again: one more generation.
         with (
-            self.portal.wrap_async_context_manager(open_ledger(self.stack.path)) as ledger,
+            self.portal.wrap_async_context_manager(self.stack.opening()) as ledger,
             # the chosen commit failed, or a message ran out of attempts first: the ledger decides below
             contextlib.suppress(CheckpointError, MessageExhaustedError),
         ):
@@ -308,13 +318,14 @@ class LedgerMachine(_Machine):
 
 
 class LockstepMachine(_Machine):
-    """``MemoryStore`` and the LMDB ledger, driven by the same rules, compared after every step."""
+    """``MemoryStore``, the LMDB ledger and the PostgreSQL one, driven alike, compared after every step."""
 
     def __init__(self) -> None:
         super().__init__()
         self.memory = Stack("memory", self.portal, self.dir / "unused")
         self.lmdb = Stack("lmdb", self.portal, self.dir / "l")
-        self.stacks.extend((self.memory, self.lmdb))
+        self.postgres = Stack("postgres", self.portal, self.dir / "unused")
+        self.stacks.extend((self.memory, self.lmdb, self.postgres))
         self.appended = 0
         self.finished = False
         self.exhausted = False
@@ -365,4 +376,4 @@ class LockstepMachine(_Machine):
 
     @invariant()
     def both_stores_show_the_same(self) -> None:
-        assert self.memory.view() == self.lmdb.view()
+        assert self.memory.view() == self.lmdb.view() == self.postgres.view()

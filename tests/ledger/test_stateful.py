@@ -1,4 +1,4 @@
-"""Run the ledger's stateful machines on both stores and both event loops."""
+"""Run the ledger's stateful machines on the three stores and both event loops."""
 
 from __future__ import annotations
 
@@ -26,5 +26,9 @@ TestMemoryOnAsyncio = _case(
     type("MemoryOnAsyncio", (LedgerMachine,), {"kind": "memory", "backend": "asyncio"})
 )
 TestMemoryOnTrio = _case(type("MemoryOnTrio", (LedgerMachine,), {"kind": "memory", "backend": "trio"}))
+TestPostgresOnAsyncio = _case(
+    type("PostgresOnAsyncio", (LedgerMachine,), {"kind": "postgres", "backend": "asyncio"})
+)
+TestPostgresOnTrio = _case(type("PostgresOnTrio", (LedgerMachine,), {"kind": "postgres", "backend": "trio"}))
 TestLockstepOnAsyncio = _case(type("LockstepOnAsyncio", (LockstepMachine,), {"backend": "asyncio"}))
 TestLockstepOnTrio = _case(type("LockstepOnTrio", (LockstepMachine,), {"backend": "trio"}))
