@@ -20,7 +20,7 @@ another version, or that is not a checkpoint, is discarded with reason
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, Protocol
 
 import lmdb
 import msgspec
@@ -32,6 +32,10 @@ from ._seal import decode_record, seal, unseal
 __all__ = [
     "FORMAT_VERSION",
     "GraphCheckpoint",
+    "GraphRunBook",
+    "HoldsGraphRuns",
+    "LmdbGraphRuns",
+    "decode_checkpoint_body",
     "GraphRunRecord",
     "SavedForkFrame",
     "SavedTask",
@@ -151,7 +155,11 @@ def list_runs(env: LedgerEnv) -> Iterator[tuple[GraphRunRecord, GraphCheckpoint 
 
 
 def _decode_checkpoint(key: bytes, raw: bytes) -> GraphCheckpoint | str:
-    body = unseal(raw, db=DB, key=key)
+    return decode_checkpoint_body(unseal(raw, db=DB, key=key))
+
+
+def decode_checkpoint_body(body: bytes) -> GraphCheckpoint | str:
+    """A checkpoint's msgpack, or ``"format"`` if it is not one of ours (another version, or not one)."""
     try:
         if _header_decoder.decode(body).format_version != FORMAT_VERSION:
             return "format"
@@ -192,3 +200,70 @@ async def delete_run(env: LedgerEnv, run_id: str) -> None:
         txn.delete(ckey, db=db)
 
     await env.write(delete)
+
+
+class GraphRunBook(Protocol):
+    """Where a ledger keeps its durable graph runs: a record and the latest checkpoint per run id."""
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def owner(self) -> object: ...
+
+    def read_run(self, run_id: str) -> GraphRunRecord | None: ...
+
+    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None: ...
+
+    async def write_run(
+        self,
+        record: GraphRunRecord,
+        *,
+        checkpoint: GraphCheckpoint | None = None,
+        delete_checkpoint: bool = False,
+    ) -> None:
+        """Write a run's record, with its new checkpoint or without its old one, in one durable commit."""
+        ...
+
+    async def delete_run(self, run_id: str) -> None: ...
+
+
+class HoldsGraphRuns(Protocol):
+    """A ledger, of either kind: what :class:`~ledger.graphs.DurableGraph` runs on."""
+
+    @property
+    def graph_runs(self) -> GraphRunBook: ...
+
+
+class LmdbGraphRuns:
+    """The durable graph runs of an LMDB ledger (``ledger.graph_runs``): its ``graph_runs`` database."""
+
+    def __init__(self, env: LedgerEnv) -> None:
+        self.env = env
+
+    @property
+    def where(self) -> str:
+        return f"ledger {self.env.path}"
+
+    @property
+    def owner(self) -> object:
+        """What identifies the ledger: a run id runs once at a time per ledger and process."""
+        return self.env
+
+    def read_run(self, run_id: str) -> GraphRunRecord | None:
+        return read_run(self.env, run_id)
+
+    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
+        return read_checkpoint(self.env, run_id)
+
+    async def write_run(
+        self,
+        record: GraphRunRecord,
+        *,
+        checkpoint: GraphCheckpoint | None = None,
+        delete_checkpoint: bool = False,
+    ) -> None:
+        await write_run(self.env, record, checkpoint=checkpoint, delete_checkpoint=delete_checkpoint)
+
+    async def delete_run(self, run_id: str) -> None:
+        await delete_run(self.env, run_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -14,14 +14,14 @@ from streams.store import GroupFrontier, NodeAttemptRecord, NodeCheckpoint, Stre
 
 from ._env import LedgerEnv
 from ._errors import CorruptRecordError
-from ._graph_runs import GraphCheckpoint, list_runs
+from ._graph_runs import GraphCheckpoint, GraphRunRecord, list_runs
 from ._layout import DESCRIPTOR_PREFIX
 from ._nodes import node_attempts, node_record
 from ._runs import RunRecord
 from ._runs import list_runs as list_node_runs
 from ._streams import decode_descriptor, decode_frontier
 
-__all__ = ["inspect_ledger", "node_runs_report", "plain", "stream_entry"]
+__all__ = ["graph_runs_report", "inspect_ledger", "node_runs_report", "plain", "stream_entry"]
 
 
 def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
@@ -173,8 +173,15 @@ def _node_path(scope: str, node: str) -> str:
 
 
 def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
+    return graph_runs_report(list_runs(env), values=values)
+
+
+def graph_runs_report(
+    found: Iterable[tuple[GraphRunRecord, GraphCheckpoint | str | None]], *, values: bool
+) -> list[dict[str, Any]]:
+    """Durable pydantic-graph runs: attempts, checkpoints, the step each resumes at (values if asked)."""
     runs: list[dict[str, Any]] = []
-    for record, checkpoint in list_runs(env):
+    for record, checkpoint in found:
         saved = checkpoint if isinstance(checkpoint, GraphCheckpoint) else None
         status = "finished" if record.finished else "failed" if record.error else "open"
         run: dict[str, Any] = {

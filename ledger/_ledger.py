@@ -13,6 +13,7 @@ import anyio
 from streams.store import single_error
 
 from ._env import LedgerEnv
+from ._graph_runs import LmdbGraphRuns
 from ._nodes import LmdbNodeHooks
 from ._runs import LmdbRunBook, Runs
 from ._streams import LmdbStreamHooks
@@ -30,6 +31,8 @@ class Ledger:
         #: The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`).
         self.nodes = LmdbNodeHooks(env, self.streams)
         self._runs = Runs(LmdbRunBook(self))
+        #: Durable pydantic-graph runs' records and checkpoints, for :class:`~ledger.graphs.DurableGraph`.
+        self.graph_runs = LmdbGraphRuns(env)
         #: ``await ledger.run(graph, inputs, run_id=...)``: a run in checkpoint mode (:class:`~ledger.Runs`).
         self.run = self._runs.run
         #: ``await ledger.resume(run_id, graph)``: continue a run from what the ledger confirmed.

@@ -17,20 +17,16 @@ from pydantic_graph.id_types import TaskID
 
 from streams.store import ATTR, EVENT, SPAN, failed, tracer
 
-from .._env import LedgerEnv
 from .._errors import LedgerError
 from .._graph_runs import (
     FORMAT_VERSION,
     GraphCheckpoint,
+    GraphRunBook,
     GraphRunRecord,
+    HoldsGraphRuns,
     SavedTask,
-    delete_run,
-    read_checkpoint,
-    read_run,
     run_key,
-    write_run,
 )
-from .._ledger import Ledger
 from ._annotations import GraphNamespace, caller_frame
 from ._checkpoint import saved_task, task_request
 from ._errors import GraphInputTypeError, GraphRunActiveError, UntypedNodeWarning
@@ -90,7 +86,7 @@ class GraphRunStatus(msgspec.Struct, frozen=True):
     error: str | None = None
 
 
-_running: WeakKeyDictionary[LedgerEnv, set[str]] = WeakKeyDictionary()
+_running: WeakKeyDictionary[object, set[str]] = WeakKeyDictionary()
 
 
 class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
@@ -118,7 +114,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         # mypy cannot read pydantic-graph's infer_variance type variables, so to mypy Graph takes
         # no type arguments; with mypy, write DurableGraph[State, Deps, Input, Output](graph, ledger).
         graph: Graph[StateT, DepsT, InputT, OutputT],  # type: ignore[type-arg]
-        ledger: Ledger,
+        ledger: HoldsGraphRuns,
         *,
         input_types: Mapping[str, Any] | None = None,
         on_untyped: Literal["warn", "raise", "ignore"] = "warn",
@@ -194,7 +190,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         the task its checkpoint saved, before running it, so a driver that
         stopped before a task (to wait for an approval, say) sees it again.
         """
-        with _claim(self.ledger.env, run_id):
+        with _claim(self.ledger.graph_runs, run_id):
             run_tracer = tracer(self._tracer_provider)
             with run_tracer.start_as_current_span(
                 SPAN.INVOKE_GRAPH.format(graph=self._name),
@@ -241,9 +237,9 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
         A finished run opens no attempt: its record stays as it is.
         """
-        env = self.ledger.env
-        record = read_run(env, run_id)
-        saved = read_checkpoint(env, run_id)
+        book = self.ledger.graph_runs
+        record = book.read_run(run_id)
+        saved = book.read_checkpoint(run_id)
         restore: Restore | None = None
         discarded = record.discarded if record is not None else None
         if saved is not None:
@@ -280,16 +276,17 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         )
         if restore is not None:
             progress.inputs = restore.checkpoint.inputs
-        await write_run(env, progress.record(), delete_checkpoint=saved is not None and restore is None)
+        await book.write_run(progress.record(), delete_checkpoint=saved is not None and restore is None)
         return progress, restore
 
     async def _record_failure(self, progress: _Progress, exc: Exception) -> None:
         """Note the exception type the attempt failed with; never hides ``exc``."""
         with anyio.CancelScope(shield=True):
             try:
-                await write_run(self.ledger.env, progress.record(error=type(exc).__qualname__))
+                await self.ledger.graph_runs.write_run(progress.record(error=type(exc).__qualname__))
             except LedgerError as failed:
-                exc.add_note(f"the failure could not be recorded in ledger {self.ledger.path}: {failed}")
+                where = self.ledger.graph_runs.where
+                exc.add_note(f"the failure could not be recorded in {where}: {failed}")
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -347,7 +344,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
             progress.finished,
             output if output is not None else b"null",
         )
-        await write_run(self.ledger.env, progress.record(), checkpoint=checkpoint)
+        await self.ledger.graph_runs.write_run(progress.record(), checkpoint=checkpoint)
         span.add_event(
             EVENT.CHECKPOINT_SAVED,
             {
@@ -361,11 +358,11 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
     def status(self, run_id: str) -> GraphRunStatus | None:
         """The run as the ledger holds it, or None if the ledger has never seen it."""
-        env = self.ledger.env
-        record = read_run(env, run_id)
+        book = self.ledger.graph_runs
+        record = book.read_run(run_id)
         if record is None:
             return None
-        saved = read_checkpoint(env, run_id)
+        saved = book.read_checkpoint(run_id)
         next_node = None
         if isinstance(saved, GraphCheckpoint) and saved.tasks:
             next_node = saved.tasks[0].node_id
@@ -382,8 +379,8 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
     async def forget(self, run_id: str) -> None:
         """Delete a run's record and checkpoint, e.g. once its result is recorded elsewhere."""
-        with _claim(self.ledger.env, run_id):
-            await delete_run(self.ledger.env, run_id)
+        with _claim(self.ledger.graph_runs, run_id):
+            await self.ledger.graph_runs.delete_run(run_id)
 
 
 class _Progress:
@@ -599,13 +596,13 @@ def _report_untyped(name: str, untyped: Mapping[str, str], *, raise_: bool, at: 
 
 
 @contextmanager
-def _claim(env: LedgerEnv, run_id: str) -> Iterator[None]:
-    """Hold ``run_id`` for this call: a run id runs once at a time in the process that owns the ledger."""
+def _claim(book: GraphRunBook, run_id: str) -> Iterator[None]:
+    """Hold ``run_id`` for this call: a run id runs once at a time per ledger in this process."""
     run_key(run_id)  # validates the id
-    running = _running.setdefault(env, set())
+    running = _running.setdefault(book.owner, set())
     if run_id in running:
         raise GraphRunActiveError(
-            f"run {run_id!r} is already running in this process on ledger {env.path}; "
+            f"run {run_id!r} is already running in this process on {book.where}; "
             "wait for it to finish before running it again"
         )
     running.add(run_id)

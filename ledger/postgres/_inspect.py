@@ -24,7 +24,8 @@ from streams.store import (
 )
 
 from .._check import LedgerCheck
-from .._inspect import node_runs_report, stream_entry
+from .._graph_runs import GraphRunRecord, decode_checkpoint_body
+from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._runs import RunRecord
 from ._schema import ensure_schema
 from ._store import connect, describe_url
@@ -83,11 +84,17 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
             raw = nodes.get((scope, node))
             return None if raw is None else _decode(NodeCheckpoint, raw)
 
+        graph_runs = [
+            (_decode(GraphRunRecord, record), None if saved is None else decode_checkpoint_body(saved))
+            for record, saved in conn.execute(
+                "SELECT record, checkpoint FROM streamledger_graph_runs ORDER BY run_id"
+            ).fetchall()
+        ]
         return {
             "path": describe_url(url),
             "streams": streams,
             "runs": node_runs_report(runs, boundaries, node_record, values=values) if runs else [],
-            "graph_runs": [],
+            "graph_runs": graph_runs_report(graph_runs, values=values),
         }
 
 
@@ -161,6 +168,8 @@ def check_postgres(url: str) -> LedgerCheck:
             decoded(ScopeRecord, raw, f"the record of scope {scope!r}")
         for scope, node, raw in each("streamledger_nodes", "scope, node, record"):
             decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
+        for run_id, raw, _ in each("streamledger_graph_runs", "run_id, record, checkpoint"):
+            decoded(GraphRunRecord, raw, f"the record of graph run {run_id!r}")
         for run_id, status, raw in each("streamledger_runs", "run_id, status, record"):
             record = decoded(RunRecord, raw, f"the record of run {run_id!r}")
             if record is not None and (record.run_id, record.status) != (run_id, status):

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from .._runs import Runs
+from ._graph_runs import PgGraphRuns
 from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
 from ._store import PgConnection
@@ -34,6 +35,8 @@ class PostgresLedger:
         self.runs = self._runs.runs
         #: ``await ledger.submit(graph, inputs, run_id=...)``: record a run for a worker to run.
         self.submit = self._runs.submit
+        #: Durable pydantic-graph runs' records and checkpoints, for :class:`~ledger.graphs.DurableGraph`.
+        self.graph_runs = PgGraphRuns(connection)
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ index::
     streamledger_nodes       (scope, node)                        NodeCheckpoint
     streamledger_runs        run_id, status                       RunRecord (ledger.run, ledger.resume)
     streamledger_leases      run_id                               owner, token, expiry of a run's lease
+    streamledger_graph_runs  run_id                               GraphRunRecord, GraphCheckpoint (or null)
 
 A database (or a schema of it, through ``search_path``) holds one ledger.
 """
@@ -91,6 +92,11 @@ CREATE TABLE streamledger_runs (
     status text NOT NULL,
     record bytea NOT NULL
 );
+CREATE TABLE streamledger_graph_runs (
+    run_id text PRIMARY KEY,
+    record bytea NOT NULL,
+    checkpoint bytea
+);
 CREATE TABLE streamledger_leases (
     run_id text PRIMARY KEY,
     owner text NOT NULL,
@@ -110,6 +116,7 @@ TABLES: Final = (
     "streamledger_scopes",
     "streamledger_nodes",
     "streamledger_runs",
+    "streamledger_graph_runs",
     "streamledger_leases",
 )
 

@@ -14,19 +14,22 @@ from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import open_ledger
 from ledger._cli import main
+from ledger.postgres import open_postgres
 
+from .conftest import Opening
 from .graphs import Boom, Calls, Log, durable, enter, three_steps
 
 
-async def _ledger_with_three_runs(path: Path) -> None:
-    async with open_ledger(path) as ledger:
+async def _ledger_with_three_runs(path: Path | Opening) -> None:
+    opening: Opening = (lambda: open_ledger(path)) if isinstance(path, Path) else path
+    async with opening() as ledger:
         runner = durable(three_steps(), ledger)
         await runner.run("done", state=Log(steps=["secret-start"]), inputs=5, deps=Calls())
         with pytest.raises(Boom):
             await runner.run("broken", state=Log(), inputs=7, deps=Calls(fail_at={"three"}))
         with pytest.raises(Boom):
             await runner.run("changed", state=Log(), inputs=1, deps=Calls(fail_at={"two"}))
-    async with open_ledger(path) as ledger:  # the graph changed: its checkpoint is discarded
+    async with opening() as ledger:  # the graph changed: its checkpoint is discarded
         changed = durable(one_step("three-v2"), ledger)
         with pytest.raises(Boom):
             await changed.run("changed", state=Log(), inputs=1, deps=Calls(fail_at={"one"}))
@@ -44,7 +47,7 @@ def one_step(name: str) -> Graph:
     return g.build()
 
 
-async def _inspect(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+async def _inspect(path: Path | str, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
     """What the command prints; run off the event loop, as a command line runs."""
     assert await anyio.to_thread.run_sync(main, ["inspect", str(path), *flags]) == 0
     return capsys.readouterr().out
@@ -113,3 +116,13 @@ async def test_inspect_shows_a_runs_checkpoint_values_only_when_asked(
     assert runs["broken"]["values"]["next_inputs"] == 16  # (7 + 1) * 2, for step three
     assert "values" not in runs["changed"]  # its checkpoint was discarded: nothing to show
     assert "secret-start" in await _inspect(path, capsys, "--values")
+
+
+async def test_inspect_on_a_url_lists_the_graph_runs_inspect_on_a_path_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], postgres_url: str
+) -> None:
+    await _ledger_with_three_runs(tmp_path / "l")
+    await _ledger_with_three_runs(lambda: open_postgres(postgres_url))
+    on_lmdb = json.loads(await _inspect(tmp_path / "l", capsys, "--json", "--values"))["graph_runs"]
+    on_postgres = json.loads(await _inspect(postgres_url, capsys, "--json", "--values"))["graph_runs"]
+    assert len(on_postgres) == 3 and on_postgres == on_lmdb

@@ -11,11 +11,12 @@ from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import open_ledger
 
+from .conftest import Opening
 from .graphs import Boom, Calls, Log, durable, enter, events, fail_then_retry, run_spans, three_steps
 
 
-async def test_a_run_returns_the_graphs_output_and_state(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_a_run_returns_the_graphs_output_and_state(opening: Opening) -> None:
+    async with opening() as ledger:
         calls = Calls()
         result = await durable(three_steps(), ledger).run("r", state=Log(), inputs=5, deps=calls)
     assert (result.output, result.state.steps) == (9, ["one", "two", "three"])
@@ -23,8 +24,8 @@ async def test_a_run_returns_the_graphs_output_and_state(tmp_path: Path) -> None
     assert (result.attempt, result.resumed_from, result.already_finished) == (1, None, False)
 
 
-async def test_a_retry_resumes_after_the_last_completed_step(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_a_retry_resumes_after_the_last_completed_step(opening: Opening) -> None:
+    async with opening() as ledger:
         calls = Calls(fail_at={"three"})
         graph = durable(three_steps(), ledger)
         with pytest.raises(Boom):
@@ -36,8 +37,8 @@ async def test_a_retry_resumes_after_the_last_completed_step(tmp_path: Path) -> 
     assert (result.attempt, result.resumed_from) == (2, 2)
 
 
-async def test_progress_is_recorded_with_every_checkpoint(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_progress_is_recorded_with_every_checkpoint(opening: Opening) -> None:
+    async with opening() as ledger:
         graph = durable(three_steps(), ledger)
         assert graph.status("r") is None
         with pytest.raises(Boom):
@@ -57,19 +58,19 @@ async def test_progress_is_recorded_with_every_checkpoint(tmp_path: Path) -> Non
         assert (status.attempt, status.checkpoints, status.next_node, status.finished) == (2, 4, None, True)
 
 
-async def test_a_finished_run_whose_result_was_not_recorded_does_not_run_again(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_a_finished_run_whose_result_was_not_recorded_does_not_run_again(opening: Opening) -> None:
+    async with opening() as ledger:
         await durable(three_steps(), ledger).run("r", state=Log(), inputs=5, deps=Calls())
     # The caller died before recording the result; a new process runs the same run id.
-    async with open_ledger(tmp_path / "l") as ledger:
+    async with opening() as ledger:
         calls = Calls()
         result = await durable(three_steps(), ledger).run("r", state=Log(), inputs=5, deps=calls)
     assert calls.ran == []
     assert (result.output, result.state.steps, result.already_finished) == (9, ["one", "two", "three"], True)
 
 
-async def test_running_a_finished_run_again_counts_no_attempt(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_running_a_finished_run_again_counts_no_attempt(opening: Opening) -> None:
+    async with opening() as ledger:
         graph = durable(three_steps(), ledger)
         first = await graph.run("r", state=Log(), inputs=5, deps=Calls())
         again = [await graph.run("r", state=Log(), inputs=5, deps=Calls()) for _ in range(3)]
@@ -79,8 +80,8 @@ async def test_running_a_finished_run_again_counts_no_attempt(tmp_path: Path) ->
     assert status is not None and (status.attempt, status.finished, status.error) == (1, True, None)
 
 
-async def test_a_failed_attempt_records_its_exception_type_until_the_next_attempt(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_a_failed_attempt_records_its_exception_type_until_the_next_attempt(opening: Opening) -> None:
+    async with opening() as ledger:
         graph = durable(three_steps(), ledger)
         with pytest.raises(Boom):
             await graph.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"two"}))
@@ -91,8 +92,8 @@ async def test_a_failed_attempt_records_its_exception_type_until_the_next_attemp
     assert finished is not None and (finished.attempt, finished.error, finished.finished) == (2, None, True)
 
 
-async def test_forget_deletes_a_runs_records(tmp_path: Path) -> None:
-    async with open_ledger(tmp_path / "l") as ledger:
+async def test_forget_deletes_a_runs_records(opening: Opening) -> None:
+    async with opening() as ledger:
         graph = durable(three_steps(), ledger)
         await graph.run("r", state=Log(), inputs=5, deps=Calls())
         await graph.forget("r")

@@ -1,0 +1,90 @@
+"""Durable pydantic-graph runs on PostgreSQL: a run's record and latest checkpoint in one row."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from .._errors import CorruptRecordError
+from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body, run_key
+from ._store import PgConnection
+
+__all__ = ["PgGraphRuns"]
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_run_decoder: Final = msgspec.msgpack.Decoder(GraphRunRecord)
+
+
+class PgGraphRuns:
+    """:class:`~ledger.GraphRunBook` over ``streamledger_graph_runs``: ``ledger.graph_runs``."""
+
+    def __init__(self, connection: PgConnection) -> None:
+        self._connection = connection
+
+    @property
+    def where(self) -> str:
+        return self._connection.where
+
+    @property
+    def owner(self) -> object:
+        return self._connection
+
+    def _row(self, run_id: str) -> tuple[bytes, bytes | None] | None:
+        run_key(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
+
+        def read(view: Any) -> tuple[bytes, bytes | None] | None:
+            row = view.connection.execute(
+                "SELECT record, checkpoint FROM streamledger_graph_runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+            return None if row is None else (row[0], row[1])
+
+        return self._connection.read(read)
+
+    def read_run(self, run_id: str) -> GraphRunRecord | None:
+        row = self._row(run_id)
+        if row is None:
+            return None
+        try:
+            return _run_decoder.decode(row[0])
+        except msgspec.DecodeError as exc:
+            raise CorruptRecordError(f"the record of graph run {run_id!r} does not decode ({exc})") from None
+
+    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
+        row = self._row(run_id)
+        return None if row is None or row[1] is None else decode_checkpoint_body(row[1])
+
+    async def write_run(
+        self,
+        record: GraphRunRecord,
+        *,
+        checkpoint: GraphCheckpoint | None = None,
+        delete_checkpoint: bool = False,
+    ) -> None:
+        raw = _encoder.encode(record)
+        saved = None if checkpoint is None else _encoder.encode(checkpoint)
+
+        def write(view: Any) -> None:
+            if saved is not None or delete_checkpoint:
+                view.connection.execute(
+                    "INSERT INTO streamledger_graph_runs (run_id, record, checkpoint) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (run_id)"
+                    " DO UPDATE SET record = EXCLUDED.record, checkpoint = EXCLUDED.checkpoint",
+                    (record.run_id, raw, saved),
+                )
+            else:
+                view.connection.execute(
+                    "INSERT INTO streamledger_graph_runs (run_id, record) VALUES (%s, %s)"
+                    " ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
+                    (record.run_id, raw),
+                )
+
+        await self._connection.call(write, buffered=False)
+
+    async def delete_run(self, run_id: str) -> None:
+        await self._connection.call(
+            lambda view: view.connection.execute(
+                "DELETE FROM streamledger_graph_runs WHERE run_id = %s", (run_id,)
+            ),
+            buffered=False,
+        )
