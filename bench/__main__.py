@@ -164,6 +164,7 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
     from ._postgres import (
         PgRun,
         new_database,
+        run_demo_workers,
         run_psycopg_per_message,
         run_raw_psycopg,
         run_streamledger_postgres,
@@ -197,6 +198,10 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
                 rate = run(new_database(server_url, make_url)).msgs_per_s
                 figures.setdefault(name, []).append(rate)
                 _progress(quiet, f"  {name}: {_rate(rate)} msgs/s")
+            for workers in args.workers:
+                rate = run_demo_workers(new_database(server_url, make_url), n, workers).msgs_per_s
+                figures.setdefault(f"demo_workers_{workers}", []).append(rate)
+                _progress(quiet, f"  demo with {workers} worker process(es): {_rate(rate)} msgs/s")
     med = {name: median(values) for name, values in figures.items()}
     out: dict[str, Any] = {
         "bench": "streams",
@@ -207,6 +212,7 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
         "backend": args.backend,
         "window": args.window,
         "raw_psycopg_batch": args.batch or args.window,
+        "demo_workers": list(args.workers),
         "verified": True,
         "server": settings,
         "load_average_1m": os.getloadavg()[0],
@@ -251,6 +257,10 @@ def show_streams_postgres(out: dict[str, Any]) -> str:
         ("streamledger (bare streams on the PostgreSQL ledger)", get("streamledger")),
         (f"hand-written psycopg loop ({out['raw_psycopg_batch']} orders/txn)", get("raw_psycopg")),
         (f"psycopg, one txn per step ({out['per_message_messages']:,} orders)", get("psycopg_per_message")),
+        *(
+            (f"the demo, {k} worker process(es), wall time from start", get(f"demo_workers_{k}"))
+            for k in out["demo_workers"]
+        ),
         ("streamledger / raw psycopg", _shown(out, "ratio_streamledger_to_raw_psycopg", _ratio)),
         (
             "streamledger / per-message psycopg",
@@ -682,6 +692,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--per-message", type=int, default=2_000, help="orders through the per-message psycopg loop (slow)"
+    )
+    p.add_argument(
+        "--workers",
+        type=lambda text: [int(k) for k in text.split(",")],
+        default=[1, 2, 4],
+        metavar="K,K,...",
+        help="with --store postgres: run the demo with these numbers of worker processes (default 1,2,4)",
     )
     common(p, 1)
 

@@ -31,7 +31,14 @@ from streams import GroupFrontier
 from ._shape import BenchError, Invoice, Order, Totals, expected_total
 from ._streams import WINDOW, run_pipeline
 
-__all__ = ["PgRun", "new_database", "run_psycopg_per_message", "run_raw_psycopg", "run_streamledger_postgres"]
+__all__ = [
+    "PgRun",
+    "new_database",
+    "run_demo_workers",
+    "run_psycopg_per_message",
+    "run_raw_psycopg",
+    "run_streamledger_postgres",
+]
 
 _encode = msgspec.msgpack.encode
 _databases = itertools.count()
@@ -152,3 +159,15 @@ def run_psycopg_per_message(url: str, n: int) -> PgRun:
     if totals != Totals(expected_total(n), n) or count != n:
         raise BenchError(f"the per-message psycopg loop ended with {totals!r}, {count}")
     return PgRun("psycopg_per_message", n, seconds)
+
+
+def run_demo_workers(url: str, n: int, workers: int) -> PgRun:
+    """The demo's ``n`` orders in shards run by ``workers`` worker processes, timed from the start."""
+    from ledger.postgres._demo import run_demo_postgres
+
+    started = time.perf_counter()
+    summary = anyio.run(lambda: run_demo_postgres(url, n, workers=workers))
+    seconds = time.perf_counter() - started
+    if (summary.billing_total, summary.invoices, summary.audit_count) != (expected_total(n), n, n):
+        raise BenchError(f"the demo on {workers} workers ended with {summary!r}")
+    return PgRun(f"demo_workers_{workers}", n, seconds)

@@ -124,7 +124,16 @@ def _parser() -> argparse.ArgumentParser:
             "audit every invoice. Kill it at any moment and run it again to resume."
         ),
     )
-    demo.add_argument("path", metavar="PATH", help="ledger directory (created if missing)")
+    demo.add_argument(
+        "path", metavar="PATH", help="ledger directory (created if missing), or a postgresql:// URL"
+    )
+    demo.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="on a PostgreSQL URL: worker processes sharing the demo's shards (default 1)",
+    )
     demo.add_argument(
         "--messages", "-n", type=_positive_int, default=100_000, metavar="N", help="orders (default 100000)"
     )
@@ -384,6 +393,8 @@ def _clock(seconds: float) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.workers != 1 and not is_url(args.path):
+        raise DemoMismatchError("--workers runs the demo on a PostgreSQL URL; an LMDB ledger has one owner")
     line = _ProgressLine(sys.stderr)
     outcome: list[DemoSummary] = []
     failure: list[Exception] = []
@@ -394,15 +405,22 @@ def _demo(args: argparse.Namespace) -> int:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_signal, cancel, stopped_by)
                 try:
-                    outcome.append(
-                        await run_demo(
-                            args.path,
-                            args.messages,
-                            progress=line,
-                            progress_interval=args.progress_interval,
-                            max_map_size=args.max_map_size,
+                    if is_url(args.path):
+                        from .postgres._demo import run_demo_postgres
+
+                        outcome.append(
+                            await run_demo_postgres(args.path, args.messages, workers=args.workers)
                         )
-                    )
+                    else:
+                        outcome.append(
+                            await run_demo(
+                                args.path,
+                                args.messages,
+                                progress=line,
+                                progress_interval=args.progress_interval,
+                                max_map_size=args.max_map_size,
+                            )
+                        )
                 except Exception as exc:  # raised again outside the event loop, unwrapped
                     failure.append(exc)
                 finally:
@@ -418,9 +436,12 @@ def _demo(args: argparse.Namespace) -> int:
         return _interrupted(stopped_by[0] if stopped_by else signal.SIGINT)
     summary = outcome[0]
     if summary.already_finished:
-        print(
-            f"the demo in {args.path} already finished; nothing changed: {_figures(summary)}",
-        )
+        where = args.path
+        if is_url(args.path):
+            from .postgres._store import describe_url
+
+            where = describe_url(args.path)  # never a password
+        print(f"the demo in {where} already finished; nothing changed: {_figures(summary)}")
         return EXIT_OK
     resumed = f" (resumed; {summary.handled:,} billed by this run)" if summary.resumed else ""
     print(f"demo finished: {_figures(summary)}; {summary.elapsed:.2f} s, {summary.rate:,.0f} msgs/s{resumed}")

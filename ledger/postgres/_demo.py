@@ -1,0 +1,226 @@
+"""The demo on a PostgreSQL ledger, run by several worker processes.
+
+The orders are split into shards, each a run of the demo's graph over its
+own range of orders (``demo-shard-000``, ...), submitted once; ``workers``
+worker processes (``python -m ledger worker``) claim and run them under
+leases. Kill any worker, or the whole command, and run it again: it submits
+nothing twice, the workers resume what the ledger confirmed, and the summary
+is the uninterrupted one (billing total ``n(n+1)/2``, one invoice per order,
+each audited).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Final
+
+import anyio
+
+from streams import Graph, Key, MessageTx, NodeContext
+
+from .._demo import (
+    AUDITED,
+    BILLED,
+    INVOICES,
+    MESSAGES,
+    ORDERS,
+    AuditState,
+    BillingState,
+    DemoMismatchError,
+    DemoSummary,
+    Invoice,
+    Order,
+)
+from .._errors import LedgerError
+from .._runs import decode_inputs
+from ._inspect import inspect_postgres
+from ._ledger import PostgresLedger, open_postgres
+from ._store import describe_url
+
+__all__ = ["GRAPHS", "SHARD_PREFIX", "DemoWorkerError", "run_demo_postgres", "shard_graph"]
+
+FIRST: Final = Key("first", int)
+SHARD_PREFIX: Final = "demo-shard-"
+#: How long a worker's lease lasts: a worker killed holding a shard delays it this long.
+LEASE_SECONDS: Final = 5.0
+
+
+class DemoWorkerError(LedgerError):
+    """A worker process of the demo stopped with an error."""
+
+
+def shard_graph(*, window: int = 1024) -> Graph:
+    """The demo's graph over orders ``first`` to ``first + messages - 1``."""
+    shard = Graph("demo-shard", version="1", inputs=[MESSAGES, FIRST])
+
+    @shard.node(requires=[MESSAGES, FIRST], provides=[ORDERS], resumable=True)
+    async def source(ctx: NodeContext) -> None:
+        writer, first = ctx.writer(ORDERS), ctx[FIRST]
+        for i in range((writer.position or 0) + 1, ctx[MESSAGES] + 1):
+            order = first + i - 1
+            await writer.send(Order(id=order, amount=order), send_at=i)
+
+    @shard.node(requires=[ORDERS], provides=[INVOICES, BILLED], resumable=True)
+    async def billing(ctx: NodeContext) -> None:
+        invoices = ctx.writer(INVOICES)
+
+        async def bill(tx: MessageTx[BillingState], order: Order) -> None:
+            state = tx.state
+            tx.set_state(BillingState(total=state.total + order.amount, count=state.count + 1))
+            tx.send(invoices, Invoice(order=order.id, amount=order.amount))
+
+        result = await ctx.handle_messages(ORDERS, bill, initial_state=BillingState(), window=window)
+        ctx.set(BILLED, result.state)
+
+    @shard.node(requires=[INVOICES], provides=[AUDITED])
+    async def audit(ctx: NodeContext) -> None:
+        async def audit_invoice(tx: MessageTx[AuditState], invoice: Invoice) -> None:
+            tx.set_state(AuditState(count=tx.state.count + 1))
+
+        result = await ctx.handle_messages(INVOICES, audit_invoice, initial_state=AuditState(), window=window)
+        ctx.set(AUDITED, result.state)
+
+    return shard
+
+
+#: What ``python -m ledger worker --graphs ledger.postgres._demo:GRAPHS`` runs.
+GRAPHS: Final = {"demo-shard": shard_graph()}
+
+
+def _shards(messages: int, count: int) -> list[tuple[int, int]]:
+    """``count`` ranges ``(first, size)`` covering orders 1 to ``messages``."""
+    size, extra = divmod(messages, count)
+    ranges, first = [], 1
+    for k in range(count):
+        n = size + (1 if k < extra else 0)
+        if n:
+            ranges.append((first, n))
+        first += n
+    return ranges
+
+
+def _refuse_other_contents(report: dict[str, Any], where: str) -> None:
+    others = [
+        *(
+            f"stream {s['scope']}/{s['node']}/{s['key']}"
+            for s in report["streams"]
+            if not s["scope"].startswith(SHARD_PREFIX)
+        ),
+        *(
+            f"run {r['run_id']!r}"
+            for r in report["runs"]
+            if not r["run_id"].startswith(SHARD_PREFIX) or r["graph"] != "demo-shard"
+        ),
+        *(f"graph run {r['run_id']!r}" for r in report["graph_runs"]),
+    ]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise DemoMismatchError(
+            f"{where} holds more than the demo ({shown}); the demo writes only into an empty database "
+            "or its own ledger"
+        )
+
+
+async def _submitted(ledger: PostgresLedger, messages: int, shards: int, where: str) -> tuple[int, bool]:
+    """Submit the shards not submitted yet; (shards, whether an earlier command had begun)."""
+    graph = GRAPHS["demo-shard"]
+    runs = [r for r in ledger.runs() if r.run_id.startswith(SHARD_PREFIX)]
+    if runs:
+        total = sum(decode_inputs(graph, r)[MESSAGES] for r in runs)
+        if total != messages:
+            raise DemoMismatchError(
+                f"{where} holds a demo of {total} orders, not {messages}; run it again with "
+                f"--messages {total}, or use another database"
+            )
+        return len(runs), True
+    for k, (first, size) in enumerate(_shards(messages, shards)):
+        await ledger.submit(graph, {MESSAGES: size, FIRST: first}, run_id=f"{SHARD_PREFIX}{k:03}")
+    return min(shards, messages), False
+
+
+async def run_demo_postgres(url: str, messages: int = 100_000, *, workers: int = 1) -> DemoSummary:
+    """Run (or resume) the demo on the PostgreSQL ledger at ``url`` with ``workers`` worker processes."""
+    if messages < 1 or workers < 1:
+        raise ValueError("the demo needs at least one message and one worker")
+    where = describe_url(url)
+    began = time.perf_counter()
+    async with open_postgres(url) as ledger:
+        _refuse_other_contents(await anyio.to_thread.run_sync(inspect_postgres, url), where)
+        shards, resumed = await _submitted(ledger, messages, 2 * workers, where)
+        pending = [r for r in ledger.runs() if r.run_id.startswith(SHARD_PREFIX) and r.status != "completed"]
+        if pending:
+            await _run_workers(url, workers)
+        report = await anyio.to_thread.run_sync(inspect_postgres, url)
+        appended = {
+            key: sum(s["appended"] for s in report["streams"] if s["key"] == key)
+            for key in (ORDERS.name, INVOICES.name)
+        }
+        return await _summary(
+            ledger, began, appended, already_finished=not pending, resumed=resumed, shards=shards
+        )
+
+
+async def _run_workers(url: str, workers: int) -> None:
+    command = [
+        sys.executable, "-m", "ledger", "worker", url,
+        "--graphs", "ledger.postgres._demo:GRAPHS",
+        "--lease", str(LEASE_SECONDS), "--poll", "0.1", "--until-idle",
+    ]  # fmt: skip
+    with contextlib.ExitStack() as files:
+        logs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(workers)]
+        processes = [await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=log) for log in logs]
+        try:
+            for process in processes:
+                await process.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for process in processes:  # interrupted: stop the workers; their leases run out
+                    if process.returncode is None:
+                        process.terminate()
+                    await process.wait()
+        for process, log in zip(processes, logs, strict=True):
+            log.seek(0)
+            err = log.read().decode(errors="replace").strip()
+            if process.returncode != 0:
+                last = err.splitlines()[-1] if err else f"exit code {process.returncode}"
+                raise DemoWorkerError(f"a demo worker failed: {last}")
+
+
+async def _summary(
+    ledger: PostgresLedger,
+    began: float,
+    appended: dict[str, int],
+    *,
+    already_finished: bool,
+    resumed: bool,
+    shards: int,
+) -> DemoSummary:
+    graph = GRAPHS["demo-shard"]
+    billed, audited, orders = BillingState(), 0, 0
+    del shards  # every shard is a run: the loop below finds them all
+    for record in ledger.runs():
+        if not record.run_id.startswith(SHARD_PREFIX):
+            continue
+        if record.status != "completed":
+            raise DemoMismatchError(f"shard {record.run_id!r} of the demo ended {record.status}")
+        result = (await ledger.resume(record.run_id, graph)).result  # a finished run: nothing runs
+        billed = BillingState(billed.total + result[BILLED].total, billed.count + result[BILLED].count)
+        audited += result[AUDITED].count
+        orders += decode_inputs(graph, record)[MESSAGES]
+    elapsed = time.perf_counter() - began
+    if appended[ORDERS.name] != orders:
+        raise DemoMismatchError(f"the demo's shards appended {appended[ORDERS.name]} orders, not {orders}")
+    return DemoSummary(
+        orders=appended[ORDERS.name],
+        billing_total=billed.total,
+        invoices=appended[INVOICES.name],
+        audit_count=audited,
+        handled=0 if already_finished else orders,
+        elapsed=0.0 if already_finished else elapsed,
+        already_finished=already_finished,
+        resumed=resumed,
+    )
