@@ -40,8 +40,14 @@ from ._errors import (
 )
 from ._groups import GroupChangeError, add_group_command, run_group_command
 from ._inspect import inspect_ledger
+from ._postgres_cli import (
+    GraphsNotFoundError,
+    add_migrate_command,
+    add_worker_command,
+    run_migrate_command,
+    run_worker_command,
+)
 from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
-from ._worker_cli import GraphsNotFoundError, add_worker_command, run_worker_command
 
 __all__ = ["is_url", "main"]
 
@@ -208,6 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--limit", type=_positive_int, metavar="N", help="at most N messages")
     add_group_command(commands)
     add_worker_command(commands)
+    add_migrate_command(commands)
     check = commands.add_parser(
         "check",
         help="verify every record and reference of a ledger",
@@ -302,6 +309,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _view(args)
         if args.command == "worker":
             return run_worker_command(args)
+        if args.command == "migrate":
+            return run_migrate_command(args)
         if args.command == "group":
             print(run_group_command(args))
             return EXIT_OK

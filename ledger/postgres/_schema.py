@@ -29,7 +29,7 @@ import msgspec
 from .._env import CODEC, CODEC_VERSION, LedgerMeta
 from .._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError, SchemaVersionError
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "TABLES", "ensure_schema"]
+__all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "ensure_schema", "migrate"]
 
 #: What the schema record of a PostgreSQL ledger names as its format.
 FORMAT: Final = "streamledger-postgres"
@@ -123,33 +123,29 @@ TABLES: Final = (
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 
 
-def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
-    """Make the tables and the schema record in an empty database (if ``create``); check them in any other.
+#: SQL that takes a ledger from schema N to N + 1, for each N below :data:`SCHEMA_VERSION`.
+#: ``python -m ledger migrate URL`` applies them, in one transaction; opening never does. Schema 1
+#: is the first: there is none yet.
+MIGRATIONS: dict[int, str] = {}
 
-    Refuses a database of another schema or codec version with
-    :class:`~ledger.SchemaVersionError`, and one whose tables are not a
-    ledger's with :class:`~ledger.NotALedgerError`; changes nothing then.
-    """
-    with conn.transaction():
-        # one opener makes the tables; the others wait here and then find them
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
-        found = conn.execute("SELECT to_regclass('streamledger_meta') IS NOT NULL").fetchone()[0]
-        if not found and not create:
-            raise NotALedgerError(f"{where} holds no ledger (and this command does not create one)")
-        if not found:
-            conn.execute(_TABLES)
-            record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
-            conn.execute(
-                "INSERT INTO streamledger_meta (name, value) VALUES ('schema', %s)",
-                (msgspec.msgpack.encode(record),),
-            )
-            return
-        row = conn.execute("SELECT value FROM streamledger_meta WHERE name = 'schema'").fetchone()
-        missing = [
-            table
-            for table in TABLES
-            if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
-        ]
+
+def _lock(conn: Any) -> bool:
+    """Take the schema lock for this transaction (one opener or migrator at a time); is a ledger here?"""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
+    return bool(conn.execute("SELECT to_regclass('streamledger_meta') IS NOT NULL").fetchone()[0])
+
+
+def _create(conn: Any) -> None:
+    conn.execute(_TABLES)
+    record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
+    conn.execute(
+        "INSERT INTO streamledger_meta (name, value) VALUES ('schema', %s)", (msgspec.msgpack.encode(record),)
+    )
+
+
+def _meta(conn: Any, where: str) -> LedgerMeta:
+    """The ledger's schema record, refused unless it is a PostgreSQL ledger's with this build's codec."""
+    row = conn.execute("SELECT value FROM streamledger_meta WHERE name = 'schema'").fetchone()
     if row is None:
         raise NotALedgerError(f"{where} has a streamledger_meta table without a schema record")
     try:
@@ -158,14 +154,70 @@ def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
         raise CorruptRecordError(f"{where}: the schema record does not decode ({exc})") from None
     if meta.format != FORMAT:
         raise NotALedgerError(f"{where} holds a {meta.format!r} store, not a PostgreSQL streamledger ledger")
-    if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
+    if meta.codec != CODEC or meta.codec_version != CODEC_VERSION or meta.schema_version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{where} was written with schema {meta.schema_version} and codec {meta.codec}/"
             f"{meta.codec_version}; this build reads schema {SCHEMA_VERSION} and codec "
             f"{CODEC}/{CODEC_VERSION}. Open it with the matching streamledger release."
+        )
+    return meta
+
+
+def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
+    """Make the tables and the schema record in an empty database (if ``create``); check them in any other.
+
+    Refuses a database of another schema or codec version with
+    :class:`~ledger.SchemaVersionError` (an older schema: migrate it
+    explicitly), one whose tables are not a ledger's with
+    :class:`~ledger.NotALedgerError`, one missing a table with
+    :class:`~ledger.DamagedLedgerError`; changes nothing then.
+    """
+    with conn.transaction():
+        # one opener makes the tables; the others wait here and then find them
+        found = _lock(conn)
+        if not found and not create:
+            raise NotALedgerError(f"{where} holds no ledger (and this command does not create one)")
+        if not found:
+            _create(conn)
+            return
+        meta = _meta(conn, where)
+        missing = [
+            table
+            for table in TABLES
+            if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
+        ]
+    if meta.schema_version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} holds schema {meta.schema_version}; this build reads schema {SCHEMA_VERSION}: "
+            "stop its workers, back it up, and run `python -m ledger migrate URL` (nothing was changed)"
         )
     if missing:
         raise DamagedLedgerError(
             f"{where} lacks its table(s) {', '.join(missing)}; restore the database from a backup "
             "(nothing was changed)"
         )
+
+
+def migrate(conn: Any, where: str) -> tuple[int, int]:
+    """Make a ledger in an empty database, or bring an older schema to this build's; (from, to).
+
+    All of it is one transaction: a migration that fails leaves the schema
+    as it was. ``from`` is 0 for a database that held no ledger.
+    """
+    with conn.transaction():
+        if not _lock(conn):
+            _create(conn)
+            return 0, SCHEMA_VERSION
+        meta = _meta(conn, where)
+        for version in range(meta.schema_version, SCHEMA_VERSION):
+            step = MIGRATIONS.get(version)
+            if step is None:
+                raise SchemaVersionError(f"{where}: this build has no migration from schema {version}")
+            conn.execute(step)
+        if meta.schema_version != SCHEMA_VERSION:
+            record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
+            conn.execute(
+                "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
+                (msgspec.msgpack.encode(record),),
+            )
+        return meta.schema_version, SCHEMA_VERSION

@@ -146,3 +146,41 @@ async def test_workers_on_one_ledger_conflict_safely_and_a_reopen_fences_the_old
         assert [g.acked_through for g in taken.groups] == [n, n] and taken.tail == ()
         with pytest.raises(StaleGenerationError):
             await first.streams.append(AppendBatch(REF, opened.generation, n + 1, (b"late",)))
+
+
+def test_migrate_makes_a_ledger_in_an_empty_database_then_has_nothing_to_do(postgres_url: str) -> None:
+    from .test_cli import cli
+
+    made = cli("migrate", postgres_url)
+    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 1 in "), made.stderr
+    again = cli("migrate", postgres_url)
+    assert again.returncode == 0 and "is at schema 1: nothing to do" in again.stdout
+
+
+async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.postgres import _schema
+
+    await three_messages(postgres_url)
+    # this build reads schema 2, whose migration from 1 adds a table
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {1: "CREATE TABLE streamledger_extra (x integer)"})
+    with pytest.raises(
+        SchemaVersionError, match=r"holds schema 1; this build reads schema 2: .*ledger migrate"
+    ):
+        async with open_postgres(postgres_url):
+            pass
+    assert execute(postgres_url, "SELECT to_regclass('streamledger_extra') IS NULL") == [(True,)]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert _schema.migrate(conn, "the ledger") == (1, 2)
+    async with open_postgres(postgres_url) as ledger:  # migrated: it opens, with its records
+        opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
+        assert opened.appended == 3
+    # a step that fails leaves the schema as it was
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {2: "CREATE TABLE streamledger_meta (x integer)"})
+    with psycopg.connect(postgres_url, autocommit=True) as conn, pytest.raises(psycopg.errors.DuplicateTable):
+        _schema.migrate(conn, "the ledger")
+    [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
+    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 2

@@ -1,4 +1,4 @@
-"""``python -m ledger worker URL --graphs MODULE:NAME``: one worker of a PostgreSQL ledger's runs."""
+"""The PostgreSQL ledger's own commands: ``worker URL --graphs MODULE:NAME`` and ``migrate URL``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from streams import Graph
 
 from ._errors import LedgerError
 
-__all__ = ["GraphsNotFoundError", "add_worker_command", "run_worker_command"]
+__all__ = [
+    "GraphsNotFoundError",
+    "add_migrate_command",
+    "add_worker_command",
+    "run_migrate_command",
+    "run_worker_command",
+]
 
 
 class GraphsNotFoundError(LedgerError, ValueError):
@@ -73,4 +79,33 @@ def run_worker_command(args: argparse.Namespace) -> int:
         )
     )
     print(f"worker ended {ended} run(s)", flush=True)
+    return 0
+
+
+def add_migrate_command(commands: Any) -> None:
+    migrate = commands.add_parser(
+        "migrate",
+        help="make a PostgreSQL ledger's tables, or bring an older schema to this release's",
+        description=(
+            "Make the ledger's tables in an empty PostgreSQL database, or migrate a ledger of an older "
+            "schema to this release's, in one transaction. Opening a ledger never migrates it: stop its "
+            "workers and back the database up first."
+        ),
+    )
+    migrate.add_argument("url", metavar="URL", help="the ledger: a postgresql:// URL")
+
+
+def run_migrate_command(args: argparse.Namespace) -> int:
+    from .postgres._schema import migrate
+    from .postgres._store import connect, describe_url
+
+    where = describe_url(args.url)
+    with connect(args.url) as conn:
+        before, after = migrate(conn, where)
+    if before == 0:
+        print(f"made a ledger of schema {after} in {where}")
+    elif before == after:
+        print(f"{where} is at schema {after}: nothing to do")
+    else:
+        print(f"migrated {where} from schema {before} to {after}")
     return 0
