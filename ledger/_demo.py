@@ -458,7 +458,14 @@ def demo_graph(*, window: int = 1024) -> Graph:
         for i in range((writer.position or 0) + 1, ctx[MESSAGES] + 1):
             await writer.send(Order(id=i, amount=i), send_at=i)
 
-    @demo.node(requires=[ORDERS], provides=[INVOICES, BILLED], resumable=True)
+    add_billing_and_audit(demo, window=window)
+    return demo
+
+
+def add_billing_and_audit(graph: Graph, *, window: int = 1024) -> None:
+    """The demo's ``billing`` and ``audit`` nodes, added to ``graph`` (which provides ``orders``)."""
+
+    @graph.node(requires=[ORDERS], provides=[INVOICES, BILLED], resumable=True)
     async def billing(ctx: NodeContext) -> None:
         invoices = ctx.writer(INVOICES)
 
@@ -470,15 +477,13 @@ def demo_graph(*, window: int = 1024) -> Graph:
         result = await ctx.handle_messages(ORDERS, bill, initial_state=BillingState(), window=window)
         ctx.set(BILLED, result.state)
 
-    @demo.node(requires=[INVOICES], provides=[AUDITED])
+    @graph.node(requires=[INVOICES], provides=[AUDITED])
     async def audit(ctx: NodeContext) -> None:
         async def audit_invoice(tx: MessageTx[AuditState], invoice: Invoice) -> None:
             tx.set_state(AuditState(count=tx.state.count + 1))
 
         result = await ctx.handle_messages(INVOICES, audit_invoice, initial_state=AuditState(), window=window)
         ctx.set(AUDITED, result.state)
-
-    return demo
 
 
 def _acked(stream: ManagedStream[Any], group: str) -> int:

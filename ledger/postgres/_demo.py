@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import anyio
 
-from streams import Graph, Key, MessageTx, NodeContext
+from streams import Graph, Key, NodeContext
 
 from .._demo import (
     AUDITED,
@@ -28,12 +28,11 @@ from .._demo import (
     INVOICES,
     MESSAGES,
     ORDERS,
-    AuditState,
     BillingState,
     DemoMismatchError,
     DemoSummary,
-    Invoice,
     Order,
+    add_billing_and_audit,
 )
 from .._errors import LedgerError
 from .._runs import decode_inputs
@@ -64,26 +63,7 @@ def shard_graph(*, window: int = 1024) -> Graph:
             order = first + i - 1
             await writer.send(Order(id=order, amount=order), send_at=i)
 
-    @shard.node(requires=[ORDERS], provides=[INVOICES, BILLED], resumable=True)
-    async def billing(ctx: NodeContext) -> None:
-        invoices = ctx.writer(INVOICES)
-
-        async def bill(tx: MessageTx[BillingState], order: Order) -> None:
-            state = tx.state
-            tx.set_state(BillingState(total=state.total + order.amount, count=state.count + 1))
-            tx.send(invoices, Invoice(order=order.id, amount=order.amount))
-
-        result = await ctx.handle_messages(ORDERS, bill, initial_state=BillingState(), window=window)
-        ctx.set(BILLED, result.state)
-
-    @shard.node(requires=[INVOICES], provides=[AUDITED])
-    async def audit(ctx: NodeContext) -> None:
-        async def audit_invoice(tx: MessageTx[AuditState], invoice: Invoice) -> None:
-            tx.set_state(AuditState(count=tx.state.count + 1))
-
-        result = await ctx.handle_messages(INVOICES, audit_invoice, initial_state=AuditState(), window=window)
-        ctx.set(AUDITED, result.state)
-
+    add_billing_and_audit(shard, window=window)
     return shard
 
 

@@ -6,9 +6,9 @@ from typing import Any, Final
 
 import msgspec
 
-from .._errors import CorruptRecordError
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body, run_key
 from ._store import PgConnection
+from ._view import decode_row
 
 __all__ = ["PgGraphRuns"]
 
@@ -45,10 +45,7 @@ class PgGraphRuns:
         row = self._row(run_id)
         if row is None:
             return None
-        try:
-            return _run_decoder.decode(row[0])
-        except msgspec.DecodeError as exc:
-            raise CorruptRecordError(f"the record of graph run {run_id!r} does not decode ({exc})") from None
+        return decode_row(_run_decoder, row[0], f"the record of graph run {run_id!r}")
 
     def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
         row = self._row(run_id)

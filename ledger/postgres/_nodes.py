@@ -23,10 +23,9 @@ from streams.store import (
     ScopeRecord,
 )
 
-from .._errors import CorruptRecordError
 from ._store import Calls
 from ._streams import PgStreamHooks
-from ._view import PgView
+from ._view import PgView, decode_row
 
 __all__ = ["PgNodeHooks", "PgNodeView"]
 
@@ -35,15 +34,6 @@ _encoder: Final = msgspec.msgpack.Encoder()
 _attempt_decoder: Final = msgspec.msgpack.Decoder(NodeAttemptRecord)
 _scope_decoder: Final = msgspec.msgpack.Decoder(ScopeRecord)
 _node_decoder: Final = msgspec.msgpack.Decoder(NodeCheckpoint)
-
-
-def _decoded(decoder: msgspec.msgpack.Decoder[T], raw: bytes, what: str) -> T:
-    try:
-        return decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise CorruptRecordError(
-            f"{what} does not decode as its layout ({exc}); the ledger is damaged"
-        ) from None
 
 
 class PgNodeView:
@@ -57,7 +47,7 @@ class PgNodeView:
             "SELECT record FROM streamledger_node_attempts WHERE parent = %s AND node = %s AND position = %s",
             (parent, node, position),
         ).fetchone()
-        return None if row is None else _decoded(_attempt_decoder, row[0], f"the attempt of {node!r}")
+        return None if row is None else decode_row(_attempt_decoder, row[0], f"the attempt of {node!r}")
 
     def put_attempt(self, record: NodeAttemptRecord) -> None:
         self._conn.execute(
@@ -70,7 +60,7 @@ class PgNodeView:
         row = self._conn.execute(
             "SELECT record FROM streamledger_scopes WHERE scope = %s", (scope,)
         ).fetchone()
-        return None if row is None else _decoded(_scope_decoder, row[0], f"the record of scope {scope!r}")
+        return None if row is None else decode_row(_scope_decoder, row[0], f"the record of scope {scope!r}")
 
     def put_scope(self, scope: str, record: ScopeRecord) -> None:
         self._conn.execute(
@@ -83,13 +73,13 @@ class PgNodeView:
         rows = self._conn.execute(
             "SELECT node, record FROM streamledger_nodes WHERE scope = %s ORDER BY node", (scope,)
         ).fetchall()
-        return tuple(_decoded(_node_decoder, raw, f"the record of node {node!r}") for node, raw in rows)
+        return tuple(decode_row(_node_decoder, raw, f"the record of node {node!r}") for node, raw in rows)
 
     def get_node(self, scope: str, node: str) -> NodeCheckpoint | None:
         row = self._conn.execute(
             "SELECT record FROM streamledger_nodes WHERE scope = %s AND node = %s", (scope, node)
         ).fetchone()
-        return None if row is None else _decoded(_node_decoder, row[0], f"the record of node {node!r}")
+        return None if row is None else decode_row(_node_decoder, row[0], f"the record of node {node!r}")
 
     def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None:
         self._conn.execute(

@@ -6,25 +6,16 @@ from typing import Any, Final
 
 import msgspec
 
-from .._errors import CorruptRecordError
 from .._layout import node_run_key
 from .._runs import RunRecord, run_exists
 from ._nodes import PgNodeHooks
 from ._store import Calls
+from ._view import decode_row
 
 __all__ = ["PgRunBook"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(RunRecord)
-
-
-def _decoded(raw: bytes, run_id: str) -> RunRecord:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise CorruptRecordError(
-            f"the record of run {run_id!r} does not decode ({exc}); the ledger is damaged"
-        ) from None
 
 
 class PgRunBook:
@@ -47,7 +38,7 @@ class PgRunBook:
             row = view.connection.execute(
                 "SELECT record FROM streamledger_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
-            return None if row is None else _decoded(row[0], run_id)
+            return None if row is None else decode_row(_decoder, row[0], f"the record of run {run_id!r}")
 
         return await self._connection.call(read)
 
@@ -79,6 +70,6 @@ class PgRunBook:
             rows = view.connection.execute(
                 "SELECT run_id, record FROM streamledger_runs ORDER BY run_id"
             ).fetchall()
-            return [_decoded(raw, run_id) for run_id, raw in rows]
+            return [decode_row(_decoder, raw, f"the record of run {run_id!r}") for run_id, raw in rows]
 
         return self._connection.read(read)

@@ -9,7 +9,7 @@ call ends, as one pipelined batch per table.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -26,7 +26,9 @@ from streams.store import (
 from .._errors import CorruptRecordError
 from .._layout import CHUNK
 
-__all__ = ["PgView"]
+__all__ = ["PgView", "decode_row"]
+
+T = TypeVar("T")
 
 _encoder = msgspec.msgpack.Encoder()
 _descriptor_decoder = msgspec.msgpack.Decoder(StreamDescriptor)
@@ -35,7 +37,8 @@ _attempt_decoder = msgspec.msgpack.Decoder(AttemptRecord)
 _run_decoder = msgspec.msgpack.Decoder(list[bytes])
 
 
-def _decode(decoder: msgspec.msgpack.Decoder[Any], raw: bytes, what: str) -> Any:
+def decode_row(decoder: msgspec.msgpack.Decoder[T], raw: bytes, what: str) -> T:
+    """``raw`` as ``decoder`` reads it; one that does not decode is damage (:class:`CorruptRecordError`)."""
     try:
         return decoder.decode(raw)
     except msgspec.DecodeError as exc:
@@ -135,11 +138,11 @@ class PgView(CachedView):
             ref = refs[i - 1]
             self.ids.setdefault(ref, stream_id)
             if group is not None and (ref, group) not in self._groups:
-                self._groups[(ref, group)] = _decode(
+                self._groups[(ref, group)] = decode_row(
                     _frontier_decoder, frontier, f"the frontier of group {group!r} of {ref}"
                 )
             if raw is not None and found[i - 1] is None:
-                desc = _decode(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
+                desc = decode_row(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
                 if desc.ref != ref:
                     raise CorruptRecordError(
                         f"stream {ref} has id {stream_id}, whose descriptor is for {desc.ref}; "
@@ -162,7 +165,7 @@ class PgView(CachedView):
         ).fetchall()
         for i, raw in rows:
             ref, group = keys[i]
-            found[i] = _decode(_frontier_decoder, raw, f"the frontier of group {group!r} of {ref}")
+            found[i] = decode_row(_frontier_decoder, raw, f"the frontier of group {group!r} of {ref}")
         return found
 
     def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:
@@ -186,7 +189,7 @@ class PgView(CachedView):
             ),
         ).fetchall()
         for i, raw in rows:
-            found[i] = _decode(_attempt_decoder, raw, f"the budget of {keys[i]}")
+            found[i] = decode_row(_attempt_decoder, raw, f"the budget of {keys[i]}")
         return found
 
     def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
@@ -268,7 +271,8 @@ class PgView(CachedView):
         ).fetchall()
         found: list[StoredMessage] = []
         for first, raw in rows:
-            for i, payload in enumerate(_decode(_run_decoder, raw, f"a run of messages of {ref}")):
+            payloads: list[bytes] = decode_row(_run_decoder, raw, f"a run of messages of {ref}")
+            for i, payload in enumerate(payloads):
                 if first + i > seq:
                     found.append(StoredMessage(first + i, payload))
         return found
