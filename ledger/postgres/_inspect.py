@@ -138,6 +138,10 @@ def check_postgres(url: str) -> LedgerCheck:
                 problems.append(f"group {name!r} belongs to stream id {stream_id}, which has no descriptor")
                 continue
             seen_groups.add((stream_id, name))
+            if frontier is not None and frontier.group != name:
+                problems.append(
+                    f"group {name!r} of stream {desc.ref} holds the frontier of group {frontier.group!r}"
+                )
             if name not in desc.groups:
                 problems.append(f"group {name!r} of stream {desc.ref} is not one of its groups {desc.groups}")
             if frontier is not None and frontier.acked_through > desc.appended:
@@ -176,6 +180,9 @@ def check_postgres(url: str) -> LedgerCheck:
                 problems.append(
                     f"run {run_id!r} ({status}) holds the record of run {record.run_id!r} ({record.status})"
                 )
+        # a lease may name a run not recorded yet (its process claims it first): counted, not judged
+        for _ in each("streamledger_leases", "run_id"):
+            pass
     return LedgerCheck(describe_url(url), records, problems)
 
 

@@ -13,7 +13,7 @@ the row lock: the write commits first, or sees the new token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -23,7 +23,7 @@ from streams import CheckpointError
 from ._store import PgConnection
 from ._view import PgView
 
-__all__ = ["FencedConnection", "Lease", "LeaseLostError", "claim_due", "release", "renew"]
+__all__ = ["FencedConnection", "Lease", "LeaseLostError", "claim_due", "claim_run", "release", "renew"]
 
 T = TypeVar("T")
 
@@ -81,6 +81,7 @@ _CLAIM = """
 WITH due AS (
     SELECT r.run_id FROM streamledger_runs r LEFT JOIN streamledger_leases l USING (run_id)
     WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at < now())
+      AND (r.graph, r.version) IN (SELECT * FROM unnest(%(graphs)s::text[], %(versions)s::text[]))
     ORDER BY r.run_id
     LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
@@ -94,10 +95,35 @@ RETURNING run_id, token
 """
 
 
-def claim_due(conn: Any, owner: str, seconds: float) -> Lease | None:
-    """Claim one run that is due (running, and not leased or its lease expired); None if there is none."""
-    row = conn.execute(_CLAIM, {"owner": owner, "seconds": seconds}).fetchone()
+def claim_due(conn: Any, owner: str, seconds: float, graphs: Sequence[tuple[str, str]]) -> Lease | None:
+    """Claim one run that is due (running, not leased or its lease expired) of one of ``graphs``.
+
+    ``graphs`` are the (name, version) pairs the worker can run; None if no run is due.
+    """
+    params = {
+        "owner": owner,
+        "seconds": seconds,
+        "graphs": [name for name, _ in graphs],
+        "versions": [version for _, version in graphs],
+    }
+    row = conn.execute(_CLAIM, params).fetchone()
     return None if row is None else Lease(row[0], owner, row[1])
+
+
+def claim_run(conn: Any, run_id: str, owner: str, seconds: float) -> Lease | str:
+    """Claim run ``run_id`` (one this process runs itself); the holder's name if another holds it."""
+    row = conn.execute(
+        "INSERT INTO streamledger_leases (run_id, owner, token, expires_at)"
+        " VALUES (%(run_id)s, %(owner)s, 1, now() + make_interval(secs => %(seconds)s))"
+        " ON CONFLICT (run_id) DO UPDATE SET owner = EXCLUDED.owner, token = streamledger_leases.token + 1,"
+        " expires_at = EXCLUDED.expires_at WHERE streamledger_leases.expires_at < now()"
+        " RETURNING run_id, token",
+        {"run_id": run_id, "owner": owner, "seconds": seconds},
+    ).fetchone()
+    if row is not None:
+        return Lease(row[0], owner, row[1])
+    holder = conn.execute("SELECT owner FROM streamledger_leases WHERE run_id = %s", (run_id,)).fetchone()
+    return "another worker" if holder is None else str(holder[0])
 
 
 def renew(conn: Any, lease: Lease, seconds: float) -> bool:

@@ -50,17 +50,18 @@ class PgRunBook:
             conn = view.connection
             if new:
                 inserted = conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, status, record) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                    (record.run_id, record.status, raw),
+                    "INSERT INTO streamledger_runs (run_id, status, graph, version, record)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                    (record.run_id, record.status, record.graph, record.version, raw),
                 ).fetchone()
                 if inserted is None:
                     raise run_exists(record.run_id)
             else:
                 conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, status, record) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, record = EXCLUDED.record",
-                    (record.run_id, record.status, raw),
+                    "INSERT INTO streamledger_runs (run_id, status, graph, version, record)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id)"
+                    " DO UPDATE SET status = EXCLUDED.status, record = EXCLUDED.record",
+                    (record.run_id, record.status, record.graph, record.version, raw),
                 )
 
         await self._connection.call(write, buffered=False)

@@ -13,7 +13,7 @@ index::
     streamledger_node_attempts (parent, node, position)           NodeAttemptRecord
     streamledger_scopes      scope                                ScopeRecord
     streamledger_nodes       (scope, node)                        NodeCheckpoint
-    streamledger_runs        run_id, status                       RunRecord (ledger.run, ledger.resume)
+    streamledger_runs        run_id, status, graph, version       RunRecord (ledger.run, ledger.resume)
     streamledger_leases      run_id                               owner, token, expiry of a run's lease
     streamledger_graph_runs  run_id                               GraphRunRecord, GraphCheckpoint (or null)
 
@@ -90,6 +90,8 @@ CREATE TABLE streamledger_nodes (
 CREATE TABLE streamledger_runs (
     run_id text PRIMARY KEY,
     status text NOT NULL,
+    graph text NOT NULL,
+    version text NOT NULL,
     record bytea NOT NULL
 );
 CREATE TABLE streamledger_graph_runs (

@@ -194,6 +194,9 @@ class PgConnection:
                 with conn.transaction():
                     for call in batch:
                         outcomes.append(self._one(conn, call, shared))
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        # the server aborted the transaction: its COMMIT would be a silent ROLLBACK
+                        raise _WriteRefused
             except _CONFLICTS:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
@@ -238,6 +241,8 @@ class PgConnection:
             result = call.op(view)
         except _CONFLICTS:
             raise
+        except psycopg.Error as exc:  # the server failed a read: it aborted the whole transaction
+            raise _WriteRefused from exc
         except Exception as exc:  # refused by the rules before it wrote anything
             return call, None, exc, {}
         try:

@@ -18,22 +18,21 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from streams import ConfirmedFailureError, Graph
 
-from .._runs import Runs
-from ._leases import FencedConnection, Lease, LeaseLostError, claim_due, release, renew
+from ._leased import holding
+from ._leases import Lease, LeaseLostError, claim_due
 from ._ledger import PostgresLedger, open_postgres
-from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
-from ._streams import PgStreamHooks
 
 __all__ = ["WorkerReport", "print_report", "work"]
 
 #: A worker's report of what it did with one claimed run: (run id, outcome), the outcome one of
 #: "claimed" (before it runs it), then "completed", "failed" (for good), "lost" (its lease was taken
-#: over), "error (...)" (it gave the run up: another worker resumes it) or "unknown graph".
+#: over) or "error (...)" (it gave the run up: it is tried again when its lease runs out).
 WorkerReport = Callable[[str, str], None]
 
 DEFAULT_LEASE_SECONDS: Final = 10.0
@@ -56,43 +55,43 @@ async def work(
 ) -> int:
     """Claim and run due runs of ``graphs`` (by graph name) until cancelled; returns the runs it ended.
 
-    ``until_idle`` returns once no run of the ledger is still running (none
-    due, none leased by another worker). ``owner`` names the worker in its
-    leases (default host and pid).
+    A worker claims only runs of the graphs (name and version) it was
+    given. A run it gives up with an error keeps its lease until the lease
+    runs out, so it is tried again (by any worker) only then. ``until_idle``
+    returns once no run of the ledger that this worker could run is
+    running. ``owner`` names the worker in its leases (default host and pid).
     """
     if lease_seconds <= 0 or poll_seconds <= 0:
         raise ValueError("lease_seconds and poll_seconds must be positive")
     owner = owner or f"{socket.gethostname()}:{os.getpid()}"
-    unknown: set[str] = set()
+    known = [(graph.name, graph.version) for graph in graphs.values()]
+    by_name = {graph.name: graph for graph in graphs.values()}
     ended = 0
     async with open_postgres(url) as ledger:
+        connection = ledger.connection
         while True:
-            lease = await ledger.connection.call(
-                lambda view: claim_due(view.connection, owner, lease_seconds)
+            await anyio.lowlevel.checkpoint()  # cancellable between runs, whatever the runs do
+            lease = await connection.call(
+                lambda view: claim_due(view.connection, owner, lease_seconds, known)
             )
-            if lease is None or lease.run_id in unknown:
-                if lease is not None:
-                    await _release(ledger, lease)
-                if until_idle and not await _anything_running(ledger):
+            if lease is None:
+                if until_idle and not await _anything_running(ledger, known):
                     return ended
                 await anyio.sleep(poll_seconds)
                 continue
             report(lease.run_id, "claimed")
-            try:
-                outcome = await _run_leased(ledger, lease, graphs, lease_seconds)
-            except LeaseLostError:  # lost between its steps (the worker was paused): nothing confirmed
-                outcome = "lost"
+            outcome = await _run_leased(ledger, lease, by_name, lease_seconds)
             report(lease.run_id, outcome)
-            if outcome == "unknown graph":
-                unknown.add(lease.run_id)
             if outcome in ("completed", "failed"):
                 ended += 1
 
 
-async def _anything_running(ledger: PostgresLedger) -> bool:
+async def _anything_running(ledger: PostgresLedger, known: list[tuple[str, str]]) -> bool:
     def running(view: Any) -> bool:
         row = view.connection.execute(
-            "SELECT 1 FROM streamledger_runs WHERE status = 'running' LIMIT 1"
+            "SELECT 1 FROM streamledger_runs WHERE status = 'running'"
+            " AND (graph, version) IN (SELECT * FROM unnest(%s::text[], %s::text[])) LIMIT 1",
+            ([name for name, _ in known], [version for _, version in known]),
         ).fetchone()
         return row is not None
 
@@ -103,54 +102,39 @@ async def _run_leased(
     ledger: PostgresLedger, lease: Lease, graphs: Mapping[str, Graph], seconds: float
 ) -> str:
     """Run the leased run to its end (or until the lease is lost); its outcome."""
-    fenced = FencedConnection(ledger.connection, lease)
-    streams = PgStreamHooks(fenced)
-    nodes = PgNodeHooks(fenced, streams)
-    runs = Runs(PgRunBook(fenced, nodes))
-    record = await PgRunBook(ledger.connection, nodes).read(lease.run_id)  # a read needs no fence
-    graph = None if record is None else graphs.get(record.graph)
-    if graph is None:
-        return "unknown graph"
-    lost = False
     outcome = "error"
-    async with anyio.create_task_group() as tg:
-
-        async def keep_lease() -> None:
-            nonlocal lost
-            while True:
-                await anyio.sleep(seconds / 3)
-                if not await ledger.connection.call(lambda view: renew(view.connection, lease, seconds)):
-                    lost = True
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(keep_lease)
-        try:
-            await runs.resume(lease.run_id, graph)
-            outcome = "completed"
-        except ConfirmedFailureError:  # its failure was confirmed before: the record says so now
-            if record is not None and record.status != "failed":
-                await PgRunBook(fenced, nodes).write(
-                    msgspec.structs.replace(record, status="failed"), new=False
+    try:
+        async with holding(ledger.connection, lease, seconds) as held:
+            record = await PgRunBook(ledger.connection, ledger.nodes).read(
+                lease.run_id
+            )  # reads need no fence
+            if record is None:
+                return "gone"
+            try:
+                await held.runs.resume(lease.run_id, graphs[record.graph])
+                outcome = "completed"
+            except ConfirmedFailureError:  # its failure was confirmed before: the record says so now
+                if record.status != "failed":
+                    await held.book.write(msgspec.structs.replace(record, status="failed"), new=False)
+                outcome = "failed"
+            except Exception as exc:
+                if _lease_lost(exc):
+                    raise LeaseLostError(str(exc)) from exc
+                after = await PgRunBook(ledger.connection, ledger.nodes).read(lease.run_id)
+                outcome = (
+                    "failed"
+                    if after is not None and after.status == "failed"
+                    else f"error ({type(exc).__qualname__})"
                 )
-            outcome = "failed"
-        except Exception as exc:
-            outcome = "lost" if lost or _lease_lost(exc) else f"error ({type(exc).__qualname__})"
-            if outcome != "lost":
-                after = await PgRunBook(ledger.connection, nodes).read(lease.run_id)
-                if after is not None and after.status == "failed":
-                    outcome = "failed"
-        finally:
-            tg.cancel_scope.cancel()
-    if lost:
+                if not outcome.startswith("failed"):
+                    held.keep_until_expiry = True  # tried again once the lease runs out, not at once
+    except Exception as exc:  # a task group may wrap it
+        if _lease_lost(exc):  # between its steps (paused, or cut off): nothing was confirmed after
+            return "lost"
+        raise
+    if held.lost and outcome not in ("completed", "failed"):
         return "lost"
-    if outcome != "lost":
-        await _release(ledger, lease)
     return outcome
-
-
-async def _release(ledger: PostgresLedger, lease: Lease) -> None:
-    await ledger.connection.call(lambda view: release(view.connection, lease))
 
 
 def _lease_lost(exc: BaseException) -> bool:

@@ -19,8 +19,8 @@ def answer(n: int) -> int:
     return (n * (n + 1) // 2) * 2 + 1
 
 
-def summing() -> Graph:
-    g = Graph("summing", inputs=[N])
+def summing(version: str = "1") -> Graph:
+    g = Graph("summing", version=version, inputs=[N])
 
     @g.node(requires=[N], provides=[NUMBERS], resumable=True)
     async def numbers(ctx: NodeContext) -> None:

@@ -28,7 +28,7 @@ from streams import (
     open_scope,
     store,
 )
-from streams.store import AppendBatch, MessageCommit, MessageRef, StreamOpen, StreamRef
+from streams.store import AppendBatch, MessageCommit, MessageOpen, MessageRef, StreamOpen, StreamRef
 
 pytestmark = pytest.mark.anyio
 
@@ -184,3 +184,42 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
         _schema.migrate(conn, "the ledger")
     [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
     assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 2
+
+
+async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_call_with_it(
+    postgres_url: str,
+) -> None:
+    async with open_postgres(postgres_url) as ledger:
+        opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
+        connection = ledger.connection
+        results: dict[str, str] = {}
+
+        async def append() -> None:
+            await ledger.streams.append(AppendBatch(REF, opened.generation, 1, (b"\x01", b"\x02")))
+            results["append"] = "ok"
+
+        async def out_of_range() -> None:  # the server aborts the transaction this call reads in
+            try:
+                await ledger.streams.open_message(
+                    MessageOpen(MessageRef(REF, "a", opened.generation, 2**63), "n", 3)
+                )
+            except psycopg.Error as exc:
+                results["bad"] = type(exc).__name__
+
+        async def other_open() -> None:
+            await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",)))
+            results["open"] = "ok"
+
+        connection._busy = True  # a transaction in flight: the three calls wait, then share the next
+        async with anyio.create_task_group() as tg:
+            for call in (append, out_of_range, other_open):
+                tg.start_soon(call)
+            await anyio.wait_all_tasks_blocked()
+            assert len(connection._pending) == 3
+            connection._busy = False
+            tg.start_soon(connection.call, lambda view: None)  # the next caller leads the shared batch
+        assert results == {"append": "ok", "bad": "NumericValueOutOfRange", "open": "ok"}
+        reopened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",), resumable=True))
+        assert reopened.appended == 2  # the append was committed, not rolled back with the failed read
+        other = await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",), True))
+        assert not other.created

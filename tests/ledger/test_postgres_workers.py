@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import psycopg
@@ -15,13 +16,15 @@ import pytest
 from ledger.postgres import Lease, LeaseLostError, open_postgres, work
 from ledger.postgres._leases import FencedConnection, claim_due
 from ledger.postgres._streams import PgStreamHooks
-from streams import StreamOpen, StreamRef
+from streams import Graph, NodeContext, StreamOpen, StreamRef
 
 from .pool_graphs import ANSWER, GRAPHS, N, answer, summing
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The graphs the workers of these tests can run, as claims name them.
+KNOWN = [(graph.name, graph.version) for graph in GRAPHS.values()]
 
 
 async def submit(url: str, runs: dict[str, int]) -> None:
@@ -68,7 +71,7 @@ async def test_a_worker_whose_lease_was_taken_over_confirms_nothing(postgres_url
     await submit(postgres_url, {"z": 3})
     async with open_postgres(postgres_url) as ledger:
         connection = ledger.connection
-        zombie = await connection.call(lambda view: claim_due(view.connection, "zombie", 30.0))
+        zombie = await connection.call(lambda view: claim_due(view.connection, "zombie", 30.0, KNOWN))
         assert zombie == Lease("z", "zombie", 1)
         # the zombie stops renewing; its lease runs out and another worker claims the run
         await connection.call(
@@ -76,7 +79,7 @@ async def test_a_worker_whose_lease_was_taken_over_confirms_nothing(postgres_url
                 "UPDATE streamledger_leases SET expires_at = now() - interval '1s'"
             )
         )
-        taker = await connection.call(lambda view: claim_due(view.connection, "taker", 30.0))
+        taker = await connection.call(lambda view: claim_due(view.connection, "taker", 30.0, KNOWN))
         assert taker == Lease("z", "taker", 2)
         late = PgStreamHooks(FencedConnection(connection, zombie))
         with pytest.raises(LeaseLostError, match="'taker' \\(claim 2\\) holds it now"):
@@ -154,3 +157,48 @@ def test_workers_killed_and_paused_past_their_lease_leave_every_run_with_its_ans
     }
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM streamledger_leases").fetchone() == (0,)
+
+
+async def test_a_run_this_process_runs_itself_is_never_claimed_by_a_worker(postgres_url: str) -> None:
+    reports: list[tuple[str, str]] = []
+
+    async def worker() -> None:
+        def report(run_id: str, outcome: str) -> None:
+            reports.append((run_id, outcome))
+
+        await work(postgres_url, GRAPHS, owner="w", poll_seconds=0.02, until_idle=True, report=report)
+
+    async with open_postgres(postgres_url) as ledger, anyio.create_task_group() as tg:
+        tg.start_soon(worker)  # idle until the run exists, then polls while it runs
+        outcome = await ledger.run(summing(), {N: 5}, run_id="mine")
+    assert outcome.result[ANSWER] == answer(5)
+    assert reports == []  # the run's lease kept the worker off it
+
+
+async def test_a_worker_claims_only_runs_of_the_graphs_it_knows(postgres_url: str) -> None:
+    other = Graph("other", inputs=[N])
+
+    @other.node(requires=[N], provides=[ANSWER])
+    async def never(ctx: NodeContext) -> None:
+        ctx.set(ANSWER, 0)
+
+    async with open_postgres(postgres_url) as ledger:
+        await ledger.submit(other, {N: 1}, run_id="a-unknown")  # first in claim order
+        await ledger.submit(summing(), {N: 2}, run_id="b-known")
+        await ledger.submit(summing("2"), {N: 2}, run_id="c-other-version")
+    claimed: list[str] = []
+    await work(
+        postgres_url,
+        GRAPHS,
+        poll_seconds=0.02,
+        until_idle=True,
+        report=lambda run_id, outcome: claimed.append(run_id) if outcome == "claimed" else None,
+    )
+    assert claimed == ["b-known"]  # the others wait for workers that know their graph
+    statuses = {r.run_id: r.status for r in await _runs(postgres_url)}
+    assert statuses == {"a-unknown": "running", "b-known": "completed", "c-other-version": "running"}
+
+
+async def _runs(url: str) -> list[Any]:
+    async with open_postgres(url) as ledger:
+        return ledger.runs()

@@ -48,8 +48,25 @@ class FrozenHoldingList(msgspec.Struct, frozen=True):
 
 @pytest.mark.parametrize(
     "tp",
-    [int, str, bytes, float, bool, None, Color, Literal["a", "b"], int | None, tuple[int, str],
-     tuple[int, ...], frozenset[str], Frozen, Node, tuple[Frozen, ...], Box[int], Box[Frozen]],
+    [
+        int,
+        str,
+        bytes,
+        float,
+        bool,
+        None,
+        Color,
+        Literal["a", "b"],
+        int | None,
+        tuple[int, str],
+        tuple[int, ...],
+        frozenset[str],
+        Frozen,
+        Node,
+        tuple[Frozen, ...],
+        Box[int],
+        Box[Frozen],
+    ],
 )
 def test_deeply_immutable_types_are_shared(tp: Any) -> None:
     assert is_immutable(tp)
@@ -58,9 +75,22 @@ def test_deeply_immutable_types_are_shared(tp: Any) -> None:
 
 @pytest.mark.parametrize(
     "tp",
-    [list[int], dict[str, int], set[int], bytearray, Any, Mutable, FrozenHoldingList, tuple[list[int], ...],
-     int | list[int], tuple[Mutable], Box[list[int]], FrozenWithDict,
-     Box[Box[list[int]]], tuple[Box[int], Box[list[int]]]],
+    [
+        list[int],
+        dict[str, int],
+        set[int],
+        bytearray,
+        Any,
+        Mutable,
+        FrozenHoldingList,
+        tuple[list[int], ...],
+        int | list[int],
+        tuple[Mutable],
+        Box[list[int]],
+        FrozenWithDict,
+        Box[Box[list[int]]],
+        tuple[Box[int], Box[list[int]]],
+    ],
 )
 def test_anything_that_could_change_is_copied(tp: Any) -> None:
     assert not is_immutable(tp)

@@ -1,0 +1,66 @@
+"""A run held under a lease: its fenced stores, and a task that renews the lease while it runs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from streams.store import single_error
+
+from .._runs import Runs
+from ._leases import FencedConnection, Lease, release, renew
+from ._nodes import PgNodeHooks
+from ._runs import PgRunBook
+from ._store import PgConnection
+from ._streams import PgStreamHooks
+
+__all__ = ["Held", "holding"]
+
+
+class Held:
+    """A leased run's fenced :class:`~ledger.Runs`, and whether the lease was lost while it ran."""
+
+    def __init__(self, runs: Runs, book: PgRunBook) -> None:
+        self.runs = runs
+        self.book = book
+        self.lost = False
+        #: Leave the lease to run out instead of giving it up: the run is tried again only then.
+        self.keep_until_expiry = False
+
+
+@asynccontextmanager
+async def holding(connection: PgConnection, lease: Lease, seconds: float) -> AsyncIterator[Held]:
+    """Hold ``lease`` for the block: renew it every third of ``seconds``; give it up at the end.
+
+    Every write of the yielded stores checks the lease first. If a renewal
+    finds the lease taken over, the block is cancelled and ``lost`` is set;
+    a lost lease is not released (it is another worker's now).
+    """
+    fenced = FencedConnection(connection, lease)
+    streams = PgStreamHooks(fenced)
+    nodes = PgNodeHooks(fenced, streams)
+    book = PgRunBook(fenced, nodes)
+    held = Held(Runs(book), book)
+    try:
+        with single_error():  # the block's own error, never a group of one
+            async with anyio.create_task_group() as tg:
+
+                async def keep() -> None:
+                    while True:
+                        await anyio.sleep(seconds / 3)
+                        if not await connection.call(lambda view: renew(view.connection, lease, seconds)):
+                            held.lost = True
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(keep)
+                try:
+                    yield held
+                finally:
+                    tg.cancel_scope.cancel()
+    finally:
+        if not (held.lost or held.keep_until_expiry):
+            with anyio.CancelScope(shield=True):
+                await connection.call(lambda view: release(view.connection, lease))
