@@ -3,6 +3,7 @@
 from streams import __version__ as __version__
 from streams.store import publish as _publish
 
+from ._connect import connect as connect
 from ._env import LedgerEnv as LedgerEnv
 from ._env import WriteTicket as WriteTicket
 from ._errors import CorruptRecordError as CorruptRecordError
@@ -33,6 +34,7 @@ from ._runs import UnknownRunError as UnknownRunError
 from ._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
+    "connect",
     "CorruptRecordError",
     "DamagedLedgerError",
     "Ledger",

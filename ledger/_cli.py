@@ -24,6 +24,7 @@ import msgspec
 from streams import StoreDamagedError, StreamsError, __version__
 
 from ._check import check_ledger
+from ._connect import is_url
 from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
 from ._env import LedgerEnv
 from ._errors import (
@@ -49,12 +50,7 @@ from ._postgres_cli import (
 )
 from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
 
-__all__ = ["is_url", "main"]
-
-
-def is_url(path: str) -> bool:
-    """Whether a command's ledger argument names a PostgreSQL ledger rather than a directory."""
-    return path.startswith(("postgresql://", "postgres://"))
+__all__ = ["main"]
 
 
 EXIT_OK: Final = 0

@@ -1,0 +1,41 @@
+"""``connect(target)``: a ledger by where it is, an LMDB directory or a PostgreSQL URL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from ._ledger import Ledger, open_ledger
+
+if TYPE_CHECKING:
+    from .postgres import PostgresLedger
+
+__all__ = ["connect", "is_url"]
+
+
+def is_url(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` names a PostgreSQL ledger (a ``postgresql://`` URL) rather than a directory."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+@asynccontextmanager
+async def connect(target: str | os.PathLike[str], **options: Any) -> AsyncIterator[Ledger | PostgresLedger]:
+    """Open the ledger at ``target``: :func:`~ledger.open_ledger` for a path, ``open_postgres`` for a URL.
+
+    Both ledgers have ``streams``, ``nodes``, ``run``, ``resume``, ``runs``
+    and ``graph_runs``, so a program written against them moves from a
+    directory to a server by changing this one argument. ``options`` are
+    :func:`~ledger.open_ledger`'s (a URL takes none).
+    """
+    if is_url(target):
+        if options:
+            raise TypeError(f"a PostgreSQL ledger takes no options, got {sorted(options)}")
+        from .postgres import open_postgres
+
+        async with open_postgres(str(target)) as ledger:
+            yield ledger
+    else:
+        async with open_ledger(target, **options) as local:
+            yield local

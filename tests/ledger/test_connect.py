@@ -1,0 +1,48 @@
+"""``ledger.connect(target)``: one program, moved from a directory to a server by its one argument."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger import Ledger, connect
+from ledger.postgres import PostgresLedger
+from streams import Key, MessageTx, Stream, handle_messages, open_scope
+
+from .pool_graphs import ANSWER, N, answer, summing
+
+pytestmark = pytest.mark.anyio
+
+NUMBERS = Key("numbers", Stream[int])
+
+
+async def program(target: str) -> tuple[int, int, int]:
+    """A pipeline and a graph run, written once against whatever ``connect`` opens."""
+
+    async def add(tx: MessageTx[int], value: int) -> None:
+        tx.set_state(tx.state + value)
+
+    async with connect(target) as ledger:
+        async with open_scope(ledger.streams, scope="p") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("adder",))
+            for i in range(1, 11):
+                await stream.writer().send(i)
+            await stream.writer().finish()
+            total = (await handle_messages(stream.reader("adder"), add, initial_state=0)).state
+        result = (await ledger.run(summing(), {N: 6}, run_id="r")).result[ANSWER]
+        return total, result, len(ledger.runs())
+
+
+async def test_the_same_program_runs_on_a_path_and_on_a_url(tmp_path: Path, postgres_url: str) -> None:
+    on_lmdb = await program(str(tmp_path / "ledger"))
+    on_postgres = await program(postgres_url)
+    assert on_lmdb == on_postgres == (55, answer(6), 1)
+    async with connect(tmp_path / "ledger") as local, connect(postgres_url) as shared:
+        assert isinstance(local, Ledger) and isinstance(shared, PostgresLedger)
+
+
+async def test_a_url_takes_no_lmdb_options(postgres_url: str) -> None:
+    with pytest.raises(TypeError, match="takes no options"):
+        async with connect(postgres_url, sync=False):
+            pass
