@@ -169,8 +169,8 @@ async def test_a_run_this_process_runs_itself_is_never_claimed_by_a_worker(postg
         await work(postgres_url, GRAPHS, owner="w", poll_seconds=0.02, until_idle=True, report=report)
 
     async with open_postgres(postgres_url) as ledger, anyio.create_task_group() as tg:
-        tg.start_soon(worker)  # idle until the run exists, then polls while it runs
-        outcome = await ledger.run(summing(), {N: 5}, run_id="mine")
+        # the worker starts once the run is recorded and running: it polls, and never claims it
+        outcome = await ledger.run(summing(), {N: 5}, run_id="mine", on_start=lambda _: tg.start_soon(worker))
     assert outcome.result[ANSWER] == answer(5)
     assert reports == []  # the run's lease kept the worker off it
 
