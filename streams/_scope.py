@@ -47,7 +47,7 @@ class StreamScope:
         capacity: int = 1024,
         resumable: bool = False,
         start: Literal["earliest", "latest"] | int = "earliest",
-        retain: int = 0,
+        retain: int | None = None,
     ) -> ManagedStream[T]:
         """Open (or recover) the stream ``key`` written by ``node``.
 
@@ -67,13 +67,14 @@ class StreamScope:
 
         ``retain`` keeps the last ``retain`` messages appended even once every
         group acknowledged them, so a group added later (or one an operator
-        moves back) can start at them; the latest open's setting holds.
+        moves back) can start at them. An open that names it sets it; one that
+        does not (None) keeps what the stream has (0 for a new stream).
         """
         if not key.is_stream:
             raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        if not isinstance(retain, int) or isinstance(retain, bool) or retain < 0:
+        if retain is not None and (not isinstance(retain, int) or isinstance(retain, bool) or retain < 0):
             raise ValueError(f"retain is a number of messages, at least 0, not {retain!r}")
         if not groups or len(set(groups)) != len(groups):
             raise ValueError("groups must be distinct, and at least one")
@@ -107,7 +108,7 @@ class StreamScope:
         capacity: int,
         resumable: bool,
         start: str | int,
-        retain: int,
+        retain: int | None,
     ) -> ManagedStream[T]:
         request = StreamOpen(
             ref=ref,

@@ -201,13 +201,19 @@ async def test_retained_messages_outlive_their_acknowledgement(world: World) -> 
         assert (await handle_messages(stream.reader("a"), _add, initial_state=0)).state == 55
     async with world.session() as hooks:
         with raises(CompactedHistoryError, match="messages 1 to 7"):
-            await hooks.open(StreamOpen(ref, INT, 1024, ("a", "b"), start="earliest", retain=3))
-        opened = await hooks.open(StreamOpen(ref, INT, 1024, ("a", "b"), start=8, retain=3))
+            await hooks.open(StreamOpen(ref, INT, 1024, ("a", "b"), start="earliest"))
+        opened = await hooks.open(StreamOpen(ref, INT, 1024, ("a", "b"), start=8))  # keeps retain=3
         assert _frontier(opened, "b").acked_through == 7
         assert [m.seq for m in opened.tail] == [8, 9, 10]
         with raises(ValueError, match="retain is a number of messages"):
             async with open_scope(hooks, scope="retain-bad") as scope:
                 await scope.open_stream(NUMBERS, node="src", retain=-1)
+    async with world.session() as hooks, open_scope(hooks, scope="retain") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("a", "b"))  # names no retain: keeps 3
+        await handle_messages(stream.reader("b"), _add, initial_state=0)
+    async with world.session() as hooks:  # b acknowledged everything: the last 3 are still kept
+        opened = await hooks.open(StreamOpen(ref, INT, 1024, ("a", "b", "c"), start=8))
+        assert [m.seq for m in opened.tail] == [8, 9, 10]
 
 
 @check

@@ -50,8 +50,9 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     #: removed messages), "latest" (after the last appended), or the first sequence it handles.
     start: str | int = "earliest"
     #: Acknowledged messages kept for groups added later: compaction leaves the last ``retain``
-    #: messages appended even when every group acknowledged them.
-    retain: int = 0
+    #: messages appended even when every group acknowledged them. None keeps the stream's setting
+    #: (0 for a new stream).
+    retain: int | None = None
 
 
 class GroupFrontier(msgspec.Struct, frozen=True, gc=False):

@@ -42,7 +42,7 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
             capacity=request.capacity,
             generation=1,
             groups=request.groups,
-            retain=request.retain,
+            retain=request.retain or 0,
         )
     if current.type_name != request.type_name:
         raise SourceNotResumableError(
@@ -61,7 +61,7 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
         generation=current.generation + 1,
         groups=groups,
         capacity=request.capacity,
-        retain=request.retain,
+        retain=current.retain if request.retain is None else request.retain,
     )
 
 
