@@ -23,6 +23,7 @@ import msgspec
 
 from streams import StoreDamagedError, StreamsError, __version__
 
+from ._arguments import positive_float, positive_int, size
 from ._check import check_ledger
 from ._connect import is_url
 from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
@@ -131,17 +132,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="on a PostgreSQL URL: worker processes sharing the demo's shards (default 1)",
     )
     demo.add_argument(
-        "--messages", "-n", type=_positive_int, default=100_000, metavar="N", help="orders (default 100000)"
+        "--messages", "-n", type=positive_int, default=100_000, metavar="N", help="orders (default 100000)"
     )
     demo.add_argument(
         "--progress-interval",
-        type=_positive_float,
+        type=positive_float,
         default=0.25,
         metavar="SECONDS",
         help="seconds between progress reports on stderr (default 0.25)",
@@ -151,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--max-map-size",
-        type=_size,
+        type=size,
         default=1 << 40,
         metavar="BYTES",
         help=(
@@ -185,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--watch",
-        type=_positive_float,
+        type=positive_float,
         nargs="?",
         const=2.0,
         metavar="SECONDS",
@@ -205,9 +206,9 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("path", metavar="PATH", help="ledger directory")
     view.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
     view.add_argument(
-        "--from", dest="start", type=_positive_int, default=1, metavar="SEQ", help="first sequence"
+        "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
     )
-    view.add_argument("--limit", type=_positive_int, metavar="N", help="at most N messages")
+    view.add_argument("--limit", type=positive_int, metavar="N", help="at most N messages")
     add_group_command(commands)
     add_worker_command(commands)
     add_migrate_command(commands)
@@ -239,43 +240,6 @@ def _parser() -> argparse.ArgumentParser:
         help="also show the state and inputs each graph run's checkpoint holds (they may be private)",
     )
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
-
-
-#: The suffixes ``--max-map-size`` takes, each a power of 1024.
-_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def _size(text: str) -> int:
-    """A positive size in bytes: ``65536``, ``64K``, ``1M``, ``2G`` (binary units; ``KiB`` or ``KB`` too)."""
-    digits = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = digits[-1:] if digits[-1:] in _UNITS else ""
-    number = digits.removesuffix(unit) if unit else digits
-    if not (number.isascii() and number.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (like 65536, 64K, 1M or 2G)")
-    value = int(number) * _UNITS[unit]
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not at least 1 byte")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not positive")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ import anyio
 
 from streams import CompactedHistoryError, SequenceError, UnknownStreamError, move_group, remove_group
 
+from ._arguments import positive_int
 from ._errors import LedgerError, UnattributedBudgetsError
 from ._ledger import open_ledger
 from ._view import StreamNotFoundError, parse_ref
@@ -28,13 +29,12 @@ class GroupChangeError(LedgerError, ValueError):
 def _target(text: str) -> Literal["earliest", "latest"] | int:
     if text in ("earliest", "latest"):
         return text  # type: ignore[return-value]  # one of the two literals
+    if not text.strip().lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'earliest', 'latest' or a sequence")
     try:
-        seq = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'earliest', 'latest' or a sequence") from None
-    if seq < 1:
-        raise argparse.ArgumentTypeError(f"{seq} is not a sequence (they start at 1)")
-    return seq
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text} is not a sequence (they start at 1)") from None
 
 
 def add_group_command(commands: Any) -> None:

@@ -11,6 +11,7 @@ import anyio
 
 from streams import Graph
 
+from ._arguments import positive_float
 from ._errors import LedgerError
 
 __all__ = [
@@ -46,9 +47,11 @@ def add_worker_command(commands: Any) -> None:
     )
     worker.add_argument("--owner", help="this worker's name in its leases (default host:pid)")
     worker.add_argument(
-        "--lease", type=float, default=10.0, metavar="SECONDS", help="lease length (default 10)"
+        "--lease", type=positive_float, default=10.0, metavar="SECONDS", help="lease length (default 10)"
     )
-    worker.add_argument("--poll", type=float, default=0.5, metavar="SECONDS", help="idle poll (default 0.5)")
+    worker.add_argument(
+        "--poll", type=positive_float, default=0.5, metavar="SECONDS", help="idle poll (default 0.5)"
+    )
     worker.add_argument("--until-idle", action="store_true", help="exit once no run of the ledger is running")
 
 

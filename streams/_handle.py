@@ -394,13 +394,8 @@ class _Run(Generic[T, S]):
                         await self._dead_letter(seq, value, retried)
                         continue
                     tx = retried
-                if tx._outputs:
-                    try:
-                        while not self.outputs.room_for(seq, tx._outputs):
-                            await self.outputs.wait_for_room(tx._outputs)
-                    except REFUSED_OUTPUTS:
-                        await self.drain()  # what was staged before this message still commits
-                        raise
+                if tx._outputs and not self._fits(seq, tx._outputs):
+                    await self._wait_for_room(seq, tx._outputs)
                 self._stage(tx)
                 if self.stopped:
                     break
@@ -429,6 +424,22 @@ class _Run(Generic[T, S]):
             self._exhausted(seq, attempt.index, None)
         return attempt
 
+    def _fits(self, seq: int, outputs: list[tuple[StreamCore[Any], Any, bytes]]) -> bool:
+        """Whether the outputs fit at once; a refusal says no, so :meth:`_wait_for_room` drains and raises."""
+        try:
+            return self.outputs.room_for(seq, outputs)
+        except REFUSED_OUTPUTS:
+            return False
+
+    async def _wait_for_room(self, seq: int, outputs: list[tuple[StreamCore[Any], Any, bytes]]) -> None:
+        """Wait until message ``seq``'s outputs fit their streams; a refusal ends the run after a drain."""
+        try:
+            while not self.outputs.room_for(seq, outputs):
+                await self.outputs.wait_for_room(outputs)
+        except REFUSED_OUTPUTS:
+            await self.drain()  # what was staged before this message still commits
+            raise
+
     async def _wait_backoff(self, attempt: MessageAttempt) -> None:
         """Wait out the delay the backoff sets after the message's last confirmed failure."""
         if self.backoff is None or attempt.index < 1:
@@ -454,12 +465,8 @@ class _Run(Generic[T, S]):
         target = writer.stream.core
         read_back, payload = target.codec.prepare(letter, what=target.what)
         outputs: list[tuple[StreamCore[Any], Any, bytes]] = [(target, read_back, payload)]
-        try:
-            while not self.outputs.room_for(seq, outputs):
-                await self.outputs.wait_for_room(outputs)
-        except REFUSED_OUTPUTS:
-            await self.drain()  # what was staged before this message still commits
-            raise
+        if not self._fits(seq, outputs):
+            await self._wait_for_room(seq, outputs)
         self.stager.single(
             MessageCommit(
                 self._ref(seq),

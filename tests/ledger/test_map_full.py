@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ledger import LedgerEnv, MapFullError, inspect_ledger
-from ledger._cli import _size
+from ledger._arguments import size as _size
 from ledger._demo import run_demo
 from streams import StreamsError
 

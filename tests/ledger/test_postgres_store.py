@@ -223,3 +223,41 @@ async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_ca
         assert reopened.appended == 2  # the append was committed, not rolled back with the failed read
         other = await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",), True))
         assert not other.created
+
+
+async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_and_the_others_commit(
+    postgres_url: str,
+) -> None:
+    async with open_postgres(postgres_url) as ledger:
+        opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
+        connection = ledger.connection
+        results: dict[str, str] = {}
+
+        async def append() -> None:
+            await ledger.streams.append(AppendBatch(REF, opened.generation, 1, (b"\x01", b"\x02")))
+            results["append"] = "ok"
+
+        async def stale() -> None:  # refused by the rules once it has read: no write of it may land
+            try:
+                await ledger.streams.append(AppendBatch(REF, opened.generation + 5, 3, (b"\x09",)))
+            except StaleGenerationError:
+                results["stale"] = "refused"
+
+        async def other_open() -> None:  # in any order with the others: they touch other records
+            await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",)))
+            results["open"] = "ok"
+
+        connection._busy = True  # a transaction in flight: the calls wait, then share the next ones
+        transactions, calls = connection.transactions, connection.calls
+        async with anyio.create_task_group() as tg:
+            for call in (append, stale, other_open):
+                tg.start_soon(call)
+            await anyio.wait_all_tasks_blocked()
+            connection._busy = False
+            tg.start_soon(connection.call, lambda view: None)  # the next caller leads the shared batch
+        assert results == {"append": "ok", "stale": "refused", "open": "ok"}
+        assert connection.calls - calls > connection.transactions - transactions  # calls shared transactions
+        reopened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",), resumable=True))
+        assert reopened.appended == 2
+        other = await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",), True))
+        assert not other.created

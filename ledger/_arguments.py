@@ -1,0 +1,47 @@
+"""The types of the command line's arguments: each refuses bad input with a one-line usage error (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Final
+
+__all__ = ["positive_float", "positive_int", "size"]
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+#: The suffixes ``--max-map-size`` takes, each a power of 1024.
+_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(text: str) -> int:
+    """A positive size in bytes: ``65536``, ``64K``, ``1M``, ``2G`` (binary units; ``KiB`` or ``KB`` too)."""
+    digits = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = digits[-1:] if digits[-1:] in _UNITS else ""
+    number = digits.removesuffix(unit) if unit else digits
+    if not (number.isascii() and number.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (like 65536, 64K, 1M or 2G)")
+    value = int(number) * _UNITS[unit]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1 byte")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
