@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 import msgspec
@@ -229,6 +230,9 @@ async def test_only_an_exhausted_message_is_dead_lettered_with_its_ack(world: Wo
         assert (failed.failed_at, failed.error_type) == (1234.5, "ValueError")
         reopened = await hooks.open_message(MessageOpen(message, node="n", limit=2))
         assert (reopened.index, reopened.failed_at, reopened.error_type) == (1, 1234.5, "ValueError")
+        assert _frontier(await _opened(hooks, ref, ("a",)), "a").active_at == 1234.5  # its last activity
+        generation += 1  # that open raised it
+        message = MessageRef(ref, "a", generation, 1)
         letter = (OutputBatch(letters, out, 1, (b"x",)),)
         with raises(SequenceError, match="has not exhausted its attempt budget"):
             await hooks.commit(
@@ -237,10 +241,12 @@ async def test_only_an_exhausted_message_is_dead_lettered_with_its_ack(world: Wo
         await hooks.fail_message(MessageFail(message, node="n", limit=2, index=1, error_type="ValueError"))
         with raises(SequenceError, match="exactly one message"):
             await hooks.commit([MessageCommit(message, node="n", attempt=2, dead_letter=True)])
+        before = time.time()
         await hooks.commit([MessageCommit(message, node="n", attempt=2, outputs=letter, dead_letter=True)])
         opened = await _opened(hooks, ref, ("a",))
         a = _frontier(opened, "a")
         assert (a.acked_through, a.exhausted, a.dead_lettered) == (1, (), 1)
+        assert a.active_at >= before  # an ack is activity too
         assert (await hooks.open(StreamOpen(letters, "bytes", 1024, ("ops",), True))).appended == 1
         again = MessageRef(ref, "a", opened.generation, 1)
         with raises(SequenceError, match="already acknowledged"):
