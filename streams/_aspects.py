@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from ._errors import CheckpointError, ConfirmedFailureError, OutputError, SkippedInputError
+from ._outcome import interrupted
 
 if TYPE_CHECKING:
     from ._execution import NodeContext
@@ -45,7 +46,12 @@ class Retry:
     """Run the rest of the chain up to ``attempts`` times while it raises, ``delay`` seconds apart.
 
     The last failure is raised. Contract errors (a key set twice, an output
-    not declared, a skipped input read) are raised at once.
+    not declared, a skipped input read) and reliable failures are raised at
+    once, and so is whatever the chain raised once it was cancelled: a
+    cancelled chain is never retried and spends no budget. Before the next
+    attempt, every message the failed one sent is confirmed, so a writer
+    continuing from ``writer.position`` sends nothing twice. Each attempt
+    has message budgets of its own.
     """
 
     def __init__(self, attempts: int = 3, *, delay: float = 0.0) -> None:
@@ -63,15 +69,18 @@ class Retry:
         if ctx._checkpointing:
             await self._persistent(ctx, proceed)
             return
+        position = ctx._position
         for attempt in range(self.attempts):
             try:
-                await proceed()
+                # each attempt a scope of its own: its message budgets are its own, as in checkpoint mode
+                await ctx._within(ctx._local_attempt(position, attempt), proceed)
                 return
             except NOT_RETRIED:
                 raise
             except Exception:
-                if attempt + 1 == self.attempts:
+                if attempt + 1 == self.attempts or interrupted():  # a cancelled chain is not retried
                     raise
+            await ctx._settle_streams()
             if self.delay:
                 await anyio.sleep(self.delay)
 
@@ -81,6 +90,8 @@ class Retry:
         Each real failure is confirmed (``fail_attempt``) before the next
         attempt, and what the failed attempt staged is dropped. A restart
         reclaims the current attempt; a budget used up earlier stays used up.
+        A failure raised after a cancellation reached the chain is no failure:
+        the store refuses nothing and nothing is confirmed (:mod:`streams._outcome`).
         """
         position = ctx._position
         attempt = await ctx._open_attempt(position, self.attempts)
@@ -98,9 +109,11 @@ class Retry:
                 raise
             except Exception:
                 ctx._rollback(mark)
+                # refused (the cancellation goes on) if the chain was cancelled: no budget is spent
                 attempt = await ctx._fail_attempt(attempt.scope)
                 if attempt.exhausted:
                     raise
+            await ctx._settle_streams()
             if self.delay:
                 await anyio.sleep(self.delay)
 

@@ -231,6 +231,23 @@ class NodeContext:
         assert self._frame is not None
         self._frame.rollback(mark)
 
+    def _local_attempt(self, position: int, attempt: int) -> str:
+        """Ordinary mode: the identity of try ``attempt`` of the Retry at ``position`` (no store keeps it)."""
+        parent = self._scopes[-1] if self._scopes else self.group
+        return f"{parent}/{position}#{attempt}"
+
+    async def _settle_streams(self) -> None:
+        """Before a retried attempt: what the failed one sent is confirmed, or the tree's failure raised.
+
+        A writer's ``position`` is then what its stream keeps, so the next
+        attempt continues after the last message kept and sends none twice.
+        """
+        if isinstance(self._member, NodeDef):
+            for key in self._member.streams:
+                stream = self._level.slots[key].value
+                if isinstance(stream, ManagedStream):
+                    await stream.core.flush()
+
     async def _within(self, scope: str, proceed: Callable[[], Awaitable[None]]) -> None:
         """Run ``proceed`` as attempt ``scope``: what it opens (inner retries, Sub children) is under it."""
         self._scopes.append(scope)

@@ -54,6 +54,7 @@ from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, type_name
 from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
+from ._outcome import accept, interrupted, is_fault
 from ._plan import RestoredNode, check_plan, encode_outputs
 from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
 from ._store._memory import MemoryStore
@@ -271,7 +272,11 @@ class _Level:
             return
         inputs = member.requires if isinstance(member, NodeDef) else ()
         if inputs and all(self.slots[k].value is NoValue for k in inputs):  # skipped without running
-            await self._conclude(member, attempt, "skipped", {}, owned)
+            try:
+                await self._conclude(member, attempt, "skipped", {}, owned)
+            except anyio.get_cancelled_exc_class():
+                self._cancelled(member)
+                raise
             return
         execution._status_of[where] = "running"
         execution._emit(Running(self.path, member.name))
@@ -306,6 +311,9 @@ class _Level:
             self._finish(member, "cancelled", settle=False)  # its attempt stays active for recovery
             raise
         except Exception as exc:
+            if interrupted():  # raised after a cancellation reached it: an interruption, not a failure
+                await self._interrupted(member)
+                return
             confirmed = not attempt
             if attempt and execution._latched is None:  # a real failure: confirmed, and final
                 with contextlib.suppress(CheckpointError):
@@ -318,7 +326,25 @@ class _Level:
             return
         else:
             reason = "completed"
-        await self._conclude(member, attempt, reason, frame.staged if frame is not None else {}, owned)
+        if interrupted():  # returned or skipped after a cancellation reached it: nothing is confirmed
+            await self._interrupted(member)
+            return
+        try:
+            await self._conclude(member, attempt, reason, frame.staged if frame is not None else {}, owned)
+        except anyio.get_cancelled_exc_class():  # waiting for its streams' confirmations or sources
+            self._cancelled(member)
+            raise
+
+    async def _interrupted(self, member: NodeDef | SubDef) -> None:
+        """``member``'s chain ended after a cancellation reached it: it confirms nothing and spends no
+        budget, whatever its code did; its attempt stays active for recovery."""
+        self._cancelled(member)
+        await accept()  # the cancellation goes on
+
+    def _cancelled(self, member: NodeDef | SubDef) -> None:
+        """``member`` ends cancelled, unless it reached a terminal status already."""
+        if self.execution._status_of[(*self.path, member.name)] in ("waiting", "running"):
+            self._finish(member, "cancelled", settle=False)
 
     async def _conclude(
         self,
@@ -361,6 +387,9 @@ class _Level:
                 await self.slots[key].arrived.wait()  # opened by its source, which may still be running
                 source = self.slots[key].value.core
                 refs[key] = (source.ref, "failed" if source.failed else "finished" if source.finished else "")
+        if interrupted():  # cancelled while its streams settled: no record is staged
+            await self._interrupted(member)
+            return
         payloads = {key: payload for key, (_, payload) in staged.items()}
         record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
         ends = tuple(
@@ -798,7 +827,11 @@ class Execution:
         *,
         scope_failure: str | None = None,
     ) -> T:
-        """One hook call, shielded once made; any failure latches a :class:`CheckpointError` for the tree.
+        """One hook call, accepted only from a caller not cancelled, then shielded to its answer.
+
+        Any failure of the call latches a :class:`CheckpointError` for the
+        tree (:mod:`streams._outcome`), a cancellation exception the store
+        raised included.
 
         Only ``open_child`` may signal a confirmed business failure, with a
         :class:`CheckpointScopeFailure` of exactly that type for exactly the
@@ -807,6 +840,7 @@ class Execution:
         if self._latched is not None:
             raise self._latched
         assert self._checkpoint is not None
+        await accept()  # a cancelled caller starts no reliable operation
         hooks = self._checkpoint.hooks
         try:
             with anyio.CancelScope(shield=True):
@@ -821,7 +855,9 @@ class Execution:
             raise self._latch(CheckpointError(f"{what}: an unexpected scope failure signal ({exc})")) from exc
         except CheckpointError as exc:
             raise self._latch(exc) from None
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_fault(exc, shielded=True):
+                raise
             raise self._latch(CheckpointError(f"{what} failed: {type(exc).__qualname__}: {exc}")) from exc
         return result
 
@@ -902,9 +938,20 @@ class Execution:
         return stream
 
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run a stream's background confirmations in the execution's task group."""
+        """Run a stream's background confirmations in the execution's task group.
+
+        A confirmation that failed latched the tree's failure, which
+        :meth:`wait` raises: it does not escape the task group a second time.
+        """
         assert self._task_group is not None
-        self._task_group.start_soon(fn)
+        self._task_group.start_soon(self._confirming, fn)
+
+    async def _confirming(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await fn()
+        except CheckpointError as exc:
+            if self._latched is None:
+                raise self._latch(exc) from None
 
     def streams(self) -> dict[StreamRef, ManagedStream[Any]]:
         """Every stream endpoint the execution opened so far, by identity."""

@@ -42,6 +42,7 @@ from ._errors import (
 )
 from ._keys import Key, NoValue, NoValueType, check_name
 from ._metrics import INSTRUMENTS, group_attributes
+from ._outcome import accept, is_fault
 from ._pipeline import ConfirmPipeline
 from ._reservation import OutputReservation, StagedOutputs, notify, publish
 from ._staging import CommitStager
@@ -406,14 +407,17 @@ class _Run(Generic[T, S]):
         """The message's confirmed budget; an exhausted one raises unless it goes to the dead letters."""
         if self.pipeline.in_flight:
             await self.drain()
-        attempt = await self.stream.hooks.open_message(
-            MessageOpen(
-                message=self._ref(seq),
-                node=self.node,
-                limit=self.attempts,
-                parent_attempt=self.parent_attempt,
-            )
+        request = MessageOpen(
+            message=self._ref(seq), node=self.node, limit=self.attempts, parent_attempt=self.parent_attempt
         )
+        await accept()  # a cancelled handler opens nothing
+        try:
+            with anyio.CancelScope(shield=True):
+                attempt = await self.stream.hooks.open_message(request)
+        except BaseException as exc:
+            if not is_fault(exc, shielded=True):
+                raise
+            raise self.stream.latch(exc, f"opening message {seq}")  # noqa: B904 - the latched error keeps its cause
         if first and attempt.state is not None:
             self.state_payload = attempt.state
             self.state = self._decode_state()
@@ -551,10 +555,13 @@ class _Run(Generic[T, S]):
             error_type=type(exc).__qualname__,
             at=time.time(),
         )
+        await accept()  # a handler that failed after a cancellation reached it spends no budget
         try:
             with anyio.CancelScope(shield=True):
                 attempt = await self.stream.hooks.fail_message(request)
-        except Exception as error:
+        except BaseException as error:
+            if not is_fault(error, shielded=True):
+                raise
             raise self.stream.latch(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
         failure_attributes = {**self.group_attributes, ATTR.ERROR_KIND: type(exc).__qualname__}
         INSTRUMENTS.failed_attempts.add(1, failure_attributes)

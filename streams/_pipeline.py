@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 
 from ._errors import CheckpointError
+from ._outcome import is_fault
 
 __all__ = ["ConfirmPipeline", "Spawn"]
 
@@ -156,9 +157,11 @@ class ConfirmPipeline(Generic[B]):
                         await self._confirm(batch)
                     except Exception as exc:
                         self.failure = self._fail(batch, exc)
-                    except BaseException as exc:  # the process is going down mid-call: the outcome is unknown
+                    except BaseException as exc:
                         self.failure = self._fail(batch, _stopped(exc))
-                        raise
+                        if not is_fault(exc, shielded=True):  # the process is going down mid-call
+                            raise
+                        # a cancellation the store raised itself: a failure of the store, latched
                     else:
                         self.landed = cut_through
                         self._land(batch)

@@ -5,9 +5,12 @@ concludes ``completed`` or ``skipped``, has an output for exactly the keys
 the node provides (``ready`` with a value that reads back as the key's type,
 ``skipped``, or for a stream port the descriptor of the node's own stream),
 and is closed over ordinary dependencies: a restored node
-that requires a key produced by another node of the graph comes with that
-node's record too. (A Sub mount's inlets are wiring, not a gate: a restored
-mount needs nothing else restored.) One bad record rejects the plan whole.
+that requires an ordinary key produced by another node of the graph comes
+with that node's record too. A stream is not such a dependency: it recovers
+through its own records (descriptor, frontiers, tail), so a reader confirmed
+while its writer was still active is restored, and the writer resumes. (A
+Sub mount's inlets are wiring, not a gate: a restored mount needs nothing
+else restored.) One bad record rejects the plan whole.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def check_plan(graph: Graph, records: Iterable[NodeCheckpoint], *, where: str) -
         if isinstance(member, SubDef):
             continue
         for key in member.requires:
+            if key.is_stream:  # a stream recovers through its own records, whatever its writer's state
+                continue
             producer = producers.get(key)
             if producer is not None and producer not in plan:
                 raise RestorePlanError(

@@ -26,6 +26,7 @@ from ._errors import (
 )
 from ._keys import Key, Stream
 from ._metrics import INSTRUMENTS, forget_stream, group_attributes, observe_stream, stream_attributes
+from ._outcome import is_fault
 from ._pipeline import ConfirmPipeline
 from ._store._hooks import StreamHooks
 from ._store._records import (
@@ -406,7 +407,9 @@ class StreamCore(Generic[T]):
         try:
             with anyio.CancelScope(shield=True):
                 await self.hooks.finish(request)
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_fault(exc, shielded=True):
+                raise
             raise self.latch(exc, "finishing")  # noqa: B904 - the latched error keeps its cause
         self.confirmed_end(failed=failed)
 
@@ -484,7 +487,9 @@ class StreamCore(Generic[T]):
         try:
             with anyio.CancelScope(shield=True):
                 await self.hooks.commit([MessageCommit(message=message)])
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_fault(exc, shielded=True):
+                raise
             raise self.latch(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
         self._local_ack(group, seq)
         INSTRUMENTS.consumed.add(1, group_attributes(str(self.ref), group.name))

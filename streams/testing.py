@@ -8,7 +8,9 @@ Pass the wrapper where the store would go; nothing global is patched::
 A call chosen to fail raises :class:`InjectedFault` either before reaching
 the store (``after=False``: nothing confirmed) or after the store confirmed
 it (``after=True``: the answer is lost, as when a process dies inside a
-commit).
+commit). ``error=`` raises another exception instead, such as the
+cancellation an async database driver may raise while nothing cancelled its
+caller (:func:`stray_cancellation`): a reliable failure all the same.
 
 For a wrapper of your own (one that gates, counts or refuses some calls),
 subclass :class:`PassThroughHooks` and override only the calls it changes.
@@ -27,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar
+
+import anyio
 
 from ._store._hooks import StreamHooks
 from ._store._node_records import (
@@ -58,6 +62,7 @@ __all__ = [
     "check_node_store",
     "check_stream_store",
     "node_store_checks",
+    "stray_cancellation",
     "stream_store_checks",
 ]
 
@@ -97,23 +102,42 @@ class PassThroughHooks:
 class _Faults:
     """Which call of which hook fails, and how: counts calls and raises :class:`InjectedFault`."""
 
-    def __init__(self, fail: Mapping[str, int], after: bool, hooks: frozenset[str], what: str) -> None:
+    def __init__(
+        self,
+        fail: Mapping[str, int],
+        after: bool,
+        hooks: frozenset[str],
+        what: str,
+        error: Callable[[str], BaseException] | None,
+    ) -> None:
         unknown = set(fail) - hooks
         if unknown:
             raise ValueError(f"no such {what}: {sorted(unknown)}")
         self.fail = dict(fail)
         self.after = after
+        self.error = error or InjectedFault
         self.calls: dict[str, int] = {}
 
     async def call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
         self.calls[name] = self.calls.get(name, 0) + 1
         due = self.fail.get(name) == self.calls[name]
         if due and not self.after:
-            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
+            raise self.error(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
         result = await fn(arg)
         if due:
-            raise InjectedFault(f"injected failure of {name} call {self.calls[name]} (answer lost)")
+            raise self.error(f"injected failure of {name} call {self.calls[name]} (answer lost)")
         return result
+
+
+def stray_cancellation(what: str) -> BaseException:
+    """The running backend's cancellation exception, made by hand: what an async driver may raise
+    while nothing cancelled its caller (give it as ``error=`` to the faulty hooks)."""
+    cancelled = anyio.get_cancelled_exc_class()
+    try:
+        return cancelled(what)
+    except TypeError:  # trio's Cancelled has no public constructor
+        made: BaseException = cancelled._create()  # type: ignore[attr-defined]
+        return made
 
 
 _STREAM_HOOKS: Final = frozenset({"open", "append", "open_message", "fail_message", "commit", "finish"})
@@ -125,11 +149,20 @@ class FaultyHooks(PassThroughHooks):
 
     ``fail`` maps a hook name to the 1-based number of the call that fails
     (``{"commit": 3}`` fails the third commit). ``after=True`` lets the store
-    confirm the call first, then loses the answer.
+    confirm the call first, then loses the answer. ``error`` makes the
+    exception raised from its message (:class:`InjectedFault` by default;
+    :func:`stray_cancellation` raises a cancellation nothing asked for).
     """
 
-    def __init__(self, inner: StreamHooks, *, fail: Mapping[str, int], after: bool = False) -> None:
-        self._faults = _Faults(fail, after, _STREAM_HOOKS, "hook")
+    def __init__(
+        self,
+        inner: StreamHooks,
+        *,
+        fail: Mapping[str, int],
+        after: bool = False,
+        error: Callable[[str], BaseException] | None = None,
+    ) -> None:
+        self._faults = _Faults(fail, after, _STREAM_HOOKS, "hook", error)
         super().__init__(inner)
         self._call = self._faults.call
 
@@ -200,11 +233,19 @@ class FaultyNodeHooks(PassThroughNodeHooks):
 
     ``fail`` maps ``open_attempt``, ``fail_attempt``, ``open_child`` or
     ``commit_nodes`` to the 1-based number of the call that fails;
-    ``after=True`` lets the store confirm it first, then loses the answer.
+    ``after=True`` lets the store confirm it first, then loses the answer;
+    ``error`` is :class:`FaultyHooks`'s.
     """
 
-    def __init__(self, inner: Any, *, fail: Mapping[str, int], after: bool = False) -> None:
-        self._faults = _Faults(fail, after, _NODE_HOOKS, "node hook")
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        fail: Mapping[str, int],
+        after: bool = False,
+        error: Callable[[str], BaseException] | None = None,
+    ) -> None:
+        self._faults = _Faults(fail, after, _NODE_HOOKS, "node hook", error)
         super().__init__(inner)
         self._call = self._faults.call
 
@@ -269,7 +310,7 @@ def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
     :class:`~streams.CheckpointHooks` (with ``node_records(scope)`` and
     ``scope_failed(scope)``, what a host reads to resume).
     """
-    from ._conformance import node_streams  # noqa: F401 - registers the stream-port checks
+    from ._conformance import failure_paths, node_streams  # noqa: F401 - register their checks
     from ._conformance.nodes import NODE_CHECKS
 
     return list(NODE_CHECKS)

@@ -313,7 +313,7 @@ async def test_budget_survives_restart_between_failures(world: World) -> None:
                     seen.append(tx.attempt)
                     raise RuntimeError("boom")
 
-                with raises((MessageExhaustedError, InjectedFault)):
+                with raises((MessageExhaustedError, CheckpointError)):
                     await handle_messages(orders.reader("billing"), fail, attempts=3)
     assert seen == [0, 1, 2]
 

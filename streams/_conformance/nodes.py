@@ -33,7 +33,7 @@ from .._store._node_records import (
     CheckpointOutput,
     NodeCheckpoint,
 )
-from ..testing import FaultyNodeHooks, PassThroughNodeHooks
+from ..testing import FaultyNodeHooks, InjectedFault, PassThroughNodeHooks, stray_cancellation
 from ._support import raises
 
 __all__ = ["NODE_CHECKS", "NodeWorld"]
@@ -593,19 +593,23 @@ async def a_subs_outlets_are_published_when_the_mount_commits(store: Any) -> Non
     assert {r.node for r in store.node_records("r")} == {"mount", "reader"}
 
 
-def _faulted_hook_check(hook: str, after: bool) -> Callable[[NodeWorld], Awaitable[None]]:
-    """A ledger call fails (refused, or made and its answer lost): the run stops with CheckpointError,
-    and a resume on the store finishes it with the right answer, running no confirmed node again."""
+def _faulted_hook_check(
+    hook: str, after: bool, error: Callable[[str], BaseException] = InjectedFault
+) -> Callable[[NodeWorld], Awaitable[None]]:
+    """A ledger call fails (refused, made and its answer lost, or raising a cancellation nothing asked
+    for): the run stops with CheckpointError, and a resume on the store finishes it with the right
+    answer, running no confirmed node again."""
 
     async def run(world: NodeWorld) -> None:
         async with world.session() as store:
             doc = Doc()
             doc.summarize_failures = 1  # a failure to confirm, so fail_attempt is called too
             graph = pipeline(doc, mount_attempts=2)
-            faulty = FaultyNodeHooks(store, fail={hook: 1}, after=after)
+            faulty = FaultyNodeHooks(store, fail={hook: 1}, after=after, error=error)
             execution = Execution(graph, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", faulty))
+            raised = type(error("")).__qualname__
             async with execution:
-                with raises(CheckpointError, match=f"{hook} failed: InjectedFault"):
+                with raises(CheckpointError, match=f"{hook} failed: {raised}"):
                     await execution.wait()
             assert FIRST_SUMMARY not in execution.result().values  # nothing published past the fault
             confirmed = {r.node for r in store.node_records("run")}
@@ -626,3 +630,9 @@ for _hook in ("open_attempt", "fail_attempt", "open_child", "commit_nodes"):
                 _faulted_hook_check(_hook, _after),
             )
         )
+    NODE_CHECKS.append(
+        (
+            f"{_hook}_raising_a_cancellation_stops_the_run_and_resume_finishes_it",
+            _faulted_hook_check(_hook, False, stray_cancellation),
+        )
+    )
