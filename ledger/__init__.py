@@ -25,6 +25,7 @@ from ._ledger import Ledger as Ledger
 from ._ledger import open_ledger as open_ledger
 from ._nodes import LmdbNodeHooks as LmdbNodeHooks
 from ._runs import RunActiveError as RunActiveError
+from ._runs import RunAspectsMismatchError as RunAspectsMismatchError
 from ._runs import RunExistsError as RunExistsError
 from ._runs import RunMismatchError as RunMismatchError
 from ._runs import RunRecord as RunRecord
@@ -51,6 +52,7 @@ __all__ = [
     "NotALedgerError",
     "LedgerPathError",
     "RunActiveError",
+    "RunAspectsMismatchError",
     "RunExistsError",
     "RunMismatchError",
     "RunRecord",

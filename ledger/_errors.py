@@ -17,7 +17,13 @@ business payload. A ledger that raised one of these is left as it was.
     ├── LedgerClosedError                   the ledger was closed
     ├── MapFullError                        the map could not grow to fit a write
     ├── WriteFailedError                    LMDB refused a write transaction
-    └── InvalidRunIdError (ValueError)      a run id is empty or too long for a ledger key
+    ├── InvalidRunIdError (ValueError)      a run id is empty or too long for a ledger key
+    │   the errors of ledger.run and ledger.resume (ledger/_runs.py):
+    ├── RunExistsError (ValueError)         ledger.run with a run id the ledger knows
+    ├── UnknownRunError (LookupError)       ledger.resume with a run id the ledger does not know
+    ├── RunMismatchError (ValueError)       ledger.resume with another graph (name, version, topology)
+    │   └── RunAspectsMismatchError         ... or another aspect chain than the run started with
+    └── RunActiveError                      the run id is run by another execution of this process
 """
 
 from __future__ import annotations

@@ -11,6 +11,20 @@ failed: resuming it raises :class:`~streams.ConfirmedFailureError` before
 anything starts, and a new run of the same work needs a new run id. A
 finished run resumed returns its result and runs nothing.
 
+A run's identity includes what decides its retry budgets. A persistent
+:class:`~streams.Retry` keys its budget by its position in the node's chain,
+and the execution's own aspects (``aspects=``) come first in every chain, so
+the record keeps the chain the run started with, one
+:func:`~streams.describe_aspect` line per aspect, and a resume given
+another chain is :class:`RunAspectsMismatchError` before anything is
+written or run: with one more aspect every Retry would sit one place
+further and find a fresh budget. A record written before runs recorded
+their chain (``aspects`` is ``None``) is accepted with whatever chain the
+resume is given, and that chain is recorded by the first resume that runs
+something; from then on it is checked. The aspects a graph's nodes and
+mounts declare are part of the graph, not of this record: change the
+graph's ``version`` when they change (:class:`~streams.Topology`).
+
 Within a process a run id is run by one execution at a time
 (:class:`RunActiveError`). Where the run records live is a :class:`RunBook`:
 the LMDB ledger's ``nodes`` database, or a PostgreSQL table.
@@ -34,6 +48,7 @@ from streams import (
     Graph,
     Key,
     NoValue,
+    describe_aspect,
 )
 from streams.store import codec_for
 
@@ -49,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LmdbRunBook",
     "RunActiveError",
+    "RunAspectsMismatchError",
     "RunBook",
     "RunExistsError",
     "RunMismatchError",
@@ -74,6 +90,9 @@ class RunRecord(msgspec.Struct, frozen=True):
     status: Literal["running", "completed", "failed"] = "running"
     starts: int = 1  # executions started: the first run and each resume that ran something (0: submitted)
     error: str | None = None  # the type of a confirmed final failure, never its text
+    #: The execution's aspect chain, outermost first, as :func:`~streams.describe_aspect` gives it;
+    #: ``None`` in a record written before runs recorded it (filled in by the next resume that runs).
+    aspects: tuple[str, ...] | None = None
 
 
 class RunResult(msgspec.Struct, frozen=True):
@@ -95,6 +114,10 @@ class UnknownRunError(LedgerError, LookupError):
 
 class RunMismatchError(LedgerError, ValueError):
     """The graph given to ``resume`` is not the one the run started with (name, version or topology)."""
+
+
+class RunAspectsMismatchError(RunMismatchError):
+    """``resume`` was given another aspect chain than the run started with, which keys its Retry budgets."""
 
 
 class RunActiveError(LedgerError):
@@ -128,6 +151,15 @@ def decode_inputs(graph: Graph, record: RunRecord) -> dict[Key[Any], Any]:
             else codec_for(key.type).decode(output.value, what=f"input {key!r} of run {record.run_id!r}")
         )
     return inputs
+
+
+def describe_chain(aspects: Iterable[Aspect]) -> tuple[str, ...]:
+    """An execution's aspect chain as a run records it, outermost first."""
+    return tuple(describe_aspect(aspect) for aspect in aspects)
+
+
+def _listed(chain: tuple[str, ...]) -> str:
+    return "[" + ", ".join(chain) + "]"
 
 
 def list_runs(env: LedgerEnv) -> Iterator[RunRecord]:
@@ -226,6 +258,7 @@ class Runs:
         graph.validate()
         topology = graph.topology()
         node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
+        aspects = tuple(aspects)
         execution = Execution(
             graph,
             inputs,
@@ -241,20 +274,28 @@ class Runs:
             graph.version,
             topology.fingerprint,
             encode_inputs(graph, execution.checkpoint_inputs()),
+            aspects=describe_chain(aspects),
         )
         with self._owning(run_id):
             await self._book.write(record, new=True)
             return await self._execute(execution, record, resumed=False, on_start=on_start)
 
-    async def submit(self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str) -> RunRecord:
+    async def submit(
+        self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, aspects: Iterable[Aspect] = ()
+    ) -> RunRecord:
         """Record run ``run_id`` of ``graph`` without running it: a worker that claims it resumes it.
 
         A known run id is :class:`RunExistsError`; the inputs are checked and
-        encoded as :meth:`run` does.
+        encoded as :meth:`run` does. ``aspects`` is the execution's chain the
+        run is recorded with: the workers that run it must be given the same
+        (:class:`RunAspectsMismatchError`).
         """
         graph.validate()
         node_run_key(run_id)
-        execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(run_id, self._book.nodes))
+        aspects = tuple(aspects)
+        execution = Execution(
+            graph, inputs, aspects=aspects, checkpoint=ExecCheckpoint(run_id, self._book.nodes)
+        )
         record = RunRecord(
             FORMAT_VERSION,
             run_id,
@@ -263,6 +304,7 @@ class Runs:
             graph.topology().fingerprint,
             encode_inputs(graph, execution.checkpoint_inputs()),
             starts=0,
+            aspects=describe_chain(aspects),
         )
         await self._book.write(record, new=True)
         return record
@@ -279,8 +321,13 @@ class Runs:
     ) -> RunResult:
         """Continue run ``run_id`` from what the ledger confirmed; a finished run returns its result.
 
-        ``on_start`` and ``stream_capacity`` are :meth:`run`'s.
+        ``on_start`` and ``stream_capacity`` are :meth:`run`'s. ``aspects``
+        must be the chain the run started with, in its order
+        (:class:`RunAspectsMismatchError` otherwise, before anything is
+        written or run); see the module docstring for records older than that.
         """
+        aspects = tuple(aspects)
+        given = describe_chain(aspects)
         record = await self._book.read(run_id)
         if record is None:
             raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
@@ -296,6 +343,12 @@ class Runs:
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
                 "a new run of this work needs a new run id"
+            )
+        if record.aspects is not None and record.aspects != given:
+            raise RunAspectsMismatchError(
+                f"run {run_id!r} started with aspects {_listed(record.aspects)}; resume was given "
+                f"{_listed(given)}: its Retry budgets are keyed by their places in that chain, so resume "
+                "it with the aspects it started with, in their order, or start a new run"
             )
         with self._owning(run_id):
             execution = Execution(
@@ -313,7 +366,7 @@ class Runs:
                         on_start(execution)
                     result = await execution.wait()
                 return RunResult(run_id, result, resumed=True, already_finished=True)
-            record = msgspec.structs.replace(record, starts=record.starts + 1)
+            record = msgspec.structs.replace(record, starts=record.starts + 1, aspects=given)
             await self._book.write(record, new=False)
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 

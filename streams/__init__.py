@@ -8,6 +8,7 @@ from ._aspects import Aspect as Aspect
 from ._aspects import Proceed as Proceed
 from ._aspects import Retry as Retry
 from ._aspects import Timeout as Timeout
+from ._aspects import describe_aspect as describe_aspect
 from ._backoff import Backoff as Backoff
 from ._checkpoint import ExecCheckpoint as ExecCheckpoint
 from ._codec import CODEC_ID as CODEC_ID
@@ -193,6 +194,7 @@ __all__ = [
     "TopologyNode",
     "UnknownStreamError",
     "Waiting",
+    "describe_aspect",
     "handle_messages",
     "move_group",
     "open_scope",

@@ -10,11 +10,17 @@ its function. A Sub mount's aspects wrap the whole child execution.
 What an aspect raises fails the node; what it catches does not. A node that
 skips itself (``ctx.skip_node()``) and a cancellation pass through
 :class:`Retry` untouched.
+
+In checkpoint mode a :class:`Retry`'s budget is keyed by its position in the
+chain, so a durable host records the chain it ran with
+(:func:`describe_aspect`, one line per aspect) and refuses to resume the
+run with another.
 """
 
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,7 +32,7 @@ from ._outcome import interrupted
 if TYPE_CHECKING:
     from ._execution import NodeContext
 
-__all__ = ["Aspect", "Proceed", "Retry", "Timeout", "chain"]
+__all__ = ["Aspect", "Proceed", "Retry", "Timeout", "chain", "describe_aspect"]
 
 Proceed = Callable[[], Awaitable[None]]
 
@@ -60,10 +66,10 @@ class Retry:
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"Retry's delay must be a finite number of seconds >= 0, got {delay!r}")
         self.attempts = attempts
-        self.delay = delay
+        self.delay = float(delay)  # Retry(delay=0) and Retry(delay=0.0) describe alike
 
     def __repr__(self) -> str:
-        return f"Retry(attempts={self.attempts}, delay={self.delay})"
+        return f"{type(self).__qualname__}(attempts={self.attempts}, delay={self.delay})"
 
     async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None:
         if ctx._checkpointing:
@@ -124,14 +130,32 @@ class Timeout:
     def __init__(self, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds <= 0:
             raise ValueError(f"Timeout needs a finite number of seconds > 0, got {seconds!r}")
-        self.seconds = seconds
+        self.seconds = float(seconds)  # Timeout(5) and Timeout(5.0) describe alike
 
     def __repr__(self) -> str:
-        return f"Timeout({self.seconds})"
+        return f"{type(self).__qualname__}({self.seconds})"
 
     async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None:
         with anyio.fail_after(self.seconds):
             await proceed()
+
+
+def describe_aspect(aspect: Aspect) -> str:
+    """The aspect as a run records it: the same in every process and from every entry point.
+
+    :class:`Retry` and :class:`Timeout` are their repr, parameters included
+    (``Retry(attempts=3, delay=0.0)``, ``Timeout(5.0)``). A function (or a
+    method) is its qualified name, a callable object the qualified name of
+    its type; never the module, which is ``__main__`` in a program started
+    as ``python app.py`` and ``app`` in one that imports it. So an object's
+    own parameters are not part of its description, and two lambdas (both
+    ``<lambda>``) look alike.
+    """
+    if isinstance(aspect, Retry | Timeout):
+        return repr(aspect)
+    if isinstance(aspect, types.FunctionType | types.MethodType | types.BuiltinFunctionType | type):
+        return aspect.__qualname__
+    return type(aspect).__qualname__
 
 
 def chain(aspects: Sequence[Aspect], ctx: NodeContext, body: Proceed) -> Proceed:

@@ -120,6 +120,13 @@ class Topology:
     The fingerprint covers names, version, ports with their type names and the
     wiring of every Sub; it cannot see a change inside a node's function, a
     fixed value or an aspect: change the graph's ``version`` when those change.
+    A node's and a mount's aspects (and ``without_aspects``) place its
+    persistent Retry boundaries, so a change to them is such a change. They
+    stay out of the fingerprint on purpose: every run record and every Sub
+    attempt's record holds a fingerprint, and one that covered them would
+    leave every run in flight of a graph with node aspects unresumable after
+    an upgrade. (The execution's own aspects are recorded by the durable host
+    instead: ``ledger.run`` keeps them in the run's record.)
     """
 
     graph: str

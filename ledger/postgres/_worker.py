@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import anyio
 import anyio.lowlevel
 import msgspec
 
-from streams import ConfirmedFailureError, Graph
+from streams import Aspect, ConfirmedFailureError, Graph
 
 from ._leased import holding
 from ._leases import Lease, LeaseLostError, claim_due
@@ -47,6 +47,7 @@ async def work(
     url: str,
     graphs: Mapping[str, Graph],
     *,
+    aspects: Iterable[Aspect] = (),
     owner: str | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     poll_seconds: float = 0.5,
@@ -60,10 +61,14 @@ async def work(
     runs out, so it is tried again (by any worker) only then. ``until_idle``
     returns once no run of the ledger that this worker could run is
     running. ``owner`` names the worker in its leases (default host and pid).
+    ``aspects`` is the execution's aspect chain it resumes every run with: a
+    run submitted (or started) with another chain is not run and is
+    reported as ``error (RunAspectsMismatchError)``, its budgets untouched.
     """
     if lease_seconds <= 0 or poll_seconds <= 0:
         raise ValueError("lease_seconds and poll_seconds must be positive")
     owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+    chain = tuple(aspects)
     known = [(graph.name, graph.version) for graph in graphs.values()]
     by_name = {graph.name: graph for graph in graphs.values()}
     ended = 0
@@ -80,7 +85,7 @@ async def work(
                 await anyio.sleep(poll_seconds)
                 continue
             report(lease.run_id, "claimed")
-            outcome = await _run_leased(ledger, lease, by_name, lease_seconds)
+            outcome = await _run_leased(ledger, lease, by_name, chain, lease_seconds)
             report(lease.run_id, outcome)
             if outcome in ("completed", "failed"):
                 ended += 1
@@ -99,7 +104,11 @@ async def _anything_running(ledger: PostgresLedger, known: list[tuple[str, str]]
 
 
 async def _run_leased(
-    ledger: PostgresLedger, lease: Lease, graphs: Mapping[str, Graph], seconds: float
+    ledger: PostgresLedger,
+    lease: Lease,
+    graphs: Mapping[str, Graph],
+    aspects: tuple[Aspect, ...],
+    seconds: float,
 ) -> str:
     """Run the leased run to its end (or until the lease is lost); its outcome."""
     outcome = "error"
@@ -111,7 +120,7 @@ async def _run_leased(
             if record is None:
                 return "gone"
             try:
-                await held.runs.resume(lease.run_id, graphs[record.graph])
+                await held.runs.resume(lease.run_id, graphs[record.graph], aspects=aspects)
                 outcome = "completed"
             except ConfirmedFailureError:  # its failure was confirmed before: the record says so now
                 if record.status != "failed":

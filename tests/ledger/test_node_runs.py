@@ -3,27 +3,38 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from ledger import (
     RunActiveError,
+    RunAspectsMismatchError,
     RunExistsError,
     RunMismatchError,
+    RunRecord,
     UnknownRunError,
+    inspect_ledger,
     open_ledger,
 )
-from ledger.postgres import open_postgres
-from streams import ConfirmedFailureError, Graph, Key, NodeContext, Retry
+from ledger._layout import node_run_key
+from ledger._seal import seal
+from ledger.postgres import PostgresLedger, open_postgres
+from ledger.postgres import work as worker
+from ledger.postgres._inspect import inspect_postgres
+from streams import Aspect, ConfirmedFailureError, Graph, Key, NodeContext, Retry, Timeout
+from streams.store import CheckpointOutput
 
 from ._kills import ROOT, assert_sound, killed_until_landed
 
@@ -189,3 +200,198 @@ async def test_inspect_lists_runs_with_each_nodes_budget_and_conclusion_values_f
     command = [sys.executable, "-m", "ledger", "inspect", str(path), "--values"]
     with_values = (await anyio.run_process(command)).stdout.decode()
     assert '    double: completed, 0 of 1 attempt(s) failed  {"doubled": 42}' in with_values
+
+
+# -- a run's aspect chain ------------------------------------------------------------------------
+
+HALF = Key("half", int)
+RETRY_3 = "Retry(attempts=3, delay=0.0)"
+
+
+def flaky(calls: list[str], steps: list[str], entered: anyio.Event) -> Graph:
+    """``first`` completes; ``flaky`` does ``steps`` one call at a time: "fail", or "stop" (sets
+    ``entered`` and waits to be cancelled); ``calls`` says which ran."""
+    g = Graph("flaky", inputs=[N])
+
+    @g.node(requires=[N], provides=[HALF])
+    async def first(ctx: NodeContext) -> None:
+        calls.append("first")
+        ctx.set(HALF, ctx[N])
+
+    @g.node(requires=[HALF], provides=[DOUBLED])
+    async def flaky(ctx: NodeContext) -> None:
+        calls.append("flaky")
+        if steps.pop(0) == "stop":
+            entered.set()
+            await anyio.sleep_forever()
+        raise ValueError("flaky today")
+
+    return g
+
+
+async def stopped_in_the_middle(
+    ledger: Any, start: Callable[[], Coroutine[Any, Any, object]], entered: anyio.Event
+) -> None:
+    """Run ``start`` until ``flaky`` is inside an attempt, then stop it as a host would: nothing confirmed."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(start)
+        await entered.wait()
+        tg.cancel_scope.cancel()
+
+
+async def runs_report(ledger: Any) -> list[dict[str, Any]]:
+    """The runs, each with every retry boundary's confirmed failures, as ``inspect`` reports them."""
+    if isinstance(ledger, PostgresLedger):
+        report = await anyio.to_thread.run_sync(inspect_postgres, ledger.url)
+    else:
+        report = inspect_ledger(ledger.env)
+    runs: list[dict[str, Any]] = report["runs"]
+    return runs
+
+
+def retry_failures(runs: list[dict[str, Any]], run_id: str) -> int:
+    [run] = [run for run in runs if run["run_id"] == run_id]
+    [retry] = [n for n in run["nodes"] if n["node"] == "flaky" and n["boundary"] == "retry at 1"]
+    failures: int = retry["failures"]
+    return failures
+
+
+async def test_a_resume_with_another_aspect_chain_is_refused_before_anything_and_refills_no_budget(
+    open_any: Opener,
+) -> None:
+    calls: list[str] = []
+    entered = anyio.Event()
+    g = flaky(calls, ["fail", "fail", "stop", "fail", "fail", "fail"], entered)
+    async with open_any() as ledger:
+        await stopped_in_the_middle(
+            ledger, lambda: ledger.run(g, {N: 1}, run_id="r", aspects=[Retry(3)]), entered
+        )
+        assert calls == ["first", "flaky", "flaky", "flaky"]  # two failures confirmed, stopped in the third
+        [record] = ledger.runs()
+        assert (record.status, record.starts, record.aspects) == ("running", 1, (RETRY_3,))
+    async with open_any() as ledger:  # another process lifetime
+        before = (ledger.runs(), ledger.nodes.node_records("r"), await runs_report(ledger))
+        assert retry_failures(before[2], "r") == 2
+        with pytest.raises(
+            RunAspectsMismatchError,
+            match=re.escape(
+                f"run 'r' started with aspects [{RETRY_3}]; resume was given [Timeout(5.0), {RETRY_3}]"
+            ),
+        ):
+            await ledger.resume("r", g, aspects=[Timeout(5.0), Retry(3)])
+        assert calls == ["first", "flaky", "flaky", "flaky"]  # nothing ran
+        assert (ledger.runs(), ledger.nodes.node_records("r"), await runs_report(ledger)) == before
+        assert [n.node for n in ledger.nodes.node_records("r")] == ["first"]  # the history is there
+
+        with pytest.raises(ValueError, match="flaky today"):  # the chain it started with: one attempt left
+            await ledger.resume("r", g, aspects=[Retry(3)])
+        assert calls[4:] == ["flaky"]  # first restored, flaky's third attempt reclaimed and failed
+        assert retry_failures(await runs_report(ledger), "r") == 3
+        [record] = ledger.runs()
+        assert (record.status, record.starts) == ("failed", 2)
+
+
+async def test_a_worker_given_another_chain_than_a_submitted_runs_runs_nothing_of_it(
+    postgres_url: str,
+) -> None:
+    calls: list[str] = []
+    g = flaky(calls, ["fail", "fail", "fail", "fail"], anyio.Event())
+    async with open_postgres(postgres_url) as ledger:
+        submitted = await ledger.submit(g, {N: 1}, run_id="s", aspects=[Retry(3)])
+        assert (submitted.starts, submitted.aspects) == (0, (RETRY_3,))
+        before = (ledger.runs(), await runs_report(ledger))
+    reports: list[tuple[str, str]] = []
+
+    async with anyio.create_task_group() as tg:
+
+        def report(run_id: str, outcome: str) -> None:
+            reports.append((run_id, outcome))
+            if outcome != "claimed":
+                tg.cancel_scope.cancel()
+
+        other: list[Aspect] = [Timeout(5.0), Retry(3)]
+        tg.start_soon(
+            partial(worker, postgres_url, {"flaky": g}, aspects=other, poll_seconds=0.05, report=report)
+        )
+    assert reports == [("s", "claimed"), ("s", "error (RunAspectsMismatchError)")]
+    assert calls == []
+    async with open_postgres(postgres_url) as ledger:
+        assert (ledger.runs(), await runs_report(ledger)) == before
+        await ledger.connection.call(  # the run is tried again once its lease runs out: now
+            lambda view: view.connection.execute(
+                "UPDATE streamledger_leases SET expires_at = now() - interval '1s'"
+            )
+        )
+    reports.clear()
+    ended = await worker(
+        postgres_url,
+        {"flaky": g},
+        aspects=[Retry(3)],
+        poll_seconds=0.05,
+        until_idle=True,
+        report=lambda run_id, outcome: reports.append((run_id, outcome)),
+    )
+    assert (ended, reports) == (1, [("s", "claimed"), ("s", "failed")])
+    assert calls == ["first", "flaky", "flaky", "flaky"]  # its whole budget, once
+    async with open_postgres(postgres_url) as ledger:
+        assert retry_failures(await runs_report(ledger), "s") == 3
+
+
+class RunRecordBefore(msgspec.Struct, frozen=True):
+    """A run's record as releases before the aspect chain was recorded wrote it."""
+
+    format_version: int
+    run_id: str
+    graph: str
+    version: str
+    fingerprint: str
+    inputs: tuple[CheckpointOutput, ...]
+    status: str = "running"
+    starts: int = 1
+    error: str | None = None
+
+
+async def put_record_before(ledger: Any, record: RunRecord) -> None:
+    """Replace the run's record by the one an older release would have written."""
+    fields = {f: getattr(record, f) for f in RunRecordBefore.__struct_fields__}
+    raw = msgspec.msgpack.encode(RunRecordBefore(**fields))
+    assert b"aspects" not in raw
+    if isinstance(ledger, PostgresLedger):
+        await ledger.connection.call(
+            lambda view: view.connection.execute(
+                "UPDATE streamledger_runs SET record = %s WHERE run_id = %s", (raw, record.run_id)
+            ),
+            buffered=False,
+        )
+        return
+    key = node_run_key(record.run_id)
+    db = ledger.env.db("nodes")
+    await ledger.env.write(lambda txn: txn.put(key, seal("nodes", key, raw), db=db))
+
+
+async def test_a_record_from_before_chains_were_recorded_takes_the_chain_of_its_next_resume(
+    open_any: Opener,
+) -> None:
+    calls: list[str] = []
+    entered = anyio.Event()
+    g = flaky(calls, ["fail", "stop"], entered)
+    async with open_any() as ledger:
+        await stopped_in_the_middle(
+            ledger, lambda: ledger.run(g, {N: 1}, run_id="old", aspects=[Retry(3)]), entered
+        )
+        [record] = ledger.runs()
+        await put_record_before(ledger, record)
+    async with open_any() as ledger:
+        [old] = ledger.runs()
+        assert old == msgspec.structs.replace(record, aspects=None)  # it decodes; it knows no chain
+        entered = anyio.Event()
+        g = flaky(calls, ["stop", "fail"], entered)
+        # accepted with the chain it is given (here the one it ran with), and that chain recorded
+        await stopped_in_the_middle(ledger, lambda: ledger.resume("old", g, aspects=[Retry(3)]), entered)
+        [resumed] = ledger.runs()
+        assert (resumed.starts, resumed.aspects) == (2, (RETRY_3,))
+        assert calls == ["first", "flaky", "flaky", "flaky"]
+        with pytest.raises(RunAspectsMismatchError, match=re.escape("resume was given [Timeout(5.0)]")):
+            await ledger.resume("old", g, aspects=[Timeout(5.0)])  # checked from then on
+        assert ledger.runs() == [resumed]
+        assert retry_failures(await runs_report(ledger), "old") == 1
