@@ -19,6 +19,7 @@ from ._errors import MapFullError as MapFullError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
+from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
 from ._errors import WriteFailedError as WriteFailedError
 from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
@@ -60,6 +61,7 @@ __all__ = [
     "Runs",
     "SchemaVersionError",
     "UnattributedBudgetsError",
+    "UnfinishedLedgerError",
     "UnknownRunError",
     "WriteFailedError",
     "WriteTicket",

@@ -39,8 +39,9 @@ from ._errors import (
     MapFullError,
     NotALedgerError,
     SchemaVersionError,
+    UnfinishedLedgerError,
 )
-from ._files import check_data_file, damaged
+from ._files import check_data_file, damaged, holds_no_commit
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
 
@@ -53,6 +54,9 @@ CODEC_VERSION: Final = 1
 
 
 T = TypeVar("T")
+
+#: Called with each step of a new ledger's creation (a fault hook for tests; see :meth:`LedgerEnv.open`).
+CreationStep = Callable[[str], None]
 
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
@@ -136,31 +140,44 @@ class LedgerEnv:
         sync: bool = True,
         map_size: int = 64 << 20,
         max_map_size: int = 1 << 40,
+        on_creation_step: CreationStep | None = None,
     ) -> LedgerEnv:
         """Open (or create) the ledger at ``path`` for this process alone.
 
         The map starts at ``map_size`` (at most ``max_map_size``) and grows up
-        to ``max_map_size``. Raises :class:`NotALedgerError` when the path
-        holds something else, :class:`SchemaVersionError` for another schema
-        or codec version, :class:`LedgerReadOnlyError` when the ledger (or the
-        place it would be created) cannot be written, :class:`MapFullError`
-        when its databases do not fit in ``max_map_size``,
-        :class:`LedgerLockedError` when another process owns it and
-        :class:`LedgerInUseError` when this process has it open already.
-        Nothing is written to a path that is refused.
+        to ``max_map_size``. A new ledger is created by one commit (its schema
+        record and every database); what a creation killed before that commit
+        left holds nothing, and the ledger is created there afresh.
+        ``on_creation_step`` is a fault hook for tests: while a ledger is
+        created, it is called with the name of each step just before it is
+        taken (``"directory"``, ``"lock"``, ``"lmdb_files"``, ``"schema"``)
+        and with ``"created"`` once the creation committed.
+
+        Raises :class:`NotALedgerError` when the path holds something else,
+        :class:`SchemaVersionError` for another schema or codec version,
+        :class:`LedgerReadOnlyError` when the ledger (or the place it would
+        be created) cannot be written, :class:`MapFullError` when its
+        databases do not fit in ``max_map_size``, :class:`LedgerLockedError`
+        when another process owns it and :class:`LedgerInUseError` when this
+        process has it open already. Nothing is written to a path that is
+        refused.
         """
         if map_size < 1 or max_map_size < 1:
             raise ValueError(f"map_size and max_map_size must be positive, not {map_size} and {max_map_size}")
         p = Path(path)
         with _registered(p) as key:
             fresh = _check_path(p, create=create)
+            step = on_creation_step if fresh else None
             _refuse_read_only(p, fresh=fresh)
             with _read_only_as_typed(p, fresh=fresh):
                 if fresh:
+                    _take_step(step, "directory")
                     _make_directory(p)
+            _take_step(step, "lock")
             lock_fd = _take_owner_lock(p)
             try:
                 with _read_only_as_typed(p, fresh=fresh):
+                    _take_step(step, "lmdb_files")
                     env = lmdb.open(
                         str(p),
                         map_size=min(map_size, max_map_size),
@@ -170,7 +187,7 @@ class LedgerEnv:
                     )
                 try:
                     env.reader_check()
-                    self = _complete(cls, p, env, lock_fd, max_map_size=max_map_size)
+                    self = _complete(cls, p, env, lock_fd, max_map_size=max_map_size, step=step)
                 except lmdb.Error as exc:  # a damaged page met while reading the schema or databases
                     env.close()
                     raise damaged(p, exc) from None
@@ -192,7 +209,9 @@ class LedgerEnv:
         reader table like any other. On a read-only filesystem, where no
         process can be writing, LMDB finds its lock file cannot be opened for
         writing and reads without it. Raises the same errors as :meth:`open`
-        for a path that is not a ledger or of another version.
+        for a path that is not a ledger or of another version, and
+        :class:`UnfinishedLedgerError` for a ledger whose creation stopped
+        before its first commit (it holds nothing; :meth:`open` finishes it).
         """
         p = Path(path)
         with _registered(p) as key:
@@ -409,15 +428,20 @@ def _make_directory(path: Path) -> None:
 
 
 def _check_path(path: Path, *, create: bool) -> bool:
-    """Refuse paths that are not ledgers without writing anything; return True if new."""
+    """Refuse paths that are not ledgers without writing anything; return True if new.
+
+    New is a missing or empty directory, or one holding only the files a
+    creation makes and no commit (:func:`~ledger._files.holds_no_commit`): a
+    creation killed at any instant before its one commit left it, and it
+    holds nothing. A data file with a commit, or anything else, is checked
+    as a ledger and refused if it is not one; nothing is ever emptied.
+    """
     if path.exists() and not path.is_dir():
         raise NotALedgerError(f"{path} is a file, not a ledger directory")
     names = set(os.listdir(path)) if path.exists() else set()
-    if not names or ("data.mdb" not in names and names <= _CREATION_FILES):
-        # empty, or a creation that was interrupted before LMDB wrote its data file
-        if not create:
-            raise NotALedgerError(f"{path} holds no ledger (and this command does not create one)")
-        return True
+    creation_files_only = names <= _CREATION_FILES
+    if creation_files_only and (not names or holds_no_commit(path)):
+        return _new(path, names, create=create)
     if "data.mdb" not in names:
         raise NotALedgerError(
             f"{path} is a directory with other files and no ledger; choose an empty or new path"
@@ -428,11 +452,8 @@ def _check_path(path: Path, *, create: bool) -> bool:
     except lmdb.Error as exc:
         raise NotALedgerError(f"{path}/data.mdb is not an LMDB file: {exc}") from None
     try:
-        if names <= _CREATION_FILES and _is_empty(probe):
-            # a creation interrupted after LMDB made its files, before the schema was written
-            if not create:
-                raise NotALedgerError(f"{path} holds no ledger (and this command does not create one)")
-            return True
+        if creation_files_only and _is_empty(probe):  # committed to, yet holding nothing at all
+            return _new(path, names, create=create)
         _read_schema(probe, path)
     except lmdb.Error as exc:  # a damaged page met while reading the schema
         raise damaged(path, exc) from None
@@ -443,6 +464,23 @@ def _check_path(path: Path, *, create: bool) -> bool:
 
 #: The files a ledger's creation makes; a directory holding only these and no data is a fresh one.
 _CREATION_FILES: Final = frozenset({"owner.lock", "lock.mdb", "data.mdb"})
+
+
+def _new(path: Path, names: set[str], *, create: bool) -> bool:
+    """A path that holds no ledger yet: True when this open creates one, else the typed refusal."""
+    if create:
+        return True
+    if not names:
+        raise NotALedgerError(f"{path} holds no ledger (and this command does not create one)")
+    raise UnfinishedLedgerError(
+        f"{path} holds a ledger whose creation did not finish: the process creating it stopped before "
+        "its first commit, so it holds no records. Open it for writing (open_ledger) to finish it"
+    )
+
+
+def _take_step(step: CreationStep | None, name: str) -> None:
+    if step is not None:
+        step(name)
 
 
 def _is_empty(env: lmdb.Environment) -> bool:
@@ -488,7 +526,13 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     return meta
 
 
-def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
+def _ensure_schema(env: lmdb.Environment, path: Path, step: CreationStep | None) -> None:
+    """Read the schema record, or create the ledger: the record and every database in one commit.
+
+    Before that commit the ledger holds nothing, after it everything a new
+    ledger holds, so a creation killed at any instant is either finished or
+    never committed (and :func:`_check_path` takes it for new).
+    """
     try:
         env.open_db(b"meta", create=False)
     except lmdb.NotFoundError:
@@ -497,24 +541,34 @@ def _ensure_schema(env: lmdb.Environment, path: Path) -> None:
         _read_schema(env, path)
         return
     record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
-    with env.begin(write=True) as txn:  # the database and its record in one transaction
+    _take_step(step, "schema")
+    with env.begin(write=True) as txn:
+        for name in DATABASES:
+            env.open_db(name.encode(), txn=txn)
         meta_db = env.open_db(b"meta", txn=txn)
         txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
+    _take_step(step, "created")
 
 
 def _complete(
-    cls: type[LedgerEnv], path: Path, env: lmdb.Environment, lock_fd: int, *, max_map_size: int
+    cls: type[LedgerEnv],
+    path: Path,
+    env: lmdb.Environment,
+    lock_fd: int,
+    *,
+    max_map_size: int,
+    step: CreationStep | None,
 ) -> LedgerEnv:
     """Check (or write) the schema and open the databases, growing the map up to its limit as needed.
 
     Both are idempotent, so a step the map could not hold is taken again
     once it has grown; a ledger whose creation does not fit in
-    ``max_map_size`` is left as an interrupted creation, which a later
-    open with a larger limit completes.
+    ``max_map_size`` is left uncommitted, which a later open with a larger
+    limit creates afresh.
     """
     while True:
         try:
-            _ensure_schema(env, path)
+            _ensure_schema(env, path, step)
             return cls(path, env, lock_fd, max_map_size=max_map_size)
         except lmdb.MapFullError:
             current = int(env.info()["map_size"])

@@ -8,6 +8,7 @@ business payload. A ledger that raised one of these is left as it was.
 
     LedgerError
     ├── NotALedgerError (ValueError)        the path holds something else
+    │   └── UnfinishedLedgerError           a ledger whose creation stopped before its first commit
     ├── SchemaVersionError (ValueError)     written by another schema or codec version
     ├── CorruptRecordError (ValueError)     a record fails its checksum or does not decode
     ├── DamagedLedgerError (ValueError)     a ledger file is damaged (truncated) and is not mapped
@@ -40,6 +41,7 @@ __all__ = [
     "MapFullError",
     "NotALedgerError",
     "SchemaVersionError",
+    "UnfinishedLedgerError",
     "WriteFailedError",
     "LedgerPathError",
 ]
@@ -51,6 +53,13 @@ class LedgerError(Exception):
 
 class NotALedgerError(LedgerError, ValueError):
     """The path exists but is not a streamledger ledger."""
+
+
+class UnfinishedLedgerError(NotALedgerError):
+    """The path holds a ledger whose creation stopped before its first commit: it holds nothing yet.
+
+    Opening it for writing finishes the creation; reading it has nothing to read.
+    """
 
 
 class LedgerPathError(LedgerError, ValueError):

@@ -5,10 +5,13 @@ shorter than the pages they name is read past its end, and the process dies
 of SIGBUS with no message. :func:`check_data_file` reads the two meta pages
 first (magic, version, page size, last page, transaction id), takes the one
 LMDB would use (the higher transaction id), and walks every page it reaches:
-one past the end of the file is refused with :class:`DamagedLedgerError`
-(and a file that does not start with a meta page with
-:class:`NotALedgerError`). The file itself may end before the meta's last
-page: LMDB does not write pages a transaction allocated and freed again.
+one past the end of the file is refused with :class:`DamagedLedgerError`,
+as is a file that ends inside its second meta page (and a file that does
+not start with a meta page with :class:`NotALedgerError`). The file itself
+may end before the meta's last page: LMDB does not write pages a
+transaction allocated and freed again. :func:`holds_no_commit` tells a data
+file no transaction was ever committed to (what a creation killed before
+its first commit leaves) from a ledger.
 
 The meta layout read here is LMDB 0.9's on a 64-bit machine: after a 16-byte
 page header, ``mm_magic`` (u32), ``mm_version`` (u32), ``mm_address``,
@@ -26,7 +29,7 @@ import lmdb
 
 from ._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
 
-__all__ = ["check_data_file", "check_pages", "damaged"]
+__all__ = ["check_data_file", "check_pages", "damaged", "holds_no_commit"]
 
 _MAGIC: Final = 0xBEEFC0DE
 _VERSION: Final = 1
@@ -61,10 +64,44 @@ def check_data_file(path: Path) -> None:
             raise NotALedgerError(
                 f"{data_file} is not an LMDB file: it does not start with an LMDB meta page"
             )
+        if size < 2 * first.page_size:
+            raise DamagedLedgerError(
+                f"{data_file} ends at byte {size}, inside its second meta page: it was cut short (by "
+                "damage, or a kill while LMDB wrote a new ledger's first pages); restore the ledger "
+                "from a copy, or delete the directory if it never held records"
+            )
     # A file may end before the meta's last page: LMDB never writes the pages a transaction
     # allocated and freed again (its loose pages), and the last one may be among them. What
     # matters is that every page LMDB will read is in the file, which check_pages verifies.
     check_pages(path)
+
+
+def holds_no_commit(path: Path) -> bool:
+    """Whether ``path/data.mdb`` is missing, empty, or has two meta pages and no committed transaction.
+
+    LMDB makes a new data file empty, then writes its two meta pages, both of
+    transaction 0; its first commit is transaction 1, written to the second
+    meta page after the commit's other pages. A file whose two meta pages
+    are both of transaction 0 has never been committed to: a creation killed
+    before its first commit left it, and it holds nothing. A file without
+    both meta pages is never taken for one, since a ledger cut short looks
+    the same (:func:`check_data_file` refuses it).
+    """
+    data_file = path / "data.mdb"
+    try:
+        f = data_file.open("rb")
+    except FileNotFoundError:
+        return True
+    with f:
+        head = f.read(_PAGE_HEADER + _META.size)
+        if not head:
+            return True
+        first = _meta(head)
+        if first is None or first.txnid != 0:
+            return False
+        f.seek(first.page_size)
+        second = _meta(f.read(_PAGE_HEADER + _META.size))
+        return second is not None and second.txnid == 0
 
 
 def _meta(page: bytes) -> _Meta | None:

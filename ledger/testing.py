@@ -28,7 +28,7 @@ from typing import Any
 
 from ._check import check_ledger
 from ._env import LedgerEnv
-from ._errors import NotALedgerError
+from ._errors import UnfinishedLedgerError
 from ._inspect import inspect_ledger
 
 __all__ = ["HistoryViolation", "LedgerHistory", "kill_until_done"]
@@ -111,9 +111,9 @@ class LedgerHistory:
             return  # killed before the ledger was created
         try:
             env = LedgerEnv.open_readonly(self.path)
-        except NotALedgerError:
+        except UnfinishedLedgerError:
             if not self._streams and not self.observations:
-                return  # killed after LMDB made its files, before the ledger's schema: nothing confirmed
+                return  # killed while the ledger was created, before its first commit: nothing confirmed
             raise HistoryViolation(f"ledger {self.path} held records, and now holds no ledger") from None
         try:
             report = check_ledger(env)
