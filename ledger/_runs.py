@@ -131,6 +131,8 @@ _decoder: Final = msgspec.msgpack.Decoder(RunRecord)
 def encode_inputs(graph: Graph, inputs: Mapping[Key[Any], Any]) -> tuple[CheckpointOutput, ...]:
     encoded = []
     for key in graph.inputs:
+        if key.is_stream:  # written by the host while the run runs, never a value of the record
+            continue
         value = inputs.get(key, NoValue)
         if value is NoValue:
             encoded.append(CheckpointOutput(key.name, "skipped"))
@@ -248,12 +250,17 @@ class Runs:
         on_event: Callable[[ExecutionEvent], None] | None = None,
         on_start: Callable[[Execution], None] | None = None,
         stream_capacity: int = 1024,
+        host_readers: Mapping[Key[Any], Iterable[str]] | None = None,
+        resumable_inputs: Iterable[Key[Any]] = (),
     ) -> RunResult:
         """Start run ``run_id`` of ``graph`` and run it to its end; a known id is :class:`RunExistsError`.
 
         ``on_start`` is called with the :class:`~streams.Execution` once it
-        has started (to watch its streams or snapshots, or to cancel it);
-        ``stream_capacity`` bounds each stream's unacknowledged messages.
+        has started (to watch its streams or snapshots, to cancel it, or to
+        start the host's tasks that write its stream inputs and read its
+        outlets); ``stream_capacity`` bounds each stream's unacknowledged
+        messages; ``host_readers`` and ``resumable_inputs`` are the
+        execution's (host streams: ``docs/nodes.md``).
         """
         graph.validate()
         topology = graph.topology()
@@ -266,6 +273,8 @@ class Runs:
             on_event=on_event,
             checkpoint=ExecCheckpoint(run_id, self._book.nodes),
             stream_capacity=stream_capacity,
+            host_readers=host_readers,
+            resumable_inputs=resumable_inputs,
         )
         record = RunRecord(
             FORMAT_VERSION,
@@ -318,10 +327,13 @@ class Runs:
         on_event: Callable[[ExecutionEvent], None] | None = None,
         on_start: Callable[[Execution], None] | None = None,
         stream_capacity: int = 1024,
+        host_readers: Mapping[Key[Any], Iterable[str]] | None = None,
+        resumable_inputs: Iterable[Key[Any]] = (),
     ) -> RunResult:
         """Continue run ``run_id`` from what the ledger confirmed; a finished run returns its result.
 
-        ``on_start`` and ``stream_capacity`` are :meth:`run`'s. ``aspects``
+        ``on_start``, ``stream_capacity``, ``host_readers`` and
+        ``resumable_inputs`` are :meth:`run`'s. ``aspects``
         must be the chain the run started with, in its order
         (:class:`RunAspectsMismatchError` otherwise, before anything is
         written or run); see the module docstring for records older than that.
@@ -358,6 +370,8 @@ class Runs:
                 on_event=on_event,
                 checkpoint=ExecCheckpoint(run_id, self._book.nodes),
                 stream_capacity=stream_capacity,
+                host_readers=host_readers,
+                resumable_inputs=resumable_inputs,
             )
             execution.restore_nodes(self._book.nodes.node_records(run_id))
             if record.status == "completed":

@@ -31,8 +31,9 @@ from ._store._hooks import CheckpointHooks
 
 __all__ = ["CHECKPOINT_HOOKS", "ExecCheckpoint"]
 
-#: The method names a complete set of node hooks has; checked when an execution is built.
-CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_nodes", "streams")
+#: The methods a complete set of node hooks has; checked when an execution is built. The
+#: ``streams`` attribute (the six stream hooks) is optional: only a graph with stream ports needs it.
+CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_nodes")
 
 
 class ExecCheckpoint:
@@ -41,10 +42,11 @@ class ExecCheckpoint:
     def __init__(self, scope: str, hooks: CheckpointHooks) -> None:
         if not isinstance(scope, str) or not scope:
             raise ValueError(f"a checkpoint scope must be a non-empty string, got {scope!r}")
-        missing = [name for name in CHECKPOINT_HOOKS if not hasattr(hooks, name)]
+        missing = [name for name in CHECKPOINT_HOOKS if not callable(getattr(hooks, name, None))]
         if missing:
             raise TypeError(
-                f"checkpoint hooks {hooks!r} lack {', '.join(missing)}: a store implements all of them"
+                f"checkpoint hooks {hooks!r} lack {', '.join(missing)} (each an async method): a store "
+                "implements all four"
             )
         self.scope = scope
         self.hooks = hooks

@@ -22,6 +22,7 @@ cannot set again a key its failed attempt already published.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from ._errors import (
     StreamClosedError,
 )
 from ._graph import Graph, NodeDef, SubDef
-from ._keys import Key, NoValue, NoValueType, type_name
+from ._keys import Key, NoValue, NoValueType, Stream, check_name, type_name
 from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
 from ._outcome import accept, interrupted, is_fault
@@ -68,7 +69,7 @@ from ._store._node_records import (
     NodeCheckpoint,
 )
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
-from ._stream import ManagedStream, StreamCore
+from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter
 from ._tracing import ATTR
 from ._unwrap import single_error
 
@@ -89,6 +90,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+#: The node name of the streams a host writes (the root's stream inputs): ``{scope}/host/{key}``.
+HOST = "host"
 NodeStatus = Literal["waiting", "running", "completed", "skipped", "failed", "cancelled"]
 ExecutionStatus = Literal["created", "running", "completed", "failed", "cancelled"]
 
@@ -228,6 +231,10 @@ class _Level:
         try:
             async with anyio.create_task_group() as tg:
                 self._cancel = tg.cancel_scope
+                if self is self.execution._root:
+                    for key in self.graph.inputs:
+                        if key.is_stream:
+                            tg.start_soon(self._open_host_inlet, key)
                 for member in self.graph.members:
                     self.execution._status_of[(*self.path, member.name)] = "waiting"
                     tg.start_soon(self._member, member)
@@ -236,6 +243,14 @@ class _Level:
                 await self.execution._node_commits.settle()
         if self.failure is not None:  # the first failure of this graph, to its mount (or the execution)
             raise self.failure
+
+    async def _open_host_inlet(self, key: Key[Any]) -> None:
+        """Open a stream input of the root, which the host writes: its readers get it as from a writer."""
+        ref = StreamRef(self.stream_scope, HOST, key.name)
+        with contextlib.suppress(CheckpointError):  # latched: the execution fails with it
+            self.slots[key].settle(
+                await self.execution._endpoint(ref, self.stream_plan(key), self.scope, host=True)
+            )
 
     async def _member(self, member: NodeDef | SubDef) -> None:
         execution, where = self.execution, (*self.path, member.name)
@@ -674,6 +689,8 @@ class Execution:
         on_event: Callable[[ExecutionEvent], None] | None = None,
         checkpoint: ExecCheckpoint | None = None,
         stream_capacity: int = 1024,
+        host_readers: Mapping[Key[Any], Iterable[str]] | None = None,
+        resumable_inputs: Iterable[Key[Any]] = (),
     ) -> None:
         if not isinstance(stream_capacity, int) or stream_capacity < 1:
             raise ValueError(f"stream_capacity must be at least 1, got {stream_capacity!r}")
@@ -683,7 +700,7 @@ class Execution:
             raise TypeError(f"Execution needs a Graph, got {graph!r}")
         graph.validate()
         if checkpoint is not None and graph.has_streams():  # Key[Stream[T]] needs complete stream hooks
-            check_stream_hooks(checkpoint.hooks.streams)
+            check_stream_hooks(getattr(checkpoint.hooks, "streams", None))
         self.graph = graph
         self._inputs = _checked_inputs(graph, dict(inputs or {}))
         self._aspects = tuple(aspects)
@@ -706,7 +723,9 @@ class Execution:
         self._stream_capacity = stream_capacity
         self._streams: dict[StreamRef, ManagedStream[Any]] = {}  # one endpoint per stream of the tree
         self._opening: dict[StreamRef, anyio.Event] = {}
-        self._plans = graph.stream_plans()
+        self._plans = dict(graph.stream_plans())
+        self._host_groups = _host_groups(graph, self._plans, dict(host_readers or {}))
+        self._resumable_inputs = _resumable_inputs(graph, resumable_inputs)
         self._ordinary_streams: MemoryStore | None = None
         self._node_commits = NodeCommits(confirm=self._commit_nodes, latch=self._latch_any)
         self._root = _Level(
@@ -785,6 +804,61 @@ class Execution:
         statuses = self._status_of.items()
         nodes = tuple(NodeSnapshot(where[:-1], where[-1], status) for where, status in statuses)
         return ExecutionSnapshot(self.graph.name, self._status, nodes)
+
+    async def host_writer(self, key: Key[Stream[T]]) -> StreamWriter[T]:
+        """The writer of stream input ``key`` of the root graph, which the host writes.
+
+        Waits until the stream is open (the execution opens it when it
+        starts). The same rules hold as for a writer node: every message is
+        confirmed before a reader sees it, ``send_at`` positions are kept,
+        and a host that continues after a restart must have promised it
+        (``resumable_inputs``) and goes on from ``writer.position``. The
+        host ends the stream with ``await writer.finish()`` (or ``fail()``).
+        """
+        if not (key.is_stream and key in self.graph.inputs):
+            raise GraphError(
+                f"{key!r} is not a stream input of graph {self.graph.name!r}: only those have a host writer"
+            )
+        stream: ManagedStream[T] = await self._root_stream(key)
+        return stream.writer()
+
+    async def host_reader(self, key: Key[Stream[T]], group: str) -> StreamReader[T]:
+        """A reader of outlet ``key`` of the root graph in the host's consumer group ``group``.
+
+        The group was given in ``host_readers`` before the start. Waits until
+        the stream's writer opened it; read it with
+        :func:`~streams.handle_messages` (acknowledgements confirmed in the
+        store, in the host's own task and contexts) or ``receive``/``ack``.
+        """
+        if group not in self._host_groups.get(key, ()):
+            raise GraphError(
+                f"{key!r} has no host group {group!r} in this execution: name it in "
+                f"Execution(host_readers={{{key!r}: [{group!r}]}})"
+            )
+        stream: ManagedStream[T] = await self._root_stream(key)
+        return stream.reader(group)
+
+    async def _root_stream(self, key: Key[Any]) -> ManagedStream[Any]:
+        """The root's endpoint of stream ``key``, once open; the execution's failure if it ended first."""
+        if self._status == "created":
+            raise RuntimeError("start the execution first: `async with execution:`")
+        slot = self._root.slots[key]
+        if not slot.settled:
+            async with anyio.create_task_group() as tg:
+
+                async def until(event: anyio.Event) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(until, slot.arrived)
+                tg.start_soon(until, self._done)
+        if not isinstance(slot.value, ManagedStream):
+            if self._failure is not None:
+                raise self._failure
+            raise ExecutionCancelledError(
+                f"execution of graph {self.graph.name!r} ended before stream {key!r} was open"
+            )
+        return slot.value
 
     def checkpoint_inputs(self) -> dict[Key[Any], Any]:
         """The external inputs actually supplied (values as read back, ``NoValue`` for skipped ones)."""
@@ -869,12 +943,16 @@ class Execution:
             self._ordinary_streams = MemoryStore()
         return self._ordinary_streams
 
-    async def _endpoint(self, ref: StreamRef, plan: StreamPlan, scope: str) -> ManagedStream[Any]:
+    async def _endpoint(
+        self, ref: StreamRef, plan: StreamPlan, scope: str, *, host: bool = False
+    ) -> ManagedStream[Any]:
         """The one endpoint of stream ``ref`` in the tree: opened by the first alias to need it, then shared.
 
         ``scope`` is the checkpoint scope of the level asking ("" in ordinary
         mode). The stream is opened with its writer's promise and every
-        group of the tree that reads it.
+        group of the tree that reads it, the host's included. ``host``: the
+        host writes it (a stream input of the root), with the promise given
+        in ``resumable_inputs``, and ends it itself.
         """
         while (opening := self._opening.get(ref)) is not None:
             await opening.wait()
@@ -887,7 +965,11 @@ class Execution:
             return existing
         done = self._opening[ref] = anyio.Event()
         try:
-            resumable = plan.writer is not None and plan.writer.resumable
+            resumable = (
+                plan.key in self._resumable_inputs
+                if host
+                else plan.writer is not None and plan.writer.resumable
+            )
             request = StreamOpen(
                 ref=ref,
                 type_name=type_name(plan.key.item_type),
@@ -909,7 +991,7 @@ class Execution:
                 capacity=self._stream_capacity,
                 resumable=resumable,
                 on_latch=self._latch,
-                node_owned=True,
+                node_owned=not host,
             )
             stream: ManagedStream[Any] = ManagedStream(core)
             self._streams[ref] = stream
@@ -985,19 +1067,20 @@ def _checked_inputs(graph: Graph, given: dict[Key[Any], Any]) -> dict[Key[Any], 
     for key in given:
         if not isinstance(key, Key) or key not in graph.inputs:
             problems.append(f"{key!r} is not an input of graph {graph.name!r}")
-    for key in graph.inputs:
-        if key.is_stream:
+        elif key.is_stream:
             problems.append(
-                f"input {key!r} of the root graph is a stream: a stream comes from the node that writes "
-                "it, or into a Sub through an inlet"
+                f"input {key!r} of the root graph is a stream: the host writes it once the execution "
+                "started (`await execution.host_writer(key)`); it takes no value"
             )
     for key in graph.inputs:
-        if key not in given:
+        if key not in given and not key.is_stream:
             problems.append(f"input {key!r} was not given (give NoValue to skip it)")
     if problems:
         raise GraphError(f"graph {graph.name!r}: " + "; ".join(problems), problems=tuple(problems))
     checked: dict[Key[Any], Any] = {}
     for key in graph.inputs:
+        if key.is_stream:
+            continue
         value = given[key]
         if value is NoValue:
             checked[key] = NoValue
@@ -1007,6 +1090,54 @@ def _checked_inputs(graph: Graph, given: dict[Key[Any], Any]) -> dict[Key[Any], 
         except PayloadTypeError as exc:
             raise GraphError(str(exc)) from None
     return checked
+
+
+def _host_groups(
+    graph: Graph, plans: dict[tuple[tuple[str, ...], str], StreamPlan], given: dict[Key[Any], Iterable[str]]
+) -> dict[Key[Any], tuple[str, ...]]:
+    """Check ``host_readers`` and add the host's groups to the streams' plans; every outlet has a reader.
+
+    Before the start, as the seed's BeforeStart subscriptions: a declared
+    outlet that no node reads and no host group reads is refused here.
+    """
+    problems: list[str] = []
+    groups: dict[Key[Any], tuple[str, ...]] = {}
+    for key, names in given.items():
+        if not isinstance(key, Key) or key not in graph.outlets:
+            problems.append(f"host_readers names {key!r}, which is not an outlet of graph {graph.name!r}")
+            continue
+        chosen = tuple(names) if not isinstance(names, str) else (names,)
+        plan = plans[((), key.name)]
+        for group in chosen:
+            check_name(group, f"a host group of {key!r}")
+            if group in plan.groups or chosen.count(group) > 1:
+                problems.append(f"group {group!r} of {key!r} is named twice (a node's group is its path)")
+        if problems:
+            continue
+        widened = dataclasses.replace(plan, groups=(*plan.groups, *chosen))
+        for alias, other in list(plans.items()):
+            if other is plan:
+                plans[alias] = widened
+        groups[key] = chosen
+    for key in graph.outlets:
+        if key.is_stream and ((), key.name) in plans and not plans[((), key.name)].groups:
+            problems.append(
+                f"outlet {key!r} of graph {graph.name!r} has no reader: no node reads it and no host group "
+                f"is given (Execution(host_readers={{{key!r}: ['...']}}))"
+            )
+    if problems:
+        raise GraphError(f"graph {graph.name!r}: " + "; ".join(problems), problems=tuple(problems))
+    return groups
+
+
+def _resumable_inputs(graph: Graph, keys: Iterable[Key[Any]]) -> frozenset[Key[Any]]:
+    """The stream inputs whose host promised to continue from ``writer.position`` after a restart."""
+    chosen = frozenset(keys)
+    for key in chosen:
+        if not (isinstance(key, Key) and key.is_stream and key in graph.inputs):
+            problem = f"resumable_inputs names {key!r}, which is not a stream input of graph {graph.name!r}"
+            raise GraphError(problem, problems=(problem,))
+    return chosen
 
 
 async def run_graph(

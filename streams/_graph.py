@@ -139,13 +139,24 @@ class Topology:
 class Graph:
     """A named, versioned graph of nodes and Sub mounts; see the module docstring."""
 
-    def __init__(self, name: str, *, version: str = "1", inputs: Iterable[Key[Any]] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        version: str = "1",
+        inputs: Iterable[Key[Any]] = (),
+        outlets: Iterable[Key[Any]] = (),
+    ) -> None:
         check_name(name, "a graph name")
         if not isinstance(version, str) or not version:
             raise ValueError(f"a graph version must be a non-empty string, got {version!r}")
         self.name = name
         self.version = version
         self.inputs: tuple[Key[Any], ...] = _keys(inputs, f"graph {name!r} inputs")
+        #: Streams of this graph a host may read when it runs as the root (``Execution(host_readers=)``):
+        #: ``validate()`` does not ask them for a reader node; the execution's start checks that
+        #: each has a reader, a node or a host.
+        self.outlets: tuple[Key[Any], ...] = _keys(outlets, f"graph {name!r} outlets")
         self._members: list[Member] = []
         self._checked: tuple[int, tuple[str, ...], Topology | None] | None = None  # (changes, problems, ...)
         self._plans: dict[tuple[tuple[str, ...], str], StreamPlan] = {}
@@ -287,7 +298,10 @@ class Graph:
 
         Besides the structure, every stream must have a reader somewhere in
         the tree (a child graph whose stream is read only by its parent
-        passes :meth:`topology`, not this, when checked alone).
+        passes :meth:`topology`, not this, when checked alone), except the
+        root's declared ``outlets``, which await a host reader; a stream
+        input of the root is written by the host
+        (:meth:`~streams.Execution.host_writer`).
         """
         self._raise(self._check()[1])
 
@@ -297,9 +311,9 @@ class Graph:
         if self._checked is None or self._checked[0] != changes:
             plans = stream_plans(self)
             self._plans = plans
-            structural = tuple(_problems(self, ()))
+            structural = (*_problems(self, ()), *_outlet_problems(self))
             self._checked = (changes, structural, None)
-            self._all_problems = (*structural, *_stream_problems(plans))
+            self._all_problems = (*structural, *_stream_problems(plans, self.outlets))
         return self._checked[1], self._all_problems
 
     def _raise(self, problems: tuple[str, ...]) -> None:
@@ -406,6 +420,18 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
     yield from _cycles(graph, at)
 
 
+def _outlet_problems(graph: Graph) -> Iterator[str]:
+    """A declared outlet is a stream a node of the graph (not a child) writes or a Sub exposes."""
+    provided = {key for member in graph.members for key in member.provides}
+    for key in graph.outlets:
+        if not key.is_stream:
+            yield f"outlet {key!r} of graph {graph.name!r} is not a stream: only streams have host readers"
+        elif key not in provided:
+            yield f"outlet {key!r} of graph {graph.name!r} is provided by no node of the graph"
+    if len(set(graph.outlets)) != len(graph.outlets):
+        yield f"graph {graph.name!r} declares an outlet twice"
+
+
 def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
     at, child = _where(path), mount.graph
     inner = (*path, mount.name)
@@ -446,16 +472,26 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
     yield from _problems(child, inner)
 
 
-def _stream_problems(plans: Mapping[tuple[tuple[str, ...], str], StreamPlan]) -> Iterator[str]:
+def _stream_problems(
+    plans: Mapping[tuple[tuple[str, ...], str], StreamPlan], outlets: tuple[Key[Any], ...]
+) -> Iterator[str]:
     seen: set[int] = set()
+    exported = {id(plans[((), key.name)]) for key in outlets if ((), key.name) in plans}
     for plan in plans.values():
-        if id(plan) in seen or plan.writer is None or plan.groups:
+        if id(plan) in seen or plan.groups or id(plan) in exported:
             continue
         seen.add(id(plan))
-        yield (
-            f"{_where(plan.path)}node {plan.writer.name!r} writes stream {plan.key!r}, which no node reads: "
-            "add a node that requires it (its messages wait for every reader)"
-        )
+        if plan.writer is not None:
+            yield (
+                f"{_where(plan.path)}node {plan.writer.name!r} writes stream {plan.key!r}, which no node "
+                "reads: add a node that requires it (its messages wait for every reader), or declare it "
+                "among the root graph's outlets for a host to read"
+            )
+        elif plan.path == ():
+            yield (
+                f"the host writes stream {plan.key!r}, an input of the root graph, which no node reads: "
+                "add a node that requires it"
+            )
 
 
 def _dependencies(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
@@ -578,7 +614,10 @@ def _shape(graph: Graph) -> dict[str, Any]:
             shape["fixed"] = sorted(k.name for k, _ in member.fixed)
         members.append(shape)
     members.sort(key=lambda m: str(m["name"]))
-    return {"name": graph.name, "version": graph.version, "inputs": ports(graph.inputs), "members": members}
+    shape = {"name": graph.name, "version": graph.version, "inputs": ports(graph.inputs), "members": members}
+    if graph.outlets:  # only when declared: the fingerprints of graphs without host readers stay as they were
+        shape["outlets"] = ports(graph.outlets)
+    return shape
 
 
 def _node_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[NodeSpec]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ledger import open_ledger
-from streams import ExecCheckpoint, Execution, Graph, Key, MemoryStore, NodeContext, RestorePlanError
+from streams import ExecCheckpoint, Execution, Graph, Key, MemoryStore, NodeContext, RestorePlanError, Stream
 from streams.testing import FaultyNodeHooks, node_store_checks
 
 URL = Key("url", str)
@@ -83,6 +83,34 @@ def test_checkpoint_mode_needs_complete_hooks_and_a_scope() -> None:
         ExecCheckpoint("", MemoryStore())
     with pytest.raises(RestorePlanError, match="needs checkpoint mode"):
         Execution(_one_node(), {URL: "x"}).restore_nodes([])
+
+
+async def test_four_hooks_without_stream_hooks_run_a_graph_without_streams_and_are_checked_by_call() -> None:
+    store = MemoryStore()
+
+    class FourHooks:  # the node hooks only: no ``streams``
+        open_attempt = store.open_attempt
+        fail_attempt = store.fail_attempt
+        open_child = store.open_child
+        commit_nodes = store.commit_nodes
+
+    execution = Execution(_one_node(), {URL: "x"}, checkpoint=ExecCheckpoint("run", FourHooks()))  # type: ignore[arg-type]
+    async with execution:
+        await execution.wait()
+    assert [r.node for r in store.node_records("run")] == ["noop"]
+
+    orders = Key("orders", Stream[int])
+    streaming = Graph("streaming", inputs=[URL])
+    streaming.add_node("write", _noop, requires=[URL], provides=[orders])
+    streaming.add_node("read", _noop, requires=[orders])
+    with pytest.raises(TypeError, match="stream hooks None lack open"):
+        Execution(streaming, {URL: "x"}, checkpoint=ExecCheckpoint("run", FourHooks()))  # type: ignore[arg-type]
+
+    class NotCallable(FourHooks):
+        open_child = None  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match="lack open_child"):
+        ExecCheckpoint("run", NotCallable())  # type: ignore[arg-type]
 
 
 def _one_node() -> Graph:

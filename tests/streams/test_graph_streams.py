@@ -59,7 +59,8 @@ def test_a_stream_nobody_reads_is_a_problem_of_the_graph() -> None:
     [problem] = problems_of(g)
     assert problem == (
         "node 'orders' writes stream Key('orders', streams.Stream[int]), which no node reads: "
-        "add a node that requires it (its messages wait for every reader)"
+        "add a node that requires it (its messages wait for every reader), or declare it among the root "
+        "graph's outlets for a host to read"
     )
 
 
@@ -129,13 +130,14 @@ async def test_a_pass_through_sub_completes_before_its_source_and_readers_get_ev
     assert result[TOTAL] == 3
 
 
-def test_a_root_graph_takes_no_stream_input() -> None:
+def test_a_root_stream_input_takes_no_value_the_host_writes_it() -> None:
     g = Graph("g", inputs=[ORDERS])
     g.add_node("read", _noop, requires=[ORDERS])
     with pytest.raises(
-        GraphError, match=re.escape("input Key('orders', streams.Stream[int]) of the root graph")
+        GraphError, match=re.escape("input Key('orders', streams.Stream[int]) of the root graph is a stream")
     ):
         Execution(g, {ORDERS: None})
+    Execution(g, {})  # not given: the host writes it
 
 
 class Hidden(msgspec.Struct):
