@@ -57,7 +57,8 @@ class Retry:
     cancelled chain is never retried and spends no budget. Before the next
     attempt, every message the failed one sent is confirmed, so a writer
     continuing from ``writer.position`` sends nothing twice. Each attempt
-    has message budgets of its own.
+    has message budgets of its own, and its own ``ctx.attempt`` (0-based)
+    and ``ctx.idempotency_key``.
     """
 
     def __init__(self, attempts: int = 3, *, delay: float = 0.0) -> None:
@@ -79,7 +80,7 @@ class Retry:
         for attempt in range(self.attempts):
             try:
                 # each attempt a scope of its own: its message budgets are its own, as in checkpoint mode
-                await ctx._within(ctx._local_attempt(position, attempt), proceed)
+                await ctx._within(ctx._local_attempt(position, attempt), proceed, index=attempt)
                 return
             except NOT_RETRIED:
                 raise
@@ -109,7 +110,7 @@ class Retry:
                 )
             mark = ctx._mark()
             try:
-                await ctx._within(attempt.scope, proceed)
+                await ctx._within(attempt.scope, proceed, index=attempt.index)
                 return
             except NOT_RETRIED:
                 raise

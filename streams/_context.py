@@ -5,14 +5,22 @@ A :class:`Slot` is one key of one graph level, settled once with a value or
 ``ctx.set`` settles the slot at once. In checkpoint mode it stages the value
 in the node's :class:`WriteSet`, outside the whole aspect chain, and the
 slot is settled only after the node's complete record is confirmed.
+
+A node also learns where it runs: its run id, the attempts of the Retry
+boundaries around it and an idempotency key for its external effects, each
+computed when asked (a node that never asks pays nothing but three fields).
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
+import msgspec
 
 from ._codec import codec_for
 from ._errors import OutputError, SkippedInputError
@@ -29,6 +37,10 @@ __all__ = ["NodeContext", "NodeSkipped", "Slot", "WriteSet"]
 
 T = TypeVar("T")
 _UNSET: Final = object()
+
+#: The context of the Sub mount whose current attempt the running task is inside (set by the
+#: mount's Retry): a child node reads the mount's attempts through it.
+_MOUNT: ContextVar[NodeContext | None] = ContextVar("streamledger_mount", default=None)
 
 
 class NodeSkipped(BaseException):
@@ -82,7 +94,7 @@ class WriteSet:
 class NodeContext:
     """What a node's function and aspects see: its inputs, and Set/Skip for what it provides."""
 
-    __slots__ = ("_frame", "_level", "_member", "_position", "_scopes")
+    __slots__ = ("_attempts", "_frame", "_level", "_member", "_mount", "_position", "_scopes", "_token")
 
     def __init__(
         self, level: _Level, member: NodeDef | SubDef, *, frame: WriteSet | None = None, scope: str = ""
@@ -91,6 +103,9 @@ class NodeContext:
         self._member = member
         self._frame = frame
         self._scopes = [scope] if scope else []  # the attempt scopes enclosing the running link
+        self._attempts: tuple[int, ...] = ()  # the indices of the Retry attempts this chain is inside
+        self._mount = _MOUNT.get()  # the retried mount this node runs under, if any
+        self._token: str | None = None  # ordinary mode: this run of the node, drawn when a key is asked
         self._position = 0  # the aspect-chain position of the aspect being entered
 
     @property
@@ -104,6 +119,63 @@ class NodeContext:
 
     def __repr__(self) -> str:
         return f"NodeContext({'/'.join((*self.path, self.node))})"
+
+    # -- where the node runs ----------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str | None:
+        """The durable run: the execution's checkpoint scope (``ledger.run``'s ``run_id``).
+
+        ``None`` in ordinary mode, which has no durable run (a process-local
+        execution is no identity anything could resume).
+        """
+        checkpoint = self._level.execution._checkpoint
+        return None if checkpoint is None else checkpoint.scope
+
+    @property
+    def attempts(self) -> tuple[int, ...]:
+        """The attempt index of every Retry boundary around this code, from the outermost in.
+
+        0-based, as ``MessageTx.attempt``: the number of failures the boundary
+        confirmed before this attempt. The boundaries of a Sub mount's chain
+        come before those of the node's own chain (the execution's aspects,
+        then the node's); ``()`` under none. In checkpoint mode the ledger
+        assigns them, so a crash inside an attempt and a resume see the same
+        indices again; in ordinary mode they are the Retry loops' counters.
+        """
+        mount = self._mount
+        if mount is not None and mount._level.execution is self._level.execution:
+            return (*mount.attempts, *self._attempts)
+        return self._attempts
+
+    @property
+    def attempt(self) -> int:
+        """The attempt index of the innermost Retry boundary around this code (0-based); 0 under none."""
+        attempts = self.attempts
+        return attempts[-1] if attempts else 0
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for this attempt's external effects: pass it to the services the node calls.
+
+        In checkpoint mode it is the same on every run of the same attempt (a
+        crash and a resume, in this process or another) and differs for every
+        other attempt: a Retry's next one, a retried Sub mount's next one,
+        another node, another run id. It is 32 hex digits of a SHA-256 over
+        the run id, the node's group (:attr:`group`) and the innermost
+        attempt scope the store assigned, so it carries no business data and
+        has the same length however deep the node is mounted. In ordinary
+        mode nothing is durable: the key is unique to this attempt of this
+        execution and never comes again.
+        """
+        run_id = self.run_id
+        scope = self._scopes[-1] if self._scopes else ""
+        if run_id is None:
+            if self._token is None:
+                self._token = secrets.token_hex(16)
+            run_id = self._token
+        identity = msgspec.msgpack.encode((run_id, self.group, scope))  # unambiguous, and stable
+        return hashlib.sha256(identity).hexdigest()[:32]
 
     def __getitem__(self, key: Key[T]) -> T:
         """The value of a required key; :class:`SkippedInputError` if it was skipped."""
@@ -248,10 +320,17 @@ class NodeContext:
                 if isinstance(stream, ManagedStream):
                     await stream.core.flush()
 
-    async def _within(self, scope: str, proceed: Callable[[], Awaitable[None]]) -> None:
-        """Run ``proceed`` as attempt ``scope``: what it opens (inner retries, Sub children) is under it."""
+    async def _within(self, scope: str, proceed: Callable[[], Awaitable[None]], *, index: int) -> None:
+        """Run ``proceed`` as attempt ``scope`` (index ``index`` of its boundary): what it opens (inner
+        retries, Sub children) is under it."""
         self._scopes.append(scope)
+        attempts = self._attempts
+        self._attempts = (*attempts, index)
+        mount = _MOUNT.set(self) if isinstance(self._member, SubDef) else None  # the child's nodes see it
         try:
             await proceed()
         finally:
+            if mount is not None:
+                _MOUNT.reset(mount)
+            self._attempts = attempts
             self._scopes.pop()
