@@ -223,7 +223,7 @@ class Runs:
         has started (to watch its streams or snapshots, or to cancel it);
         ``stream_capacity`` bounds each stream's unacknowledged messages.
         """
-        graph.validate()
+        graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         topology = graph.topology()
         node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         execution = Execution(
@@ -252,7 +252,7 @@ class Runs:
         A known run id is :class:`RunExistsError`; the inputs are checked and
         encoded as :meth:`run` does.
         """
-        graph.validate()
+        graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         node_run_key(run_id)
         execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(run_id, self._book.nodes))
         record = RunRecord(
