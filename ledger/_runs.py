@@ -262,7 +262,7 @@ class Runs:
         messages; ``host_readers`` and ``resumable_inputs`` are the
         execution's (host streams: ``docs/nodes.md``).
         """
-        graph.validate()
+        graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         topology = graph.topology()
         node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         aspects = tuple(aspects)
@@ -299,7 +299,7 @@ class Runs:
         run is recorded with: the workers that run it must be given the same
         (:class:`RunAspectsMismatchError`).
         """
-        graph.validate()
+        graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         node_run_key(run_id)
         aspects = tuple(aspects)
         execution = Execution(

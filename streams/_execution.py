@@ -698,7 +698,7 @@ class Execution:
             raise TypeError(f"checkpoint= takes an ExecCheckpoint(scope, hooks), got {checkpoint!r}")
         if not isinstance(graph, Graph):
             raise TypeError(f"Execution needs a Graph, got {graph!r}")
-        graph.validate()
+        graph.validate(checkpoint=checkpoint is not None)  # checkpoint mode: no cycle through a commit
         if checkpoint is not None and graph.has_streams():  # Key[Stream[T]] needs complete stream hooks
             check_stream_hooks(getattr(checkpoint.hooks, "streams", None))
         self.graph = graph
@@ -758,7 +758,7 @@ class Execution:
         if self._status != "created":
             raise RuntimeError(f"{self!r} was started already; make a new Execution to run again")
         if self._checkpoint is not None:  # revalidated against the definition as it is now
-            self.graph.validate()
+            self.graph.validate(checkpoint=True)
             self._root.plan = check_plan(self.graph, self._records, where=f"graph {self.graph.name!r}")
         self._status = "running"
         task_group = anyio.create_task_group()

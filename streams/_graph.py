@@ -9,10 +9,12 @@ provides under keys of this graph. Wiring is live: a child node starts as
 soon as its own inputs have arrived, whatever other inlets still wait.
 
 :meth:`Graph.validate` checks the whole tree at once and reports every
-problem with its mount path; :meth:`Graph.topology` orders the nodes and
-fingerprints the structure; :meth:`Graph.checkpoint_nodes` and
-:meth:`Graph.checkpoint_ports` copy the declarations with their real types,
-as a store needs them to check and decode a recovery plan.
+problem with its mount path (``checkpoint=True`` adds what only checkpoint
+mode cannot run: a cycle through a Sub mount's commit, see :class:`_Waits`);
+:meth:`Graph.topology` orders the nodes and fingerprints the structure;
+:meth:`Graph.checkpoint_nodes` and :meth:`Graph.checkpoint_ports` copy the
+declarations with their real types, as a store needs them to check and
+decode a recovery plan.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ._aliases import StreamPlan, stream_plans
@@ -161,6 +164,7 @@ class Graph:
         self._checked: tuple[int, tuple[str, ...], Topology | None] | None = None  # (changes, problems, ...)
         self._plans: dict[tuple[tuple[str, ...], str], StreamPlan] = {}
         self._all_problems: tuple[str, ...] = ()
+        self._checkpoint_problems: tuple[str, ...] | None = None  # reset with _checked
 
     def _changes(self) -> int:
         """How many members the tree holds: validation is redone only when it grows."""
@@ -293,7 +297,7 @@ class Graph:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def validate(self) -> None:
+    def validate(self, *, checkpoint: bool = False) -> None:
         """Check the whole tree; :class:`GraphError` lists every problem, each with its mount path.
 
         Besides the structure, every stream must have a reader somewhere in
@@ -302,8 +306,20 @@ class Graph:
         root's declared ``outlets``, which await a host reader; a stream
         input of the root is written by the host
         (:meth:`~streams.Execution.host_writer`).
+
+        ``checkpoint=True`` also refuses what only checkpoint mode cannot run
+        (``Execution(..., checkpoint=...)`` checks it): a cycle through a Sub
+        mount's commit. There a mount publishes an outlet of an ordinary value
+        only once its record is committed, after its whole child finished, so
+        a node that waits for that outlet cannot feed an inlet the child's
+        nodes wait for, directly or through other nodes or nested mounts.
+        Ordinary mode publishes outlets as the child sets them and runs such a
+        graph. Stream outlets are handed on live in both modes.
         """
-        self._raise(self._check()[1])
+        structural, problems = self._check()
+        if checkpoint and not structural:
+            problems = (*problems, *self._checkpoint_check())
+        self._raise(problems)
 
     def _check(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(structural problems, all problems), computed once per shape of the tree."""
@@ -314,7 +330,14 @@ class Graph:
             structural = (*_problems(self, ()), *_outlet_problems(self))
             self._checked = (changes, structural, None)
             self._all_problems = (*structural, *_stream_problems(plans, self.outlets))
+            self._checkpoint_problems = None
         return self._checked[1], self._all_problems
+
+    def _checkpoint_check(self) -> tuple[str, ...]:
+        """The problems only checkpoint mode has, of the structurally sound tree (after :meth:`_check`)."""
+        if self._checkpoint_problems is None:
+            self._checkpoint_problems = tuple(_commit_cycles(self, (), _Waits(checkpoint=True)))
+        return self._checkpoint_problems
 
     def _raise(self, problems: tuple[str, ...]) -> None:
         if problems:
@@ -494,50 +517,117 @@ def _stream_problems(
             )
 
 
-def _dependencies(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
-    """For each key a member provides, the keys of the same graph it is computed from."""
-    deps: dict[Key[Any], set[Key[Any]]] = {}
-    for member in graph.members:
-        if isinstance(member, NodeDef):
-            for key in member.provides:
-                deps.setdefault(key, set()).update(member.requires)
-            continue
-        inner = _closure(member.graph)
-        inlet_of = {child: parent for child, parent in member.inlets}
-        for child_key, parent in member.outlets:
-            needed = inner.get(child_key, set()) | ({child_key} if child_key in inlet_of else set())
-            deps.setdefault(parent, set()).update(inlet_of[k] for k in needed if k in inlet_of)
-    return deps
+class _Waits:
+    """What each key of a graph in the tree waits for before it is published, in one mode.
+
+    In ordinary mode a Sub's outlet is published as the child sets it, so it
+    waits only for the inlets its child key is computed from. In checkpoint
+    mode an outlet of an ordinary value is published only once the mount's
+    complete record is committed, which comes after every node of its child
+    finished: it waits for every inlet the child's nodes wait for
+    (:meth:`completion`). A stream outlet is handed on live in both modes (its
+    endpoint, as soon as its source opens it), so it waits as in ordinary
+    mode. A node's outputs wait for its required keys in both.
+
+    One instance memoizes the graphs and mounts it has seen (a graph holds
+    the same waits wherever it is mounted).
+    """
+
+    def __init__(self, *, checkpoint: bool) -> None:
+        self.checkpoint = checkpoint
+        self._dependencies: dict[int, dict[Key[Any], set[Key[Any]]]] = {}
+        self._closures: dict[int, dict[Key[Any], set[Key[Any]]]] = {}
+        self._completions: dict[SubDef, dict[Key[Any], tuple[tuple[str, ...], Key[Any]]]] = {}
+
+    def dependencies(self, graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
+        """For each key a member provides, the keys of the same graph it waits for."""
+        found = self._dependencies.get(id(graph))
+        if found is not None:
+            return found
+        deps: dict[Key[Any], set[Key[Any]]] = {}
+        for member in graph.members:
+            if isinstance(member, NodeDef):
+                for key in member.provides:
+                    deps.setdefault(key, set()).update(member.requires)
+                continue
+            inner = self.closure(member.graph)
+            inlet_of = dict(member.inlets)
+            for child_key, parent in member.outlets:
+                if self.checkpoint and not parent.is_stream:  # published with the mount's record
+                    deps.setdefault(parent, set()).update(self.completion(member))
+                    continue
+                needed = inner.get(child_key, set()) | ({child_key} if child_key in inlet_of else set())
+                deps.setdefault(parent, set()).update(inlet_of[k] for k in needed if k in inlet_of)
+        self._dependencies[id(graph)] = deps
+        return deps
+
+    def closure(self, graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
+        """For each key of ``graph``, the inputs of ``graph`` it waits for, transitively (a sound graph)."""
+        known = self._closures.get(id(graph))
+        if known is not None:
+            return known
+        deps = self.dependencies(graph)
+        inputs = set(graph.inputs)
+        found: dict[Key[Any], set[Key[Any]]] = {}
+
+        def visit(key: Key[Any], seen: frozenset[Key[Any]]) -> set[Key[Any]]:
+            if key in found:
+                return found[key]
+            result: set[Key[Any]] = {key} & inputs
+            for dep in deps.get(key, ()):
+                if dep not in seen:
+                    result |= visit(dep, seen | {dep})
+            found[key] = result
+            return result
+
+        for key in deps:
+            visit(key, frozenset({key}))
+        self._closures[id(graph)] = found
+        return found
+
+    def completion(self, mount: SubDef) -> dict[Key[Any], tuple[tuple[str, ...], Key[Any]]]:
+        """The keys of the mount's graph that must arrive before the mount can conclude (checkpoint mode).
+
+        Each maps to the first node found that waits for it (its path from
+        the mount's graph: ``("mount", "node")``, deeper through nested
+        mounts; just the mount for a stream it passes through, whose source
+        its record names) and the inlet it comes in through.
+        """
+        known = self._completions.get(mount)
+        if known is not None:
+            return known
+        child = mount.graph
+        closure = self.closure(child)
+        inputs = set(child.inputs)
+        waiting: dict[Key[Any], tuple[str, ...]] = {}  # child input -> who waits for it
+
+        def wait_for(key: Key[Any], who: tuple[str, ...]) -> None:
+            for needed in sorted(closure.get(key, {key} & inputs), key=lambda k: k.name):
+                waiting.setdefault(needed, who)
+
+        for member in child.members:
+            if isinstance(member, NodeDef):
+                for key in member.requires:
+                    wait_for(key, (mount.name, member.name))
+            else:
+                for key, (who, _) in self.completion(member).items():
+                    wait_for(key, (mount.name, *who))
+        for child_key, parent in mount.outlets:
+            if parent.is_stream:  # its record names the stream's source: it waits for the endpoint
+                wait_for(child_key, (mount.name,))
+        inlet_of = dict(mount.inlets)
+        found = {inlet_of[key]: (who, key) for key, who in waiting.items() if key in inlet_of}
+        self._completions[mount] = found
+        return found
 
 
-def _closure(graph: Graph) -> dict[Key[Any], set[Key[Any]]]:
-    """For each key of ``graph``, the inputs of ``graph`` it depends on, transitively (a sound graph)."""
-    deps = _dependencies(graph)
-    inputs = set(graph.inputs)
-    found: dict[Key[Any], set[Key[Any]]] = {}
-
-    def visit(key: Key[Any], seen: frozenset[Key[Any]]) -> set[Key[Any]]:
-        if key in found:
-            return found[key]
-        result: set[Key[Any]] = {key} & inputs
-        for dep in deps.get(key, ()):
-            if dep not in seen:
-                result |= visit(dep, seen | {dep})
-        found[key] = result
-        return result
-
-    for key in deps:
-        visit(key, frozenset({key}))
-    return found
-
-
-def _cycles(graph: Graph, at: str) -> Iterator[str]:
-    deps = _dependencies(graph)
+def _loops(graph: Graph, deps: Mapping[Key[Any], set[Key[Any]]]) -> Iterator[list[Key[Any]]]:
+    """Each cycle of ``deps`` (keys, each waiting for the next, back to the first), once per member set."""
     producer = {key: member.name for member in graph.members for key in member.provides}
     state: dict[Key[Any], int] = {}  # 1: on the current path, 2: done
     reported: set[frozenset[str]] = set()
 
-    def visit(key: Key[Any], trail: list[Key[Any]]) -> Iterator[str]:
+    def visit(key: Key[Any], trail: list[Key[Any]]) -> Iterator[list[Key[Any]]]:
         state[key] = 1
         trail.append(key)
         for dep in sorted(deps.get(key, ()), key=lambda k: k.name):
@@ -546,8 +636,7 @@ def _cycles(graph: Graph, at: str) -> Iterator[str]:
                 members = frozenset(producer.get(k, "") for k in loop)
                 if members not in reported:
                     reported.add(members)
-                    steps = " <- ".join(f"{k.name} ({producer.get(k, 'input')})" for k in loop)
-                    yield f"{at}cycle: {steps}"
+                    yield loop
             elif dep not in state:
                 yield from visit(dep, trail)
         trail.pop()
@@ -556,6 +645,71 @@ def _cycles(graph: Graph, at: str) -> Iterator[str]:
     for key in sorted(deps, key=lambda k: k.name):
         if key not in state:
             yield from visit(key, [])
+
+
+def _cycles(graph: Graph, at: str) -> Iterator[str]:
+    producer = {key: member.name for member in graph.members for key in member.provides}
+    for loop in _loops(graph, _Waits(checkpoint=False).dependencies(graph)):
+        steps = " <- ".join(f"{k.name} ({producer.get(k, 'input')})" for k in loop)
+        yield f"{at}cycle: {steps}"
+
+
+def _commit_cycles(graph: Graph, path: tuple[str, ...], waits: _Waits) -> Iterator[str]:
+    """The cycles only checkpoint mode has (of a structurally sound tree): through a mount's commit.
+
+    Such a cycle leaves the mount through an outlet of an ordinary value and
+    comes back into it through an inlet one of its nodes waits for, directly
+    or through other nodes and mounts. Ordinary mode runs it (the outlet is
+    published as the child sets it); checkpoint mode would wait forever.
+    """
+    at = _where(path)
+    producer = {key: member for member in graph.members for key in member.provides}
+    ordinary = _Waits(checkpoint=False).dependencies(graph)
+
+    def why(key: Key[Any], dep: Key[Any]) -> str:
+        """Why ``key`` waits for ``dep`` in checkpoint mode only; "" if it waits so in both modes."""
+        mount = producer[key]
+        if not isinstance(mount, SubDef):
+            return ""
+        if not key.is_stream:
+            who, inlet = waits.completion(mount)[dep]
+            return (
+                f"Sub {mount.name!r} publishes outlet {key.name} only once its record is committed, after "
+                f"its child finished, and {'/'.join(who)!r} waits for {dep.name} (inlet {inlet.name})"
+            )
+        if dep in ordinary.get(key, ()):
+            return ""
+        child_key = next(c for c, p in mount.outlets if p == key)
+        reached = waits.closure(mount.graph).get(child_key, {child_key})
+        inlet = next(c for c, p in sorted(mount.inlets, key=lambda i: i[0].name) if p == dep and c in reached)
+        return (
+            f"Sub {mount.name!r} opens stream outlet {key.name} only after a mount inside it committed, "
+            f"which waits for {dep.name} (inlet {inlet.name})"
+        )
+
+    for loop in _loops(graph, waits.dependencies(graph)):
+        edges = [(key, dep, why(key, dep)) for key, dep in pairwise(loop)]
+        # the tree has no cycle in ordinary mode, so some edge of this one waits in checkpoint mode only
+        first = next(i for i, (_, _, reason) in enumerate(edges) if reason)
+        edges = [*edges[first:], *edges[:first]]  # told from there
+        steps: list[str] = []
+        for key, _, _ in edges:
+            member = producer[key]
+            kind = "node" if isinstance(member, NodeDef) else "Sub"
+            commit = ", at its commit" if kind == "Sub" and not key.is_stream else ""
+            steps.append(f"{key.name} ({kind} {member.name!r}{commit})")
+        steps.append(edges[0][0].name)
+        reasons = "; ".join(reason for _, _, reason in edges if reason)
+        mounts = " and ".join(dict.fromkeys(repr(producer[key].name) for key, _, reason in edges if reason))
+        yield (
+            f"{at}checkpoint mode cannot run the cycle {' <- '.join(steps)}: {reasons}. Ordinary mode runs "
+            "it, publishing each outlet as the child sets it; for checkpoint mode, break the cycle: feed "
+            f"the inlet from outside it, or split {mounts} so that what the cycle needs from it comes "
+            "from another Sub"
+        )
+    for member in graph.members:
+        if isinstance(member, SubDef):
+            yield from _commit_cycles(member.graph, (*path, member.name), waits)
 
 
 def _ordered(graph: Graph) -> list[Member]:

@@ -33,7 +33,17 @@ from ledger._seal import seal
 from ledger.postgres import PostgresLedger, open_postgres
 from ledger.postgres import work as worker
 from ledger.postgres._inspect import inspect_postgres
-from streams import Aspect, ConfirmedFailureError, Graph, Key, NodeContext, Retry, Timeout
+from streams import (
+    Aspect,
+    ConfirmedFailureError,
+    Execution,
+    Graph,
+    GraphError,
+    Key,
+    NodeContext,
+    Retry,
+    Timeout,
+)
 from streams.store import CheckpointOutput
 
 from ._kills import ROOT, assert_sound, killed_until_landed
@@ -163,6 +173,33 @@ async def test_a_confirmed_final_failure_stays_final_and_is_raised_before_anythi
     async with open_any() as ledger:  # another process lifetime
         with pytest.raises(ConfirmedFailureError, match="run 'f' failed for good \\(ValueError\\)"):
             await ledger.resume("f", doubling())  # even with a graph that would succeed now
+
+
+async def test_a_graph_checkpoint_mode_cannot_run_is_refused_before_the_run_is_recorded(
+    open_any: Opener,
+) -> None:
+    child = Graph("child", inputs=[N, DOUBLED])
+    child.add_node("early", _noop, requires=[N], provides=[Key("early", int)])
+    child.add_node("late", _noop, requires=[DOUBLED])
+    g = Graph("fed_back", inputs=[N])  # ordinary mode runs it; a run would wait for ever
+    g.sub("mount", child, inlets={N: N, DOUBLED: DOUBLED}, outlets={Key("early", int): Key("early", int)})
+    g.add_node("again", _noop, requires=[Key("early", int)], provides=[DOUBLED])
+
+    def stop(run: Execution) -> None:  # a run that started would wait for ever: let the test fail instead
+        run.cancel()
+
+    async with open_any() as ledger:
+        with pytest.raises(GraphError, match="checkpoint mode cannot run the cycle early \\(Sub 'mount'"):
+            await ledger.run(g, {N: 1}, run_id="r", on_start=stop)
+        submit = getattr(ledger, "submit", None)  # PostgreSQL records runs for workers too
+        if submit is not None:
+            with pytest.raises(GraphError, match="'mount/late' waits for doubled"):
+                await submit(g, {N: 1}, run_id="s")
+        assert ledger.runs() == []
+
+
+async def _noop(ctx: NodeContext) -> None:
+    pass
 
 
 async def test_one_execution_at_a_time_runs_a_run_id(open_any: Opener) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from streams import Graph, GraphError, Key, NodeContext, NodeSpec, PortSpec
+from streams import Graph, GraphError, Key, NodeContext, NodeSpec, PortSpec, Stream
 
 URL = Key("url", str)
 PAGE = Key("page", str)
@@ -40,9 +40,9 @@ def pipeline_graph(doc: Graph | None = None) -> Graph:
     return pipeline
 
 
-def problems_of(graph: Graph) -> tuple[str, ...]:
+def problems_of(graph: Graph, *, checkpoint: bool = False) -> tuple[str, ...]:
     with pytest.raises(GraphError) as caught:
-        graph.validate()
+        graph.validate(checkpoint=checkpoint)
     return caught.value.problems
 
 
@@ -173,6 +173,149 @@ def test_a_cycle_through_a_sub_is_found_and_independent_wiring_is_not_one() -> N
     )
     [problem] = problems_of(looped)
     assert problem == "cycle: text_out (c) <- text_out (c)"
+
+
+def echo_and_other() -> Graph:
+    """page comes from url alone, text from lang alone."""
+    child = Graph("child", inputs=[URL, LANG])
+    child.add_node("echo", noop, requires=[URL], provides=[PAGE])
+    child.add_node("other", noop, requires=[LANG], provides=[TEXT])
+    return child
+
+
+def test_a_mounts_outlet_fed_back_into_its_inlet_is_refused_for_checkpoint_mode_only() -> None:
+    # page depends on url only, so ordinary mode publishes it while lang still waits; in checkpoint
+    # mode page waits for the mount's commit, which waits for "other", which waits for lang
+    direct = Graph("direct", inputs=[FIRST_URL])
+    direct.sub(
+        "c",
+        echo_and_other(),
+        inlets={URL: FIRST_URL, LANG: Key("page_out", str)},
+        outlets={PAGE: Key("page_out", str)},
+    )
+    direct.validate()
+    assert problems_of(direct, checkpoint=True) == (
+        "checkpoint mode cannot run the cycle page_out (Sub 'c', at its commit) <- page_out: Sub 'c' "
+        "publishes outlet page_out only once its record is committed, after its child finished, and "
+        "'c/other' waits for page_out (inlet lang). Ordinary mode runs it, publishing each outlet as the "
+        "child sets it; for checkpoint mode, break the cycle: feed the inlet from outside it, or split 'c' "
+        "so that what the cycle needs from it comes from another Sub",
+    )
+    through_a_node = Graph("through_a_node", inputs=[FIRST_URL])
+    through_a_node.sub("c", echo_and_other(), inlets={URL: FIRST_URL, LANG: LANG}, outlets={PAGE: PAGE})
+    through_a_node.add_node("detect", noop, requires=[PAGE], provides=[LANG])
+    through_a_node.validate()
+    [problem] = problems_of(through_a_node, checkpoint=True)
+    assert problem.startswith(
+        "checkpoint mode cannot run the cycle page (Sub 'c', at its commit) <- lang (node 'detect') <- page: "
+        "Sub 'c' publishes outlet page only once its record is committed, after its child finished, and "
+        "'c/other' waits for lang (inlet lang)."
+    )
+    outer = Graph("outer")  # mounted, it is found with its mount path
+    outer.sub("inner", through_a_node, fixed={FIRST_URL: "x"})
+    [problem] = problems_of(outer, checkpoint=True)
+    assert problem.startswith("inner: checkpoint mode cannot run the cycle page (Sub 'c', at its commit)")
+    outer.validate()
+
+
+def test_a_cycle_through_a_mounts_commit_is_found_through_other_nodes_and_nested_mounts() -> None:
+    # through two nodes of the parent graph
+    chained = Graph("chained", inputs=[FIRST_URL])
+    chained.sub("c", echo_and_other(), inlets={URL: FIRST_URL, LANG: LANG}, outlets={PAGE: PAGE})
+    chained.add_node("read", noop, requires=[PAGE], provides=[SUMMARY])
+    chained.add_node("detect", noop, requires=[SUMMARY], provides=[LANG])
+    [problem] = problems_of(chained, checkpoint=True)
+    assert problem.startswith(
+        "checkpoint mode cannot run the cycle page (Sub 'c', at its commit) <- lang (node 'detect') <- "
+        "summary (node 'read') <- page: "
+    )
+    # into a mount nested in the mount: its node waits, two levels down
+    nesting = Graph("nesting", inputs=[URL, LANG])
+    nesting.add_node("echo", noop, requires=[URL], provides=[PAGE])
+    nesting.sub("deeper", echo_and_other(), inlets={URL: URL, LANG: LANG})
+    nested = Graph("nested", inputs=[FIRST_URL])
+    nested.sub("c", nesting, inlets={URL: FIRST_URL, LANG: LANG}, outlets={PAGE: PAGE})
+    nested.add_node("detect", noop, requires=[PAGE], provides=[LANG])
+    nested.validate()
+    [problem] = problems_of(nested, checkpoint=True)
+    assert "and 'c/deeper/other' waits for lang (inlet lang)" in problem
+    # out of a mount nested in the mount: the outer mount's outlet still waits for its commit
+    exposing = Graph("exposing", inputs=[URL, LANG])
+    exposing.sub("deeper", echo_and_other(), inlets={URL: URL, LANG: LANG}, outlets={PAGE: PAGE})
+    looped = Graph("looped", inputs=[FIRST_URL])
+    looped.sub("c", exposing, inlets={URL: FIRST_URL, LANG: LANG}, outlets={PAGE: PAGE})
+    looped.add_node("detect", noop, requires=[PAGE], provides=[LANG])
+    looped.validate()
+    [problem] = problems_of(looped, checkpoint=True)
+    assert "and 'c/deeper/other' waits for lang (inlet lang)" in problem
+    # two mounts, each waiting for the other's outlet: both commits named
+    pair = Graph("pair", inputs=[FIRST_URL])
+    pair.sub(
+        "a",
+        echo_and_other(),
+        inlets={URL: FIRST_URL, LANG: Key("b_page", str)},
+        outlets={PAGE: Key("a_page", str)},
+    )
+    pair.sub(
+        "b",
+        echo_and_other(),
+        inlets={URL: FIRST_URL, LANG: Key("a_page", str)},
+        outlets={PAGE: Key("b_page", str)},
+    )
+    pair.validate()
+    [problem] = problems_of(pair, checkpoint=True)
+    assert problem.startswith(
+        "checkpoint mode cannot run the cycle a_page (Sub 'a', at its commit) <- b_page (Sub 'b', at its "
+        "commit) <- a_page: Sub 'a' publishes outlet a_page only once its record is committed, after its "
+        "child finished, and 'a/other' waits for b_page (inlet lang); Sub 'b' publishes outlet b_page "
+    )
+    assert problem.endswith(
+        "or split 'a' and 'b' so that what the cycle needs from it comes from another Sub"
+    )
+
+
+ITEMS = Key("items", Stream[str])
+ECHOED = Key("echoed", Stream[str])
+
+
+def test_stream_outlets_are_handed_on_live_so_only_cycles_through_a_commit_are_refused() -> None:
+    # the mount's stream comes back into it through a node of the parent: the endpoint is handed on as
+    # soon as its writer opens it, so nothing waits for the mount's commit
+    child = Graph("child", inputs=[ECHOED, LANG])
+    child.add_node("write", noop, provides=[ITEMS])
+    child.add_node("read", noop, requires=[ECHOED], provides=[SUMMARY])
+    child.add_node("other", noop, requires=[LANG], provides=[TEXT])
+    loop = Graph("loop")
+    loop.sub("c", child, inlets={ECHOED: ECHOED, LANG: LANG}, outlets={ITEMS: ITEMS})
+    loop.add_node("echo", noop, requires=[ITEMS], provides=[ECHOED, LANG])  # a stream and a value
+    loop.validate(checkpoint=True)
+    # its writer waits for a mount inside, whose commit waits for what the loop brings back
+    inner = Graph("inner", inputs=[LANG])
+    inner.add_node("detect", noop, provides=[PAGE])
+    inner.add_node("use", noop, requires=[LANG], provides=[TEXT])
+    writing = Graph("writing", inputs=[LANG])
+    writing.sub("deeper", inner, inlets={LANG: LANG}, outlets={PAGE: PAGE})
+    writing.add_node("write", noop, requires=[PAGE], provides=[ITEMS])
+    nested = Graph("nested")
+    nested.sub("c", writing, inlets={LANG: LANG}, outlets={ITEMS: ITEMS})
+    nested.add_node("echo", noop, requires=[ITEMS], provides=[LANG])
+    nested.validate()
+    [problem] = problems_of(nested, checkpoint=True)
+    assert problem.startswith(
+        "checkpoint mode cannot run the cycle items (Sub 'c') <- lang (node 'echo') <- items: Sub 'c' "
+        "opens stream outlet items only after a mount inside it committed, which waits for lang (inlet "
+        "lang)."
+    )
+    # a stream passed through: the mount's record names the stream's source, so it waits for it
+    passing = Graph("passing", inputs=[ECHOED, URL])
+    passing.add_node("echo", noop, requires=[URL], provides=[PAGE])
+    passed = Graph("passed", inputs=[FIRST_URL])
+    passed.sub("c", passing, inlets={ECHOED: ECHOED, URL: FIRST_URL}, outlets={ECHOED: ITEMS, PAGE: PAGE})
+    passed.add_node("echo", noop, requires=[PAGE], provides=[ECHOED])
+    passed.add_node("read", noop, requires=[ITEMS])
+    passed.validate()
+    [problem] = problems_of(passed, checkpoint=True)
+    assert "and 'c' waits for echoed (inlet echoed)" in problem
 
 
 def test_bad_declarations_are_refused_when_made() -> None:
