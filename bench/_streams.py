@@ -41,9 +41,11 @@ from streams import (
     StreamHooks,
     StreamOpen,
     StreamOpened,
+    StreamRef,
     handle_messages,
     open_scope,
 )
+from streams.store import StreamDescriptor
 from streams.testing import PassThroughHooks, PassThroughNodeHooks
 
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
@@ -136,6 +138,9 @@ class NullHooks:
 
     async def finish(self, request: StreamFinish) -> None:
         pass
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        return None  # it keeps nothing
 
 
 @dataclass

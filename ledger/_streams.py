@@ -2,8 +2,8 @@
 
 The store logic lives once in :mod:`streams.store`; this module supplies its
 :class:`~streams.store.RecordView` over an LMDB transaction and runs every
-hook call as one write of the group committer (``open_message`` only reads and
-runs inline on a read transaction).
+hook call as one write of the group committer (``open_message`` and ``describe``
+only read and run inline on a read transaction).
 
 The record layout of the ``streams``, ``messages``, ``groups`` and
 ``attempts`` databases is stated in :mod:`ledger._layout`.
@@ -330,7 +330,7 @@ class LmdbView(CachedView):
 class LmdbStreamHooks:
     """:class:`~streams.StreamHooks` on an open :class:`~ledger.LedgerEnv`.
 
-    Every call but ``open_message`` is one write of the group committer, so
+    Every call but ``open_message`` and ``describe`` is one write of the group committer, so
     it is atomic and shares an fsync with every concurrent write. Obtain it as
     ``ledger.streams``.
     """
@@ -412,6 +412,15 @@ class LmdbStreamHooks:
     async def finish(self, request: StreamFinish) -> None:
         """Confirm the writer's terminal in one write."""
         await self._write(lambda view: store.finish(view, request))
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        """Read the stream's descriptor inline; never waits on the writer, raises no generation."""
+        with self.env.read() as txn:
+            view = LmdbView(txn, self._dbs, self._ids)
+            desc = store.describe(view, ref)
+        if view.ids:
+            self._ids.update(view.ids)
+        return desc
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         """Remove or move a consumer group in one write (see :class:`~streams.store.GroupChange`)."""

@@ -32,7 +32,7 @@ from ._store._hooks import CheckpointHooks
 __all__ = ["CHECKPOINT_HOOKS", "ExecCheckpoint"]
 
 #: The methods a complete set of node hooks has; checked when an execution is built. The
-#: ``streams`` attribute (the six stream hooks) is optional: only a graph with stream ports needs it.
+#: ``streams`` attribute (the stream hooks) is optional: only a graph with stream ports needs it.
 CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_nodes")
 
 

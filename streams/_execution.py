@@ -58,6 +58,7 @@ from ._node_commits import NodeCommits, StagedNode
 from ._outcome import accept, interrupted, is_fault
 from ._plan import RestoredNode, check_plan, encode_outputs
 from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
+from ._store._layouts import StreamDescriptor
 from ._store._memory import MemoryStore
 from ._store._node_records import (
     COMPLETE_CHAIN,
@@ -68,6 +69,7 @@ from ._store._node_records import (
     CheckpointOutput,
     NodeCheckpoint,
 )
+from ._store._nodes import enclosing_scope
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter
 from ._tracing import ATTR
@@ -448,7 +450,8 @@ class _Level:
 
         A writer's record names its own stream; a Sub's names the source of
         each stream it exposes, which must be the stream the tree's wiring
-        leads to.
+        leads to, and is verified against the store before it is used
+        (:meth:`_verify_alias`).
         """
         for key in member.provides:
             if not key.is_stream:
@@ -466,8 +469,9 @@ class _Level:
                         "not the stream its wiring leads to"
                     )
                 )
-            if reference.terminal == "failed":  # a confirmed alias of a failed source: no Open, no messages
-                self.slots[key].settle(self.execution._failed_endpoint(ref, plan))
+            held = None if own is not None else await self._verify_alias(member, reference, plan)
+            if held is not None and reference.terminal == "failed":  # no Open, no messages
+                self.slots[key].settle(self.execution._failed_endpoint(ref, plan, held.generation))
                 continue
             stream = await self.execution._endpoint(ref, plan, self.scope)
             if reference.terminal == "finished" and not stream.core.finished:
@@ -478,6 +482,66 @@ class _Level:
                     )
                 )
             self.slots[key].settle(stream)
+
+    async def _verify_alias(
+        self, member: NodeDef | SubDef, reference: CheckpointOutput, plan: StreamPlan
+    ) -> StreamDescriptor:
+        """The descriptor of the stream a restored Sub's record names, once verified; else a latched error.
+
+        Its scope must be one the wiring leads to: the scope of the level
+        its writer lives in, a child scope (of some attempt of each mount in
+        between, :func:`~streams.store.enclosing_scope`) of the level this
+        level and the writer's have in common. The store must hold it
+        (asked with ``describe``, which raises no generation: a failed
+        source is never opened), with the item type of the wiring's key, a
+        generation no older than an endpoint of it in this tree, and the
+        terminal the record knew: a recorded failure is a failure in the
+        store, a recorded finish a finish.
+        """
+        ref, where = reference.stream, "/".join((*self.path, member.name))
+        assert ref is not None and plan.writer is not None  # checked by the caller
+        recorded = reference.terminal or "unfinished"
+
+        def refused(what: str) -> CheckpointError:
+            return self.execution._latch(
+                CheckpointError(f"the record of {where!r} names stream {ref} (recorded {recorded}), {what}")
+            )
+
+        common = 0
+        while common < min(len(self.path), len(plan.path)) and self.path[common] == plan.path[common]:
+            common += 1
+        above, mounts = _level_scope(self.scope, self.path[common:]), plan.path[common:]
+        if above is None or _level_scope(ref.scope, mounts) != above:
+            expected = (
+                f"a child scope of {above!r} through Sub {'/'.join(mounts)!r}" if mounts else repr(above)
+            )
+            raise refused(
+                f"but scope {ref.scope!r} is not one the wiring leads to: its writer {plan.writer.name!r} "
+                f"is in {'/'.join(plan.path) or 'the root graph'!r}, whose scope is {expected}"
+                if above is not None
+                else f"but this level's scope {self.scope!r} is not a child scope the store's rules give"
+            )
+        hooks = self.execution._stream_hooks()
+        held = await self.execution._reliable("describe", lambda _: hooks.describe(ref))
+        if held is None:
+            raise refused("which the store never had")
+        if held.type_name != type_name(plan.key.item_type):
+            raise refused(f"which holds {held.type_name} messages, not the {plan.key!r} of its wiring")
+        endpoint = self.execution._streams.get(ref)
+        if endpoint is not None and held.generation < endpoint.core.generation:
+            raise refused(
+                f"which the store holds at generation {held.generation}, older than the "
+                f"{endpoint.core.generation} this execution has it open at"
+            )
+        state = "failed" if held.failed else "finished" if held.finished else "active"
+        if (reference.terminal == "failed" and not held.failed) or (
+            reference.terminal == "finished" and not held.finished
+        ):
+            raise refused(
+                f"which the store holds {state} (generation {held.generation}): a failed reference must "
+                "be its source's confirmed failure, and a known terminal never regresses"
+            )
+        return held
 
     def stream_plan(self, key: Key[Any]) -> StreamPlan:
         return self.execution._plans[(self.path, key.name)]
@@ -591,7 +655,7 @@ class _ReadOnlyStreamHooks:
     async def _refuse(self, *_: object) -> Any:
         raise StreamClosedError("a restored alias of a failed stream is read-only: it takes no call")
 
-    open = append = open_message = fail_message = commit = finish = _refuse
+    open = append = open_message = fail_message = commit = finish = describe = _refuse
 
 
 _READ_ONLY: Any = _ReadOnlyStreamHooks()
@@ -620,6 +684,19 @@ def _restore_values(
             out = provided.get(name)
             if out is not None:
                 frame.staged[out] = (codec_for(out.type).decode(payload, what=f"result {name!r}"), payload)
+
+
+def _level_scope(scope: str, mounts: Sequence[str]) -> str | None:
+    """The scope of the level ``len(mounts)`` Sub layers above a level of ``scope`` (None: not a child's).
+
+    ``mounts`` are the mounts between them, outermost first.
+    """
+    for mount in reversed(mounts):
+        enclosing = enclosing_scope(scope, mount)
+        if enclosing is None:
+            return None
+        scope = enclosing
+    return scope
 
 
 def _leave_groups(groups: list[str]) -> Callable[[Any], None]:
@@ -1000,18 +1077,19 @@ class Execution:
             del self._opening[ref]
             done.set()
 
-    def _failed_endpoint(self, ref: StreamRef, plan: StreamPlan) -> ManagedStream[Any]:
+    def _failed_endpoint(self, ref: StreamRef, plan: StreamPlan, generation: int) -> ManagedStream[Any]:
         """A local, read-only endpoint of a source whose failure a restored Sub alias recorded.
 
-        No Open is made and it holds no message: receiving raises
-        :class:`StreamFailedError`, and sending or acknowledging is refused
-        (its hooks are never called). An endpoint the tree opened for the
-        same stream is shared instead.
+        The store confirmed the failure (at ``generation``, see
+        :meth:`_Level._verify_alias`). No Open is made and it holds no
+        message: receiving raises :class:`StreamFailedError`, and sending or
+        acknowledging is refused (its hooks are never called). An endpoint
+        the tree opened for the same stream is shared instead.
         """
         existing = self._streams.get(ref)
         if existing is not None:
             return existing
-        opened = StreamOpened.empty(ref, plan.groups, generation=0, failed=True)
+        opened = StreamOpened.empty(ref, plan.groups, generation=generation, failed=True)
         core: StreamCore[Any] = StreamCore(
             self._spawn, _READ_ONLY, plan.key, ref, opened, capacity=1, resumable=False, node_owned=True
         )

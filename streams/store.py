@@ -1,8 +1,8 @@
 """For authors of stores: everything a :class:`StreamHooks` implementation is built from.
 
-A store answers the six calls of :class:`StreamHooks`, each one atomic
-record (see the protocol's docstrings). The rules every store must apply
-(contiguous sequences, generation fencing, frontiers that never move back,
+A store answers the seven calls of :class:`StreamHooks`, each one atomic
+record, or (``describe``) a read (see the protocol's docstrings). The rules
+every store must apply (contiguous sequences, generation fencing, frontiers that never move back,
 budgets that only advance on confirmed failures, terminals that do not
 regress, compaction) are written once here, as operations over a
 :class:`RecordView`: a store opens one transaction per call, wraps it in a
@@ -28,17 +28,20 @@ The pieces:
   (:meth:`CachedView.load`) and writes each changed one once;
 * the operations, one per hook call: :func:`open_stream`, :func:`append`,
   :func:`open_message`, :func:`fail_message`, :func:`commit`,
-  :func:`finish`; and, for stores that let operators repair consumer
-  groups (:class:`GroupHooks`), :func:`change_group` over a
-  :class:`GroupChange`;
+  :func:`finish`, :func:`describe`; and, for stores that let operators
+  repair consumer groups (:class:`GroupHooks`), :func:`change_group` over
+  a :class:`GroupChange`;
 * the node hooks, the same way: :class:`CheckpointHooks` and its records
   (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`,
   :class:`CheckpointOutput`, :class:`NodeCheckpoint`,
   :class:`CheckpointChild`, :class:`CheckpointChildOpened`,
   :class:`CheckpointCommit`), the records a store keeps
   (:class:`NodeAttemptRecord`, :class:`ScopeRecord`), the view it supplies
-  (:class:`NodeView`) and the operations :func:`open_attempt`,
-  :func:`fail_attempt`, :func:`open_child`, :func:`commit_node`;
+  (:class:`NodeView`), the operations :func:`open_attempt`,
+  :func:`fail_attempt`, :func:`open_child`, :func:`commit_node`, and the
+  shape of the scopes they give (:func:`child_scope`,
+  :func:`enclosing_scope`, which the engine checks a restored Sub alias's
+  stream against);
 * :class:`MemoryStore`, the in-process reference store.
 
 This module also gives packages built on streams the library's tracing
@@ -70,13 +73,16 @@ from ._store._node_records import NodeCheckpoint as NodeCheckpoint
 from ._store._nodes import NodeAttemptRecord as NodeAttemptRecord
 from ._store._nodes import NodeView as NodeView
 from ._store._nodes import ScopeRecord as ScopeRecord
+from ._store._nodes import child_scope as child_scope
 from ._store._nodes import commit_node as commit_node
+from ._store._nodes import enclosing_scope as enclosing_scope
 from ._store._nodes import fail_attempt as fail_attempt
 from ._store._nodes import open_attempt as open_attempt
 from ._store._nodes import open_child as open_child
 from ._store._operations import append as append
 from ._store._operations import change_group as change_group
 from ._store._operations import commit as commit
+from ._store._operations import describe as describe
 from ._store._operations import fail_message as fail_message
 from ._store._operations import finish as finish
 from ._store._operations import open_message as open_message
@@ -149,9 +155,12 @@ __all__ = [
     "StreamRef",
     "append",
     "change_group",
+    "child_scope",
     "codec_for",
     "commit",
     "commit_node",
+    "describe",
+    "enclosing_scope",
     "fail_attempt",
     "fail_message",
     "failed",

@@ -32,7 +32,8 @@ from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
-from ._store._hooks import StreamHooks
+from ._store._hooks import STREAM_HOOKS, StreamHooks
+from ._store._layouts import StreamDescriptor
 from ._store._node_records import (
     CheckpointAttempt,
     CheckpointAttemptRequest,
@@ -50,6 +51,7 @@ from ._store._records import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRef,
 )
 
 __all__ = [
@@ -98,6 +100,9 @@ class PassThroughHooks:
     async def finish(self, request: StreamFinish) -> None:
         await self.inner.finish(request)
 
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        return await self.inner.describe(ref)
+
 
 class _Faults:
     """Which call of which hook fails, and how: counts calls and raises :class:`InjectedFault`."""
@@ -140,7 +145,7 @@ def stray_cancellation(what: str) -> BaseException:
         return made
 
 
-_STREAM_HOOKS: Final = frozenset({"open", "append", "open_message", "fail_message", "commit", "finish"})
+_STREAM_HOOKS: Final = frozenset(STREAM_HOOKS)
 _NODE_HOOKS: Final = frozenset({"open_attempt", "fail_attempt", "open_child", "commit_nodes"})
 
 
@@ -188,6 +193,9 @@ class FaultyHooks(PassThroughHooks):
 
     async def finish(self, request: StreamFinish) -> None:
         await self._call("finish", self.inner.finish, request)
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        return await self._call("describe", self.inner.describe, ref)
 
 
 class PassThroughNodeHooks:

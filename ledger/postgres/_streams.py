@@ -13,9 +13,11 @@ from streams.store import (
     MessageCommit,
     MessageFail,
     MessageOpen,
+    StreamDescriptor,
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRef,
 )
 
 from ._store import Calls
@@ -47,6 +49,9 @@ class PgStreamHooks:
 
     async def finish(self, request: StreamFinish) -> None:
         await self._connection.call(lambda view: store.finish(view, request))
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        return await self._connection.call(lambda view: store.describe(view, ref))
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         return await self._connection.call(lambda view: store.change_group(view, change))

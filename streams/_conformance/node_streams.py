@@ -28,8 +28,8 @@ from .._store._node_records import (
     CheckpointOutput,
     NodeCheckpoint,
 )
-from .._store._records import StreamFinish, StreamOpen, StreamRef
-from ..testing import PassThroughNodeHooks
+from .._store._records import AppendBatch, StreamFinish, StreamOpen, StreamRef
+from ..testing import FaultyHooks, PassThroughNodeHooks
 from ._support import raises
 from .nodes import node_check, resumed
 
@@ -405,12 +405,12 @@ async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain
 
 
 class _CountingOpens(PassThroughNodeHooks):
-    """The store's hooks, noting every stream Open."""
+    """The store's hooks (its stream hooks, or ``streams``), noting every stream Open."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, streams: Any = None) -> None:
         super().__init__(inner)
         self.opened: list[StreamRef] = []
-        self._streams = _OpenNoter(inner.streams, self.opened)
+        self._streams = _OpenNoter(inner.streams if streams is None else streams, self.opened)
 
     @property
     def streams(self) -> Any:
@@ -429,25 +429,50 @@ class _OpenNoter:
         return await self._inner.open(request)
 
 
-@node_check
-async def a_restored_alias_of_a_failed_source_is_a_local_read_only_failed_endpoint(store: Any) -> None:
-    failed_source = StreamRef("run/src@0.1.0/src", "orders", "orders")  # a source that failed for good
-    shop = Shop()
+#: Where the writer of :func:`_aliased` writes in run ``run``: mount ``src``'s child scope.
+FAILED_SOURCE = StreamRef("run/src@0.1.0/src", "orders", "orders")
+
+
+def _aliased(shop: Shop, seen: list[str]) -> Graph:
+    """Mount ``src`` exposes the stream its child's node ``orders`` writes; ``peek`` reads it."""
     writing = Graph("writing", version="1", inputs=[N])
     writing.add_node("orders", shop.write_orders, requires=[N], provides=[ORDERS])
     graph = Graph("aliased", version="1", inputs=[N])
     graph.sub("src", writing, inlets={N: N}, outlets={ORDERS: FORWARDED})
-    seen: list[str] = []
     graph.add_node("peek", _peek_failed(seen, FORWARDED), requires=[FORWARDED], provides=[COUNT])
-    reference = CheckpointOutput("forwarded", "stream", stream=failed_source, terminal="failed")
+    return graph
+
+
+async def _hold(store: Any, ref: StreamRef, end: str) -> None:
+    """Make the store hold stream ``ref`` as a writer leaves it: one message, then ``end``
+    (``"failed"``, ``"finished"``, or ``"active"``: not ended)."""
+    opened = await store.streams.open(StreamOpen(ref, type_name(int), 8, ("peek",)))
+    await store.streams.append(AppendBatch(ref, opened.generation, 1, (msgspec.msgpack.encode(1),)))
+    if end != "active":
+        await store.streams.finish(StreamFinish(ref, opened.generation, failed=end == "failed"))
+
+
+def _failed_reference(ref: StreamRef) -> NodeCheckpoint:
+    """Mount ``src``'s record, naming ``ref`` as its exposed stream's source, recorded failed."""
+    return NodeCheckpoint(
+        "src", "completed", (CheckpointOutput("forwarded", "stream", stream=ref, terminal="failed"),)
+    )
+
+
+@node_check
+async def a_restored_alias_of_a_failed_source_is_a_local_read_only_failed_endpoint(store: Any) -> None:
+    await _hold(store, FAILED_SOURCE, "failed")  # a source that failed for good
+    held = await store.streams.describe(FAILED_SOURCE)
+    shop, seen = Shop(), list[str]()
     hooks = _CountingOpens(store)
-    execution = Execution(graph, {N: 5}, checkpoint=ExecCheckpoint("run", hooks))
-    execution.restore_nodes([NodeCheckpoint("src", "completed", (reference,))])
+    execution = Execution(_aliased(shop, seen), {N: 5}, checkpoint=ExecCheckpoint("run", hooks))
+    execution.restore_nodes([_failed_reference(FAILED_SOURCE)])
     async with execution:
         await execution.wait()
-    assert failed_source not in hooks.opened  # no Open for the recorded failure
+    assert FAILED_SOURCE not in hooks.opened  # no Open for the recorded failure
     assert seen == ["failed", "send refused", "ack refused"]  # the business failure, not EOF; read-only
     assert shop.writer_runs == 0  # the confirmed alias did not rerun its child
+    assert await store.streams.describe(FAILED_SOURCE) == held  # verified by a read: no generation raised
 
     plain = Graph("plain", version="1", inputs=[N])
     plain.add_node("orders", shop.write_orders, requires=[N], provides=[ORDERS])
@@ -459,6 +484,99 @@ async def a_restored_alias_of_a_failed_source_is_a_local_read_only_failed_endpoi
         Execution(plain, {N: 1}, checkpoint=ExecCheckpoint("run-2", store)).restore_nodes(
             [NodeCheckpoint("orders", "completed", (own,))]
         )
+
+
+@node_check
+async def a_failed_alias_across_deeper_sub_layers_is_verified_in_the_scope_of_its_retried_attempt(
+    store: Any,
+) -> None:
+    # the writer is two mounts deep; the outer mount's Retry ran the child in its second attempt
+    source = StreamRef("run/outer@0.1.0/outer@1.2.1/outer/inner@0.1.0/inner", "orders", "orders")
+    await _hold(store, source, "failed")
+    shop, seen = Shop(), list[str]()
+    writing = Graph("writing", version="1", inputs=[N])
+    writing.add_node("orders", shop.write_orders, requires=[N], provides=[ORDERS])
+    middle = Graph("middle", version="1", inputs=[N])
+    middle.sub("inner", writing, inlets={N: N}, outlets={ORDERS: ORDERS})
+    graph = Graph("deep", version="1", inputs=[N])
+    graph.sub("outer", middle, inlets={N: N}, outlets={ORDERS: FORWARDED}, aspects=[Retry(2)])
+    graph.add_node("peek", _peek_failed(seen, FORWARDED), requires=[FORWARDED], provides=[COUNT])
+    reference = CheckpointOutput("forwarded", "stream", stream=source, terminal="failed")
+    hooks = _CountingOpens(store)
+    execution = Execution(graph, {N: 5}, checkpoint=ExecCheckpoint("run", hooks))
+    execution.restore_nodes([NodeCheckpoint("outer", "completed", (reference,))])
+    async with execution:
+        await execution.wait()
+    assert hooks.opened == [] and shop.writer_runs == 0
+    assert seen == ["failed", "send refused", "ack refused"]
+
+
+async def _refused_alias(store: Any, recorded: StreamRef, match: str) -> None:
+    """Restore mount ``src`` with a failed reference to ``recorded``, which the store must refuse.
+
+    The refusal is the tree's latched failure, naming what differs: the
+    restored mount runs no child (its writer never runs), ``peek`` never
+    reads, nothing is restored as a failed endpoint, nothing is opened, and
+    the store is as it was (no Open raised a generation).
+    """
+    held = await store.streams.describe(recorded)
+    shop, seen = Shop(), list[str]()
+    hooks = _CountingOpens(store)
+    execution = Execution(_aliased(shop, seen), {N: 5}, checkpoint=ExecCheckpoint("run", hooks))
+    execution.restore_nodes([_failed_reference(recorded)])
+    async with execution:
+        with raises(CheckpointError, match=match):
+            await execution.wait()
+    assert execution.result().statuses[("src",)] == "failed"
+    assert shop.writer_runs == 0 and seen == []
+    assert execution.streams() == {} and hooks.opened == []
+    assert await store.streams.describe(recorded) == held
+    if recorded != FAILED_SOURCE:
+        assert await store.streams.describe(FAILED_SOURCE) is None
+
+
+@node_check
+async def a_failed_alias_naming_a_scope_its_wiring_does_not_lead_to_is_refused(store: Any) -> None:
+    for scope in (
+        "run-2/src@0.1.0/src",  # the same mount, in another run
+        "run/peek@0.1.0/src",  # under another node's attempt
+        "run/src@0.2.0/src",  # a complete chain has one attempt
+        "run/src@0.1.0/src@1.2.2/src",  # an attempt past its boundary's limit
+        "run/src@0.1.0",  # the mount's attempt, not its child
+    ):
+        bogus = StreamRef(scope, "orders", "orders")
+        await _hold(store, bogus, "failed")  # a real failed stream: only its scope is wrong
+        await _refused_alias(store, bogus, f"scope {scope!r} is not one the wiring leads to")
+
+
+@node_check
+async def a_failed_alias_whose_source_the_store_holds_finished_is_refused(store: Any) -> None:
+    await _hold(store, FAILED_SOURCE, "finished")
+    await _refused_alias(store, FAILED_SOURCE, r"\(recorded failed\), which the store holds finished")
+
+
+@node_check
+async def a_failed_alias_whose_source_the_store_holds_active_is_refused(store: Any) -> None:
+    await _hold(store, FAILED_SOURCE, "active")
+    await _refused_alias(store, FAILED_SOURCE, r"\(recorded failed\), which the store holds active")
+
+
+@node_check
+async def a_failed_alias_whose_store_read_fails_is_a_reliable_failure(store: Any) -> None:
+    await _hold(store, FAILED_SOURCE, "failed")
+    shop, seen = Shop(), list[str]()
+    hooks = _CountingOpens(store, FaultyHooks(store.streams, fail={"describe": 1}))
+    execution = Execution(_aliased(shop, seen), {N: 5}, checkpoint=ExecCheckpoint("run", hooks))
+    execution.restore_nodes([_failed_reference(FAILED_SOURCE)])
+    async with execution:
+        with raises(CheckpointError, match="describe failed: InjectedFault"):
+            await execution.wait()
+    assert shop.writer_runs == 0 and seen == [] and execution.streams() == {}
+
+
+@node_check
+async def a_failed_alias_of_a_stream_the_store_never_had_is_refused(store: Any) -> None:
+    await _refused_alias(store, FAILED_SOURCE, r"\(recorded failed\), which the store never had")
 
 
 def _peek_failed(seen: list[str], key: Key[Stream[int]]) -> Any:

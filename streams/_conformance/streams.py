@@ -18,6 +18,7 @@ from .. import (
     StaleGenerationError,
     Stream,
     StreamFailedError,
+    StreamFinish,
     StreamOpen,
     StreamRef,
     open_scope,
@@ -394,3 +395,35 @@ async def test_a_group_added_at_a_sequence_starts_there_and_the_others_keep_thei
             await hooks.open(StreamOpen(ref, type_name(int), 1024, ("a", "c"), True, start=7))
         with raises(ValueError, match="start is 'earliest', 'latest' or a sequence"):
             await scope.open_stream(Key("other", Stream[int]), node="src", start=0)
+
+
+@check
+async def test_describe_reads_a_stream_as_confirmed_and_raises_no_generation(world: World) -> None:
+    ref, failing, other = (
+        StreamRef("s", "src", "numbers"),
+        StreamRef("s", "bad", "numbers"),
+        StreamRef("t", "src", "numbers"),
+    )
+    async with world.session() as hooks:
+        assert await hooks.describe(ref) is None  # never opened
+        opened = await hooks.open(StreamOpen(ref, type_name(int), 8, ("g",)))
+        await hooks.append(AppendBatch(ref, opened.generation, 1, (b"\x01", b"\x02"), position=2))
+        first = await hooks.describe(ref)
+        assert first is not None and first == await hooks.describe(ref)  # a read changes nothing
+        assert (first.ref, first.type_name, first.groups) == (ref, type_name(int), ("g",))
+        assert (first.generation, first.appended, first.position) == (opened.generation, 2, 2)
+        assert not (first.finished or first.failed)
+        assert await hooks.describe(other) is None  # the same node and key in another scope
+        reopened = await hooks.open(StreamOpen(ref, type_name(int), 8, ("g",), resumable=True))
+        assert reopened.generation == first.generation + 1  # describing it raised nothing
+        await hooks.finish(StreamFinish(ref, reopened.generation))
+        bad = await hooks.open(StreamOpen(failing, type_name(int), 8, ("g",)))
+        await hooks.finish(StreamFinish(failing, bad.generation, failed=True))
+    async with world.session() as hooks:  # after a restart: as confirmed
+        finished, failed = await hooks.describe(ref), await hooks.describe(failing)
+        assert finished is not None and (finished.generation, finished.finished, finished.failed) == (
+            reopened.generation,
+            True,
+            False,
+        )
+        assert failed is not None and (failed.finished, failed.failed, failed.appended) == (False, True, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from ._layouts import StreamDescriptor
 from ._node_records import (
     CheckpointAttempt,
     CheckpointAttemptRequest,
@@ -23,19 +24,20 @@ from ._records import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRef,
 )
 
 __all__ = ["STREAM_HOOKS", "CheckpointHooks", "GroupHooks", "StreamHooks", "check_stream_hooks"]
 
 #: The calls a complete set of stream hooks has; checked before any stream is opened on it.
-STREAM_HOOKS = ("open", "append", "open_message", "fail_message", "commit", "finish")
+STREAM_HOOKS = ("open", "append", "open_message", "fail_message", "commit", "finish", "describe")
 
 
 def check_stream_hooks(hooks: object) -> None:
     """Refuse stream hooks that lack a call with :class:`TypeError`, before any call is made."""
     missing = [name for name in STREAM_HOOKS if not callable(getattr(hooks, name, None))]
     if missing:
-        raise TypeError(f"stream hooks {hooks!r} lack {', '.join(missing)}: a store implements all six")
+        raise TypeError(f"stream hooks {hooks!r} lack {', '.join(missing)}: a store implements all seven")
 
 
 @runtime_checkable
@@ -85,6 +87,15 @@ class StreamHooks(Protocol):
 
     async def finish(self, request: StreamFinish) -> None:
         """Confirm the writer's terminal result."""
+        ...
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        """The stream's descriptor as confirmed, or None if the store never had the stream.
+
+        A read: it raises no generation and changes nothing. The engine
+        verifies with it a stream reference it must not open (a restored
+        alias of a failed source is never opened).
+        """
         ...
 
 

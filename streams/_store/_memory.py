@@ -253,6 +253,11 @@ class MemoryStore:
         overlay.merge()
         await checkpoint()
 
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        desc = _operations.describe(_Overlay(self), ref)
+        await checkpoint()
+        return desc
+
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         overlay = _Overlay(self)
         moved = _operations.change_group(overlay, change)

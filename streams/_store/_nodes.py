@@ -35,7 +35,9 @@ __all__ = [
     "NodeAttemptRecord",
     "NodeView",
     "ScopeRecord",
+    "child_scope",
     "commit_node",
+    "enclosing_scope",
     "fail_attempt",
     "open_attempt",
     "open_child",
@@ -94,6 +96,35 @@ def parse_attempt_scope(scope: str) -> tuple[str, str, int, int, int] | None:
         return None
     position, limit, index = (int(p) for p in parts)
     return parent, node, position, limit, index
+
+
+def child_scope(attempt: str, mount: str) -> str:
+    """The scope of the child a Sub ``mount`` opens under its attempt ``attempt``."""
+    return f"{attempt}/{mount}"
+
+
+def enclosing_scope(scope: str, mount: str) -> str | None:
+    """The scope of the graph level whose Sub ``mount`` opened child scope ``scope``, or None.
+
+    None unless ``scope`` is a child scope of ``mount`` as these rules make
+    one: under the mount's complete-chain attempt (position 0, limit 1,
+    index 0) in that level and the attempts of the retry boundaries of its
+    chain nested in it (positions rising inward, each index below its
+    limit), for example ``run/src@0.1.0/src@1.3.2/src``. Which attempt it
+    was is not checked: a record of an earlier attempt has this shape too.
+    """
+    attempt, slash, name = scope.rpartition("/")
+    if not slash or name != mount:
+        return None
+    inner: int | None = None  # the position of the attempt nested in this one
+    while (parsed := parse_attempt_scope(attempt)) is not None:
+        parent, node, position, limit, index = parsed
+        if node != mount or index >= limit or (inner is not None and position >= inner):
+            return None
+        if position == COMPLETE_CHAIN:
+            return parent if limit == 1 else None
+        attempt, inner = parent, position
+    return None
 
 
 def _attempt_of(view: NodeView, scope: str) -> NodeAttemptRecord | None:
@@ -156,7 +187,7 @@ def open_child(view: NodeView, child: CheckpointChild) -> CheckpointChildOpened:
     parent = _attempt_of(view, child.parent)
     if parent is None or parent.scope != child.parent:
         raise SequenceError(f"open_child: {child.parent!r} is not a current attempt")
-    scope = f"{child.parent}/{child.mount}"
+    scope = child_scope(child.parent, child.mount)
     record = view.get_scope(scope)
     if record is None:
         view.put_scope(scope, ScopeRecord(child))

@@ -53,6 +53,7 @@ __all__ = [
     "append",
     "change_group",
     "commit",
+    "describe",
     "fail_message",
     "finish",
     "open_message",
@@ -135,6 +136,16 @@ def open_stream(view: RecordView, request: StreamOpen) -> StreamOpened:
         tail=tail,
         created=current is None,
     )
+
+
+def describe(view: RecordView, ref: StreamRef) -> StreamDescriptor | None:
+    """The descriptor of stream ``ref`` as the store holds it, or None: reads, never writes.
+
+    Unlike :func:`open_stream` it raises no generation, so a caller can
+    verify a stream it must not open (its terminal, generation and type).
+    """
+    view.load(descriptors=(ref,))
+    return view.get_descriptor(ref)
 
 
 def start_of(desc: StreamDescriptor, group: str, start: str | int) -> int:

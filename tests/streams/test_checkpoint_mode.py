@@ -119,7 +119,7 @@ async def test_four_hooks_without_stream_hooks_run_a_graph_without_streams_and_a
     streaming = Graph("streaming", inputs=[URL])
     streaming.add_node("write", _noop, requires=[URL], provides=[orders])
     streaming.add_node("read", _noop, requires=[orders])
-    with pytest.raises(TypeError, match="stream hooks None lack open"):
+    with pytest.raises(TypeError, match="stream hooks None lack "):
         Execution(streaming, {URL: "x"}, checkpoint=ExecCheckpoint("run", FourHooks()))  # type: ignore[arg-type]
 
     class NotCallable(FourHooks):

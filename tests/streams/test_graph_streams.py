@@ -325,10 +325,11 @@ class _NoFinish:
         self.open_message = self._store.open_message
         self.fail_message = self._store.fail_message
         self.commit = self._store.commit
+        self.describe = self._store.describe
 
 
 async def test_incomplete_stream_hooks_are_refused_before_any_call() -> None:
-    with pytest.raises(TypeError, match="lack finish: a store implements all six"):
+    with pytest.raises(TypeError, match="lack finish: a store implements all seven"):
         async with open_scope(_NoFinish(), scope="s"):  # type: ignore[arg-type]
             pass
 
