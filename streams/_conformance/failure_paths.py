@@ -254,3 +254,38 @@ async def a_reader_confirmed_before_its_active_writer_resumes_with_it(store: Any
     assert (result[TOTAL], result[FIRST]) == (15, 3)
     assert shop.peeked == [1, 2]  # restored: not run again
     assert shop.sent == [1, 2, 3, 4, 5]  # the writer continued from its position
+
+
+@node_check
+async def a_handler_that_raises_after_a_host_cancellation_spends_no_message_budget(store: Any) -> None:
+    shop = Shop()
+    shop.fail_order = None
+    holding = anyio.Event()
+    graph = Graph("desk", version="1", inputs=[N])
+
+    @graph.node(requires=[N], provides=[ORDERS], resumable=True)
+    async def orders(ctx: NodeContext) -> None:
+        writer = ctx.writer(ORDERS)
+        for order in range((writer.position or 0) + 1, ctx[N] + 1):
+            await writer.send(order, send_at=order)
+
+    @graph.node(requires=[ORDERS], provides=[TOTAL])
+    async def billing(ctx: NodeContext) -> None:
+        async def bill(tx: MessageTx[int], order: int) -> None:
+            if order == 2 and not holding.is_set():
+                holding.set()
+                try:
+                    await anyio.sleep_forever()
+                except anyio.get_cancelled_exc_class():
+                    raise ValueError("cleanup broke") from None  # not the message's failure
+            shop.billed.append(order)
+            tx.set_state(tx.state + order)
+            tx.set(TOTAL, tx.state)
+
+        await ctx.handle_messages(ORDERS, bill, initial_state=0)  # one attempt a message
+
+    await crash_while(Execution(graph, {N: 3}, checkpoint=ExecCheckpoint("run", store)), holding)
+    again = resumed(graph, store, "run", {N: 3})
+    async with again:  # order 2's only attempt is still there: no MessageExhaustedError
+        assert (await again.wait())[TOTAL] == 6
+    assert shop.billed == [1, 2, 3]
