@@ -16,6 +16,7 @@ had been handled one by one.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -72,8 +73,9 @@ NOT_A_HANDLER_FAILURE: Final = (
 )
 #: Why a message's staged outputs cannot be published: too many for a stream, or a stream refusing.
 REFUSED_OUTPUTS: Final = (OutputLimitError, StreamStateError)
-#: A batch as the committer cuts it: the commits, and the values of their outputs to publish.
-_Cut = tuple[list[MessageCommit], list[StagedOutputs]]
+#: A batch as the committer cuts it: the commits, the values of their outputs to publish, and the
+#: context variables its ``commit`` runs in (the caller's, as it staged the batch's first message).
+_Cut = tuple[list[MessageCommit], list[StagedOutputs], contextvars.Context | None]
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
 
@@ -253,10 +255,12 @@ class _Run(Generic[T, S]):
             confirm=self._confirm,
             land=self._land,
             fail=self._failed,
+            context=_context_of,
             spawn=self._spawn,
             surface=True,
         )
         self.task_group: anyio.abc.TaskGroup | None = None  # where the committer runs
+        self.batch_context: contextvars.Context | None = None  # as the next batch's first message staged
         self.stopped = False
         #: No initial state was given and none was committed: reading tx.state is a contract error.
         self.state_missing = False
@@ -275,7 +279,8 @@ class _Run(Generic[T, S]):
 
     def _cut(self) -> _Cut:
         # the commits and the values of their outputs at once: a batch publishes exactly its own
-        return self.stager.cut(), self.outputs.cut()
+        context, self.batch_context = self.batch_context, None
+        return self.stager.cut(), self.outputs.cut(), context
 
     async def _confirm(self, cut: _Cut) -> None:
         started = time.perf_counter()
@@ -300,7 +305,7 @@ class _Run(Generic[T, S]):
 
     def _land(self, cut: _Cut) -> None:
         """Apply a confirmed batch locally, in order as the store applied it; publish; wake."""
-        batch, outputs = cut
+        batch, outputs, _ = cut
         stream, group = self.stream, self.group
         publish(outputs)
         for c in batch:
@@ -403,6 +408,12 @@ class _Run(Generic[T, S]):
             if not self.pipeline.confirming:
                 await anyio.lowlevel.checkpoint()
 
+    def _count_staged(self) -> None:
+        """Count a message just staged; the first of a batch copies the caller's context variables."""
+        if self.batch_context is None:  # one copy a batch, not a message
+            self.batch_context = contextvars.copy_context()
+        self.pipeline.stage()
+
     async def _open(self, seq: int, first: bool) -> MessageAttempt:
         """The message's confirmed budget; an exhausted one raises unless it goes to the dead letters."""
         if self.pipeline.in_flight:
@@ -485,7 +496,7 @@ class _Run(Generic[T, S]):
                 limit=self.attempts,
             )
         )
-        self.pipeline.stage()
+        self._count_staged()
         if self.remaining is not None:
             self.remaining -= 1
         INSTRUMENTS.dead_lettered.add(1, self.group_attributes)
@@ -622,7 +633,7 @@ class _Run(Generic[T, S]):
                     self.parent_attempt,
                 )
             )
-        self.pipeline.stage()
+        self._count_staged()
         if self.remaining is not None:
             self.remaining -= 1
         if tx._stopped:
@@ -652,6 +663,13 @@ def _awaitable_checked(handler: Callable[..., Any]) -> Handler[Any, Any]:
         await result
 
     return checked
+
+
+def _context_of(cut: _Cut) -> contextvars.Context:
+    """Where a batch's ``commit`` runs: the caller's context variables as it staged the first message."""
+    context = cut[2]
+    assert context is not None, "a batch confirmed holds a staged message"
+    return context
 
 
 def _count(batch: list[MessageCommit]) -> int:

@@ -5,7 +5,12 @@ its task ends; nothing of it is published yet. The execution tree's one
 :class:`~streams._pipeline.ConfirmPipeline` confirms what is staged with
 ``hooks.commit_nodes``: the records of nodes that concluded while the
 previous batch was in the store leave together, in one store transaction,
-all or nothing. When a batch lands, each node's streams end, its outputs are
+all or nothing, provided their nodes' context variables are equal
+(:func:`~streams._in_context.same_context`); the call runs in those variables,
+copied from each node's task when it staged its record, whichever node's task
+leads the confirmations. Records of nodes whose variables differ (a tenant
+set to another value) leave in calls of their own, one per context, the
+oldest record's first. When a batch lands, each node's streams end, its outputs are
 published key by key and it finishes, in the order the nodes concluded. If
 a batch fails, its outcome is unknown: the execution's latch trips, every
 node not confirmed finishes failed without publishing, and resume reads the
@@ -19,12 +24,14 @@ child's outlets, and concludes, only after the child's records landed.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
 from ._errors import CheckpointError
+from ._in_context import same_context
 from ._pipeline import ConfirmPipeline
 from ._store._node_records import CheckpointCommit
 
@@ -47,7 +54,7 @@ class _Landing(Protocol):
 class StagedNode:
     """A concluded node waiting for its record: what to confirm, and what to publish after."""
 
-    __slots__ = ("commit", "level", "member", "owned", "reason", "values")
+    __slots__ = ("commit", "context", "level", "member", "owned", "reason", "values")
 
     def __init__(
         self,
@@ -64,6 +71,8 @@ class StagedNode:
         self.owned = owned  # the streams it wrote, which end with its record
         self.values = values  # its outputs as they read back, published once confirmed
         self.reason = reason
+        #: the node's context variables as it concluded: its record's store call runs in them
+        self.context = contextvars.copy_context()
 
 
 class NodeCommits:
@@ -81,14 +90,20 @@ class NodeCommits:
         self._latch = latch
         self._staged: list[StagedNode] = []
         self.pipeline: ConfirmPipeline[list[StagedNode]] = ConfirmPipeline(
-            cut=self._cut, confirm=self._confirm_batch, land=self._land, fail=self._fail
+            cut=self._cut,
+            confirm=self._confirm_batch,
+            land=self._land,
+            fail=self._fail,
+            context=_first_context,
+            units=len,
         )
 
     async def stage(self, node: StagedNode) -> None:
         """Stage ``node``'s record; raises the tree's failure instead once a batch failed.
 
         If no batch is in the store, the caller (the node's task) confirms it
-        at once, with whatever other nodes stage meanwhile.
+        at once, with whatever other nodes stage meanwhile (each batch in its
+        own nodes' context variables, never the caller's unless they are equal).
         """
         if self.pipeline.failure is not None:
             raise self.pipeline.failure
@@ -101,7 +116,14 @@ class NodeCommits:
             await self.pipeline.drain()
 
     def _cut(self) -> list[StagedNode]:
-        batch, self._staged = self._staged, []
+        """The oldest staged record and every other one staged in the same context variables."""
+        staged, self._staged = self._staged, []
+        if not staged:
+            return staged
+        first = staged[0].context
+        batch: list[StagedNode] = []
+        for node in staged:
+            (batch if same_context(first, node.context) else self._staged).append(node)
         return batch
 
     async def _confirm_batch(self, batch: list[StagedNode]) -> None:
@@ -117,3 +139,8 @@ class NodeCommits:
         for node in unconfirmed:
             node.level.not_confirmed(node)
         return error
+
+
+def _first_context(batch: list[StagedNode]) -> contextvars.Context:
+    """Where a batch's ``commit_nodes`` runs: its records' context (they are equal), the oldest's copy."""
+    return batch[0].context

@@ -9,15 +9,21 @@ for. One committer task then:
 
 1. **cuts** everything staged into one batch (the caller's ``cut``, with no
    await between the count and the cut, so a batch holds exactly the work
-   counted before it);
+   counted before it); a caller that gives ``units`` may cut a part of it and
+   say how much (node records take those of one context), the rest leaving
+   with the next batch;
 2. **confirms** it with one store call (``confirm``), shielded: a batch handed
-   to the store finishes, so local state never disagrees with the ledger;
+   to the store finishes, so local state never disagrees with the ledger.
+   The call runs in the batch's ``context`` (:mod:`streams._in_context`): the
+   context variables of the caller that staged the batch's first unit, copied
+   then, whichever task leads the pipeline;
 3. **lands** it (``land``): applies it to local state, publishes what it
    confirmed, and wakes whoever waits on it;
 4. goes on while more was staged meanwhile: work staged while a batch is in
    the store leaves together with the next, so concurrent work shares commits.
 
-Batches are confirmed one at a time and land in the order they were staged.
+Batches are confirmed one at a time and land in the order they were cut
+(the order they were staged, unless a cut took a part of what was staged).
 The committer is started when work is staged and ends when nothing is left,
 so an idle pipeline holds no task; with :meth:`~ConfirmPipeline.stage_and_lead`
 the task that stages into an idle pipeline is the committer itself. A failed confirmation has an unknown
@@ -31,11 +37,13 @@ fails even when nobody waits (a writer's appends, a handler that must stop).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import Context
 from typing import Any, Generic, TypeVar
 
 import anyio
 
 from ._errors import CheckpointError
+from ._in_context import call_in_context
 from ._outcome import is_fault
 
 __all__ = ["ConfirmPipeline", "Spawn"]
@@ -55,6 +63,7 @@ class ConfirmPipeline(Generic[B]):
 
     __slots__ = (
         "_confirm",
+        "_context",
         "_cut",
         "_fail",
         "_land",
@@ -62,6 +71,7 @@ class ConfirmPipeline(Generic[B]):
         "_running",
         "_spawn",
         "_surface",
+        "_units",
         "confirming",
         "failure",
         "landed",
@@ -75,10 +85,14 @@ class ConfirmPipeline(Generic[B]):
         confirm: Callable[[B], Awaitable[object]],
         land: Callable[[B], None],
         fail: Callable[[B, Exception], CheckpointError],
+        context: Callable[[B], Context] | None = None,
+        units: Callable[[B], int] | None = None,
         spawn: Spawn | None = None,
         surface: bool = False,
     ) -> None:
         self._cut = cut
+        self._context = context  # the context a batch's confirm runs in (default: the committer's)
+        self._units = units  # the units a batch holds, if a cut may leave some staged
         self._confirm = confirm
         self._land = land
         self._fail = fail
@@ -152,9 +166,14 @@ class ConfirmPipeline(Generic[B]):
                 while self.staged > cut_through and self.failure is None:
                     cut_through = self.staged
                     batch = self._cut()
+                    if self._units is not None:
+                        cut_through = self.landed + self._units(batch)
                     self.confirming = True
                     try:
-                        await self._confirm(batch)
+                        if self._context is None:
+                            await self._confirm(batch)
+                        else:
+                            await call_in_context(self._context(batch), self._confirm, batch)
                     except Exception as exc:
                         self.failure = self._fail(batch, exc)
                     except BaseException as exc:

@@ -9,6 +9,7 @@ consumer group share its messages, each group sees every message.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final, Generic, TypeVar
@@ -56,6 +57,12 @@ T_contra = TypeVar("T_contra", contravariant=True)
 
 #: Holds the place of a recovered message that every group reading acknowledged already.
 _GAP: Final = object()
+
+
+def _context_of(appends: _Appends[Any]) -> contextvars.Context:
+    """Where a batch's ``append`` runs: the writer's context variables at its first send."""
+    assert appends.context is not None, "a batch confirmed holds a send"
+    return appends.context
 
 
 class Message(Generic[T_co]):
@@ -110,11 +117,12 @@ class _Group(FrontierDraft):
 class _Appends(Generic[T]):
     """A writer's appends as cut for one store call: the batch, and the values to publish after it."""
 
-    __slots__ = ("batch", "values")
+    __slots__ = ("batch", "context", "values")
 
-    def __init__(self, batch: AppendBatch, values: list[T]) -> None:
+    def __init__(self, batch: AppendBatch, values: list[T], context: contextvars.Context | None) -> None:
         self.batch = batch
         self.values = values
+        self.context = context  # the writer's context variables at the batch's first send
 
 
 class StreamCore(Generic[T]):
@@ -176,11 +184,13 @@ class StreamCore(Generic[T]):
         self._pending_values: list[T] = []
         self._pending_payloads: list[bytes] = []
         self._pending_position: int | None = None
+        self._pending_context: contextvars.Context | None = None  # at the first pending send
         self._appends: ConfirmPipeline[_Appends[T]] = ConfirmPipeline(
             cut=self._cut_appends,
             confirm=self._confirm_appends,
             land=self._land_appends,
             fail=lambda _, exc: self.latch(exc, "an append"),
+            context=_context_of,
             spawn=spawn,
             surface=True,  # the scope fails even if no writer waits for this append
         )
@@ -356,6 +366,8 @@ class StreamCore(Generic[T]):
         self._pending_payloads.append(payload)
         if send_at is not None:
             self._pending_position = send_at
+        if self._pending_context is None:  # the batch's first send: one copy a batch, not a message
+            self._pending_context = contextvars.copy_context()
         self._appends.stage()
 
     # the writer's appends: what was sent since the last cut leaves in one batch
@@ -364,8 +376,10 @@ class StreamCore(Generic[T]):
         values, self._pending_values = self._pending_values, []
         payloads, self._pending_payloads = self._pending_payloads, []
         position, self._pending_position = self._pending_position, None
+        context, self._pending_context = self._pending_context, None
         first = self.next_seq - len(values)  # the pending sends are the last assigned
-        return _Appends(AppendBatch(self.ref, self.generation, first, tuple(payloads), position), values)
+        batch = AppendBatch(self.ref, self.generation, first, tuple(payloads), position)
+        return _Appends(batch, values, context)
 
     async def _confirm_appends(self, appends: _Appends[T]) -> None:
         started = time.perf_counter()

@@ -318,7 +318,7 @@ def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
     :class:`~streams.CheckpointHooks` (with ``node_records(scope)`` and
     ``scope_failed(scope)``, what a host reads to resume).
     """
-    from ._conformance import failure_paths, host_streams, node_streams  # noqa: F401 - register their checks
+    from ._conformance import contexts, failure_paths, host_streams, node_streams  # noqa: F401 - register checks
     from ._conformance.nodes import NODE_CHECKS
 
     return list(NODE_CHECKS)

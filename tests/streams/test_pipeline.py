@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+
 import anyio
 import pytest
 
@@ -144,3 +146,51 @@ async def test_a_process_dying_mid_confirmation_fails_the_waiters_before_it_unwi
     assert r.failed == [[1]]
     with pytest.raises(CheckpointError, match=r"stopped by .*Died"):
         await r.pipeline.drain()  # never a wait for a committer that is gone
+
+
+async def test_a_cut_that_takes_a_part_leaves_the_rest_to_the_next_batch_and_counts_what_it_took() -> None:
+    r = Recorder(None)
+
+    def odd_first() -> list[int]:  # the oldest unit's kind, then the other
+        kind = r.buffer[0] % 2
+        batch = [v for v in r.buffer if v % 2 == kind]
+        r.buffer = [v for v in r.buffer if v % 2 != kind]
+        return batch
+
+    r.pipeline = ConfirmPipeline(
+        cut=odd_first, confirm=r.confirm, land=r.landed.append, fail=r.fail, units=len
+    )
+    r.buffer.extend([1, 2, 3, 4])
+    await r.pipeline.stage_and_lead(4)
+    assert r.landed == [[1, 3], [2, 4]] and r.pipeline.landed == 4 and r.pipeline.in_flight == 0
+
+
+async def test_each_batch_is_confirmed_in_the_context_its_caller_gives_for_it() -> None:
+    tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+    contexts: dict[str, contextvars.Context] = {}
+    for name in ("a", "b"):
+        contexts[name] = contextvars.copy_context()
+        contexts[name].run(tenant.set, name)
+    seen: list[str] = []
+    buffer: list[str] = []
+
+    def cut() -> list[str]:
+        batch = buffer[:1]
+        del buffer[:1]
+        return batch
+
+    async def confirm(batch: list[str]) -> None:
+        await anyio.lowlevel.checkpoint()
+        seen.append(tenant.get())
+
+    pipeline: ConfirmPipeline[list[str]] = ConfirmPipeline(
+        cut=cut,
+        confirm=confirm,
+        land=lambda _: None,
+        fail=lambda _, exc: CheckpointError(str(exc)),
+        context=lambda batch: contexts[batch[0]],
+        units=len,
+    )
+    buffer.extend(["b", "a"])
+    await pipeline.stage_and_lead(2)
+    assert seen == ["b", "a"] and tenant.get() == "none"
