@@ -343,7 +343,8 @@ class _Level:
             return
         else:
             reason = "completed"
-        if interrupted():  # returned or skipped after a cancellation reached it: nothing is confirmed
+        if self.scope and interrupted():  # returned or skipped after a cancellation reached it: no record
+            # (ordinary mode confirms nothing and published what the node set at once: it completed)
             await self._interrupted(member)
             return
         try:
@@ -404,8 +405,8 @@ class _Level:
                 await self.slots[key].arrived.wait()  # opened by its source, which may still be running
                 source = self.slots[key].value.core
                 refs[key] = (source.ref, "failed" if source.failed else "finished" if source.finished else "")
-        if interrupted():  # cancelled while its streams settled: no record is staged
-            await self._interrupted(member)
+        if (owned or any(key.is_stream for key in member.provides)) and interrupted():
+            await self._interrupted(member)  # cancelled while its streams settled: no record is staged
             return
         payloads = {key: payload for key, (_, payload) in staged.items()}
         record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))

@@ -633,7 +633,9 @@ class _Run(Generic[T, S]):
                     self.parent_attempt,
                 )
             )
-        self._count_staged()
+        if self.batch_context is None:  # _count_staged, inline on the per-message path
+            self.batch_context = contextvars.copy_context()
+        self.pipeline.stage()
         if self.remaining is not None:
             self.remaining -= 1
         if tx._stopped:

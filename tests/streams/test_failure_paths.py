@@ -121,5 +121,8 @@ async def test_a_node_ending_after_a_host_cancellation_is_cancelled_and_not_retr
         execution.cancel()
         with pytest.raises(ExecutionCancelledError):
             await execution.wait()
-    assert runs == [1]
-    assert execution.result().statuses[("work",)] == "cancelled"
+    assert runs == [1]  # never retried
+    # ordinary mode confirms nothing: a node that returns completed (what it set was published at once);
+    # one that raises after the cancellation is cancelled, not failed (checkpoint mode: no record either way)
+    expected = "completed" if how == "returns" else "cancelled"
+    assert execution.result().statuses[("work",)] == expected
