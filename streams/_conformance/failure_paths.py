@@ -23,6 +23,7 @@ from .._execution import Execution, ExecutionEvent, Finished
 from .._graph import Graph
 from .._handle import MessageTx
 from .._keys import Key, Stream
+from .._store._node_records import CheckpointAttemptRequest
 from ..testing import FaultyHooks, FaultyNodeHooks, InjectedFault, stray_cancellation
 from ._support import raises
 from .nodes import NODE_CHECKS, NodeWorld, crash_while, node_check, resumed
@@ -289,3 +290,78 @@ async def a_handler_that_raises_after_a_host_cancellation_spends_no_message_budg
     async with again:  # order 2's only attempt is still there: no MessageExhaustedError
         assert (await again.wait())[TOTAL] == 6
     assert shop.billed == [1, 2, 3]
+
+
+class _GatedOpens(FaultyNodeHooks):
+    """Node hooks whose ``open_attempt`` for node ``slow`` waits for ``release``, noting each answer."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner, fail={})
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+        self.answered: list[str] = []
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> Any:
+        if request.node == "slow":
+            self.entered.set()
+            await self.release.wait()
+        attempt = await super().open_attempt(request)
+        self.answered.append(request.node)
+        return attempt
+
+
+@node_check
+async def a_failing_node_stops_the_others_without_cancelling_a_ledger_call_in_flight(store: Any) -> None:
+    hooks = _GatedOpens(store)
+    graph = Graph("fast_fail", version="1", inputs=[N])
+
+    @graph.node(requires=[N], provides=[TOTAL])
+    async def slow(ctx: NodeContext) -> None:
+        ctx.set(TOTAL, 1)  # started in a cancelled run: nothing of it is confirmed
+
+    @graph.node(requires=[N], provides=[FIRST])
+    async def broken(ctx: NodeContext) -> None:
+        await hooks.entered.wait()
+        raise ValueError("broken")  # fails fast: the other nodes are cancelled
+
+    def on_event(event: ExecutionEvent) -> None:
+        if event == Finished((), "broken", "failed"):
+            hooks.release.set()  # only now does the store answer the call in flight
+
+    execution = Execution(graph, {N: 1}, checkpoint=ExecCheckpoint("run", hooks), on_event=on_event)
+    async with execution:
+        with raises(ValueError, match="broken"):
+            await execution.wait()
+    assert hooks.answered.count("slow") == 1  # the accepted call ran to its answer, not cancelled
+    assert execution.result().statuses[("slow",)] == "cancelled"
+    assert "slow" not in {r.node for r in store.node_records("run")}
+
+
+@node_check
+async def cancelling_one_receive_interrupts_only_that_wait(store: Any) -> None:
+    go = anyio.Event()
+    graph = Graph("patient", version="1", inputs=[N])
+
+    @graph.node(requires=[N], provides=[ORDERS])
+    async def orders(ctx: NodeContext) -> None:
+        await go.wait()
+        for order in range(1, ctx[N] + 1):
+            await ctx.writer(ORDERS).send(order)
+
+    @graph.node(requires=[ORDERS], provides=[TOTAL])
+    async def reader(ctx: NodeContext) -> None:
+        messages = ctx.reader(ORDERS)
+        with anyio.CancelScope() as wait:
+            wait.cancel()
+            await messages.receive()  # nothing sent yet: the wait is interrupted, nothing else
+        assert wait.cancelled_caught
+        go.set()
+        total = 0
+        async for message in messages:
+            total += message.value
+            await messages.ack(message)
+        ctx.set(TOTAL, total)
+
+    execution = Execution(graph, {N: 4}, checkpoint=ExecCheckpoint("run", store))
+    async with execution:
+        assert (await execution.wait())[TOTAL] == 10
