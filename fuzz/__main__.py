@@ -2,11 +2,14 @@
 
 It imports the machines of the test suite (``tests/ledger/stateful.py`` for
 streams, ``tests/ledger/node_machine.py`` for random graphs in checkpoint
-mode crashed at any hook call) and
-runs them in rounds with fresh seeds and longer programs than the suite
-does, cycling through the stores, the lockstep machine and the event loops,
-until the time is up. A
-failure prints hypothesis's shrunk program and exits 1.
+mode crashed, cancelled by the host and faulted at any hook call, with node
+code that swallows cancellations, early readers, retried writers and
+resumes with another aspect chain) and runs them in rounds with fresh seeds
+and longer programs than the suite does, cycling through the stores, the
+lockstep machine and the event loops, until the time is up. ``--only nodes``
+runs only the machines whose name holds ``nodes`` (``lmdb``, ``trio``,
+``lockstep``, ... pick others). A failure prints hypothesis's shrunk program
+and exits 1.
 """
 
 from __future__ import annotations
@@ -45,10 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to run (default 5)")
     parser.add_argument("--steps", type=int, default=60, help="rules per program (default 60)")
     parser.add_argument("--examples", type=int, default=25, help="programs per round (default 25)")
+    parser.add_argument(
+        "--only", default="", help="run only the machines whose name holds this (nodes, lmdb, trio, ...)"
+    )
     args = parser.parse_args(argv)
+    chosen = [machine for machine in machines() if args.only in machine.__name__.removeprefix("Fuzz_")]
+    if not chosen:
+        parser.error(f"no machine's name holds {args.only!r}")
     deadline = time.monotonic() + args.minutes * 60
     rounds = 0
-    for machine in itertools.cycle(machines()):
+    for machine in itertools.cycle(chosen):
         if time.monotonic() >= deadline:
             break
         rounds += 1

@@ -24,3 +24,10 @@ def test_the_kill_loop_reports_its_kills(capsys: pytest.CaptureFixture[str]) -> 
 
     assert kill(["--minutes", "0.001", "--kills", "3"]) == 0
     assert "every answer exact" in capsys.readouterr().out
+
+
+def test_fuzz_runs_only_the_machines_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--minutes", "0.001", "--examples", "2", "--steps", "5", "--only", "nodes"]) == 0
+    assert "round 1: nodes_lmdb_asyncio, " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--only", "no-such-machine"])
