@@ -392,12 +392,16 @@ class LmdbStreamHooks:
 
     async def open_message(self, request: MessageOpen) -> MessageAttempt:
         """Read the message's budget and the group's state inline; never waits on the writer."""
+        return self._read(lambda view: store.open_message(view, request))
+
+    def _read(self, fn: Callable[[LmdbView], T]) -> T:
+        """``fn`` over one read transaction, inline; the stream ids it resolved are kept for the next."""
         with self.env.read() as txn:
             view = LmdbView(txn, self._dbs, self._ids)
-            attempt = store.open_message(view, request)
+            result = fn(view)
         if view.ids:
             self._ids.update(view.ids)
-        return attempt
+        return result
 
     async def fail_message(self, request: MessageFail) -> MessageAttempt:
         """Confirm a failed attempt in one write and return the next attempt."""
@@ -415,12 +419,7 @@ class LmdbStreamHooks:
 
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         """Read the stream's descriptor inline; never waits on the writer, raises no generation."""
-        with self.env.read() as txn:
-            view = LmdbView(txn, self._dbs, self._ids)
-            desc = store.describe(view, ref)
-        if view.ids:
-            self._ids.update(view.ids)
-        return desc
+        return self._read(lambda view: store.describe(view, ref))
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         """Remove or move a consumer group in one write (see :class:`~streams.store.GroupChange`)."""

@@ -414,6 +414,19 @@ class _Run(Generic[T, S]):
             self.batch_context = contextvars.copy_context()
         self.pipeline.stage()
 
+    async def _reliable(self, call: Callable[[], Awaitable[MessageAttempt]], what: str) -> MessageAttempt:
+        """One budget call: none from a cancelled caller; once made, shielded to its answer; any failure
+        of it (a cancellation the store raised included) latched on the stream (:mod:`streams._outcome`)."""
+        await accept()
+        try:
+            with anyio.CancelScope(shield=True):
+                attempt = await call()
+        except BaseException as exc:
+            if not is_fault(exc, shielded=True):
+                raise
+            raise self.stream.latch(exc, what)  # noqa: B904 - the latched error keeps its cause
+        return attempt
+
     async def _open(self, seq: int, first: bool) -> MessageAttempt:
         """The message's confirmed budget; an exhausted one raises unless it goes to the dead letters."""
         if self.pipeline.in_flight:
@@ -421,14 +434,9 @@ class _Run(Generic[T, S]):
         request = MessageOpen(
             message=self._ref(seq), node=self.node, limit=self.attempts, parent_attempt=self.parent_attempt
         )
-        await accept()  # a cancelled handler opens nothing
-        try:
-            with anyio.CancelScope(shield=True):
-                attempt = await self.stream.hooks.open_message(request)
-        except BaseException as exc:
-            if not is_fault(exc, shielded=True):
-                raise
-            raise self.stream.latch(exc, f"opening message {seq}")  # noqa: B904 - the latched error keeps its cause
+        attempt = await self._reliable(
+            lambda: self.stream.hooks.open_message(request), f"opening message {seq}"
+        )
         if first and attempt.state is not None:
             self.state_payload = attempt.state
             self.state = self._decode_state()
@@ -566,14 +574,10 @@ class _Run(Generic[T, S]):
             error_type=type(exc).__qualname__,
             at=time.time(),
         )
-        await accept()  # a handler that failed after a cancellation reached it spends no budget
-        try:
-            with anyio.CancelScope(shield=True):
-                attempt = await self.stream.hooks.fail_message(request)
-        except BaseException as error:
-            if not is_fault(error, shielded=True):
-                raise
-            raise self.stream.latch(error, "confirming a failed attempt")  # noqa: B904 - keeps its cause
+        # refused if the handler failed after a cancellation reached it: that spends no budget
+        attempt = await self._reliable(
+            lambda: self.stream.hooks.fail_message(request), "confirming a failed attempt"
+        )
         failure_attributes = {**self.group_attributes, ATTR.ERROR_KIND: type(exc).__qualname__}
         INSTRUMENTS.failed_attempts.add(1, failure_attributes)
         # on the run's span: a retry is visible even when it then succeeds, and so is exhaustion
