@@ -1181,6 +1181,7 @@ def _host_groups(
     """
     problems: list[str] = []
     groups: dict[Key[Any], tuple[str, ...]] = {}
+    refused: set[Key[Any]] = set()
     for key, names in given.items():
         if not isinstance(key, Key) or key not in graph.outlets:
             problems.append(f"host_readers names {key!r}, which is not an outlet of graph {graph.name!r}")
@@ -1189,9 +1190,11 @@ def _host_groups(
         plan = plans[((), key.name)]
         for group in chosen:
             check_name(group, f"a host group of {key!r}")
-            if group in plan.groups or chosen.count(group) > 1:
-                problems.append(f"group {group!r} of {key!r} is named twice (a node's group is its path)")
-        if problems:
+        twice = sorted({g for g in chosen if g in plan.groups or chosen.count(g) > 1})
+        for group in twice:
+            problems.append(f"group {group!r} of {key!r} is named twice (a node's group is its path)")
+        if twice:
+            refused.add(key)
             continue
         widened = dataclasses.replace(plan, groups=(*plan.groups, *chosen))
         for alias, other in list(plans.items()):
@@ -1199,6 +1202,8 @@ def _host_groups(
                 plans[alias] = widened
         groups[key] = chosen
     for key in graph.outlets:
+        if key in refused:  # its host groups were named twice, said above
+            continue
         if key.is_stream and ((), key.name) in plans and not plans[((), key.name)].groups:
             problems.append(
                 f"outlet {key!r} of graph {graph.name!r} has no reader: no node reads it and no host group "

@@ -96,8 +96,11 @@ def test_outlets_and_host_readers_are_checked() -> None:
     ]
     with pytest.raises(GraphError, match="which is not an outlet of graph 'desk'"):
         Execution(desk(), {}, host_readers={ORDERS: ["mailer"]})
-    with pytest.raises(GraphError, match="named twice"):
+    with pytest.raises(GraphError, match="named twice") as twice:
         Execution(desk(), {}, host_readers={INVOICES: ["mailer", "mailer"]})
+    assert len(twice.value.problems) == 1
+    with pytest.raises(GraphError, match="has no reader"):
+        Execution(desk(), {}, host_readers={INVOICES: []})
     with pytest.raises(GraphError, match="is not a stream input of graph 'desk'"):
         Execution(desk(), {}, host_readers={INVOICES: ["mailer"]}, resumable_inputs=[INVOICES])
 
@@ -112,6 +115,25 @@ async def test_host_endpoints_are_only_those_declared() -> None:
         with pytest.raises(GraphError, match="has no host group 'other'"):
             await execution.host_reader(INVOICES, "other")
         execution.cancel()
+
+
+async def test_a_host_waiting_for_an_outlet_gets_the_failure_that_ended_the_run_first() -> None:
+    graph = Graph("g", inputs=[N], outlets=[INVOICES])
+
+    @graph.node(requires=[N], provides=[TOTAL])
+    async def broken(ctx: NodeContext) -> None:
+        raise ValueError("no total")
+
+    @graph.node(requires=[TOTAL], provides=[INVOICES])
+    async def invoices(ctx: NodeContext) -> None:  # never runs: its stream is never open
+        await ctx.writer(INVOICES).send(ctx[TOTAL])
+
+    execution = Execution(graph, {N: 1}, host_readers={INVOICES: ["mailer"]})
+    async with execution:
+        with pytest.raises(ValueError, match="no total"):
+            await execution.host_reader(INVOICES, "mailer")
+        with pytest.raises(ValueError, match="no total"):
+            await execution.wait()
 
 
 def test_a_stream_input_nobody_reads_is_a_problem() -> None:
