@@ -88,6 +88,21 @@ class _Call:
         self.error: BaseException | None = None
 
 
+#: How long the server lets a transaction of this connection sit idle before it ends the session.
+#: A transaction here runs its statements back to back and commits at once, so only a process that
+#: stopped inside one (SIGSTOP, a debugger, a frozen VM) is ever idle in it; ending its session
+#: releases its row locks, so another worker can take its runs over once their leases run out (the
+#: stopped one, resumed, finds its connection gone and its lease lost). A URL that sets
+#: ``idle_in_transaction_session_timeout`` itself keeps its own value.
+IDLE_IN_TRANSACTION_SECONDS = 5
+
+
+def _end_abandoned_transactions(conn: Any) -> None:
+    row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    if row is not None and row[0] in ("0", "0ms"):
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_SECONDS}s'")
+
+
 class PgConnection:
     """A ledger's connection, and its group commit.
 
@@ -116,6 +131,7 @@ class PgConnection:
         conn = connect(self.url)
         conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
         try:
+            _end_abandoned_transactions(conn)
             ensure_schema(conn, self.where)
         except BaseException:
             conn.close()

@@ -261,3 +261,25 @@ async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_an
         assert reopened.appended == 2
         other = await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",), True))
         assert not other.created
+
+
+def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(postgres_url: str) -> None:
+    """A worker frozen mid-transaction (SIGSTOP) cannot hold its rows for ever: the server ends its
+    session once it sat idle in the transaction, and another connection then takes the row lock."""
+    from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS, PgConnection
+
+    execute(postgres_url, "CREATE TABLE IF NOT EXISTS frozen (id int PRIMARY KEY)")
+    execute(postgres_url, "INSERT INTO frozen VALUES (1) ON CONFLICT DO NOTHING")
+    stopped = PgConnection(postgres_url)
+    stopped.connect()
+    [(setting,)] = stopped._conn.execute("SHOW idle_in_transaction_session_timeout").fetchall()
+    assert setting == f"{IDLE_IN_TRANSACTION_SECONDS}s"
+    # its session is gone when it wakes up
+    with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout), stopped._conn.transaction():
+        stopped._conn.execute("SELECT id FROM frozen WHERE id = 1 FOR UPDATE")
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            # blocks on the frozen transaction's lock until the server ends that session
+            assert other.execute("SELECT id FROM frozen WHERE id = 1 FOR UPDATE").fetchone() == (1,)
+        stopped._conn.execute("SELECT 1")
+    assert stopped._conn.broken
+    stopped.close()
