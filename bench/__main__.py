@@ -4,6 +4,8 @@
 ``recovery``  opening a ledger of a million acknowledged messages vs. a thousand
 ``writer``    the ledger writer's commit rate solo and beside a CPU-busy loop
 ``graphs``    DurableGraph's checkpointed steps against plain pydantic-graph, raw commits and peers
+``nodes``     durable node commits, a wide graph and a chain, against ordinary mode and raw LMDB
+``latency``   send to downstream delivery, paced at 1,000 and 50,000 orders a second and at saturation
 
 Every run verifies its result; a run that does not verify prints no figure
 and exits with status 1.
@@ -22,6 +24,7 @@ from typing import Any
 
 from ._baselines import probe_fsync, run_raw_lmdb, run_sqlite
 from ._graphs import PEERS, GraphFigure, peer_missing, run_durable, run_peer, run_plain, run_raw_commits
+from ._latency import bench_latency, parse_rates, show_latency
 from ._nodes import NodeFigure, run_durable_nodes, run_ordinary_nodes, run_raw_nodes
 from ._recovery import time_recovery
 from ._shape import BenchError, median
@@ -726,6 +729,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-peers", action="store_true", help="leave out LangGraph and DBOS")
     common(p, 3)
 
+    p = sub.add_parser("latency", help="send-to-delivery latency at paced rates, LMDB and PostgreSQL")
+    p.add_argument(
+        "--rates",
+        type=parse_rates,
+        default=parse_rates("1000,50000,max"),
+        metavar="R,R,...",
+        help="orders a second of the paced source; max: as fast as it sends (default 1000,50000,max)",
+    )
+    p.add_argument("--seconds", type=float, default=2.0, help="length of each paced run")
+    p.add_argument("--saturation-orders", type=int, default=100_000, help="orders of the saturation runs")
+    p.add_argument("--commits", type=int, default=500, help="raw commits and bare ledger writes timed")
+    p.add_argument("--skip-postgres", action="store_true", help="leave out the PostgreSQL ledger")
+    p.add_argument("--url", default=None, help="a PostgreSQL server to use (default: a private one)")
+    common(p, 1)
+
     p = sub.add_parser("nodes", help="durable node commits (wide graph, chain) vs ordinary mode and raw LMDB")
     p.add_argument("--nodes", type=int, default=1_000, help="nodes of each graph")
     common(p, 3)
@@ -741,6 +759,7 @@ _COMMANDS: dict[str, tuple[Bench, Show]] = {
     "writer": (bench_writer, show_writer),
     "graphs": (bench_graphs, show_graphs),
     "nodes": (bench_nodes, show_nodes),
+    "latency": (lambda args: bench_latency(args, partial(_progress, args.json)), show_latency),
 }
 
 

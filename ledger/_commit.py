@@ -114,7 +114,7 @@ class GroupCommitter:
         self._loop = _LoopCalls()
         self._dispatching = False  # a dispatch is scheduled, or a batch is with the writer thread
         self._writer = _WriterThread(
-            self._commit_batch,
+            self._commit_timed,
             self._loop.from_thread(self._landed),
             name=f"streamledger-writer {env.path.name}",
         )
@@ -223,6 +223,17 @@ class GroupCommitter:
             f"ledger {self._env.path} stopped serving writes after a failed batch; "
             "this write was not made: reopen the ledger to recover"
         )
+
+    def _commit_timed(self, batch: list[WriteTicket[Any]]) -> tuple[list[tuple[bool, Any]], int]:
+        """Writer thread: :meth:`_commit_batch`, reported to the ledger's ``batch_timer`` if it has one."""
+        timer = self._env.batch_timer
+        if timer is None:
+            return self._commit_batch(batch)
+        began = time.perf_counter()
+        try:
+            return self._commit_batch(batch)
+        finally:
+            timer(self._handed, began, time.perf_counter())
 
     def _commit_batch(self, batch: list[WriteTicket[Any]]) -> tuple[list[tuple[bool, Any]], int]:
         """Writer thread: one write transaction and one fsync for the whole batch.

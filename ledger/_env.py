@@ -128,6 +128,9 @@ class LedgerEnv:
         self._closed = False
         #: Called on the writer thread after each committed batch with its writes and successes (bench).
         self.batch_observer: Callable[[int, int], None] | None = None
+        #: Called on the writer thread after each batch with ``time.perf_counter()`` readings: when the
+        #: loop handed it over, when the writer thread began it and when it was committed (bench).
+        self.batch_timer: Callable[[float, float, float], None] | None = None
 
     # -- opening -------------------------------------------------------------------------
 

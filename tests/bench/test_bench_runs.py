@@ -220,3 +220,43 @@ def test_nodes_bench_reports_no_figure_when_a_node_record_is_missing(
     monkeypatch.setattr(LmdbNodeHooks, "node_records", lambda self, scope: records(self, scope)[1:])
     assert main([*NODES_TINY, "--json", "--workdir", str(tmp_path)]) == 1
     assert "the ledger holds 19 node records, not 20" in capsys.readouterr().err
+
+
+LATENCY_TINY = ("latency", "--seconds", "0.05", "--rates", "1000,max", "--saturation-orders", "200")
+
+
+def test_latency_bench_reports_percentiles_transactions_and_round_trips(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_bench(capsys, *LATENCY_TINY, "--commits", "20", "--skip-postgres", "--workdir", str(tmp_path))
+    for name in ("lmdb_1k", "lmdb_max", "lmdb_nondurable_1k", "lmdb_nondurable_max"):
+        for figure in ("p50", "p90", "p99", "p999", "txn_p50"):
+            assert out[f"{name}_{figure}_us"] > 0, (name, figure)
+        assert 0 < out[f"{name}_writer_busy"] <= 1, name
+        assert isinstance(out[f"{name}_sustained"], bool)
+    assert out["raw_lmdb_commit_p50_us"] > 0
+    assert out["ledger_write_p50_us"] > 0
+    assert out["postgres_skipped"] == "--skip-postgres"
+    assert "pg_1k_p50_us" not in out
+    assert set(out["goals_met"]) == {"lmdb_1k_p50_at_most_3_raw_commits"}
+
+
+def test_latency_bench_runs_on_postgres(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, postgres_server: Any
+) -> None:
+    out = run_bench(
+        capsys,
+        *("latency", "--seconds", "0.05", "--rates", "50000", "--commits", "5"),
+        *("--url", postgres_server.url, "--workdir", str(tmp_path)),
+    )
+    assert out["pg_50k_p99_us"] > 0
+    assert out["lmdb_50k_p50_us"] > 0
+    assert set(out["goals_met"]) == {"lmdb_50k_p50_at_most_1ms", "lmdb_50k_p99_at_most_2ms"}
+
+
+def test_latency_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = [*LATENCY_TINY, "--commits", "5", "--skip-postgres", "--workdir", str(tmp_path)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "send to audit's delivery" in text
+    assert "raw py-lmdb commit" in text

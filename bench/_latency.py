@@ -1,0 +1,569 @@
+"""Latency from send to downstream delivery: the demo's pipeline with a paced source.
+
+A source sends orders at a fixed rate (or as fast as it can: ``rate=None``)
+to ``orders``; group ``billing`` keeps ``Totals`` as explicit state and sends
+one invoice per order to ``invoices``; group ``audit`` notes, for each
+invoice it is handed, the time since its order was sent. Each order so
+crosses two confirmations before audit sees it (its append, billing's
+commit) and a third behind it (audit's commit). The first ``warmup``
+seconds of orders are left out of the percentiles.
+
+Beside the pipeline the same run measures what a commit costs with nothing
+around it: a raw py-lmdb write transaction of one put (the physical floor of
+one step) and a bare ``await ledger.env.write(...)`` of the same put (the
+ledger's round trip through its writer thread), one after another.
+
+Every LMDB transaction the ledger commits during the pipeline is timed on
+the writer thread: its wall time, and the share of the run the writer was
+inside one (``writer_busy``). A run whose result is not exactly the expected
+one raises :class:`BenchError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import tempfile
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import lmdb
+
+from ledger import LedgerEnv, open_ledger
+from ledger._env import write_mode
+from streams import HandleResult, MessageTx, StreamHooks, handle_messages, open_scope
+
+from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
+from ._streams import CAPACITY, WINDOW, verify_ledger
+
+__all__ = [
+    "LatencyRun",
+    "Percentiles",
+    "percentiles",
+    "run_latency",
+    "run_latency_lmdb",
+    "time_ledger_writes",
+    "time_raw_commits",
+]
+
+#: The percentiles every latency figure reports.
+QUANTILES = (50.0, 90.0, 99.0, 99.9)
+
+Percentiles = dict[str, float]
+
+
+def percentiles(samples: Sequence[float]) -> Percentiles:
+    """``p50``, ``p90``, ``p99`` and ``p99.9`` of ``samples`` (seconds) in µs, nearest rank."""
+    ordered = sorted(samples)
+    if not ordered:
+        raise BenchError("no latency samples were taken")
+    out: Percentiles = {}
+    for q in QUANTILES:
+        rank = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+        out[f"p{q:g}"] = ordered[rank] * 1e6
+    out["mean"] = statistics.fmean(ordered) * 1e6
+    return out
+
+
+@dataclass
+class TxnClock:
+    """Every LMDB transaction of one ledger, timed on its writer thread."""
+
+    began: list[float] = field(default_factory=list)
+    committed: list[float] = field(default_factory=list)
+    handed: list[float] = field(default_factory=list)
+
+    def attach(self, env: LedgerEnv) -> Callable[[], None]:
+        """Start timing ``env``'s batches; returns the function that stops it.
+
+        Uses the ledger's ``batch_timer`` where it has one; on a build
+        without it (a baseline), the top-level ``begin_write`` and the batch
+        observer that follows its commit.
+        """
+        if hasattr(env, "batch_timer"):
+
+            def timed(handed: float, began: float, committed: float) -> None:
+                self.handed.append(handed)
+                self.began.append(began)
+                self.committed.append(committed)
+
+            env.batch_timer = timed
+
+            def detach() -> None:
+                env.batch_timer = None
+
+            return detach
+        begin = env.begin_write
+
+        def begin_write(parent: Any = None) -> Any:
+            if parent is None:
+                self.began.append(time.perf_counter())
+            return begin(parent)
+
+        def observe(_writes: int, _ok: int) -> None:
+            self.committed.append(time.perf_counter())
+
+        env.begin_write = begin_write  # type: ignore[method-assign]
+        env.batch_observer = observe
+
+        def restore() -> None:
+            del env.begin_write
+            env.batch_observer = None
+
+        return restore
+
+    def within(self, start: float, end: float) -> tuple[list[float], float]:
+        """The wall times of the transactions that began in ``[start, end]``, and the busy share."""
+        walls = [c - b for b, c in zip(self.began, self.committed, strict=False) if start <= b <= end]
+        return walls, sum(walls) / (end - start) if end > start else 0.0
+
+
+@dataclass
+class LatencyRun:
+    """One paced, verified run of the pipeline."""
+
+    store: str
+    sync: bool
+    rate: float | None  # orders a second asked for; None: as fast as the source can send
+    orders: int
+    seconds: float  # from the first send to the last delivery
+    latency: Percentiles
+    sent_rate: float  # orders a second the source actually sent
+    txn_us: Percentiles | None = None
+    txns: int = 0
+    writer_busy: float | None = None
+
+    @property
+    def sustained(self) -> bool:
+        """Whether the source kept the rate asked for (within 10%) and the pipeline kept up with it."""
+        if self.rate is None:
+            return True
+        return self.sent_rate >= 0.9 * self.rate and self.orders / self.seconds >= 0.9 * self.rate
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "store": self.store,
+            "sync": self.sync,
+            "rate": self.rate,
+            "orders": self.orders,
+            "seconds": self.seconds,
+            "sent_per_s": self.sent_rate,
+            "delivered_per_s": self.orders / self.seconds,
+            "sustained": self.sustained,
+            "latency_us": self.latency,
+        }
+        if self.txn_us is not None:
+            out["txn_us"] = self.txn_us
+            out["txns"] = self.txns
+            out["orders_per_txn"] = self.orders / max(self.txns, 1)
+            out["writer_busy"] = self.writer_busy
+        return out
+
+
+async def run_latency(
+    hooks: StreamHooks,
+    *,
+    rate: float | None,
+    orders: int,
+    warmup: int,
+    window: int = WINDOW,
+    clock: TxnClock | None = None,
+    store: str = "lmdb",
+    sync: bool = True,
+) -> LatencyRun:
+    """Run the paced pipeline on ``hooks``: ``orders`` orders at ``rate`` a second; check the result."""
+    sent = array("d", bytes(8 * (orders + 1)))
+    seen = array("d", bytes(8 * (orders + 1)))
+    async with open_scope(hooks, scope="latency") as scope:
+        stream_in = await scope.open_stream(
+            ORDERS, node="source", groups=("billing",), capacity=CAPACITY, resumable=True
+        )
+        stream_out = await scope.open_stream(
+            INVOICES, node="billing", groups=("audit",), capacity=CAPACITY, resumable=True
+        )
+        if stream_in.snapshot().appended or stream_out.snapshot().appended:
+            raise BenchError("the latency bench's store is not fresh")
+        orders_out, invoices_out = stream_in.writer(), stream_out.writer()
+        results: dict[str, HandleResult[Totals] | HandleResult[int]] = {}
+        clock_ = time.perf_counter
+
+        async def source() -> None:
+            start = clock_()
+            i = 1
+            while i <= orders:
+                due = orders if rate is None else min(orders, int((clock_() - start) * rate) + 1)
+                while i <= due:
+                    sent[i] = clock_()
+                    await orders_out.send(Order(i, i), send_at=i)
+                    i += 1
+                if rate is None:
+                    await anyio.lowlevel.checkpoint()
+                elif i <= orders:
+                    await anyio.sleep(max(0.0, start + (i - 1) / rate - clock_()))
+            await orders_out.finish()
+
+        async def bill(tx: MessageTx[Totals], order: Order) -> None:
+            tx.set_state(Totals(tx.state.total + order.amount, tx.state.count + 1))
+            tx.send(invoices_out, Invoice(order.id, order.amount))
+
+        async def billing() -> None:
+            results["billing"] = await handle_messages(
+                stream_in.reader("billing"), bill, initial_state=Totals(), window=window
+            )
+            await invoices_out.finish()
+
+        async def audit_one(tx: MessageTx[int], invoice: Invoice) -> None:
+            seen[invoice.order] = clock_()
+            tx.set_state(tx.state + 1)
+
+        async def audit() -> None:
+            results["audit"] = await handle_messages(
+                stream_out.reader("audit"), audit_one, initial_state=0, window=window
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source)
+            tg.start_soon(billing)
+            tg.start_soon(audit)
+
+    billed, audited = results["billing"], results["audit"]
+    want = Totals(expected_total(orders), orders)
+    if billed.state != want or audited.state != orders:
+        raise BenchError(f"billing ended with {billed.state!r}, audit with {audited.state!r}; want {want!r}")
+    if any(seen[i] < sent[i] or not seen[i] for i in range(1, orders + 1)):
+        raise BenchError("an invoice was delivered before its order was sent, or never")
+    first, last = sent[1], max(seen)
+    measured = range(min(warmup, orders - 1) + 1, orders + 1)
+    run = LatencyRun(
+        store=store,
+        sync=sync,
+        rate=rate,
+        orders=orders,
+        seconds=last - first,
+        latency=percentiles([seen[i] - sent[i] for i in measured]),
+        sent_rate=(orders - 1) / (sent[orders] - first) if orders > 1 and sent[orders] > first else 0.0,
+    )
+    if clock is not None:
+        walls, busy = clock.within(sent[measured.start], last)
+        if walls:
+            run.txn_us = percentiles(walls)
+            run.txns = len(walls)
+            run.writer_busy = busy
+    return run
+
+
+def _orders_for(rate: float | None, seconds: float, saturation_orders: int) -> tuple[int, int]:
+    """Orders to send and how many of them warm up (a tenth of the run, at least one)."""
+    n = saturation_orders if rate is None else max(int(rate * seconds), 10)
+    return n, max(1, n // 10)
+
+
+def run_latency_lmdb(
+    *,
+    rate: float | None,
+    seconds: float,
+    sync: bool,
+    saturation_orders: int = 100_000,
+    backend: str = "asyncio",
+    workdir: Path | None = None,
+    window: int = WINDOW,
+) -> LatencyRun:
+    """One paced run on a fresh LMDB ledger in a temporary directory; the ledger is checked after."""
+    n, warmup = _orders_for(rate, seconds, saturation_orders)
+    with tempfile.TemporaryDirectory(prefix="streamledger-latency-", dir=workdir) as tmp:
+        path = Path(tmp) / "ledger"
+
+        async def main() -> LatencyRun:
+            async with open_ledger(path, sync=sync) as ledger:
+                clock = TxnClock()
+                stop = clock.attach(ledger.env)
+                try:
+                    return await run_latency(
+                        ledger.streams,
+                        rate=rate,
+                        orders=n,
+                        warmup=warmup,
+                        window=window,
+                        clock=clock,
+                        sync=sync,
+                    )
+                finally:
+                    stop()
+
+        run = anyio.run(main, backend=backend)
+        verify_ledger(path, n)
+    return run
+
+
+def run_latency_postgres(
+    url: str,
+    *,
+    rate: float | None,
+    seconds: float,
+    saturation_orders: int = 100_000,
+    backend: str = "asyncio",
+) -> LatencyRun:
+    """One paced run on the PostgreSQL ledger at ``url`` (a fresh database)."""
+    from ledger.postgres import open_postgres
+
+    n, warmup = _orders_for(rate, seconds, saturation_orders)
+
+    async def main() -> LatencyRun:
+        async with open_postgres(url) as ledger:
+            return await run_latency(ledger.streams, rate=rate, orders=n, warmup=warmup, store="postgres")
+
+    return anyio.run(main, backend=backend)
+
+
+#: What each commit of the round-trip figures writes: one put of a message-sized value.
+_KEY = b"latency/round-trip"
+_VALUE = bytes(100)
+
+
+def time_raw_commits(count: int, *, sync: bool = True, workdir: Path | None = None) -> Percentiles:
+    """``count`` py-lmdb write transactions of one put, one after another, opened as a ledger opens LMDB."""
+    walls: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="streamledger-raw-commit-", dir=workdir) as tmp:
+        env = lmdb.open(tmp, map_size=64 << 20, max_dbs=4, **write_mode(sync))
+        try:
+            db = env.open_db(b"messages")
+            for i in range(count):
+                started = time.perf_counter()
+                with env.begin(write=True) as txn:
+                    txn.put(_KEY + i.to_bytes(8, "big"), _VALUE, db=db)
+                walls.append(time.perf_counter() - started)
+        finally:
+            env.close()
+    return percentiles(walls)
+
+
+def _put(txn: lmdb.Transaction, *, key: bytes, db: Any) -> bool:
+    return bool(txn.put(key, _VALUE, db=db))
+
+
+def time_ledger_writes(
+    count: int, *, sync: bool = True, backend: str = "asyncio", workdir: Path | None = None
+) -> Percentiles:
+    """``count`` bare ``await ledger.env.write(...)`` of the same put, one after another."""
+    walls: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="streamledger-round-trip-", dir=workdir) as tmp:
+
+        async def main() -> None:
+            async with open_ledger(Path(tmp) / "ledger", sync=sync) as ledger:
+                db = ledger.env.db("messages")
+                for i in range(count):
+                    key = _KEY + i.to_bytes(8, "big")
+                    started = time.perf_counter()
+                    await ledger.env.write(functools.partial(_put, key=key, db=db))
+                    walls.append(time.perf_counter() - started)
+
+        anyio.run(main, backend=backend)
+    return percentiles(walls)
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def rate_label(rate: float | None) -> str:
+    """``1k``, ``50k``, ``max`` (saturation): how a rate is named in the figures' keys."""
+    if rate is None:
+        return "max"
+    return f"{rate / 1000:g}k" if rate >= 1000 else f"{rate:g}"
+
+
+def parse_rates(text: str) -> list[float | None]:
+    """``1000,50000,max`` as rates a second (``max``: as fast as the source can send)."""
+    return [None if part.strip() == "max" else float(part) for part in text.split(",")]
+
+
+def _percentile_keys(prefix: str, figures: Percentiles) -> dict[str, float]:
+    return {f"{prefix}_{name.replace('.', '')}_us": value for name, value in figures.items()}
+
+
+def _median_of(runs: Sequence[Percentiles]) -> Percentiles:
+    return {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+
+
+def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The command ``python -m bench latency``: every store, rate and sync mode, medians of rounds."""
+    rates: list[float | None] = args.rates
+    configs: list[tuple[str, bool]] = [("lmdb", True), ("lmdb", False)]
+    runs: dict[str, list[LatencyRun]] = {}
+    raw: list[Percentiles] = []
+    round_trips: list[Percentiles] = []
+    pg_url, pg_skipped, stack = _postgres(args, progress)
+    if pg_url is not None:
+        configs.append(("postgres", True))
+    try:
+        for k in range(args.repeat):
+            progress(f"round {k + 1}/{args.repeat}")
+            raw.append(time_raw_commits(args.commits, workdir=args.workdir))
+            round_trips.append(time_ledger_writes(args.commits, backend=args.backend, workdir=args.workdir))
+            progress(
+                f"  raw py-lmdb commit p50 {raw[-1]['p50']:,.0f} µs; "
+                f"ledger write round trip p50 {round_trips[-1]['p50']:,.0f} µs"
+            )
+            for store, sync in configs:
+                for rate in rates:
+                    name = f"{'pg' if store == 'postgres' else store}{'' if sync else '_nondurable'}"
+                    name += f"_{rate_label(rate)}"
+                    if store == "lmdb":
+                        run = run_latency_lmdb(
+                            rate=rate,
+                            seconds=args.seconds,
+                            sync=sync,
+                            saturation_orders=args.saturation_orders,
+                            backend=args.backend,
+                            workdir=args.workdir,
+                        )
+                    else:
+                        assert pg_url is not None
+                        from ._postgres import new_database
+
+                        run = run_latency_postgres(
+                            new_database(pg_url[0], pg_url[1]),
+                            rate=rate,
+                            seconds=args.seconds,
+                            saturation_orders=args.saturation_orders,
+                            backend=args.backend,
+                        )
+                    runs.setdefault(name, []).append(run)
+                    lat = run.latency
+                    txn = "" if run.txn_us is None else f"; txn p50 {run.txn_us['p50']:,.0f} µs"
+                    busy = "" if run.writer_busy is None else f", writer busy {run.writer_busy:.0%}"
+                    progress(
+                        f"  {name}: p50 {lat['p50']:,.0f} p99 {lat['p99']:,.0f} µs, "
+                        f"{run.orders / run.seconds:,.0f} orders/s{txn}{busy}"
+                        f"{'' if run.sustained else ' (rate NOT sustained)'}"
+                    )
+    finally:
+        stack.close()
+    out: dict[str, Any] = {
+        "bench": "latency",
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "seconds": args.seconds,
+        "rates": [rate_label(r) for r in rates],
+        "verified": True,
+        "postgres_skipped": pg_skipped,
+        "load_average_1m": os.getloadavg()[0],
+    }
+    out.update(_percentile_keys("raw_lmdb_commit", _median_of(raw)))
+    out.update(_percentile_keys("ledger_write", _median_of(round_trips)))
+    for name, figs in runs.items():
+        out.update(_percentile_keys(name, _median_of([f.latency for f in figs])))
+        out[f"{name}_orders_per_s"] = statistics.median(f.orders / f.seconds for f in figs)
+        out[f"{name}_sustained"] = all(f.sustained for f in figs)
+        txns = [f.txn_us for f in figs if f.txn_us is not None]
+        if txns:
+            out.update(_percentile_keys(f"{name}_txn", _median_of(txns)))
+            out[f"{name}_writer_busy"] = statistics.median(
+                f.writer_busy for f in figs if f.writer_busy is not None
+            )
+            out[f"{name}_orders_per_txn"] = statistics.median(f.orders / max(f.txns, 1) for f in figs)
+    sustained = [r for r in rates if r is not None and out.get(f"pg_{rate_label(r)}_sustained")]
+    out["pg_highest_sustained_rate"] = max(sustained) if sustained else None
+    out["runs"] = [run.summary() for figs in runs.values() for run in figs]
+    raw_p50 = out["raw_lmdb_commit_p50_us"]
+    goals: dict[str, bool] = {}
+    if "lmdb_50k_p50_us" in out:
+        goals["lmdb_50k_p50_at_most_1ms"] = out["lmdb_50k_p50_us"] <= 1000
+        goals["lmdb_50k_p99_at_most_2ms"] = out["lmdb_50k_p99_us"] <= 2000
+    if "lmdb_1k_p50_us" in out:
+        goals["lmdb_1k_p50_at_most_3_raw_commits"] = out["lmdb_1k_p50_us"] <= 3 * raw_p50
+        out["lmdb_1k_p50_in_raw_commits"] = out["lmdb_1k_p50_us"] / raw_p50
+    out["goals_met"] = goals
+    return out
+
+
+def _postgres(args: Any, progress: Callable[[str], None]) -> tuple[Any, str | None, Any]:
+    """A PostgreSQL server for the run: (server URL, database URL maker), or why there is none."""
+    from contextlib import ExitStack
+
+    stack = ExitStack()
+    if args.skip_postgres:
+        return None, "--skip-postgres", stack
+    try:
+        from ledger.postgres.server import ServerUnavailableError, private_server
+    except ImportError as exc:  # psycopg is an optional extra
+        return None, f"ledger.postgres is not importable: {exc}", stack
+    if args.url:
+        from .__main__ import _database_url
+
+        return (args.url, _database_url(args.url)), None, stack
+    try:
+        server = stack.enter_context(private_server())
+    except ServerUnavailableError as exc:
+        progress(f"PostgreSQL skipped: {exc}")
+        return None, str(exc), stack
+    return (server.url, server.url_for), None, stack
+
+
+def show_latency(out: dict[str, Any]) -> str:
+    """The figures as a table: one row per store, sync mode and rate."""
+
+    def us(key: str) -> str:
+        value = out.get(key)
+        return "-" if value is None else f"{value:,.0f}"
+
+    rows: list[tuple[str, ...]] = [
+        ("µs, send to audit's delivery", "p50", "p90", "p99", "p99.9", "orders/s", "txn p50", "writer busy")
+    ]
+    for store in ("lmdb", "lmdb_nondurable", "pg"):
+        for label in out["rates"]:
+            name = f"{store}_{label}"
+            if f"{name}_p50_us" not in out:
+                continue
+            busy = out.get(f"{name}_writer_busy")
+            rows.append(
+                (
+                    f"{name}{'' if out[f'{name}_sustained'] else ' (rate not sustained)'}",
+                    us(f"{name}_p50_us"),
+                    us(f"{name}_p90_us"),
+                    us(f"{name}_p99_us"),
+                    us(f"{name}_p999_us"),
+                    us(f"{name}_orders_per_s"),
+                    us(f"{name}_txn_p50_us"),
+                    "-" if busy is None else f"{busy:.0%}",
+                )
+            )
+    rows.append(
+        (
+            "raw py-lmdb commit, one put (durable)",
+            us("raw_lmdb_commit_p50_us"),
+            *("",) * 2,
+            us("raw_lmdb_commit_p99_us"),
+            *("",) * 3,
+        )
+    )
+    rows.append(
+        (
+            "ledger.env.write round trip, one put (durable)",
+            us("ledger_write_p50_us"),
+            *("",) * 2,
+            us("ledger_write_p99_us"),
+            *("",) * 3,
+        )
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)])
+        for row in rows
+    ]
+    head = (
+        f"latency: {out['seconds']:g} s per rate, median of {out['repeat']}, {out['backend']}, "
+        f"result verified; load average {out['load_average_1m']:.1f}"
+    )
+    skipped = out.get("postgres_skipped")
+    notes = [f"PostgreSQL skipped: {skipped}"] if skipped else []
+    if out.get("pg_highest_sustained_rate") is not None:
+        notes.append(f"PostgreSQL sustained up to {out['pg_highest_sustained_rate']:,.0f} orders/s here")
+    goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
+    return "\n".join([head, *lines, *notes, f"goals: {goals}"])
