@@ -21,6 +21,11 @@ for. One committer task then:
    confirmed, and wakes whoever waits on it;
 4. goes on while more was staged meanwhile: work staged while a batch is in
    the store leaves together with the next, so concurrent work shares commits.
+   Before it cuts that next batch it lets :data:`SETTLE_STEPS` steps of the
+   event loop pass, so that what the landing itself set off (a handler given
+   the messages just published stages its work) leaves in that batch too,
+   not in the one after it. A committer that finds nothing staged after a
+   landing ends at once, so an idle pipeline waits for nothing.
 
 Batches are confirmed one at a time and land in the order they were cut
 (the order they were staged, unless a cut took a part of what was staged).
@@ -38,17 +43,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import Context
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from ._errors import CheckpointError
 from ._in_context import call_in_context
 from ._outcome import is_fault
 
-__all__ = ["ConfirmPipeline", "Spawn"]
+__all__ = ["SETTLE_STEPS", "ConfirmPipeline", "Spawn"]
 
 B = TypeVar("B")
+
+#: Steps of the event loop a committer lets pass after a landing before it cuts the next batch
+#: (see the module docstring): the readers woken by what was published run in the first, and a
+#: task woken in the same step as the committer may come after it.
+SETTLE_STEPS: Final = 2
 
 #: Starts a background task (a task group's ``start_soon``, or an execution's spawner).
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
@@ -163,7 +174,12 @@ class ConfirmPipeline(Generic[B]):
             # confirmed (or fails) even when the caller's scope is cancelled meanwhile.
             with anyio.CancelScope(shield=True):
                 cut_through = self.landed
+                landed_one = False
                 while self.staged > cut_through and self.failure is None:
+                    if landed_one:  # let what the landing set off be staged into this batch
+                        for _ in range(SETTLE_STEPS):
+                            await anyio.lowlevel.checkpoint()
+                    landed_one = True
                     cut_through = self.staged
                     batch = self._cut()
                     if self._units is not None:

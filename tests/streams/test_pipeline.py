@@ -65,6 +65,25 @@ async def test_work_staged_while_a_batch_is_in_the_store_leaves_with_the_next_in
     assert r.pipeline.landed == r.pipeline.staged == 4 and r.pipeline.in_flight == 0
 
 
+async def test_work_a_landing_sets_off_leaves_with_what_was_staged_while_the_batch_was_in_the_store() -> None:
+    async with anyio.create_task_group() as tg:
+        r = Recorder(tg.start_soon)
+        r.gate = anyio.Event()
+        first = r.stage(1)
+        await r.entered.wait()  # the committer took [1] and waits in the store
+        r.stage(2)
+
+        async def react() -> None:  # like a reader of what [1] published: it stages once [1] landed
+            await r.pipeline.wait(first)
+            r.stage(3)
+
+        tg.start_soon(react)
+        await anyio.wait_all_tasks_blocked()
+        r.gate.set()
+    # the committer let the landing's waiters run before it cut [2]: 3 joined it, not a batch of its own
+    assert r.confirmed == [[1], [2, 3]] and r.landed == r.confirmed
+
+
 async def test_a_refused_batch_fails_its_waiters_and_the_pipeline_takes_nothing_more() -> None:
     async with anyio.create_task_group() as tg:
         r = Recorder(tg.start_soon)

@@ -1,0 +1,56 @@
+"""The group committer's batching (ledger._commit): which writes share a transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import lmdb
+import pytest
+
+from ledger import open_ledger
+from ledger._commit import GATHER_STEPS
+
+pytestmark = pytest.mark.anyio
+
+
+def put(db: Any, key: bytes) -> Callable[[lmdb.Transaction], bytes]:
+    def fn(txn: lmdb.Transaction) -> bytes:
+        txn.put(key, b"v", db=db)
+        return key
+
+    return fn
+
+
+async def test_writes_a_landing_sets_off_share_the_next_transaction(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        db = ledger.env.db("messages")
+        batches: list[int] = []
+        ledger.env.batch_observer = lambda writes, _ok: batches.append(writes)
+        await ledger.env.write(put(db, b"a"))
+        # the steps after a landing, as the tasks it woke resume one after another
+        tickets = [ledger.env.submit(put(db, b"b"))]
+        for step in range(1, GATHER_STEPS - 1):
+            await anyio.lowlevel.checkpoint()
+            tickets.append(ledger.env.submit(put(db, b"c%d" % step)))
+        assert [await t.wait() for t in tickets] == [b"b"] + [b"c%d" % k for k in range(1, GATHER_STEPS - 1)]
+        ledger.env.batch_observer = None
+    assert batches == [1, GATHER_STEPS - 1]
+
+
+async def test_a_lone_write_is_handed_over_at_the_end_of_its_step(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        db = ledger.env.db("messages")
+        batches: list[int] = []
+        ledger.env.batch_observer = lambda writes, _ok: batches.append(writes)
+        ticket = ledger.env.submit(put(db, b"a"))
+        with anyio.fail_after(10):
+            assert await ticket.wait() == b"a"
+        await anyio.sleep(0.01)  # an idle committer: the steps after the landing pass with nothing
+        ticket = ledger.env.submit(put(db, b"b"))
+        assert await ticket.wait() == b"b"
+        ledger.env.batch_observer = None
+    assert batches == [1, 1]
