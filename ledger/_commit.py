@@ -6,10 +6,10 @@ function of an LMDB write transaction, submitted for a :class:`WriteTicket`.
 The committer gathers the writes submitted in one step of the event loop, or
 while the previous batch was committing, into one write transaction and one
 fsync. Once a batch lands it waits a few more steps of the loop
-(:data:`GATHER_STEPS`) before it hands over the next one, so the writes
-that the landing itself set off (a handler's next commit, the commit of the
-messages it just published) share that transaction instead of waiting for
-a whole one more. Each write runs in its
+(:data:`~ledger._gather.GATHER_STEPS`, where the policy is stated) before it
+hands over the next one, so the writes that the landing itself set off (a
+handler's next commit, the commit of the messages it just published) share
+that transaction instead of waiting for a whole one more. Each write runs in its
 own nested transaction, so one that raises is rolled back alone and the
 others still commit. One writer thread owns every write transaction (LMDB
 ties them to the thread that began them); the committer hands it a batch and
@@ -45,26 +45,18 @@ from streams.store import ATTR, INSTRUMENTS, SPAN, failed, tracer
 
 from ._errors import MapFullError, WriteFailedError
 from ._files import damaged
+from ._gather import GATHER_STEPS
 
 if TYPE_CHECKING:
     from ._env import LedgerEnv
 
-__all__ = ["GATHER_STEPS", "BeforeCommit", "GroupCommitter", "WriteTicket"]
+__all__ = ["BeforeCommit", "GroupCommitter", "WriteTicket"]
 
 T = TypeVar("T")
 
 #: A fault hook for tests: called on the writer thread with each batch's size before its
 #: transaction begins; what it raises fails the whole batch, as a refused LMDB write would.
 BeforeCommit = Callable[[int], None]
-
-#: Steps of the event loop the committer lets pass once a batch landed before it hands over the
-#: next: the tasks the landing woke resume in the first (a committer whose batch landed cuts its
-#: next one after :data:`streams._pipeline.SETTLE_STEPS` more), readers of what was published run
-#: in the next. Writes they make join the next transaction; without the wait they arrived just
-#: after it left and waited for all of it, then their own (an order's latency through the demo's
-#: pipeline at 50,000 a second crossed 6.5 transactions, now 2.5). A step with nothing to run
-#: costs microseconds; every write still leaves in the first transaction that begins after it.
-GATHER_STEPS: Final = 3
 
 #: Clear reader slots left by dead processes once every this many batches.
 _READER_CHECK_EVERY: Final = 1024

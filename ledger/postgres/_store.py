@@ -19,12 +19,14 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
+import anyio.lowlevel
 import psycopg
 from psycopg import errors
 
 from streams.store import StreamRef
 
 from .._errors import LedgerUnreachableError
+from .._gather import GATHER_STEPS
 from ._schema import ensure_schema
 from ._view import PgView
 
@@ -161,6 +163,8 @@ class PgConnection:
             while not call.done:
                 if self._busy:
                     await self._landed.wait()
+                    for _ in range(GATHER_STEPS - 1):  # waking was the first: what the landing
+                        await anyio.lowlevel.checkpoint()  # sets off joins the next batch
                     continue
                 batch, self._pending = self._pending, []
                 self._busy = True
