@@ -233,10 +233,10 @@ def run_durable(
                 seconds = time.perf_counter() - started
                 loop_cpu = time.thread_time() - cpu
                 ledger.env.batch_observer = None
-                _check_status(durable, run_ids, n)
+                await _check_status(durable, run_ids, n)
             # What the closed ledger holds, not what the run said.
             async with open_ledger(path, create=False) as reopened:
-                _check_status(DurableGraph[Counter, None, int, int](graph, reopened), run_ids, n)
+                await _check_status(DurableGraph[Counter, None, int, int](graph, reopened), run_ids, n)
             return seconds, loop_cpu
 
         seconds, loop_cpu = anyio.run(main, backend=backend)
@@ -254,10 +254,10 @@ def run_durable(
     )
 
 
-def _check_status(durable: DurableGraph[Any, Any, Any, Any], run_ids: list[str], n: int) -> None:
+async def _check_status(durable: DurableGraph[Any, Any, Any, Any], run_ids: list[str], n: int) -> None:
     """Each run saved a checkpoint after every step and one at the end, and finished."""
     for run_id in run_ids:
-        status = durable.status(run_id)
+        status = await durable.status(run_id)
         if (
             status is None
             or status.checkpoints != n + 1

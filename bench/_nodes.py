@@ -105,7 +105,7 @@ def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> Nod
             seconds = time.perf_counter() - started
             ledger.env.batch_observer = None
             _check(shape, n, outcome.result)
-            records = ledger.nodes.node_records("bench")
+            records = await ledger.nodes.node_records("bench")
             if len(records) != n or any(r.reason != "completed" for r in records):
                 raise BenchError(f"{shape}: the ledger holds {len(records)} node records, not {n}")
         return seconds

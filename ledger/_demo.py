@@ -218,7 +218,7 @@ async def _run_on(
     report = inspect_ledger(ledger.env)
     _refuse_other_contents(report, path)
     found = _read_demo(report)
-    run = next((r for r in ledger.runs() if r.run_id == DEMO_SCOPE), None)
+    run = next((r for r in await ledger.runs() if r.run_id == DEMO_SCOPE), None)
     if found.finished and (run is None or run.status == "completed"):
         return DemoSummary(
             orders=found.orders,
@@ -346,7 +346,7 @@ async def run_demo_pipeline(
     as a ledger run, plus the check for a finished demo.
     """
     demo = _Demo(messages, progress, progress_interval, billed_before=0)
-    records = store.node_records(DEMO_SCOPE)  # type: ignore[attr-defined]
+    records = await store.node_records(DEMO_SCOPE)  # type: ignore[attr-defined]
     execution = Execution(
         demo.graph,
         {MESSAGES: messages},

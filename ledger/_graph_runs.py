@@ -211,9 +211,9 @@ class GraphRunBook(Protocol):
     @property
     def owner(self) -> object: ...
 
-    def read_run(self, run_id: str) -> GraphRunRecord | None: ...
+    async def read_run(self, run_id: str) -> GraphRunRecord | None: ...
 
-    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None: ...
+    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None: ...
 
     async def write_run(
         self,
@@ -250,10 +250,10 @@ class LmdbGraphRuns:
         """What identifies the ledger: a run id runs once at a time per ledger and process."""
         return self.env
 
-    def read_run(self, run_id: str) -> GraphRunRecord | None:
+    async def read_run(self, run_id: str) -> GraphRunRecord | None:
         return read_run(self.env, run_id)
 
-    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
+    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
         return read_checkpoint(self.env, run_id)
 
     async def write_run(

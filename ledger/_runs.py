@@ -192,7 +192,7 @@ class RunBook(Protocol):
         """Keep ``record``; with ``new``, refuse a run id the ledger knows (:class:`RunExistsError`)."""
         ...
 
-    def records(self) -> list[RunRecord]: ...
+    async def records(self) -> list[RunRecord]: ...
 
 
 class LmdbRunBook:
@@ -229,7 +229,7 @@ class LmdbRunBook:
 
         await env.write(write)
 
-    def records(self) -> list[RunRecord]:
+    async def records(self) -> list[RunRecord]:
         return list(list_runs(self._ledger.env))
 
 
@@ -351,7 +351,7 @@ class Runs:
                 + ("" if record.fingerprint == fingerprint else " with another topology")
                 + ": resume it with the graph it started with, or start a new run"
             )
-        if record.status == "failed" or self._book.nodes.scope_failed(run_id):
+        if record.status == "failed" or await self._book.nodes.scope_failed(run_id):
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
                 "a new run of this work needs a new run id"
@@ -373,7 +373,7 @@ class Runs:
                 host_readers=host_readers,
                 resumable_inputs=resumable_inputs,
             )
-            execution.restore_nodes(self._book.nodes.node_records(run_id))
+            execution.restore_nodes(await self._book.nodes.node_records(run_id))
             if record.status == "completed":
                 async with execution:
                     if on_start is not None:
@@ -384,9 +384,9 @@ class Runs:
             await self._book.write(record, new=False)
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 
-    def runs(self) -> list[RunRecord]:
+    async def runs(self) -> list[RunRecord]:
         """Every run of the ledger, by run id."""
-        return self._book.records()
+        return await self._book.records()
 
     async def _execute(
         self,
@@ -402,7 +402,7 @@ class Runs:
                     on_start(execution)
                 result = await execution.wait()
         except Exception as exc:
-            if self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
+            if await self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
                 failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
                 await self._book.write(failed, new=False)
             raise  # anything else leaves the run running, for resume to continue

@@ -30,7 +30,7 @@ class PgGraphRuns:
     def owner(self) -> object:
         return self._connection
 
-    def _row(self, run_id: str) -> tuple[bytes, bytes | None] | None:
+    async def _row(self, run_id: str) -> tuple[bytes, bytes | None] | None:
         run_key(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
 
         def read(view: Any) -> tuple[bytes, bytes | None] | None:
@@ -39,16 +39,16 @@ class PgGraphRuns:
             ).fetchone()
             return None if row is None else (row[0], row[1])
 
-        return self._connection.read(read)
+        return await self._connection.read(read)
 
-    def read_run(self, run_id: str) -> GraphRunRecord | None:
-        row = self._row(run_id)
+    async def read_run(self, run_id: str) -> GraphRunRecord | None:
+        row = await self._row(run_id)
         if row is None:
             return None
         return decode_row(_run_decoder, row[0], f"the record of graph run {run_id!r}")
 
-    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
-        row = self._row(run_id)
+    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
+        row = await self._row(run_id)
         return None if row is None or row[1] is None else decode_checkpoint_body(row[1])
 
     async def write_run(

@@ -131,11 +131,11 @@ class PgNodeHooks:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
-        """The confirmed nodes of execution scope ``scope``, for a restore plan (a short read, blocking)."""
-        return self._connection.read(lambda view: PgNodeView(view.connection).nodes(scope))
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        """The confirmed nodes of execution scope ``scope``, for a restore plan."""
+        return await self._connection.read(lambda view: PgNodeView(view.connection).nodes(scope))
 
-    def scope_failed(self, scope: str) -> bool:
-        """Whether a final failure was confirmed in execution scope ``scope`` (a short read, blocking)."""
-        record = self._connection.read(lambda view: PgNodeView(view.connection).get_scope(scope))
+    async def scope_failed(self, scope: str) -> bool:
+        """Whether a final failure was confirmed in execution scope ``scope``."""
+        record = await self._connection.read(lambda view: PgNodeView(view.connection).get_scope(scope))
         return record is not None and record.failed

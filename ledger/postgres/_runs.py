@@ -66,11 +66,11 @@ class PgRunBook:
 
         await self._connection.call(write, buffered=False)
 
-    def records(self) -> list[RunRecord]:
+    async def records(self) -> list[RunRecord]:
         def read(view: Any) -> list[RunRecord]:
             rows = view.connection.execute(
                 "SELECT run_id, record FROM streamledger_runs ORDER BY run_id"
             ).fetchall()
             return [decode_row(_decoder, raw, f"the record of run {run_id!r}") for run_id, raw in rows]
 
-        return self._connection.read(read)
+        return await self._connection.read(read)

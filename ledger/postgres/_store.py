@@ -39,7 +39,7 @@ class Calls(Protocol):
 
     async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T: ...
 
-    def read(self, op: Callable[[PgView], T]) -> T: ...
+    async def read(self, op: Callable[[PgView], T]) -> T: ...
 
 
 @contextlib.contextmanager
@@ -180,10 +180,15 @@ class PgConnection:
         result: T = call.result
         return result
 
-    def read(self, op: Callable[[PgView], T]) -> T:
-        """Run ``op`` now, on this thread, in a transaction of its own (a read, or a call of tests)."""
+    async def read(self, op: Callable[[PgView], T]) -> T:
+        """Run ``op`` in a transaction of its own, in a worker thread: the event loop never waits on it.
+
+        It runs as soon as no batch holds the connection, beside the group
+        commit's queue (a read needs no durable commit). Cancelled, it still
+        runs to its end in its thread and its answer is dropped.
+        """
         call = _Call(op, savepoint=False)
-        self._run_batch([call])
+        await anyio.to_thread.run_sync(self._run_batch, [call])
         if call.error is not None:
             raise call.error
         result: T = call.result

@@ -31,7 +31,7 @@ async def program(target: str) -> tuple[int, int, int]:
             await stream.writer().finish()
             total = (await handle_messages(stream.reader("adder"), add, initial_state=0)).state
         result = (await ledger.run(summing(), {N: 6}, run_id="r")).result[ANSWER]
-        return total, result, len(ledger.runs())
+        return total, result, len(await ledger.runs())
 
 
 async def test_the_same_program_runs_on_a_path_and_on_a_url(tmp_path: Path, postgres_url: str) -> None:

@@ -37,7 +37,7 @@ async def answers(url: str) -> dict[str, tuple[str, int | None]]:
     """Each run's status and, once completed, its answer (a completed run resumed runs nothing)."""
     found: dict[str, tuple[str, int | None]] = {}
     async with open_postgres(url) as ledger:
-        for record in ledger.runs():
+        for record in await ledger.runs():
             value = None
             if record.status == "completed":
                 outcome = await ledger.resume(record.run_id, summing())
@@ -201,4 +201,4 @@ async def test_a_worker_claims_only_runs_of_the_graphs_it_knows(postgres_url: st
 
 async def _runs(url: str) -> list[Any]:
     async with open_postgres(url) as ledger:
-        return ledger.runs()
+        return await ledger.runs()
