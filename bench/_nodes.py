@@ -99,11 +99,11 @@ def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> Nod
 
     async def main(path: Path) -> float:
         async with open_ledger(path) as ledger:
-            ledger.env.batch_observer = lambda writes, _ok: batches.append(writes)
+            ledger.backend.env.batch_observer = lambda writes, _ok: batches.append(writes)
             started = time.perf_counter()
             outcome = await ledger.run(graph, {N_KEY: 1}, run_id="bench")
             seconds = time.perf_counter() - started
-            ledger.env.batch_observer = None
+            ledger.backend.env.batch_observer = None
             _check(shape, n, outcome.result)
             records = await ledger.nodes.node_records("bench")
             if len(records) != n or any(r.reason != "completed" for r in records):

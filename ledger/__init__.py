@@ -3,9 +3,12 @@
 from streams import __version__ as __version__
 from streams.store import publish as _publish
 
+from ._backend import Backend as Backend
+from ._backend import NodeStore as NodeStore
 from ._connect import connect as connect
 from ._env import LedgerEnv as LedgerEnv
 from ._env import WriteTicket as WriteTicket
+from ._errors import BackupDestinationError as BackupDestinationError
 from ._errors import CorruptRecordError as CorruptRecordError
 from ._errors import DamagedLedgerError as DamagedLedgerError
 from ._errors import LedgerClosedError as LedgerClosedError
@@ -23,7 +26,6 @@ from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
 from ._errors import WriteFailedError as WriteFailedError
 from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
-from ._ledger import open_ledger as open_ledger
 from ._nodes import LmdbNodeHooks as LmdbNodeHooks
 from ._runs import RunActiveError as RunActiveError
 from ._runs import RunAspectsMismatchError as RunAspectsMismatchError
@@ -34,8 +36,12 @@ from ._runs import RunResult as RunResult
 from ._runs import Runs as Runs
 from ._runs import UnknownRunError as UnknownRunError
 from ._streams import LmdbStreamHooks as LmdbStreamHooks
+from .lmdb import LmdbBackend as LmdbBackend
+from .lmdb import open_ledger as open_ledger
 
 __all__ = [
+    "Backend",
+    "BackupDestinationError",
     "connect",
     "CorruptRecordError",
     "DamagedLedgerError",
@@ -47,9 +53,11 @@ __all__ = [
     "LedgerLockedError",
     "LedgerReadOnlyError",
     "LedgerUnreachableError",
+    "LmdbBackend",
     "LmdbNodeHooks",
     "LmdbStreamHooks",
     "MapFullError",
+    "NodeStore",
     "NotALedgerError",
     "LedgerPathError",
     "RunActiveError",

@@ -29,6 +29,7 @@ from ._connect import is_url
 from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
 from ._env import LedgerEnv
 from ._errors import (
+    BackupDestinationError,
     CorruptRecordError,
     DamagedLedgerError,
     LedgerError,
@@ -44,6 +45,7 @@ from ._groups import GroupChangeError, add_group_command, run_group_command
 from ._inspect import inspect_ledger
 from ._postgres_cli import (
     GraphsNotFoundError,
+    PostgresOnlyError,
     add_migrate_command,
     add_worker_command,
     run_migrate_command,
@@ -74,11 +76,6 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-#: Errors that mean the input was wrong, not that something broke while running.
-class BackupDestinationError(LedgerError, ValueError):
-    """The backup's destination exists already."""
-
-
 #: Each failure's exit code, the first class that matches; anything else of the library's is 1.
 _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
     ((LedgerLockedError, LedgerInUseError), EXIT_IN_USE),
@@ -92,6 +89,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
             StreamNotFoundError,
             GroupChangeError,
             GraphsNotFoundError,
+            PostgresOnlyError,
             NotALedgerError,
             LedgerPathError,
             DemoMismatchError,
@@ -114,7 +112,11 @@ def _exit_code(exc: BaseException) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ledger", description="streamledger's LMDB ledger: run the demo, inspect a ledger."
+        prog="python -m ledger",
+        description=(
+            "streamledger's ledger, in a directory (LMDB) or on a PostgreSQL server: run the demo, "
+            "inspect, view, check, back up and repair it"
+        ),
     )
     parser.add_argument("--version", action="version", version=f"streamledger {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -170,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
             "attempts, checkpoints and the step it would resume at; changes nothing."
         ),
     )
-    inspect.add_argument("path", metavar="PATH", help="ledger directory")
+    inspect.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.add_argument(
         "--stream", metavar="PATTERN", help="only streams whose scope/node/key matches (shell-style: *, ?)"
@@ -203,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
             "compacted away. Reads beside a running owner; changes nothing."
         ),
     )
-    view.add_argument("path", metavar="PATH", help="ledger directory")
+    view.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     view.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
     view.add_argument(
         "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
@@ -220,7 +222,7 @@ def _parser() -> argparse.ArgumentParser:
             "records; print what was found. Exit 0 if the ledger is sound, 4 if not. Changes nothing."
         ),
     )
-    check.add_argument("path", metavar="PATH", help="ledger directory")
+    check.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
     backup = commands.add_parser(
@@ -228,10 +230,11 @@ def _parser() -> argparse.ArgumentParser:
         help="write a consistent copy of a ledger, even while its owner runs",
         description=(
             "Write a consistent, compacted copy of the ledger at PATH into the new directory DEST, "
-            "as of the moment it starts; the owner may keep running."
+            "as of the moment it starts; the owner may keep running. A PostgreSQL ledger is dumped "
+            "by pg_dump (directory format, one snapshot; restore it with pg_restore)."
         ),
     )
-    backup.add_argument("path", metavar="PATH", help="ledger directory")
+    backup.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     backup.add_argument("destination", metavar="DEST", help="a directory that does not exist yet")
 
     inspect.add_argument(
@@ -464,6 +467,21 @@ def _backup(args: argparse.Namespace) -> int:
     destination = Path(args.destination)
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
+    if is_url(args.path):
+        from .postgres._inspect import backup_postgres
+
+        report = backup_postgres(args.path, destination)
+        if not report.sound:
+            print(
+                f"error: the ledger copied to {destination} is not sound: {report.problems[0]}",
+                file=sys.stderr,
+            )
+            return EXIT_DAMAGED
+        print(
+            f"ledger {report.path} copied to {destination}: {sum(report.records.values())} records, sound "
+            "(pg_dump's directory format: restore it with pg_restore)"
+        )
+        return EXIT_OK
     env = LedgerEnv.open_readonly(args.path)
     try:
         env.copy_to(destination)
@@ -557,11 +575,17 @@ def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = 
 
 
 def _view(args: argparse.Namespace) -> int:
-    env = LedgerEnv.open_readonly(args.path)
-    try:
-        shown = view_messages(env, parse_ref(args.stream), start=args.start, limit=args.limit)
-    finally:
-        env.close()
+    ref = parse_ref(args.stream)
+    if is_url(args.path):
+        from .postgres._inspect import view_postgres
+
+        shown = view_postgres(args.path, ref, start=args.start, limit=args.limit)
+    else:
+        env = LedgerEnv.open_readonly(args.path)
+        try:
+            shown = view_messages(env, ref, start=args.start, limit=args.limit)
+        finally:
+            env.close()
     if args.start <= shown["compacted_through"]:
         print(
             f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "

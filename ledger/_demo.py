@@ -42,8 +42,9 @@ from streams.store import single_error
 
 from ._errors import LedgerError
 from ._inspect import inspect_ledger
-from ._ledger import Ledger, open_ledger
+from ._ledger import Ledger
 from ._runs import RunRecord, decode_inputs
+from .lmdb import LmdbBackend, open_ledger
 
 __all__ = [
     "AUDIT",
@@ -209,13 +210,13 @@ def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str])
 
 
 async def _run_on(
-    ledger: Ledger,
+    ledger: Ledger[LmdbBackend],
     path: str | os.PathLike[str],
     messages: int,
     progress: ProgressCallback | None,
     progress_interval: float,
 ) -> DemoSummary:
-    report = inspect_ledger(ledger.env)
+    report = inspect_ledger(ledger.backend.env)
     _refuse_other_contents(report, path)
     found = _read_demo(report)
     run = next((r for r in await ledger.runs() if r.run_id == DEMO_SCOPE), None)

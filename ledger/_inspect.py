@@ -18,8 +18,8 @@ from ._graph_runs import GraphCheckpoint, GraphRunRecord, list_runs
 from ._layout import DESCRIPTOR_PREFIX
 from ._nodes import node_attempts, node_record
 from ._runs import RunRecord
-from ._runs import list_runs as list_node_runs
 from ._streams import decode_descriptor, decode_frontier
+from .lmdb._backend import list_runs as list_node_runs
 
 __all__ = ["graph_runs_report", "inspect_ledger", "node_runs_report", "plain", "stream_entry"]
 

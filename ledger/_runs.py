@@ -32,8 +32,8 @@ the LMDB ledger's ``nodes`` database, or a PostgreSQL table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -52,17 +52,10 @@ from streams import (
 )
 from streams.store import codec_for
 
-from ._env import LedgerEnv
 from ._errors import LedgerError
-from ._layout import NODE_RUN_PREFIX, node_run_key
-from ._nodes import scan
-from ._seal import decode_record, seal
-
-if TYPE_CHECKING:
-    from ._ledger import Ledger
+from ._layout import node_run_key
 
 __all__ = [
-    "LmdbRunBook",
     "RunActiveError",
     "RunAspectsMismatchError",
     "RunBook",
@@ -75,7 +68,6 @@ __all__ = [
 ]
 
 FORMAT_VERSION: Final = 1
-DB: Final = "nodes"
 
 
 class RunRecord(msgspec.Struct, frozen=True):
@@ -124,10 +116,6 @@ class RunActiveError(LedgerError):
     """The run id is being run by another execution of this process."""
 
 
-_encoder: Final = msgspec.msgpack.Encoder()
-_decoder: Final = msgspec.msgpack.Decoder(RunRecord)
-
-
 def encode_inputs(graph: Graph, inputs: Mapping[Key[Any], Any]) -> tuple[CheckpointOutput, ...]:
     encoded = []
     for key in graph.inputs:
@@ -164,11 +152,6 @@ def _listed(chain: tuple[str, ...]) -> str:
     return "[" + ", ".join(chain) + "]"
 
 
-def list_runs(env: LedgerEnv) -> Iterator[RunRecord]:
-    """Every business run of the ledger, by run id, from one snapshot."""
-    return scan(env, NODE_RUN_PREFIX, _decoder)
-
-
 def run_exists(run_id: str) -> RunExistsError:
     return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
@@ -195,50 +178,16 @@ class RunBook(Protocol):
     async def records(self) -> list[RunRecord]: ...
 
 
-class LmdbRunBook:
-    """The runs of an LMDB ledger: records in its ``nodes`` database, keyed by run id."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
-
-    @property
-    def where(self) -> str:
-        return f"ledger {self._ledger.path}"
-
-    @property
-    def nodes(self) -> Any:
-        return self._ledger.nodes
-
-    async def read(self, run_id: str) -> RunRecord | None:
-        env = self._ledger.env
-        key = node_run_key(run_id)
-        with env.read() as txn:
-            raw = txn.get(key, db=env.db(DB))
-        return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
-
-    async def write(self, record: RunRecord, *, new: bool) -> None:
-        env = self._ledger.env
-        db = env.db(DB)
-        key = node_run_key(record.run_id)
-        value = seal(DB, key, _encoder.encode(record))
-
-        def write(txn: Any) -> None:
-            if new and txn.get(key, db=db) is not None:
-                raise run_exists(record.run_id)
-            txn.put(key, value, db=db)
-
-        await env.write(write)
-
-    async def records(self) -> list[RunRecord]:
-        return list(list_runs(self._ledger.env))
-
-
 class Runs:
     """The runs of one open ledger (``ledger.run``, ``ledger.resume``, ``ledger.runs``)."""
 
-    def __init__(self, book: RunBook) -> None:
+    def __init__(self, book: RunBook, *, active: set[str] | None = None) -> None:
         self._book = book
-        self._active: set[str] = set()
+        self._active: set[str] = set() if active is None else active
+
+    def on(self, book: RunBook) -> Runs:
+        """These runs through ``book`` (a run's book under its lease), sharing which ids run here."""
+        return self if book is self._book else Runs(book, active=self._active)
 
     async def run(
         self,

@@ -35,9 +35,10 @@ from .._demo import (
     add_billing_and_audit,
 )
 from .._errors import LedgerError
+from .._ledger import Ledger
 from .._runs import decode_inputs
 from ._inspect import inspect_postgres
-from ._ledger import PostgresLedger, open_postgres
+from ._ledger import PgBackend, open_postgres
 from ._store import describe_url
 
 __all__ = ["GRAPHS", "SHARD_PREFIX", "DemoWorkerError", "run_demo_postgres", "shard_graph"]
@@ -105,7 +106,7 @@ def _refuse_other_contents(report: dict[str, Any], where: str) -> None:
         )
 
 
-async def _submitted(ledger: PostgresLedger, messages: int, shards: int, where: str) -> tuple[int, bool]:
+async def _submitted(ledger: Ledger[PgBackend], messages: int, shards: int, where: str) -> tuple[int, bool]:
     """Submit the shards not submitted yet; (shards, whether an earlier command had begun)."""
     graph = GRAPHS["demo-shard"]
     runs = [r for r in await ledger.runs() if r.run_id.startswith(SHARD_PREFIX)]
@@ -173,7 +174,7 @@ async def _run_workers(url: str, workers: int) -> None:
 
 
 async def _summary(
-    ledger: PostgresLedger,
+    ledger: Ledger[PgBackend],
     began: float,
     appended: dict[str, int],
     *,

@@ -77,8 +77,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ledger import Ledger, RunAspectsMismatchError, RunRecord, Runs, open_ledger
-from ledger._runs import LmdbRunBook
+from ledger import Ledger, LmdbBackend, RunAspectsMismatchError, RunRecord, Runs, open_ledger
 from streams import (
     Aspect,
     CheckpointAttempt,
@@ -463,8 +462,8 @@ class TroubledStreams:
 class TroubledBook:
     """The LMDB ledger's run records, with one run's troubled hooks as the node store its runs use."""
 
-    def __init__(self, ledger: Ledger, hooks: TroubledHooks) -> None:
-        self._book = LmdbRunBook(ledger)
+    def __init__(self, ledger: Ledger[LmdbBackend], hooks: TroubledHooks) -> None:
+        self._book = ledger.backend.run_book
         self._hooks = hooks
 
     @property
@@ -969,7 +968,7 @@ class NodeMachine(RuleBasedStateMachine):
         hooks = self.hooks = TroubledHooks(self.store, None)
         runs_before = Counter(self.world.runs)
         boundaries_before = self._boundaries()
-        record = self.portal.call(LmdbRunBook(self.ledger).read, SCOPE)
+        record = self.portal.call(self.ledger.backend.run_book.read, SCOPE)
         why = self.portal.call(self._refused, other)
         if record is None:
             assert why == "unknown"

@@ -30,7 +30,7 @@ from ledger import (
 )
 from ledger._layout import node_run_key
 from ledger._seal import seal
-from ledger.postgres import PostgresLedger, open_postgres
+from ledger.postgres import PgBackend, open_postgres
 from ledger.postgres import work as worker
 from ledger.postgres._inspect import inspect_postgres
 from streams import (
@@ -278,10 +278,10 @@ async def stopped_in_the_middle(
 
 async def runs_report(ledger: Any) -> list[dict[str, Any]]:
     """The runs, each with every retry boundary's confirmed failures, as ``inspect`` reports them."""
-    if isinstance(ledger, PostgresLedger):
-        report = await anyio.to_thread.run_sync(inspect_postgres, ledger.url)
+    if isinstance(ledger.backend, PgBackend):
+        report = await anyio.to_thread.run_sync(inspect_postgres, ledger.backend.url)
     else:
-        report = inspect_ledger(ledger.env)
+        report = inspect_ledger(ledger.backend.env)
     runs: list[dict[str, Any]] = report["runs"]
     return runs
 
@@ -355,7 +355,7 @@ async def test_a_worker_given_another_chain_than_a_submitted_runs_runs_nothing_o
     assert calls == []
     async with open_postgres(postgres_url) as ledger:
         assert (await ledger.runs(), await runs_report(ledger)) == before
-        await ledger.connection.call(  # the run is tried again once its lease runs out: now
+        await ledger.backend.connection.call(  # the run is tried again once its lease runs out: now
             lambda view: view.connection.execute(
                 "UPDATE streamledger_leases SET expires_at = now() - interval '1s'"
             )
@@ -394,8 +394,8 @@ async def put_record_before(ledger: Any, record: RunRecord) -> None:
     fields = {f: getattr(record, f) for f in RunRecordBefore.__struct_fields__}
     raw = msgspec.msgpack.encode(RunRecordBefore(**fields))
     assert b"aspects" not in raw
-    if isinstance(ledger, PostgresLedger):
-        await ledger.connection.call(
+    if isinstance(ledger.backend, PgBackend):
+        await ledger.backend.connection.call(
             lambda view: view.connection.execute(
                 "UPDATE streamledger_runs SET record = %s WHERE run_id = %s", (raw, record.run_id)
             ),
@@ -403,8 +403,8 @@ async def put_record_before(ledger: Any, record: RunRecord) -> None:
         )
         return
     key = node_run_key(record.run_id)
-    db = ledger.env.db("nodes")
-    await ledger.env.write(lambda txn: txn.put(key, seal("nodes", key, raw), db=db))
+    db = ledger.backend.env.db("nodes")
+    await ledger.backend.env.write(lambda txn: txn.put(key, seal("nodes", key, raw), db=db))
 
 
 async def test_a_record_from_before_chains_were_recorded_takes_the_chain_of_its_next_resume(

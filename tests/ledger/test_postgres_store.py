@@ -195,7 +195,7 @@ async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_ca
 ) -> None:
     async with open_postgres(postgres_url) as ledger:
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
-        connection = ledger.connection
+        connection = ledger.backend.connection
         results: dict[str, str] = {}
 
         async def append() -> None:
@@ -234,7 +234,7 @@ async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_an
 ) -> None:
     async with open_postgres(postgres_url) as ledger:
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
-        connection = ledger.connection
+        connection = ledger.backend.connection
         results: dict[str, str] = {}
 
         async def append() -> None:

@@ -70,7 +70,7 @@ async def test_workers_share_the_due_runs_and_each_run_is_claimed_once(postgres_
 async def test_a_worker_whose_lease_was_taken_over_confirms_nothing(postgres_url: str) -> None:
     await submit(postgres_url, {"z": 3})
     async with open_postgres(postgres_url) as ledger:
-        connection = ledger.connection
+        connection = ledger.backend.connection
         zombie = await connection.call(lambda view: claim_due(view.connection, "zombie", 30.0, KNOWN))
         assert zombie == Lease("z", "zombie", 1)
         # the zombie stops renewing; its lease runs out and another worker claims the run

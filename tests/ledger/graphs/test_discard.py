@@ -45,17 +45,17 @@ def discarded(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
 
 
 async def overwrite_checkpoint(ledger: Ledger, value: bytes) -> None:
-    db = ledger.env.db("graph_runs")
+    db = ledger.backend.env.db("graph_runs")
 
     def write(txn: lmdb.Transaction) -> None:
         txn.put(checkpoint_key("r"), value, db=db)
 
-    await ledger.env.write(write)
+    await ledger.backend.env.write(write)
 
 
 def stored_checkpoint(ledger: Ledger) -> GraphCheckpoint:
-    with ledger.env.read() as txn:
-        raw = txn.get(checkpoint_key("r"), db=ledger.env.db("graph_runs"))
+    with ledger.backend.env.read() as txn:
+        raw = txn.get(checkpoint_key("r"), db=ledger.backend.env.db("graph_runs"))
     assert raw is not None
     return msgspec.msgpack.decode(bytes(raw)[4:], type=GraphCheckpoint)
 
