@@ -53,7 +53,7 @@ from streams import (
 from streams.store import codec_for
 
 from ._errors import LedgerError
-from ._layout import node_run_key
+from ._format import run_id_bytes
 
 __all__ = [
     "RunActiveError",
@@ -213,7 +213,7 @@ class Runs:
         """
         graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         topology = graph.topology()
-        node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
+        run_id_bytes(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         aspects = tuple(aspects)
         execution = Execution(
             graph,
@@ -249,7 +249,7 @@ class Runs:
         (:class:`RunAspectsMismatchError`).
         """
         graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
-        node_run_key(run_id)
+        run_id_bytes(run_id)
         aspects = tuple(aspects)
         execution = Execution(
             graph, inputs, aspects=aspects, checkpoint=ExecCheckpoint(run_id, self._book.nodes)

@@ -6,7 +6,8 @@ from typing import Any, Final
 
 import msgspec
 
-from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body, run_key
+from .._format import run_id_bytes
+from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from ._store import PgConnection
 from ._view import decode_row
 
@@ -31,7 +32,7 @@ class PgGraphRuns:
         return self._connection
 
     async def _row(self, run_id: str) -> tuple[bytes, bytes | None] | None:
-        run_key(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
+        run_id_bytes(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
 
         def read(view: Any) -> tuple[bytes, bytes | None] | None:
             row = view.connection.execute(

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from .._layout import node_run_key
+from .._format import run_id_bytes
 from .._ledger import Ledger
 from .._runs import RunActiveError
 from ._graph_runs import PgGraphRuns
@@ -74,7 +74,7 @@ class PgBackend:
         process holds is :class:`~ledger.RunActiveError`. A lease lost while
         the block runs cancels it and raises :class:`LeaseLostError`.
         """
-        node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
+        run_id_bytes(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         owner, seconds = self.owner, self.lease_seconds
         claimed = await self._connection.call(lambda view: claim_run(view.connection, run_id, owner, seconds))
         if isinstance(claimed, str):

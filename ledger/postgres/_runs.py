@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import msgspec
 
-from .._layout import node_run_key
+from .._format import run_id_bytes
 from .._runs import RunRecord, run_exists
 from ._nodes import PgNodeHooks
 from ._store import Calls
@@ -43,7 +43,7 @@ class PgRunBook:
         return await self._connection.call(read)
 
     async def write(self, record: RunRecord, *, new: bool) -> None:
-        node_run_key(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError
+        run_id_bytes(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError
         raw = _encoder.encode(record)
 
         def write(view: Any) -> None:

@@ -24,7 +24,7 @@ from streams.store import (
 )
 
 from .._errors import CorruptRecordError
-from .._layout import CHUNK
+from .._format import CHUNK
 
 __all__ = ["PgView", "decode_row"]
 

@@ -33,7 +33,7 @@ from ledger import (
 )
 from ledger._cli import _ProgressLine, main
 from ledger._demo import DemoMismatchError, DemoProgress, run_demo, run_demo_pipeline
-from ledger._env import LedgerMeta
+from ledger._format import LedgerMeta
 from ledger._seal import seal
 from streams import Key, MemoryStore, Stream, open_scope
 

@@ -29,7 +29,8 @@ from ledger import (
     WriteFailedError,
     open_ledger,
 )
-from ledger._env import CODEC, CODEC_VERSION, FORMAT, SCHEMA_VERSION, LedgerMeta
+from ledger._env import FORMAT, SCHEMA_VERSION
+from ledger._format import CODEC, CODEC_VERSION, LedgerMeta
 from ledger._seal import decode_record, seal
 from streams._unwrap import single_error
 

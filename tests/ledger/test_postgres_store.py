@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from ledger import DamagedLedgerError, NotALedgerError, SchemaVersionError
-from ledger._env import LedgerMeta
+from ledger._format import LedgerMeta
 from ledger.postgres import open_postgres
 from ledger.postgres._schema import FORMAT
 from streams import (
