@@ -51,10 +51,10 @@ import msgspec
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import Ledger, open_ledger
-from ledger._env import write_mode
 from ledger._graph_runs import GraphCheckpoint, SavedTask
-from ledger._seal import seal
 from ledger.graphs import DurableGraph
+from ledger.lmdb._env import write_mode
+from ledger.lmdb._seal import seal
 
 from ._shape import BenchError
 

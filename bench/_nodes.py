@@ -28,9 +28,9 @@ import lmdb
 import msgspec
 
 from ledger import open_ledger
-from ledger._env import write_mode
-from ledger._layout import node_attempt_key, node_record_key
-from ledger._seal import seal
+from ledger.lmdb._env import write_mode
+from ledger.lmdb._layout import node_attempt_key, node_record_key
+from ledger.lmdb._seal import seal
 from streams import CheckpointOutput, Graph, Key, NodeCheckpoint, NodeContext, run_graph
 from streams.store import NodeAttemptRecord
 

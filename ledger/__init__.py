@@ -6,8 +6,6 @@ from streams.store import publish as _publish
 from ._backend import Backend as Backend
 from ._backend import NodeStore as NodeStore
 from ._connect import connect as connect
-from ._env import LedgerEnv as LedgerEnv
-from ._env import WriteTicket as WriteTicket
 from ._errors import BackupDestinationError as BackupDestinationError
 from ._errors import CorruptRecordError as CorruptRecordError
 from ._errors import DamagedLedgerError as DamagedLedgerError
@@ -24,9 +22,7 @@ from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
 from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
 from ._errors import WriteFailedError as WriteFailedError
-from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
-from ._nodes import LmdbNodeHooks as LmdbNodeHooks
 from ._runs import RunActiveError as RunActiveError
 from ._runs import RunAspectsMismatchError as RunAspectsMismatchError
 from ._runs import RunExistsError as RunExistsError
@@ -35,9 +31,13 @@ from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
 from ._runs import Runs as Runs
 from ._runs import UnknownRunError as UnknownRunError
-from ._streams import LmdbStreamHooks as LmdbStreamHooks
 from .lmdb import LmdbBackend as LmdbBackend
 from .lmdb import open_ledger as open_ledger
+from .lmdb._env import LedgerEnv as LedgerEnv
+from .lmdb._env import WriteTicket as WriteTicket
+from .lmdb._inspect import inspect_ledger as inspect_ledger
+from .lmdb._nodes import LmdbNodeHooks as LmdbNodeHooks
+from .lmdb._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
     "Backend",

@@ -18,16 +18,12 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
-import lmdb
 import msgspec
 
 from streams import StoreDamagedError, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
-from ._check import check_ledger
-from ._connect import is_url
-from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
-from ._env import LedgerEnv
+from ._demo import DemoMismatchError, DemoProgress, DemoSummary
 from ._errors import (
     BackupDestinationError,
     CorruptRecordError,
@@ -42,7 +38,6 @@ from ._errors import (
     SchemaVersionError,
 )
 from ._groups import GroupChangeError, add_group_command, run_group_command
-from ._inspect import inspect_ledger
 from ._postgres_cli import (
     GraphsNotFoundError,
     PostgresOnlyError,
@@ -51,7 +46,8 @@ from ._postgres_cli import (
     run_migrate_command,
     run_worker_command,
 )
-from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
+from ._tools import tools_for
+from ._view import StreamNotFoundError, filtered, group_rows, parse_ref
 
 __all__ = ["main"]
 
@@ -365,8 +361,7 @@ def _clock(seconds: float) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.workers != 1 and not is_url(args.path):
-        raise DemoMismatchError("--workers runs the demo on a PostgreSQL URL; an LMDB ledger has one owner")
+    tools = tools_for(args.path)
     line = _ProgressLine(sys.stderr)
     outcome: list[DemoSummary] = []
     failure: list[Exception] = []
@@ -377,22 +372,15 @@ def _demo(args: argparse.Namespace) -> int:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_signal, cancel, stopped_by)
                 try:
-                    if is_url(args.path):
-                        from .postgres._demo import run_demo_postgres
-
-                        outcome.append(
-                            await run_demo_postgres(args.path, args.messages, workers=args.workers)
-                        )
-                    else:
-                        outcome.append(
-                            await run_demo(
-                                args.path,
-                                args.messages,
-                                progress=line,
-                                progress_interval=args.progress_interval,
-                                max_map_size=args.max_map_size,
-                            )
-                        )
+                    demo = tools.demo(
+                        args.path,
+                        args.messages,
+                        args.workers,
+                        line,
+                        args.progress_interval,
+                        args.max_map_size,
+                    )
+                    outcome.append(await demo)
                 except Exception as exc:  # raised again outside the event loop, unwrapped
                     failure.append(exc)
                 finally:
@@ -408,11 +396,7 @@ def _demo(args: argparse.Namespace) -> int:
         return _interrupted(stopped_by[0] if stopped_by else signal.SIGINT)
     summary = outcome[0]
     if summary.already_finished:
-        where = args.path
-        if is_url(args.path):
-            from .postgres._store import describe_url
-
-            where = describe_url(args.path)  # never a password
+        where = tools.describe(args.path)  # never a password
         print(f"the demo in {where} already finished; nothing changed: {_figures(summary)}")
         return EXIT_OK
     resumed = f" (resumed; {summary.handled:,} billed by this run)" if summary.resumed else ""
@@ -440,16 +424,7 @@ async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> No
 
 
 def _check(args: argparse.Namespace) -> int:
-    if is_url(args.path):
-        from .postgres._inspect import check_postgres
-
-        report = check_postgres(args.path)
-    else:
-        env = LedgerEnv.open_readonly(args.path)  # beside a running owner, like inspect
-        try:
-            report = check_ledger(env)
-        finally:
-            env.close()
+    report = tools_for(args.path).check(args.path)  # beside a running owner, like inspect
     if args.json:
         print(json.dumps(msgspec.to_builtins(report) | {"sound": report.sound}))
     else:
@@ -467,38 +442,16 @@ def _backup(args: argparse.Namespace) -> int:
     destination = Path(args.destination)
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
-    if is_url(args.path):
-        from .postgres._inspect import backup_postgres
-
-        report = backup_postgres(args.path, destination)
-        if not report.sound:
-            print(
-                f"error: the ledger copied to {destination} is not sound: {report.problems[0]}",
-                file=sys.stderr,
-            )
-            return EXIT_DAMAGED
-        print(
-            f"ledger {report.path} copied to {destination}: {sum(report.records.values())} records, sound "
-            "(pg_dump's directory format: restore it with pg_restore)"
-        )
-        return EXIT_OK
-    env = LedgerEnv.open_readonly(args.path)
-    try:
-        env.copy_to(destination)
-    except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise BackupDestinationError(f"the copy cannot be written to {destination}: {reason}") from None
-    finally:
-        env.close()
-    copy = LedgerEnv.open_readonly(destination)
-    try:
-        report = check_ledger(copy)
-    finally:
-        copy.close()
+    tools = tools_for(args.path)
+    report = tools.backup(args.path, destination)
     if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
         print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
         return EXIT_DAMAGED
-    print(f"ledger {args.path} copied to {destination}: {sum(report.records.values())} records, sound")
+    note = f" ({tools.backup_note})" if tools.backup_note else ""
+    print(
+        f"ledger {tools.describe(args.path)} copied to {destination}: "
+        f"{sum(report.records.values())} records, sound{note}"
+    )
     return EXIT_OK
 
 
@@ -523,16 +476,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _inspection(args: argparse.Namespace) -> str:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
-    if is_url(args.path):
-        from .postgres._inspect import inspect_postgres
-
-        found = inspect_postgres(args.path, values=args.values)
-    else:
-        env = LedgerEnv.open_readonly(args.path)
-        try:
-            found = inspect_ledger(env, values=args.values)
-        finally:
-            env.close()
+    found = tools_for(args.path).inspect(args.path, args.values)
     report = filtered(found, stream=args.stream, group=args.group)
     if args.groups:
         rows = group_rows(report)
@@ -576,16 +520,7 @@ def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = 
 
 def _view(args: argparse.Namespace) -> int:
     ref = parse_ref(args.stream)
-    if is_url(args.path):
-        from .postgres._inspect import view_postgres
-
-        shown = view_postgres(args.path, ref, start=args.start, limit=args.limit)
-    else:
-        env = LedgerEnv.open_readonly(args.path)
-        try:
-            shown = view_messages(env, ref, start=args.start, limit=args.limit)
-        finally:
-            env.close()
+    shown = tools_for(args.path).view(args.path, ref, args.start, args.limit)
     if args.start <= shown["compacted_through"]:
         print(
             f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "

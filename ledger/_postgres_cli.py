@@ -113,12 +113,10 @@ def add_migrate_command(commands: Any) -> None:
 
 def run_migrate_command(args: argparse.Namespace) -> int:
     _url(args, "an LMDB ledger is made when it is first opened")
-    from .postgres._schema import migrate
-    from .postgres._store import connect, describe_url
+    from .postgres import describe_url, migrate_url
 
     where = describe_url(args.url)
-    with connect(args.url) as conn:
-        before, after = migrate(conn, where)
+    before, after = migrate_url(args.url)
     if before == 0:
         print(f"made a ledger of schema {after} in {where}")
     elif before == after:

@@ -13,12 +13,10 @@ from typing import Any
 
 from streams.store import RecordView, StreamRef, to_plain
 
-from ._env import LedgerEnv
 from ._errors import LedgerError
 from ._inspect import plain
-from ._streams import LmdbView
 
-__all__ = ["StreamNotFoundError", "filtered", "group_rows", "messages_of", "parse_ref", "view_messages"]
+__all__ = ["StreamNotFoundError", "filtered", "group_rows", "messages_of", "parse_ref"]
 
 
 class StreamNotFoundError(LedgerError, LookupError):
@@ -31,17 +29,6 @@ def parse_ref(text: str) -> StreamRef:
     if len(parts) != 3 or not all(parts):
         raise StreamNotFoundError(f"{text!r} is not a stream reference: write it as scope/node/key")
     return StreamRef(*parts)
-
-
-def view_messages(
-    env: LedgerEnv, ref: StreamRef, *, start: int = 1, limit: int | None = None
-) -> dict[str, Any]:
-    """The confirmed messages of ``ref`` in the LMDB ledger ``env`` (:func:`messages_of`)."""
-    if not (env.has_db("streams") and env.has_db("messages")):
-        raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
-    dbs = {name: env.db(name) for name in ("streams", "messages")}
-    with env.read() as txn:
-        return messages_of(LmdbView(txn, dbs, {}), ref, f"the ledger at {env.path}", start=start, limit=limit)
 
 
 def messages_of(

@@ -18,6 +18,7 @@ from pydantic_graph.id_types import TaskID
 from streams.store import ATTR, EVENT, SPAN, failed, tracer
 
 from .._errors import LedgerError
+from .._format import run_id_bytes
 from .._graph_runs import (
     FORMAT_VERSION,
     GraphCheckpoint,
@@ -25,7 +26,6 @@ from .._graph_runs import (
     GraphRunRecord,
     HoldsGraphRuns,
     SavedTask,
-    run_key,
 )
 from ._annotations import GraphNamespace, caller_frame
 from ._checkpoint import saved_task, task_request
@@ -598,7 +598,7 @@ def _report_untyped(name: str, untyped: Mapping[str, str], *, raise_: bool, at: 
 @contextmanager
 def _claim(book: GraphRunBook, run_id: str) -> Iterator[None]:
     """Hold ``run_id`` for this call: a run id runs once at a time per ledger in this process."""
-    run_key(run_id)  # validates the id
+    run_id_bytes(run_id)  # validates the id
     running = _running.setdefault(book.owner, set())
     if run_id in running:
         raise GraphRunActiveError(

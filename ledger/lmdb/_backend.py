@@ -14,14 +14,14 @@ import msgspec
 
 from streams.store import single_error
 
-from .._env import LedgerEnv
-from .._graph_runs import LmdbGraphRuns
-from .._layout import NODE_RUN_PREFIX, node_run_key
 from .._ledger import Ledger
-from .._nodes import LmdbNodeHooks, scan
 from .._runs import RunRecord, run_exists
-from .._seal import decode_record, seal
-from .._streams import LmdbStreamHooks
+from ._env import LedgerEnv
+from ._graph_runs import LmdbGraphRuns
+from ._layout import NODE_RUN_PREFIX, node_run_key
+from ._nodes import LmdbNodeHooks, scan
+from ._seal import decode_record, seal
+from ._streams import LmdbStreamHooks
 
 __all__ = ["LmdbBackend", "LmdbRunBook", "list_runs", "open_ledger"]
 

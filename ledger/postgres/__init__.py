@@ -14,7 +14,10 @@ from ._leases import LeaseLostError as LeaseLostError
 from ._ledger import PgBackend as PgBackend
 from ._ledger import open_postgres as open_postgres
 from ._nodes import PgNodeHooks as PgNodeHooks
+from ._store import describe_url as describe_url
 from ._streams import PgStreamHooks as PgStreamHooks
+from ._tools import TOOLS as TOOLS
+from ._tools import migrate_url as migrate_url
 from ._worker import work as work
 
 __all__ = [
@@ -23,6 +26,9 @@ __all__ = [
     "PgBackend",
     "PgNodeHooks",
     "PgStreamHooks",
+    "TOOLS",
+    "describe_url",
+    "migrate_url",
     "open_postgres",
     "work",
 ]

@@ -9,7 +9,7 @@ import msgspec
 from .._format import run_id_bytes
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from ._store import PgConnection
-from ._view import decode_row
+from ._view import decode_row, keyed
 
 __all__ = ["PgGraphRuns"]
 
@@ -46,7 +46,9 @@ class PgGraphRuns:
         row = await self._row(run_id)
         if row is None:
             return None
-        return decode_row(_run_decoder, row[0], f"the record of graph run {run_id!r}")
+        what = f"the record of graph run {run_id!r}"
+        record = decode_row(_run_decoder, row[0], what)
+        return keyed(record, record.run_id, run_id, what)
 
     async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
         row = await self._row(run_id)

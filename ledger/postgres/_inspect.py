@@ -27,14 +27,14 @@ from streams.store import (
 )
 
 from .._check import LedgerCheck
-from .._errors import BackupDestinationError
-from .._graph_runs import GraphRunRecord, decode_checkpoint_body
+from .._errors import BackupDestinationError, CorruptRecordError
+from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._runs import RunRecord
 from .._view import messages_of
 from ._schema import ensure_schema
 from ._store import connect, describe_url
-from ._view import PgView
+from ._view import PgView, keyed
 
 __all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "view_postgres"]
 
@@ -55,6 +55,16 @@ def _decode(tp: type[T], raw: bytes) -> T:
     return msgspec.msgpack.decode(raw, type=tp)
 
 
+def _row(tp: type[T], raw: bytes, what: str) -> T:
+    """A row's record, or :class:`CorruptRecordError` naming it: inspect of a damaged ledger is refused."""
+    try:
+        return _decode(tp, raw)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"{what} does not decode as its layout ({exc}); the ledger is damaged"
+        ) from None
+
+
 def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
     """Streams with their groups, runs with their nodes: the report :func:`~ledger.inspect_ledger` makes."""
     with _snapshot(url) as conn:
@@ -66,36 +76,53 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
         ).fetchall()
         by_stream: dict[int, tuple[StreamDescriptor, list[tuple[GroupFrontier, str]]]] = {}
         for stream_id, raw, group, frontier in rows:
-            entry = by_stream.setdefault(stream_id, (_decode(StreamDescriptor, raw), []))
+            entry = by_stream.get(stream_id)
+            if entry is None:
+                entry = by_stream[stream_id] = (
+                    _row(StreamDescriptor, raw, f"the descriptor of stream id {stream_id}"),
+                    [],
+                )
             if group is not None:
                 where = f"the frontier of group {group!r} of stream {entry[0].ref}"
-                entry[1].append((_decode(GroupFrontier, frontier), where))
+                found = _row(GroupFrontier, frontier, where)
+                entry[1].append((keyed(found, found.group, group, where), where))
+        for desc, frontiers in by_stream.values():
+            kept = {f.group for f, _ in frontiers}
+            for group in desc.groups:
+                if group not in kept:  # what a resume would find missing: refused here as it is there
+                    raise CorruptRecordError(
+                        f"stream {desc.ref} lists consumer group {group!r}, whose frontier is missing; "
+                        "the ledger is damaged"
+                    )
         streams = [stream_entry(desc, frontiers) for desc, frontiers in by_stream.values()]
-        runs = [
-            _decode(RunRecord, raw)
-            for (raw,) in conn.execute("SELECT record FROM streamledger_runs ORDER BY run_id").fetchall()
-        ]
+        runs: list[RunRecord] = []
+        for run_id, raw in conn.execute("SELECT run_id, record FROM streamledger_runs ORDER BY run_id"):
+            what = f"the record of run {run_id!r}"
+            record = _row(RunRecord, raw, what)
+            runs.append(keyed(record, record.run_id, run_id, what))
         boundaries = [
-            _decode(NodeAttemptRecord, raw)
-            for (raw,) in conn.execute("SELECT record FROM streamledger_node_attempts").fetchall()
+            _row(NodeAttemptRecord, raw, f"the attempt of {node!r} under {parent!r}")
+            for parent, node, raw in conn.execute(
+                "SELECT parent, node, record FROM streamledger_node_attempts"
+            )
         ]
-        nodes = {
-            (scope, node): raw
-            for scope, node, raw in conn.execute(
-                "SELECT scope, node, record FROM streamledger_nodes"
-            ).fetchall()
-        }
+        nodes: dict[tuple[str, str], NodeCheckpoint] = {}
+        for scope, node, raw in conn.execute("SELECT scope, node, record FROM streamledger_nodes"):
+            what = f"the record of node {node!r} in scope {scope!r}"
+            confirmed = _row(NodeCheckpoint, raw, what)
+            nodes[(scope, node)] = keyed(confirmed, confirmed.node, node, what)
 
         def node_record(scope: str, node: str) -> NodeCheckpoint | None:
-            raw = nodes.get((scope, node))
-            return None if raw is None else _decode(NodeCheckpoint, raw)
+            return nodes.get((scope, node))
 
-        graph_runs = [
-            (_decode(GraphRunRecord, record), None if saved is None else decode_checkpoint_body(saved))
-            for record, saved in conn.execute(
-                "SELECT record, checkpoint FROM streamledger_graph_runs ORDER BY run_id"
-            ).fetchall()
-        ]
+        graph_runs: list[tuple[GraphRunRecord, GraphCheckpoint | str | None]] = []
+        for run_id, raw, saved in conn.execute(
+            "SELECT run_id, record, checkpoint FROM streamledger_graph_runs ORDER BY run_id"
+        ):
+            what = f"the record of graph run {run_id!r}"
+            graph_run = _row(GraphRunRecord, raw, what)
+            checkpoint = None if saved is None else decode_checkpoint_body(saved)
+            graph_runs.append((keyed(graph_run, graph_run.run_id, run_id, what), checkpoint))
         return {
             "path": describe_url(url),
             "streams": streams,
@@ -214,14 +241,27 @@ def _check(conn: Any, where: str) -> LedgerCheck:
             problems.append(
                 f"a budget of group {grp!r} belongs to stream id {stream_id}, which has no descriptor"
             )
-    for parent, node, _position, raw in each("streamledger_node_attempts", "parent, node, position, record"):
-        decoded(NodeAttemptRecord, raw, f"the attempt record of node {node!r} under {parent!r}")
+    for parent, node, position, raw in each("streamledger_node_attempts", "parent, node, position, record"):
+        attempt = decoded(NodeAttemptRecord, raw, f"the attempt record of node {node!r} under {parent!r}")
+        if attempt is not None and (attempt.parent, attempt.node, attempt.position) != (
+            parent,
+            node,
+            position,
+        ):
+            problems.append(
+                f"the attempt record of node {node!r} under {parent!r} at {position} is for node "
+                f"{attempt.node!r} under {attempt.parent!r} at {attempt.position}"
+            )
     for scope, raw in each("streamledger_scopes", "scope, record"):
         decoded(ScopeRecord, raw, f"the record of scope {scope!r}")
     for scope, node, raw in each("streamledger_nodes", "scope, node, record"):
-        decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
+        confirmed = decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
+        if confirmed is not None and confirmed.node != node:
+            problems.append(f"node {node!r} in scope {scope!r} holds the record of node {confirmed.node!r}")
     for run_id, raw, _ in each("streamledger_graph_runs", "run_id, record, checkpoint"):
-        decoded(GraphRunRecord, raw, f"the record of graph run {run_id!r}")
+        graph_run = decoded(GraphRunRecord, raw, f"the record of graph run {run_id!r}")
+        if graph_run is not None and graph_run.run_id != run_id:
+            problems.append(f"graph run {run_id!r} holds the record of graph run {graph_run.run_id!r}")
     for run_id, status, raw in each("streamledger_runs", "run_id, status, record"):
         record = decoded(RunRecord, raw, f"the record of run {run_id!r}")
         if record is not None and (record.run_id, record.status) != (run_id, status):

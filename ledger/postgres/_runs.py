@@ -10,12 +10,18 @@ from .._format import run_id_bytes
 from .._runs import RunRecord, run_exists
 from ._nodes import PgNodeHooks
 from ._store import Calls
-from ._view import decode_row
+from ._view import decode_row, keyed
 
 __all__ = ["PgRunBook"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(RunRecord)
+
+
+def _record(run_id: str, raw: bytes) -> RunRecord:
+    what = f"the record of run {run_id!r}"
+    record = decode_row(_decoder, raw, what)
+    return keyed(record, record.run_id, run_id, what)
 
 
 class PgRunBook:
@@ -38,7 +44,7 @@ class PgRunBook:
             row = view.connection.execute(
                 "SELECT record FROM streamledger_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
-            return None if row is None else decode_row(_decoder, row[0], f"the record of run {run_id!r}")
+            return None if row is None else _record(run_id, row[0])
 
         return await self._connection.call(read)
 
@@ -71,6 +77,6 @@ class PgRunBook:
             rows = view.connection.execute(
                 "SELECT run_id, record FROM streamledger_runs ORDER BY run_id"
             ).fetchall()
-            return [decode_row(_decoder, raw, f"the record of run {run_id!r}") for run_id, raw in rows]
+            return [_record(run_id, raw) for run_id, raw in rows]
 
         return await self._connection.read(read)

@@ -799,7 +799,7 @@ class NodeMachine(RuleBasedStateMachine):
         if isinstance(self.store, MemoryStore):
             records = list(self.store._node_attempts.values())
         else:
-            from ledger._nodes import node_attempts
+            from ledger.lmdb._nodes import node_attempts
 
             records = list(node_attempts(self.store.env))
         return {(r.parent, r.node, r.position): r for r in records}

@@ -29,9 +29,9 @@ from ledger import (
     WriteFailedError,
     open_ledger,
 )
-from ledger._env import FORMAT, SCHEMA_VERSION
 from ledger._format import CODEC, CODEC_VERSION, LedgerMeta
-from ledger._seal import decode_record, seal
+from ledger.lmdb._env import FORMAT, SCHEMA_VERSION
+from ledger.lmdb._seal import decode_record, seal
 from streams._unwrap import single_error
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,8 +28,8 @@ from ledger import (
     inspect_ledger,
     open_ledger,
 )
-from ledger._layout import node_run_key
-from ledger._seal import seal
+from ledger.lmdb._layout import node_run_key
+from ledger.lmdb._seal import seal
 from ledger.postgres import PgBackend, open_postgres
 from ledger.postgres import work as worker
 from ledger.postgres._inspect import inspect_postgres

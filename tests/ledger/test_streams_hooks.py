@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ledger import CorruptRecordError, Ledger, LmdbBackend, LmdbStreamHooks, inspect_ledger, open_ledger
 from ledger._errors import UnattributedBudgetsError
-from ledger._layout import (
+from ledger.lmdb._layout import (
     CHUNK,
     MAX_KEY,
     attempt_key,
@@ -31,8 +31,8 @@ from ledger._layout import (
     legacy_attempt_key,
     message_key,
 )
-from ledger._seal import seal, unseal
-from ledger._streams import LmdbView, decode_run
+from ledger.lmdb._seal import seal, unseal
+from ledger.lmdb._streams import LmdbView, decode_run
 from streams import (
     AppendBatch,
     Key,

@@ -16,9 +16,10 @@ from pydantic import BaseModel
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import CorruptRecordError, Ledger, open_ledger
-from ledger._graph_runs import FORMAT_VERSION, GraphCheckpoint, checkpoint_key
-from ledger._seal import seal
+from ledger._graph_runs import FORMAT_VERSION, GraphCheckpoint
 from ledger.graphs import UntypedNodeWarning
+from ledger.lmdb._graph_runs import checkpoint_key
+from ledger.lmdb._seal import seal
 
 from .graphs import Boom, Calls, Log, durable, enter, events, run_spans, three_steps
 

@@ -40,7 +40,7 @@ import msgspec
 
 from streams.store import AttemptKey, StreamRef
 
-from ._format import CHUNK, MAX_RUN_ID_BYTES, run_id_bytes
+from .._format import CHUNK, MAX_RUN_ID_BYTES, run_id_bytes
 
 __all__ = [
     "CHECKPOINT_PREFIX",

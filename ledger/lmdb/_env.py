@@ -28,8 +28,7 @@ import anyio
 import lmdb
 import msgspec
 
-from ._commit import BeforeCommit, GroupCommitter, WriteTicket
-from ._errors import (
+from .._errors import (
     CorruptRecordError,
     LedgerClosedError,
     LedgerInUseError,
@@ -41,8 +40,9 @@ from ._errors import (
     SchemaVersionError,
     UnfinishedLedgerError,
 )
+from .._format import CODEC, CODEC_VERSION, LedgerMeta
+from ._commit import BeforeCommit, GroupCommitter, WriteTicket
 from ._files import check_data_file, damaged, holds_no_commit
-from ._format import CODEC, CODEC_VERSION, LedgerMeta
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
 
