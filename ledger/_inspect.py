@@ -65,6 +65,11 @@ def node_runs_report(
             if attempt.parent != scope and not attempt.parent.startswith(scope + "/"):
                 continue
             checkpoint = node_record(attempt.parent, attempt.node) if attempt.committed else None
+            if attempt.committed and checkpoint is None:  # its record moved or went missing
+                raise CorruptRecordError(
+                    f"node {attempt.node!r} under {attempt.parent!r} was confirmed, but its record is "
+                    "missing; the ledger is damaged"
+                )
             status = (
                 checkpoint.reason if checkpoint is not None else "failed" if attempt.exhausted else "active"
             )

@@ -34,6 +34,7 @@ from .._runs import RunRecord
 from .._view import messages_of
 from ._schema import ensure_schema
 from ._store import connect, describe_url
+from ._verify import verify_streams
 from ._view import PgView, keyed
 
 __all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "view_postgres"]
@@ -42,12 +43,15 @@ T = TypeVar("T")
 
 
 @contextmanager
-def _snapshot(url: str) -> Iterator[Any]:
+def _snapshot(url: str, *, verify: bool = True) -> Iterator[Any]:
+    """One read-only snapshot; verified as every open is, unless for ``check``, which reports it all."""
     with connect(url) as conn:
         ensure_schema(conn, describe_url(url), create=False)
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         with conn.transaction():
+            if verify:
+                verify_streams(conn, describe_url(url))
             yield conn
 
 
@@ -152,7 +156,7 @@ def backup_postgres(url: str, destination: Path) -> LedgerCheck:
             "a backup of a PostgreSQL ledger is written by pg_dump, which is not on PATH: install "
             "PostgreSQL's client tools (Debian: postgresql-client)"
         )
-    with _snapshot(url) as conn:
+    with _snapshot(url, verify=False) as conn:
         (snapshot, schema) = conn.execute("SELECT pg_export_snapshot(), current_schema()").fetchone()
         report = _check(conn, describe_url(url))
         done = subprocess.run(
@@ -177,7 +181,7 @@ def backup_postgres(url: str, destination: Path) -> LedgerCheck:
 
 def check_postgres(url: str) -> LedgerCheck:
     """Decode every record, and follow every reference between them; the problems say which and why."""
-    with _snapshot(url) as conn:
+    with _snapshot(url, verify=False) as conn:
         return _check(conn, describe_url(url))
 
 

@@ -26,6 +26,7 @@ from streams.store import StreamRef
 
 from .._errors import LedgerUnreachableError
 from ._schema import ensure_schema
+from ._verify import verify_streams
 from ._view import PgView
 
 __all__ = ["Calls", "PgConnection", "connect", "describe_url"]
@@ -133,6 +134,7 @@ class PgConnection:
         try:
             _end_abandoned_transactions(conn)
             ensure_schema(conn, self.where)
+            verify_streams(conn, self.where)
         except BaseException:
             conn.close()
             raise

@@ -1,0 +1,36 @@
+"""The PostgreSQL key sweep: a key column changed is the reference's answer or a typed refusal, never another.
+
+A sample of ``tests/ledger/pg_keys.py``'s cases here, each key column of
+each table's first row on every path; ``python -m fuzz --only pg-keys``
+sweeps every row.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from . import pg_keys
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def test_each_key_column_changed_gives_the_same_answer_or_a_typed_refusal(postgres_url: str) -> None:
+    import anyio
+
+    anyio.run(pg_keys.build, postgres_url)
+    answers = pg_keys.reference_answers(postgres_url)
+    seen: collections.Counter[str] = collections.Counter()
+    bad = []
+    sample = [case for case in pg_keys.cases(postgres_url) if case.row == 0]
+    # every table has a row to change (a scope has one only once a run failed for good)
+    assert {case.table for case in sample} == set(pg_keys.KEYS) - {"streamledger_scopes"}
+    for i, case in enumerate(sample):
+        for path in ("inspect", *pg_keys.PATHS):
+            found = pg_keys.outcome(postgres_url, answers, case, path, f"sweep_{i}")
+            seen[found.split(" ")[0]] += 1
+            if found.startswith(("OTHER", "UNTYPED", "WROTE")):
+                bad.append((case, path, found[:300]))
+    assert not bad, (bad, seen)
+    assert seen["same"] < sum(seen.values())  # the changes did reach what the paths read
