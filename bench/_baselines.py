@@ -27,8 +27,8 @@ from pathlib import Path
 import lmdb
 import msgspec
 
-from ledger._env import write_mode
-from ledger._seal import seal, unseal
+from ledger.lmdb._env import write_mode
+from ledger.lmdb._seal import seal, unseal
 from streams import GroupFrontier
 
 from ._shape import BenchError, Invoice, Order, Totals, expected_total

@@ -51,10 +51,10 @@ import msgspec
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import Ledger, open_ledger
-from ledger._env import write_mode
 from ledger._graph_runs import GraphCheckpoint, SavedTask
-from ledger._seal import seal
 from ledger.graphs import DurableGraph
+from ledger.lmdb._env import write_mode
+from ledger.lmdb._seal import seal
 
 from ._shape import BenchError
 
@@ -110,7 +110,7 @@ class GraphFigure:
     runs: int = 1
     loop_cpu: float | None = None  # CPU seconds of the event-loop thread while timed
     writer_cpu: float | None = None  # CPU seconds of the ledger's writer thread, first to last batch
-    commit_waits: list[float] = field(default_factory=list)  # wall seconds of each ledger.env.write
+    commit_waits: list[float] = field(default_factory=list)  # wall seconds of each ledger.backend.env.write
     txns: int = 0  # LMDB write transactions the ledger made while timed
     txn_writes: int = 0  # writes those transactions carried
     checkpoints: int | None = None  # per run, as the ledger (or the peer) reports them
@@ -180,7 +180,7 @@ def run_durable(
 
     Besides the time it records the event-loop thread's CPU, the writer
     thread's CPU (read at the end of each commit batch, on that thread), the
-    LMDB transactions and the wall time of every ``ledger.env.write`` (the
+    LMDB transactions and the wall time of every ``ledger.backend.env.write`` (the
     bench wraps the method on the open ledger; the runner's checkpoint
     writes go through it).
     """
@@ -196,7 +196,7 @@ def run_durable(
         writer_cpu.setdefault(threading.get_ident(), [now, now])[1] = now
 
     def timed_writes(ledger: Ledger) -> None:
-        write = ledger.env.write
+        write = ledger.backend.env.write
 
         async def timed(fn: Callable[[lmdb.Transaction], Any]) -> Any:
             started = time.perf_counter()
@@ -205,7 +205,7 @@ def run_durable(
             finally:
                 waits.append(time.perf_counter() - started)
 
-        setattr(ledger.env, "write", timed)  # noqa: B010 (mypy refuses assigning to a method)
+        setattr(ledger.backend.env, "write", timed)  # noqa: B010 (mypy refuses assigning to a method)
 
     with tempfile.TemporaryDirectory(prefix="graphs-bench-", dir=workdir) as tmp:
         path = Path(tmp) / "ledger"
@@ -214,7 +214,7 @@ def run_durable(
             async with open_ledger(path) as ledger:
                 durable = DurableGraph[Counter, None, int, int](graph, ledger)
                 timed_writes(ledger)
-                ledger.env.batch_observer = observe
+                ledger.backend.env.batch_observer = observe
 
                 async def one(run_id: str) -> None:
                     result = await durable.run(run_id, state=Counter(), inputs=n)
@@ -232,11 +232,11 @@ def run_durable(
                             tg.start_soon(one, run_id)
                 seconds = time.perf_counter() - started
                 loop_cpu = time.thread_time() - cpu
-                ledger.env.batch_observer = None
-                _check_status(durable, run_ids, n)
+                ledger.backend.env.batch_observer = None
+                await _check_status(durable, run_ids, n)
             # What the closed ledger holds, not what the run said.
             async with open_ledger(path, create=False) as reopened:
-                _check_status(DurableGraph[Counter, None, int, int](graph, reopened), run_ids, n)
+                await _check_status(DurableGraph[Counter, None, int, int](graph, reopened), run_ids, n)
             return seconds, loop_cpu
 
         seconds, loop_cpu = anyio.run(main, backend=backend)
@@ -254,10 +254,10 @@ def run_durable(
     )
 
 
-def _check_status(durable: DurableGraph[Any, Any, Any, Any], run_ids: list[str], n: int) -> None:
+async def _check_status(durable: DurableGraph[Any, Any, Any, Any], run_ids: list[str], n: int) -> None:
     """Each run saved a checkpoint after every step and one at the end, and finished."""
     for run_id in run_ids:
-        status = durable.status(run_id)
+        status = await durable.status(run_id)
         if (
             status is None
             or status.checkpoints != n + 1

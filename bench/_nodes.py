@@ -28,9 +28,9 @@ import lmdb
 import msgspec
 
 from ledger import open_ledger
-from ledger._env import write_mode
-from ledger._layout import node_attempt_key, node_record_key
-from ledger._seal import seal
+from ledger.lmdb._env import write_mode
+from ledger.lmdb._layout import node_attempt_key, node_record_key
+from ledger.lmdb._seal import seal
 from streams import CheckpointOutput, Graph, Key, NodeCheckpoint, NodeContext, run_graph
 from streams.store import NodeAttemptRecord
 
@@ -99,13 +99,13 @@ def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> Nod
 
     async def main(path: Path) -> float:
         async with open_ledger(path) as ledger:
-            ledger.env.batch_observer = lambda writes, _ok: batches.append(writes)
+            ledger.backend.env.batch_observer = lambda writes, _ok: batches.append(writes)
             started = time.perf_counter()
             outcome = await ledger.run(graph, {N_KEY: 1}, run_id="bench")
             seconds = time.perf_counter() - started
-            ledger.env.batch_observer = None
+            ledger.backend.env.batch_observer = None
             _check(shape, n, outcome.result)
-            records = ledger.nodes.node_records("bench")
+            records = await ledger.nodes.node_records("bench")
             if len(records) != n or any(r.reason != "completed" for r in records):
                 raise BenchError(f"{shape}: the ledger holds {len(records)} node records, not {n}")
         return seconds

@@ -24,7 +24,7 @@ import anyio
 import msgspec
 import psycopg
 
-from ledger._layout import CHUNK
+from ledger._format import CHUNK
 from ledger.postgres import open_postgres
 from streams import GroupFrontier
 

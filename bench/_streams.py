@@ -307,7 +307,7 @@ def run_streamledger(
             async with open_ledger(Path(tmp) / "ledger", sync=sync) as ledger:
                 hooks = CountingHooks(ledger.streams)
                 counting.append(hooks)
-                ledger.env.batch_observer = observe
+                ledger.backend.env.batch_observer = observe
                 started = time.thread_time()
                 try:
                     if graph:
@@ -315,7 +315,7 @@ def run_streamledger(
                     return await run_pipeline(hooks, n, window=window)
                 finally:
                     loop_cpu.append(time.thread_time() - started)
-                    ledger.env.batch_observer = None
+                    ledger.backend.env.batch_observer = None
 
         seconds = anyio.run(main, backend=backend)
         verify_ledger(Path(tmp) / "ledger", n)

@@ -28,7 +28,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ledger import Ledger, open_ledger
+from ledger import Ledger, LmdbBackend, open_ledger
 from streams import (
     ManagedStream,
     MessageCommit,
@@ -73,7 +73,9 @@ class WriterRun:
 class _Committer:
     """Builds and commits the next batch of handler-shaped commits."""
 
-    def __init__(self, ledger: Ledger, orders: ManagedStream[Order], invoices: ManagedStream[Invoice]):
+    def __init__(
+        self, ledger: Ledger[LmdbBackend], orders: ManagedStream[Order], invoices: ManagedStream[Invoice]
+    ):
         self.ledger = ledger
         self.orders = orders
         self.invoices = invoices

@@ -81,7 +81,7 @@ def build(log: Path) -> Graph:
 async def main(path: Path, run_id: str, first: str, second: str) -> str:
     graph = build(path / "work.log")
     async with open_ledger(path) as ledger:
-        known = {run.run_id for run in ledger.runs()}
+        known = {run.run_id for run in await ledger.runs()}
         if run_id in known:
             outcome = await ledger.resume(run_id, graph)
         else:

@@ -86,7 +86,7 @@ async def main(path: Path, run_id: str, count: int) -> str:
             host.start_soon(feed, execution, count)
             host.start_soon(mail, execution, mailed)
 
-        if run_id in {run.run_id for run in ledger.runs()}:
+        if run_id in {run.run_id for run in await ledger.runs()}:
             outcome = await ledger.resume(
                 run_id, graph, on_start=start, host_readers={INVOICES: ["mailer"]}, resumable_inputs=[ORDERS]
             )

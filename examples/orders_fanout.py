@@ -90,7 +90,7 @@ def build() -> Graph:
 async def main(path: Path, run_id: str, count: int) -> str:
     graph = build()
     async with open_ledger(path) as ledger:
-        if run_id in {run.run_id for run in ledger.runs()}:
+        if run_id in {run.run_id for run in await ledger.runs()}:
             outcome = await ledger.resume(run_id, graph)
         else:
             outcome = await ledger.run(graph, {COUNT: count}, run_id=run_id)

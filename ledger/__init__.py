@@ -3,9 +3,10 @@
 from streams import __version__ as __version__
 from streams.store import publish as _publish
 
+from ._backend import Backend as Backend
+from ._backend import NodeStore as NodeStore
 from ._connect import connect as connect
-from ._env import LedgerEnv as LedgerEnv
-from ._env import WriteTicket as WriteTicket
+from ._errors import BackupDestinationError as BackupDestinationError
 from ._errors import CorruptRecordError as CorruptRecordError
 from ._errors import DamagedLedgerError as DamagedLedgerError
 from ._errors import LedgerClosedError as LedgerClosedError
@@ -21,10 +22,7 @@ from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
 from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
 from ._errors import WriteFailedError as WriteFailedError
-from ._inspect import inspect_ledger as inspect_ledger
 from ._ledger import Ledger as Ledger
-from ._ledger import open_ledger as open_ledger
-from ._nodes import LmdbNodeHooks as LmdbNodeHooks
 from ._runs import RunActiveError as RunActiveError
 from ._runs import RunAspectsMismatchError as RunAspectsMismatchError
 from ._runs import RunExistsError as RunExistsError
@@ -33,9 +31,17 @@ from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
 from ._runs import Runs as Runs
 from ._runs import UnknownRunError as UnknownRunError
-from ._streams import LmdbStreamHooks as LmdbStreamHooks
+from .lmdb import LmdbBackend as LmdbBackend
+from .lmdb import open_ledger as open_ledger
+from .lmdb._env import LedgerEnv as LedgerEnv
+from .lmdb._env import WriteTicket as WriteTicket
+from .lmdb._inspect import inspect_ledger as inspect_ledger
+from .lmdb._nodes import LmdbNodeHooks as LmdbNodeHooks
+from .lmdb._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
+    "Backend",
+    "BackupDestinationError",
     "connect",
     "CorruptRecordError",
     "DamagedLedgerError",
@@ -47,9 +53,11 @@ __all__ = [
     "LedgerLockedError",
     "LedgerReadOnlyError",
     "LedgerUnreachableError",
+    "LmdbBackend",
     "LmdbNodeHooks",
     "LmdbStreamHooks",
     "MapFullError",
+    "NodeStore",
     "NotALedgerError",
     "LedgerPathError",
     "RunActiveError",

@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
-import lmdb
 import msgspec
 
 from streams import StoreDamagedError, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
-from ._check import check_ledger
-from ._connect import is_url
-from ._demo import DemoMismatchError, DemoProgress, DemoSummary, run_demo
-from ._env import LedgerEnv
+from ._demo import DemoMismatchError, DemoProgress, DemoSummary
 from ._errors import (
+    BackupDestinationError,
     CorruptRecordError,
     DamagedLedgerError,
     LedgerError,
@@ -41,15 +38,16 @@ from ._errors import (
     SchemaVersionError,
 )
 from ._groups import GroupChangeError, add_group_command, run_group_command
-from ._inspect import inspect_ledger
 from ._postgres_cli import (
     GraphsNotFoundError,
+    PostgresOnlyError,
     add_migrate_command,
     add_worker_command,
     run_migrate_command,
     run_worker_command,
 )
-from ._view import StreamNotFoundError, filtered, group_rows, parse_ref, view_messages
+from ._tools import tools_for
+from ._view import StreamNotFoundError, filtered, group_rows, parse_ref
 
 __all__ = ["main"]
 
@@ -74,11 +72,6 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-#: Errors that mean the input was wrong, not that something broke while running.
-class BackupDestinationError(LedgerError, ValueError):
-    """The backup's destination exists already."""
-
-
 #: Each failure's exit code, the first class that matches; anything else of the library's is 1.
 _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
     ((LedgerLockedError, LedgerInUseError), EXIT_IN_USE),
@@ -92,6 +85,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
             StreamNotFoundError,
             GroupChangeError,
             GraphsNotFoundError,
+            PostgresOnlyError,
             NotALedgerError,
             LedgerPathError,
             DemoMismatchError,
@@ -114,7 +108,11 @@ def _exit_code(exc: BaseException) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ledger", description="streamledger's LMDB ledger: run the demo, inspect a ledger."
+        prog="python -m ledger",
+        description=(
+            "streamledger's ledger, in a directory (LMDB) or on a PostgreSQL server: run the demo, "
+            "inspect, view, check, back up and repair it"
+        ),
     )
     parser.add_argument("--version", action="version", version=f"streamledger {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -170,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
             "attempts, checkpoints and the step it would resume at; changes nothing."
         ),
     )
-    inspect.add_argument("path", metavar="PATH", help="ledger directory")
+    inspect.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.add_argument(
         "--stream", metavar="PATTERN", help="only streams whose scope/node/key matches (shell-style: *, ?)"
@@ -203,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
             "compacted away. Reads beside a running owner; changes nothing."
         ),
     )
-    view.add_argument("path", metavar="PATH", help="ledger directory")
+    view.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     view.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
     view.add_argument(
         "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
@@ -220,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
             "records; print what was found. Exit 0 if the ledger is sound, 4 if not. Changes nothing."
         ),
     )
-    check.add_argument("path", metavar="PATH", help="ledger directory")
+    check.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
     backup = commands.add_parser(
@@ -228,10 +226,11 @@ def _parser() -> argparse.ArgumentParser:
         help="write a consistent copy of a ledger, even while its owner runs",
         description=(
             "Write a consistent, compacted copy of the ledger at PATH into the new directory DEST, "
-            "as of the moment it starts; the owner may keep running."
+            "as of the moment it starts; the owner may keep running. A PostgreSQL ledger is dumped "
+            "by pg_dump (directory format, one snapshot; restore it with pg_restore)."
         ),
     )
-    backup.add_argument("path", metavar="PATH", help="ledger directory")
+    backup.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     backup.add_argument("destination", metavar="DEST", help="a directory that does not exist yet")
 
     inspect.add_argument(
@@ -362,8 +361,7 @@ def _clock(seconds: float) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.workers != 1 and not is_url(args.path):
-        raise DemoMismatchError("--workers runs the demo on a PostgreSQL URL; an LMDB ledger has one owner")
+    tools = tools_for(args.path)
     line = _ProgressLine(sys.stderr)
     outcome: list[DemoSummary] = []
     failure: list[Exception] = []
@@ -374,22 +372,15 @@ def _demo(args: argparse.Namespace) -> int:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_signal, cancel, stopped_by)
                 try:
-                    if is_url(args.path):
-                        from .postgres._demo import run_demo_postgres
-
-                        outcome.append(
-                            await run_demo_postgres(args.path, args.messages, workers=args.workers)
-                        )
-                    else:
-                        outcome.append(
-                            await run_demo(
-                                args.path,
-                                args.messages,
-                                progress=line,
-                                progress_interval=args.progress_interval,
-                                max_map_size=args.max_map_size,
-                            )
-                        )
+                    demo = tools.demo(
+                        args.path,
+                        args.messages,
+                        args.workers,
+                        line,
+                        args.progress_interval,
+                        args.max_map_size,
+                    )
+                    outcome.append(await demo)
                 except Exception as exc:  # raised again outside the event loop, unwrapped
                     failure.append(exc)
                 finally:
@@ -405,11 +396,7 @@ def _demo(args: argparse.Namespace) -> int:
         return _interrupted(stopped_by[0] if stopped_by else signal.SIGINT)
     summary = outcome[0]
     if summary.already_finished:
-        where = args.path
-        if is_url(args.path):
-            from .postgres._store import describe_url
-
-            where = describe_url(args.path)  # never a password
+        where = tools.describe(args.path)  # never a password
         print(f"the demo in {where} already finished; nothing changed: {_figures(summary)}")
         return EXIT_OK
     resumed = f" (resumed; {summary.handled:,} billed by this run)" if summary.resumed else ""
@@ -437,16 +424,7 @@ async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> No
 
 
 def _check(args: argparse.Namespace) -> int:
-    if is_url(args.path):
-        from .postgres._inspect import check_postgres
-
-        report = check_postgres(args.path)
-    else:
-        env = LedgerEnv.open_readonly(args.path)  # beside a running owner, like inspect
-        try:
-            report = check_ledger(env)
-        finally:
-            env.close()
+    report = tools_for(args.path).check(args.path)  # beside a running owner, like inspect
     if args.json:
         print(json.dumps(msgspec.to_builtins(report) | {"sound": report.sound}))
     else:
@@ -464,23 +442,16 @@ def _backup(args: argparse.Namespace) -> int:
     destination = Path(args.destination)
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
-    env = LedgerEnv.open_readonly(args.path)
-    try:
-        env.copy_to(destination)
-    except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise BackupDestinationError(f"the copy cannot be written to {destination}: {reason}") from None
-    finally:
-        env.close()
-    copy = LedgerEnv.open_readonly(destination)
-    try:
-        report = check_ledger(copy)
-    finally:
-        copy.close()
+    tools = tools_for(args.path)
+    report = tools.backup(args.path, destination)
     if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
         print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
         return EXIT_DAMAGED
-    print(f"ledger {args.path} copied to {destination}: {sum(report.records.values())} records, sound")
+    note = f" ({tools.backup_note})" if tools.backup_note else ""
+    print(
+        f"ledger {tools.describe(args.path)} copied to {destination}: "
+        f"{sum(report.records.values())} records, sound{note}"
+    )
     return EXIT_OK
 
 
@@ -505,16 +476,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _inspection(args: argparse.Namespace) -> str:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
-    if is_url(args.path):
-        from .postgres._inspect import inspect_postgres
-
-        found = inspect_postgres(args.path, values=args.values)
-    else:
-        env = LedgerEnv.open_readonly(args.path)
-        try:
-            found = inspect_ledger(env, values=args.values)
-        finally:
-            env.close()
+    found = tools_for(args.path).inspect(args.path, args.values)
     report = filtered(found, stream=args.stream, group=args.group)
     if args.groups:
         rows = group_rows(report)
@@ -557,11 +519,8 @@ def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = 
 
 
 def _view(args: argparse.Namespace) -> int:
-    env = LedgerEnv.open_readonly(args.path)
-    try:
-        shown = view_messages(env, parse_ref(args.stream), start=args.start, limit=args.limit)
-    finally:
-        env.close()
+    ref = parse_ref(args.stream)
+    shown = tools_for(args.path).view(args.path, ref, args.start, args.limit)
     if args.start <= shown["compacted_through"]:
         print(
             f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "

@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._ledger import Ledger, open_ledger
-
-if TYPE_CHECKING:
-    from .postgres import PostgresLedger
+from ._backend import Backend
+from ._ledger import Ledger
 
 __all__ = ["connect", "is_url"]
 
@@ -21,13 +19,14 @@ def is_url(target: str | os.PathLike[str]) -> bool:
 
 
 @asynccontextmanager
-async def connect(target: str | os.PathLike[str], **options: Any) -> AsyncIterator[Ledger | PostgresLedger]:
+async def connect(target: str | os.PathLike[str], **options: Any) -> AsyncIterator[Ledger[Backend]]:
     """Open the ledger at ``target``: :func:`~ledger.open_ledger` for a path, ``open_postgres`` for a URL.
 
-    Both ledgers have ``streams``, ``nodes``, ``run``, ``resume``, ``runs``
-    and ``graph_runs``, so a program written against them moves from a
-    directory to a server by changing this one argument. ``options`` are
-    :func:`~ledger.open_ledger`'s (a URL takes none).
+    Both give the one :class:`~ledger.Ledger`, with ``streams``, ``nodes``,
+    ``run``, ``resume``, ``submit``, ``runs`` and ``graph_runs``, so a
+    program written against it moves from a directory to a server by
+    changing this one argument. ``options`` are :func:`~ledger.open_ledger`'s
+    (a URL takes none).
     """
     if is_url(target):
         if options:
@@ -37,5 +36,7 @@ async def connect(target: str | os.PathLike[str], **options: Any) -> AsyncIterat
         async with open_postgres(str(target)) as ledger:
             yield ledger
     else:
+        from .lmdb import open_ledger
+
         async with open_ledger(target, **options) as local:
             yield local

@@ -41,8 +41,7 @@ from streams import (
 from streams.store import single_error
 
 from ._errors import LedgerError
-from ._inspect import inspect_ledger
-from ._ledger import Ledger, open_ledger
+from ._ledger import Ledger
 from ._runs import RunRecord, decode_inputs
 
 __all__ = [
@@ -62,7 +61,7 @@ __all__ = [
     "Invoice",
     "Order",
     "demo_graph",
-    "run_demo",
+    "run_demo_on",
     "run_demo_pipeline",
 ]
 
@@ -149,42 +148,6 @@ class DemoSummary(msgspec.Struct, frozen=True):
 ProgressCallback = Callable[[DemoProgress], None]
 
 
-async def run_demo(
-    path: str | os.PathLike[str],
-    messages: int = 100_000,
-    *,
-    progress: ProgressCallback | None = None,
-    progress_interval: float = 0.25,
-    sync: bool = True,
-    max_map_size: int = 1 << 40,
-) -> DemoSummary:
-    """Run (or resume) the demo graph on the ledger at ``path`` and return its figures.
-
-    The demo is graph run ``demo`` (:func:`demo_graph`): ``ledger.run`` the
-    first time, ``ledger.resume`` after. ``progress`` is called with a
-    :class:`DemoProgress` once when the streams are open, then every
-    ``progress_interval`` seconds, and once at the end; it reads endpoint
-    snapshots and never touches the messages. If the ledger holds a finished
-    demo, nothing is opened or written and the summary has
-    ``already_finished=True``. ``max_map_size`` is the ledger's map limit
-    (:func:`~ledger.open_ledger`): a message whose write does not fit stops
-    the run with a :class:`~streams.CheckpointError` caused by
-    :class:`~ledger.MapFullError`, and the same call with a larger limit resumes.
-
-    Raises :class:`DemoMismatchError` if the ledger holds a demo of another
-    number of ``messages``, or anything but the demo (an application's
-    streams or runs: the demo never writes beside them), and the ledger's own errors
-    (:class:`~ledger.NotALedgerError`, :class:`~ledger.LedgerLockedError`, …)
-    for a path that cannot be opened.
-    """
-    if messages < 1:
-        raise ValueError("the demo needs at least one message")
-    if progress_interval <= 0:
-        raise ValueError("progress_interval must be positive")
-    async with open_ledger(path, sync=sync, max_map_size=max_map_size) as ledger:
-        return await _run_on(ledger, path, messages, progress, progress_interval)
-
-
 def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """The demo runs only in a new ledger or its own: never beside an application's records."""
     others = [
@@ -208,17 +171,18 @@ def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str])
         )
 
 
-async def _run_on(
-    ledger: Ledger,
+async def run_demo_on(
+    ledger: Ledger[Any],
+    report: dict[str, Any],
     path: str | os.PathLike[str],
     messages: int,
     progress: ProgressCallback | None,
     progress_interval: float,
 ) -> DemoSummary:
-    report = inspect_ledger(ledger.env)
+    """Run (or resume) the demo on an open ``ledger`` whose ``inspect`` report is ``report``."""
     _refuse_other_contents(report, path)
     found = _read_demo(report)
-    run = next((r for r in ledger.runs() if r.run_id == DEMO_SCOPE), None)
+    run = next((r for r in await ledger.runs() if r.run_id == DEMO_SCOPE), None)
     if found.finished and (run is None or run.status == "completed"):
         return DemoSummary(
             orders=found.orders,
@@ -346,7 +310,7 @@ async def run_demo_pipeline(
     as a ledger run, plus the check for a finished demo.
     """
     demo = _Demo(messages, progress, progress_interval, billed_before=0)
-    records = store.node_records(DEMO_SCOPE)  # type: ignore[attr-defined]
+    records = await store.node_records(DEMO_SCOPE)  # type: ignore[attr-defined]
     execution = Execution(
         demo.graph,
         {MESSAGES: messages},

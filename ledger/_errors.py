@@ -19,6 +19,7 @@ business payload. A ledger that raised one of these is left as it was.
     ├── MapFullError                        the map could not grow to fit a write
     ├── WriteFailedError                    LMDB refused a write transaction
     ├── InvalidRunIdError (ValueError)      a run id is empty or too long for a ledger key
+    ├── BackupDestinationError (ValueError) a backup's destination exists, or cannot be written
     │   the errors of ledger.run and ledger.resume (ledger/_runs.py):
     ├── RunExistsError (ValueError)         ledger.run with a run id the ledger knows
     ├── UnknownRunError (LookupError)       ledger.resume with a run id the ledger does not know
@@ -30,6 +31,7 @@ business payload. A ledger that raised one of these is left as it was.
 from __future__ import annotations
 
 __all__ = [
+    "BackupDestinationError",
     "CorruptRecordError",
     "DamagedLedgerError",
     "InvalidRunIdError",
@@ -116,3 +118,7 @@ class WriteFailedError(LedgerError):
 
 class InvalidRunIdError(LedgerError, ValueError):
     """The run id cannot be a ledger key: empty, or longer than the key limit."""
+
+
+class BackupDestinationError(LedgerError, ValueError):
+    """A backup's destination exists already, or the copy cannot be written there."""

@@ -4,10 +4,10 @@ This module needs no pydantic-graph: ``python -m ledger inspect`` lists graph
 runs with it. ``ledger.graphs._checkpoint`` turns pydantic-graph tasks into
 :class:`SavedTask` and back.
 
-Both live in the ``graph_runs`` database, sealed like every ledger value:
-
-* ``run/<run id>``: :class:`GraphRunRecord`, the run's attempts and progress;
-* ``checkpoint/<run id>``: :class:`GraphCheckpoint`, the latest checkpoint.
+A backend keeps two records per run id (:class:`GraphRunBook`): a
+:class:`GraphRunRecord`, the run's attempts and progress, and a
+:class:`GraphCheckpoint`, the latest checkpoint (LMDB: the ``graph_runs``
+database, ``ledger/lmdb/_graph_runs.py``; PostgreSQL: one table).
 
 Values of the graph (state, inputs, output) are stored as the JSON their
 ``TypeAdapter`` wrote, so a checkpoint is read back through the types of the
@@ -19,38 +19,23 @@ another version, or that is not a checkpoint, is discarded with reason
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final, Protocol
 
-import lmdb
 import msgspec
-
-from ._env import LedgerEnv
-from ._layout import CHECKPOINT_PREFIX, RUN_PREFIX, checkpoint_key, run_key
-from ._seal import decode_record, seal, unseal
 
 __all__ = [
     "FORMAT_VERSION",
     "GraphCheckpoint",
     "GraphRunBook",
-    "HoldsGraphRuns",
-    "LmdbGraphRuns",
-    "decode_checkpoint_body",
     "GraphRunRecord",
+    "HoldsGraphRuns",
     "SavedForkFrame",
     "SavedTask",
-    "checkpoint_key",
-    "delete_run",
-    "list_runs",
-    "read_checkpoint",
-    "read_run",
-    "run_key",
-    "write_run",
+    "decode_checkpoint_body",
 ]
 
 #: The version of :class:`GraphCheckpoint`'s layout and meaning.
 FORMAT_VERSION: Final = 1
-DB: Final = "graph_runs"
 
 
 class SavedForkFrame(msgspec.Struct, frozen=True, array_like=True):
@@ -117,45 +102,6 @@ class _Header(msgspec.Struct):
 
 _header_decoder: Final = msgspec.msgpack.Decoder(_Header)
 _checkpoint_decoder: Final = msgspec.msgpack.Decoder(GraphCheckpoint)
-_run_decoder: Final = msgspec.msgpack.Decoder(GraphRunRecord)
-_encoder: Final = msgspec.msgpack.Encoder()
-
-
-def read_run(env: LedgerEnv, run_id: str) -> GraphRunRecord | None:
-    key = run_key(run_id)
-    with env.read() as txn:
-        raw = txn.get(key, db=env.db(DB))
-    return None if raw is None else decode_record(bytes(raw), _run_decoder, db=DB, key=key)
-
-
-def read_checkpoint(env: LedgerEnv, run_id: str) -> GraphCheckpoint | str | None:
-    """The run's checkpoint, None if it has none, or ``"format"`` if it is not one of ours."""
-    key = checkpoint_key(run_id)
-    with env.read() as txn:
-        raw = txn.get(key, db=env.db(DB))
-    return None if raw is None else _decode_checkpoint(key, bytes(raw))
-
-
-def list_runs(env: LedgerEnv) -> Iterator[tuple[GraphRunRecord, GraphCheckpoint | str | None]]:
-    """Every run of the ledger in run-id order, with its checkpoint, from one consistent snapshot."""
-    if not env.has_db(DB):
-        return
-    db = env.db(DB)
-    with env.read() as txn, txn.cursor(db=db) as cursor:
-        found = cursor.set_range(RUN_PREFIX)
-        while found:
-            key, value = bytes(cursor.key()), bytes(cursor.value())
-            if not key.startswith(RUN_PREFIX):
-                break
-            record = decode_record(value, _run_decoder, db=DB, key=key)
-            ckey = CHECKPOINT_PREFIX + key[len(RUN_PREFIX) :]
-            raw = txn.get(ckey, db=db)
-            yield record, None if raw is None else _decode_checkpoint(ckey, bytes(raw))
-            found = cursor.next()
-
-
-def _decode_checkpoint(key: bytes, raw: bytes) -> GraphCheckpoint | str:
-    return decode_checkpoint_body(unseal(raw, db=DB, key=key))
 
 
 def decode_checkpoint_body(body: bytes) -> GraphCheckpoint | str:
@@ -168,40 +114,6 @@ def decode_checkpoint_body(body: bytes) -> GraphCheckpoint | str:
         return "format"
 
 
-async def write_run(
-    env: LedgerEnv,
-    record: GraphRunRecord,
-    *,
-    checkpoint: GraphCheckpoint | None = None,
-    delete_checkpoint: bool = False,
-) -> None:
-    """Write a run's record, with its new checkpoint or without its old one, in one durable commit."""
-    db = env.db(DB)
-    rkey, ckey = run_key(record.run_id), checkpoint_key(record.run_id)
-    rvalue = seal(DB, rkey, _encoder.encode(record))
-    cvalue = None if checkpoint is None else seal(DB, ckey, _encoder.encode(checkpoint))
-
-    def write(txn: lmdb.Transaction) -> None:
-        txn.put(rkey, rvalue, db=db)
-        if cvalue is not None:
-            txn.put(ckey, cvalue, db=db)
-        elif delete_checkpoint:
-            txn.delete(ckey, db=db)
-
-    await env.write(write)
-
-
-async def delete_run(env: LedgerEnv, run_id: str) -> None:
-    db = env.db(DB)
-    rkey, ckey = run_key(run_id), checkpoint_key(run_id)
-
-    def delete(txn: lmdb.Transaction) -> None:
-        txn.delete(rkey, db=db)
-        txn.delete(ckey, db=db)
-
-    await env.write(delete)
-
-
 class GraphRunBook(Protocol):
     """Where a ledger keeps its durable graph runs: a record and the latest checkpoint per run id."""
 
@@ -211,9 +123,9 @@ class GraphRunBook(Protocol):
     @property
     def owner(self) -> object: ...
 
-    def read_run(self, run_id: str) -> GraphRunRecord | None: ...
+    async def read_run(self, run_id: str) -> GraphRunRecord | None: ...
 
-    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None: ...
+    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None: ...
 
     async def write_run(
         self,
@@ -233,37 +145,3 @@ class HoldsGraphRuns(Protocol):
 
     @property
     def graph_runs(self) -> GraphRunBook: ...
-
-
-class LmdbGraphRuns:
-    """The durable graph runs of an LMDB ledger (``ledger.graph_runs``): its ``graph_runs`` database."""
-
-    def __init__(self, env: LedgerEnv) -> None:
-        self.env = env
-
-    @property
-    def where(self) -> str:
-        return f"ledger {self.env.path}"
-
-    @property
-    def owner(self) -> object:
-        """What identifies the ledger: a run id runs once at a time per ledger and process."""
-        return self.env
-
-    def read_run(self, run_id: str) -> GraphRunRecord | None:
-        return read_run(self.env, run_id)
-
-    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
-        return read_checkpoint(self.env, run_id)
-
-    async def write_run(
-        self,
-        record: GraphRunRecord,
-        *,
-        checkpoint: GraphCheckpoint | None = None,
-        delete_checkpoint: bool = False,
-    ) -> None:
-        await write_run(self.env, record, checkpoint=checkpoint, delete_checkpoint=delete_checkpoint)
-
-    async def delete_run(self, run_id: str) -> None:
-        await delete_run(self.env, run_id)

@@ -15,8 +15,8 @@ import anyio
 from streams import CompactedHistoryError, SequenceError, UnknownStreamError, move_group, remove_group
 
 from ._arguments import positive_int
+from ._connect import connect, is_url
 from ._errors import LedgerError, UnattributedBudgetsError
-from ._ledger import open_ledger
 from ._view import StreamNotFoundError, parse_ref
 
 __all__ = ["GroupChangeError", "add_group_command", "run_group_command"]
@@ -43,7 +43,8 @@ def add_group_command(commands: Any) -> None:
         "group",
         help="remove a consumer group, or move where it reads next",
         description=(
-            "Repair a consumer group of a stream. The ledger must not be open in another process. "
+            "Repair a consumer group of a stream. An LMDB ledger must not be open in another "
+            "process; on PostgreSQL the change is one transaction beside running workers. "
             "Endpoints that were open on the stream must reopen it (its generation is raised)."
         ),
     )
@@ -67,7 +68,7 @@ def add_group_command(commands: Any) -> None:
         ),
     )
     for parser in (remove, move):
-        parser.add_argument("path", metavar="PATH", help="ledger directory")
+        parser.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
         parser.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
         parser.add_argument("group", metavar="GROUP", help="the consumer group")
     move.add_argument(
@@ -83,7 +84,7 @@ def run_group_command(args: argparse.Namespace) -> str:
     ref = parse_ref(args.stream)
 
     async def change() -> str:
-        async with open_ledger(args.path, create=False) as ledger:
+        async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
             if args.action == "remove":
                 await remove_group(ledger.streams, ref, args.group)
                 return f"removed group {args.group!r} of {ref}"

@@ -5,60 +5,17 @@ from __future__ import annotations
 import base64
 import datetime
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any
 
 import msgspec
 
 from streams.store import GroupFrontier, NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, to_plain
 
-from ._env import LedgerEnv
 from ._errors import CorruptRecordError
-from ._graph_runs import GraphCheckpoint, GraphRunRecord, list_runs
-from ._layout import DESCRIPTOR_PREFIX
-from ._nodes import node_attempts, node_record
+from ._graph_runs import GraphCheckpoint, GraphRunRecord
 from ._runs import RunRecord
-from ._runs import list_runs as list_node_runs
-from ._streams import decode_descriptor, decode_frontier
 
-__all__ = ["graph_runs_report", "inspect_ledger", "node_runs_report", "plain", "stream_entry"]
-
-
-def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
-    """Every stream of the ledger with its groups, and every graph run, as plain JSON values.
-
-    Committed states are decoded to plain values; bytes inside them become
-    base64 strings. Graph runs hold no values of the graph unless ``values``
-    is true, when each run's latest checkpoint adds its state, graph inputs,
-    next task's inputs and output as the JSON they were saved as. Reads one
-    consistent snapshot per part; writes nothing.
-    """
-    streams: list[dict[str, Any]] = []
-    if not (env.has_db("streams") and env.has_db("groups")):  # a creation interrupted before them
-        return _report(env, streams, values=values)
-    streams_db, groups_db = env.db("streams"), env.db("groups")
-    with env.read() as txn, txn.cursor(db=streams_db) as cursor:
-        found = cursor.set_range(DESCRIPTOR_PREFIX)
-        while found:
-            key, value = (bytes(b) for b in cursor.item())
-            if not key.startswith(DESCRIPTOR_PREFIX):
-                break
-            desc = decode_descriptor(key, value)
-            frontiers: list[tuple[GroupFrontier, str]] = []
-            prefix = key[len(DESCRIPTOR_PREFIX) :]
-            with txn.cursor(db=groups_db) as group_cursor:
-                group_found = group_cursor.set_range(prefix)
-                while group_found:
-                    gkey, gvalue = (bytes(b) for b in group_cursor.item())
-                    if not gkey.startswith(prefix):
-                        break
-                    frontiers.append(
-                        (decode_frontier(gkey, gvalue), f"record {gkey.hex()} of database 'groups'")
-                    )
-                    group_found = group_cursor.next()
-            streams.append(stream_entry(desc, frontiers))
-            found = cursor.next()
-    return _report(env, streams, values=values)
+__all__ = ["graph_runs_report", "node_runs_report", "plain", "stream_entry"]
 
 
 def stream_entry(desc: StreamDescriptor, frontiers: list[tuple[GroupFrontier, str]]) -> dict[str, Any]:
@@ -92,22 +49,6 @@ def stream_entry(desc: StreamDescriptor, frontiers: list[tuple[GroupFrontier, st
     }
 
 
-def _report(env: LedgerEnv, streams: list[dict[str, Any]], *, values: bool) -> dict[str, Any]:
-    return {
-        "path": str(env.path),
-        "streams": streams,
-        "runs": _node_runs(env, values=values),
-        "graph_runs": _graph_runs(env, values=values),
-    }
-
-
-def _node_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
-    runs = list(list_node_runs(env))
-    if not runs:
-        return []
-    return node_runs_report(runs, list(node_attempts(env)), partial(node_record, env), values=values)
-
-
 def node_runs_report(
     runs: list[RunRecord],
     boundaries: list[NodeAttemptRecord],
@@ -124,6 +65,11 @@ def node_runs_report(
             if attempt.parent != scope and not attempt.parent.startswith(scope + "/"):
                 continue
             checkpoint = node_record(attempt.parent, attempt.node) if attempt.committed else None
+            if attempt.committed and checkpoint is None:  # its record moved or went missing
+                raise CorruptRecordError(
+                    f"node {attempt.node!r} under {attempt.parent!r} was confirmed, but its record is "
+                    "missing; the ledger is damaged"
+                )
             status = (
                 checkpoint.reason if checkpoint is not None else "failed" if attempt.exhausted else "active"
             )
@@ -170,10 +116,6 @@ def _node_path(scope: str, node: str) -> str:
     if names and names[-1].split("#")[0] == node:  # a Retry boundary inside the node's own attempt
         names.pop()
     return "/".join([*names, node])
-
-
-def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
-    return graph_runs_report(list_runs(env), values=values)
 
 
 def graph_runs_report(

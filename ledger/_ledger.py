@@ -1,78 +1,76 @@
-"""The public ledger handle: an open environment, its committer, and the stores on it."""
+"""The one ledger handle: the services of a ledger over its backend, whichever backend it is."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
-import anyio
+from streams import Aspect, Graph, Key
 
-from streams.store import single_error
+from ._backend import Backend, NodeStore
+from ._graph_runs import GraphRunBook
+from ._runs import RunRecord, RunResult, Runs
 
-from ._env import LedgerEnv
-from ._graph_runs import LmdbGraphRuns
-from ._nodes import LmdbNodeHooks
-from ._runs import LmdbRunBook, Runs
-from ._streams import LmdbStreamHooks
+__all__ = ["Ledger"]
 
-__all__ = ["Ledger", "open_ledger"]
+B = TypeVar("B", bound=Backend, covariant=True)
 
 
-class Ledger:
-    """An open ledger. Obtain one with :func:`open_ledger`."""
+class Ledger(Generic[B]):
+    """An open ledger: :func:`~ledger.connect`, :func:`~ledger.open_ledger` or ``open_postgres`` gives one.
 
-    def __init__(self, env: LedgerEnv) -> None:
-        self.env = env
-        #: The managed-stream store on this ledger (:class:`~streams.StreamHooks`).
-        self.streams = LmdbStreamHooks(env)
-        #: The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`).
-        self.nodes = LmdbNodeHooks(env, self.streams)
-        self._runs = Runs(LmdbRunBook(self))
-        #: Durable pydantic-graph runs' records and checkpoints, for :class:`~ledger.graphs.DurableGraph`.
-        self.graph_runs = LmdbGraphRuns(env)
-        #: ``await ledger.run(graph, inputs, run_id=...)``: a run in checkpoint mode (:class:`~ledger.Runs`).
-        self.run = self._runs.run
-        #: ``await ledger.resume(run_id, graph)``: continue a run from what the ledger confirmed.
-        self.resume = self._runs.resume
-        #: ``ledger.runs()``: every run's :class:`~ledger.RunRecord`.
-        self.runs = self._runs.runs
+    ``Ledger[LmdbBackend]`` for a directory, ``Ledger[PgBackend]`` for a
+    PostgreSQL URL: the same services on both, over :attr:`backend`.
+    """
+
+    def __init__(self, backend: B) -> None:
+        #: The storage: ``LmdbBackend`` (``.env``, ``.path``) or ``PgBackend`` (``.connection``, ``.url``).
+        self.backend = backend
+        self._runs = Runs(backend.run_book)
 
     @property
-    def path(self) -> Path:
-        return self.env.path
+    def where(self) -> str:
+        """The ledger as messages name it: its path, or its database and host (never a password)."""
+        return self.backend.where
 
+    @property
+    def streams(self) -> Any:
+        """The managed-stream store on this ledger (:class:`~streams.StreamHooks`)."""
+        return self.backend.streams
 
-@asynccontextmanager
-async def open_ledger(
-    path: str | os.PathLike[str],
-    *,
-    create: bool = True,
-    sync: bool = True,
-    map_size: int = 64 << 20,
-    max_map_size: int = 1 << 40,
-) -> AsyncIterator[Ledger]:
-    """Open the ledger at ``path`` (creating it if needed) and serve its writes.
+    @property
+    def nodes(self) -> NodeStore:
+        """The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`)."""
+        return self.backend.nodes
 
-    ``sync=False`` skips the fsync of each commit batch: a killed process
-    loses nothing, a power loss may lose the last batches. Everything written
-    before the block exits is committed before the ledger closes.
-    """
-    opening = partial(
-        LedgerEnv.open, path, create=create, sync=sync, map_size=map_size, max_map_size=max_map_size
-    )
-    with anyio.CancelScope(shield=True):  # an environment opened is always closed below
-        env = await anyio.to_thread.run_sync(opening)  # files, locks and fsyncs: off the event loop
-    try:
-        with single_error():
-            async with anyio.create_task_group() as tg:
-                await tg.start(env.serve)
-                try:
-                    yield Ledger(env)
-                finally:
-                    # serve() ignores cancellation: the block may still write while it unwinds
-                    env.stop_serving()
-    finally:
-        env.close()
+    @property
+    def graph_runs(self) -> GraphRunBook:
+        """Durable pydantic-graph runs' records and checkpoints, for :class:`~ledger.graphs.DurableGraph`."""
+        return self.backend.graph_runs
+
+    async def run(
+        self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, **options: Any
+    ) -> RunResult:
+        """Start run ``run_id`` of ``graph`` in checkpoint mode and run it to its end (:meth:`Runs.run`).
+
+        On a ledger processes share, the run is held for its length (no
+        worker claims it; a run another process holds is
+        :class:`~ledger.RunActiveError`).
+        """
+        async with self.backend.holding(run_id) as book:
+            return await self._runs.on(book).run(graph, inputs, run_id=run_id, **options)
+
+    async def resume(self, run_id: str, graph: Graph, **options: Any) -> RunResult:
+        """Continue run ``run_id`` from what the ledger confirmed (:meth:`Runs.resume`), held as ``run``."""
+        async with self.backend.holding(run_id) as book:
+            return await self._runs.on(book).resume(run_id, graph, **options)
+
+    async def submit(
+        self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, aspects: Iterable[Aspect] = ()
+    ) -> RunRecord:
+        """Record run ``run_id`` without running it: a worker that claims it, or :meth:`resume`, runs it."""
+        return await self._runs.submit(graph, inputs, run_id=run_id, aspects=aspects)
+
+    async def runs(self) -> list[RunRecord]:
+        """Every run of the ledger, by run id."""
+        return await self._runs.runs()

@@ -12,10 +12,12 @@ import anyio
 from streams import Graph
 
 from ._arguments import positive_float
+from ._connect import is_url
 from ._errors import LedgerError
 
 __all__ = [
     "GraphsNotFoundError",
+    "PostgresOnlyError",
     "add_migrate_command",
     "add_worker_command",
     "run_migrate_command",
@@ -67,7 +69,18 @@ def _graphs(spec: str) -> Mapping[str, Graph]:
     return graphs
 
 
+class PostgresOnlyError(LedgerError, ValueError):
+    """A command of PostgreSQL ledgers only (``worker``, ``migrate``) was given an LMDB ledger's path."""
+
+
+def _url(args: argparse.Namespace, why: str) -> str:
+    if not is_url(args.url):
+        raise PostgresOnlyError(f"{args.command} takes a postgresql:// URL, not the path {args.url!r}: {why}")
+    return str(args.url)
+
+
 def run_worker_command(args: argparse.Namespace) -> int:
+    _url(args, "the runs of an LMDB ledger are resumed by the one process that owns it")
     from .postgres import work
 
     graphs = _graphs(args.graphs)
@@ -99,12 +112,11 @@ def add_migrate_command(commands: Any) -> None:
 
 
 def run_migrate_command(args: argparse.Namespace) -> int:
-    from .postgres._schema import migrate
-    from .postgres._store import connect, describe_url
+    _url(args, "an LMDB ledger is made when it is first opened")
+    from .postgres import describe_url, migrate_url
 
     where = describe_url(args.url)
-    with connect(args.url) as conn:
-        before, after = migrate(conn, where)
+    before, after = migrate_url(args.url)
     if before == 0:
         print(f"made a ledger of schema {after} in {where}")
     elif before == after:

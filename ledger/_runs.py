@@ -32,8 +32,8 @@ the LMDB ledger's ``nodes`` database, or a PostgreSQL table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -52,17 +52,10 @@ from streams import (
 )
 from streams.store import codec_for
 
-from ._env import LedgerEnv
 from ._errors import LedgerError
-from ._layout import NODE_RUN_PREFIX, node_run_key
-from ._nodes import scan
-from ._seal import decode_record, seal
-
-if TYPE_CHECKING:
-    from ._ledger import Ledger
+from ._format import run_id_bytes
 
 __all__ = [
-    "LmdbRunBook",
     "RunActiveError",
     "RunAspectsMismatchError",
     "RunBook",
@@ -75,7 +68,6 @@ __all__ = [
 ]
 
 FORMAT_VERSION: Final = 1
-DB: Final = "nodes"
 
 
 class RunRecord(msgspec.Struct, frozen=True):
@@ -124,10 +116,6 @@ class RunActiveError(LedgerError):
     """The run id is being run by another execution of this process."""
 
 
-_encoder: Final = msgspec.msgpack.Encoder()
-_decoder: Final = msgspec.msgpack.Decoder(RunRecord)
-
-
 def encode_inputs(graph: Graph, inputs: Mapping[Key[Any], Any]) -> tuple[CheckpointOutput, ...]:
     encoded = []
     for key in graph.inputs:
@@ -164,11 +152,6 @@ def _listed(chain: tuple[str, ...]) -> str:
     return "[" + ", ".join(chain) + "]"
 
 
-def list_runs(env: LedgerEnv) -> Iterator[RunRecord]:
-    """Every business run of the ledger, by run id, from one snapshot."""
-    return scan(env, NODE_RUN_PREFIX, _decoder)
-
-
 def run_exists(run_id: str) -> RunExistsError:
     return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
@@ -192,53 +175,19 @@ class RunBook(Protocol):
         """Keep ``record``; with ``new``, refuse a run id the ledger knows (:class:`RunExistsError`)."""
         ...
 
-    def records(self) -> list[RunRecord]: ...
-
-
-class LmdbRunBook:
-    """The runs of an LMDB ledger: records in its ``nodes`` database, keyed by run id."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
-
-    @property
-    def where(self) -> str:
-        return f"ledger {self._ledger.path}"
-
-    @property
-    def nodes(self) -> Any:
-        return self._ledger.nodes
-
-    async def read(self, run_id: str) -> RunRecord | None:
-        env = self._ledger.env
-        key = node_run_key(run_id)
-        with env.read() as txn:
-            raw = txn.get(key, db=env.db(DB))
-        return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
-
-    async def write(self, record: RunRecord, *, new: bool) -> None:
-        env = self._ledger.env
-        db = env.db(DB)
-        key = node_run_key(record.run_id)
-        value = seal(DB, key, _encoder.encode(record))
-
-        def write(txn: Any) -> None:
-            if new and txn.get(key, db=db) is not None:
-                raise run_exists(record.run_id)
-            txn.put(key, value, db=db)
-
-        await env.write(write)
-
-    def records(self) -> list[RunRecord]:
-        return list(list_runs(self._ledger.env))
+    async def records(self) -> list[RunRecord]: ...
 
 
 class Runs:
     """The runs of one open ledger (``ledger.run``, ``ledger.resume``, ``ledger.runs``)."""
 
-    def __init__(self, book: RunBook) -> None:
+    def __init__(self, book: RunBook, *, active: set[str] | None = None) -> None:
         self._book = book
-        self._active: set[str] = set()
+        self._active: set[str] = set() if active is None else active
+
+    def on(self, book: RunBook) -> Runs:
+        """These runs through ``book`` (a run's book under its lease), sharing which ids run here."""
+        return self if book is self._book else Runs(book, active=self._active)
 
     async def run(
         self,
@@ -264,7 +213,7 @@ class Runs:
         """
         graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         topology = graph.topology()
-        node_run_key(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
+        run_id_bytes(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         aspects = tuple(aspects)
         execution = Execution(
             graph,
@@ -300,7 +249,7 @@ class Runs:
         (:class:`RunAspectsMismatchError`).
         """
         graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
-        node_run_key(run_id)
+        run_id_bytes(run_id)
         aspects = tuple(aspects)
         execution = Execution(
             graph, inputs, aspects=aspects, checkpoint=ExecCheckpoint(run_id, self._book.nodes)
@@ -351,7 +300,7 @@ class Runs:
                 + ("" if record.fingerprint == fingerprint else " with another topology")
                 + ": resume it with the graph it started with, or start a new run"
             )
-        if record.status == "failed" or self._book.nodes.scope_failed(run_id):
+        if record.status == "failed" or await self._book.nodes.scope_failed(run_id):
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
                 "a new run of this work needs a new run id"
@@ -373,7 +322,7 @@ class Runs:
                 host_readers=host_readers,
                 resumable_inputs=resumable_inputs,
             )
-            execution.restore_nodes(self._book.nodes.node_records(run_id))
+            execution.restore_nodes(await self._book.nodes.node_records(run_id))
             if record.status == "completed":
                 async with execution:
                     if on_start is not None:
@@ -384,9 +333,9 @@ class Runs:
             await self._book.write(record, new=False)
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 
-    def runs(self) -> list[RunRecord]:
+    async def runs(self) -> list[RunRecord]:
         """Every run of the ledger, by run id."""
-        return self._book.records()
+        return await self._book.records()
 
     async def _execute(
         self,
@@ -402,7 +351,7 @@ class Runs:
                     on_start(execution)
                 result = await execution.wait()
         except Exception as exc:
-            if self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
+            if await self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
                 failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
                 await self._book.write(failed, new=False)
             raise  # anything else leaves the run running, for resume to continue

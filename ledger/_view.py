@@ -11,14 +11,12 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from streams.store import StreamRef, to_plain
+from streams.store import RecordView, StreamRef, to_plain
 
-from ._env import LedgerEnv
 from ._errors import LedgerError
 from ._inspect import plain
-from ._streams import LmdbView
 
-__all__ = ["StreamNotFoundError", "filtered", "group_rows", "parse_ref", "view_messages"]
+__all__ = ["StreamNotFoundError", "filtered", "group_rows", "messages_of", "parse_ref"]
 
 
 class StreamNotFoundError(LedgerError, LookupError):
@@ -33,29 +31,25 @@ def parse_ref(text: str) -> StreamRef:
     return StreamRef(*parts)
 
 
-def view_messages(
-    env: LedgerEnv, ref: StreamRef, *, start: int = 1, limit: int | None = None
+def messages_of(
+    view: RecordView, ref: StreamRef, where: str, *, start: int = 1, limit: int | None = None
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` from sequence ``start`` on (at most ``limit``), as JSON values.
 
-    ``compacted_through`` says which messages every group acknowledged and the
-    ledger removed: they cannot be shown.
+    ``view`` is a read-only view of one snapshot of either backend.
+    ``compacted_through`` says which messages every group acknowledged and
+    the ledger removed: they cannot be shown.
     """
-    if not (env.has_db("streams") and env.has_db("messages")):
-        raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
-    dbs = {name: env.db(name) for name in ("streams", "messages")}
-    with env.read() as txn:
-        view = LmdbView(txn, dbs, {})
-        view.load(descriptors=(ref,))
-        desc = view.get_descriptor(ref)
-        if desc is None:
-            raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
-        after = max(start, desc.compacted_through + 1) - 1
-        messages: list[dict[str, Any]] = []
-        for stored in view.messages_after(ref, after):
-            if limit is not None and len(messages) >= limit:
-                break
-            messages.append({"seq": stored.seq, "value": plain(to_plain(stored.payload))})
+    view.load(descriptors=(ref,))
+    desc = view.get_descriptor(ref)
+    if desc is None:
+        raise StreamNotFoundError(f"{where} holds no stream {ref}")
+    after = max(start, desc.compacted_through + 1) - 1
+    messages: list[dict[str, Any]] = []
+    for stored in view.messages_after(ref, after):
+        if limit is not None and len(messages) >= limit:
+            break
+        messages.append({"seq": stored.seq, "value": plain(to_plain(stored.payload))})
     return {
         "stream": str(ref),
         "type": desc.type_name,

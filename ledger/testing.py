@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._check import check_ledger
-from ._env import LedgerEnv
 from ._errors import UnfinishedLedgerError
-from ._inspect import inspect_ledger
+from .lmdb._check import check_ledger
+from .lmdb._env import LedgerEnv
+from .lmdb._inspect import inspect_ledger
 
 __all__ = ["HistoryViolation", "LedgerHistory", "kill_until_done"]
 

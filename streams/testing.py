@@ -202,7 +202,7 @@ class PassThroughNodeHooks:
     """A :class:`~streams.CheckpointHooks` that passes every call to ``inner``: a base for wrappers.
 
     Besides the four hooks it passes ``streams`` and the two reads a host
-    resumes with, ``node_records(scope)`` and ``scope_failed(scope)``.
+    resumes with, ``await node_records(scope)`` and ``await scope_failed(scope)``.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -228,12 +228,12 @@ class PassThroughNodeHooks:
     async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
         await self.inner.commit_nodes(commits)
 
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
-        records: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        records: tuple[NodeCheckpoint, ...] = await self.inner.node_records(scope)
         return records
 
-    def scope_failed(self, scope: str) -> bool:
-        return bool(self.inner.scope_failed(scope))
+    async def scope_failed(self, scope: str) -> bool:
+        return bool(await self.inner.scope_failed(scope))
 
 
 class FaultyNodeHooks(PassThroughNodeHooks):

@@ -4,6 +4,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sniffio
 from opentelemetry import metrics as otel_metrics
@@ -62,18 +63,28 @@ def _off_the_loop(what: str, call: Callable[..., Any]) -> Callable[..., Any]:
 
 @pytest.fixture(autouse=True)
 def _no_blocking_ledger_calls_on_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail a test in which the library opens LMDB or begins a write transaction on an event loop's thread.
+    """Fail a test in which the library blocks an event loop's thread on the disk or the network.
 
-    Both block on file I/O and fsync (an open takes tens of milliseconds),
-    which must never stall the loop: ``open_ledger`` opens in a worker
-    thread, and write transactions belong to the writer thread. Calls made
-    by test code itself (reading a ledger back after a run) are not checked.
+    On LMDB: opening the environment or beginning a write transaction (file
+    I/O and fsync; an open takes tens of milliseconds): ``open_ledger``
+    opens in a worker thread, and write transactions belong to the writer
+    thread. On PostgreSQL: connecting, or any statement (a network round
+    trip, which may wait for another transaction's locks): they run in
+    worker threads. Calls made by test code itself (reading a ledger back
+    after a run) are not checked.
     """
     monkeypatch.setattr(LedgerEnv, "open", _off_the_loop("LedgerEnv.open", LedgerEnv.open))
     monkeypatch.setattr(
         LedgerEnv, "open_readonly", _off_the_loop("LedgerEnv.open_readonly", LedgerEnv.open_readonly)
     )
     monkeypatch.setattr(LedgerEnv, "begin_write", _off_the_loop("a write transaction", LedgerEnv.begin_write))
+    # the PostgreSQL backend: every round trip to the server, and every connection made
+    monkeypatch.setattr(psycopg, "connect", _off_the_loop("psycopg.connect", psycopg.connect))
+    for cls in (psycopg.Connection, psycopg.Cursor):
+        monkeypatch.setattr(cls, "execute", _off_the_loop(f"{cls.__name__}.execute", cls.execute))
+    monkeypatch.setattr(
+        psycopg.Cursor, "executemany", _off_the_loop("Cursor.executemany", psycopg.Cursor.executemany)
+    )
 
 
 _exporter = InMemorySpanExporter()

@@ -18,6 +18,7 @@ from pydantic_graph.id_types import TaskID
 from streams.store import ATTR, EVENT, SPAN, failed, tracer
 
 from .._errors import LedgerError
+from .._format import run_id_bytes
 from .._graph_runs import (
     FORMAT_VERSION,
     GraphCheckpoint,
@@ -25,7 +26,6 @@ from .._graph_runs import (
     GraphRunRecord,
     HoldsGraphRuns,
     SavedTask,
-    run_key,
 )
 from ._annotations import GraphNamespace, caller_frame
 from ._checkpoint import saved_task, task_request
@@ -238,8 +238,8 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         A finished run opens no attempt: its record stays as it is.
         """
         book = self.ledger.graph_runs
-        record = book.read_run(run_id)
-        saved = book.read_checkpoint(run_id)
+        record = await book.read_run(run_id)
+        saved = await book.read_checkpoint(run_id)
         restore: Restore | None = None
         discarded = record.discarded if record is not None else None
         if saved is not None:
@@ -356,13 +356,13 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
 
     # -- reading -------------------------------------------------------------------------
 
-    def status(self, run_id: str) -> GraphRunStatus | None:
+    async def status(self, run_id: str) -> GraphRunStatus | None:
         """The run as the ledger holds it, or None if the ledger has never seen it."""
         book = self.ledger.graph_runs
-        record = book.read_run(run_id)
+        record = await book.read_run(run_id)
         if record is None:
             return None
-        saved = book.read_checkpoint(run_id)
+        saved = await book.read_checkpoint(run_id)
         next_node = None
         if isinstance(saved, GraphCheckpoint) and saved.tasks:
             next_node = saved.tasks[0].node_id
@@ -598,7 +598,7 @@ def _report_untyped(name: str, untyped: Mapping[str, str], *, raise_: bool, at: 
 @contextmanager
 def _claim(book: GraphRunBook, run_id: str) -> Iterator[None]:
     """Hold ``run_id`` for this call: a run id runs once at a time per ledger in this process."""
-    run_key(run_id)  # validates the id
+    run_id_bytes(run_id)  # validates the id
     running = _running.setdefault(book.owner, set())
     if run_id in running:
         raise GraphRunActiveError(

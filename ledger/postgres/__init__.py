@@ -2,7 +2,7 @@
 
 Install the ``postgres`` extra (psycopg 3). ``open_postgres(url)`` connects,
 makes the tables in an empty database (or checks the schema of a ledger),
-and yields a :class:`PostgresLedger` whose ``streams`` is a
+and yields a :class:`~ledger.Ledger` (over a :class:`PgBackend`) whose ``streams`` is a
 :class:`~streams.StreamHooks` store, exactly as ``open_ledger(path)`` does
 for a directory.
 """
@@ -11,18 +11,24 @@ from streams.store import publish as _publish
 
 from ._leases import Lease as Lease
 from ._leases import LeaseLostError as LeaseLostError
-from ._ledger import PostgresLedger as PostgresLedger
+from ._ledger import PgBackend as PgBackend
 from ._ledger import open_postgres as open_postgres
 from ._nodes import PgNodeHooks as PgNodeHooks
+from ._store import describe_url as describe_url
 from ._streams import PgStreamHooks as PgStreamHooks
+from ._tools import TOOLS as TOOLS
+from ._tools import migrate_url as migrate_url
 from ._worker import work as work
 
 __all__ = [
     "Lease",
     "LeaseLostError",
+    "PgBackend",
     "PgNodeHooks",
     "PgStreamHooks",
-    "PostgresLedger",
+    "TOOLS",
+    "describe_url",
+    "migrate_url",
     "open_postgres",
     "work",
 ]

@@ -35,9 +35,10 @@ from .._demo import (
     add_billing_and_audit,
 )
 from .._errors import LedgerError
+from .._ledger import Ledger
 from .._runs import decode_inputs
 from ._inspect import inspect_postgres
-from ._ledger import PostgresLedger, open_postgres
+from ._ledger import PgBackend, open_postgres
 from ._store import describe_url
 
 __all__ = ["GRAPHS", "SHARD_PREFIX", "DemoWorkerError", "run_demo_postgres", "shard_graph"]
@@ -105,10 +106,10 @@ def _refuse_other_contents(report: dict[str, Any], where: str) -> None:
         )
 
 
-async def _submitted(ledger: PostgresLedger, messages: int, shards: int, where: str) -> tuple[int, bool]:
+async def _submitted(ledger: Ledger[PgBackend], messages: int, shards: int, where: str) -> tuple[int, bool]:
     """Submit the shards not submitted yet; (shards, whether an earlier command had begun)."""
     graph = GRAPHS["demo-shard"]
-    runs = [r for r in ledger.runs() if r.run_id.startswith(SHARD_PREFIX)]
+    runs = [r for r in await ledger.runs() if r.run_id.startswith(SHARD_PREFIX)]
     if runs:
         total = sum(decode_inputs(graph, r)[MESSAGES] for r in runs)
         if total != messages:
@@ -131,7 +132,9 @@ async def run_demo_postgres(url: str, messages: int = 100_000, *, workers: int =
     async with open_postgres(url) as ledger:
         _refuse_other_contents(await anyio.to_thread.run_sync(inspect_postgres, url), where)
         shards, resumed = await _submitted(ledger, messages, 2 * workers, where)
-        pending = [r for r in ledger.runs() if r.run_id.startswith(SHARD_PREFIX) and r.status != "completed"]
+        pending = [
+            r for r in await ledger.runs() if r.run_id.startswith(SHARD_PREFIX) and r.status != "completed"
+        ]
         if pending:
             await _run_workers(url, workers)
         report = await anyio.to_thread.run_sync(inspect_postgres, url)
@@ -171,7 +174,7 @@ async def _run_workers(url: str, workers: int) -> None:
 
 
 async def _summary(
-    ledger: PostgresLedger,
+    ledger: Ledger[PgBackend],
     began: float,
     appended: dict[str, int],
     *,
@@ -182,7 +185,7 @@ async def _summary(
     graph = GRAPHS["demo-shard"]
     billed, audited, orders = BillingState(), 0, 0
     del shards  # every shard is a run: the loop below finds them all
-    for record in ledger.runs():
+    for record in await ledger.runs():
         if not record.run_id.startswith(SHARD_PREFIX):
             continue
         if record.status != "completed":

@@ -6,9 +6,10 @@ from typing import Any, Final
 
 import msgspec
 
-from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body, run_key
+from .._format import run_id_bytes
+from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from ._store import PgConnection
-from ._view import decode_row
+from ._view import decode_row, keyed
 
 __all__ = ["PgGraphRuns"]
 
@@ -30,8 +31,8 @@ class PgGraphRuns:
     def owner(self) -> object:
         return self._connection
 
-    def _row(self, run_id: str) -> tuple[bytes, bytes | None] | None:
-        run_key(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
+    async def _row(self, run_id: str) -> tuple[bytes, bytes | None] | None:
+        run_id_bytes(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
 
         def read(view: Any) -> tuple[bytes, bytes | None] | None:
             row = view.connection.execute(
@@ -39,16 +40,18 @@ class PgGraphRuns:
             ).fetchone()
             return None if row is None else (row[0], row[1])
 
-        return self._connection.read(read)
+        return await self._connection.read(read)
 
-    def read_run(self, run_id: str) -> GraphRunRecord | None:
-        row = self._row(run_id)
+    async def read_run(self, run_id: str) -> GraphRunRecord | None:
+        row = await self._row(run_id)
         if row is None:
             return None
-        return decode_row(_run_decoder, row[0], f"the record of graph run {run_id!r}")
+        what = f"the record of graph run {run_id!r}"
+        record = decode_row(_run_decoder, row[0], what)
+        return keyed(record, record.run_id, run_id, what)
 
-    def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
-        row = self._row(run_id)
+    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
+        row = await self._row(run_id)
         return None if row is None or row[1] is None else decode_checkpoint_body(row[1])
 
     async def write_run(

@@ -6,8 +6,11 @@ ledger's workers go on) and write nothing.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
@@ -24,29 +27,46 @@ from streams.store import (
 )
 
 from .._check import LedgerCheck
-from .._graph_runs import GraphRunRecord, decode_checkpoint_body
+from .._errors import BackupDestinationError, CorruptRecordError
+from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._runs import RunRecord
+from .._view import messages_of
 from ._schema import ensure_schema
 from ._store import connect, describe_url
+from ._verify import verify_streams
+from ._view import PgView, keyed
 
-__all__ = ["check_postgres", "inspect_postgres"]
+__all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "view_postgres"]
 
 T = TypeVar("T")
 
 
 @contextmanager
-def _snapshot(url: str) -> Iterator[Any]:
+def _snapshot(url: str, *, verify: bool = True) -> Iterator[Any]:
+    """One read-only snapshot; verified as every open is, unless for ``check``, which reports it all."""
     with connect(url) as conn:
         ensure_schema(conn, describe_url(url), create=False)
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         with conn.transaction():
+            if verify:
+                verify_streams(conn, describe_url(url))
             yield conn
 
 
 def _decode(tp: type[T], raw: bytes) -> T:
     return msgspec.msgpack.decode(raw, type=tp)
+
+
+def _row(tp: type[T], raw: bytes, what: str) -> T:
+    """A row's record, or :class:`CorruptRecordError` naming it: inspect of a damaged ledger is refused."""
+    try:
+        return _decode(tp, raw)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"{what} does not decode as its layout ({exc}); the ledger is damaged"
+        ) from None
 
 
 def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
@@ -60,36 +80,53 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
         ).fetchall()
         by_stream: dict[int, tuple[StreamDescriptor, list[tuple[GroupFrontier, str]]]] = {}
         for stream_id, raw, group, frontier in rows:
-            entry = by_stream.setdefault(stream_id, (_decode(StreamDescriptor, raw), []))
+            entry = by_stream.get(stream_id)
+            if entry is None:
+                entry = by_stream[stream_id] = (
+                    _row(StreamDescriptor, raw, f"the descriptor of stream id {stream_id}"),
+                    [],
+                )
             if group is not None:
                 where = f"the frontier of group {group!r} of stream {entry[0].ref}"
-                entry[1].append((_decode(GroupFrontier, frontier), where))
+                found = _row(GroupFrontier, frontier, where)
+                entry[1].append((keyed(found, found.group, group, where), where))
+        for desc, frontiers in by_stream.values():
+            kept = {f.group for f, _ in frontiers}
+            for group in desc.groups:
+                if group not in kept:  # what a resume would find missing: refused here as it is there
+                    raise CorruptRecordError(
+                        f"stream {desc.ref} lists consumer group {group!r}, whose frontier is missing; "
+                        "the ledger is damaged"
+                    )
         streams = [stream_entry(desc, frontiers) for desc, frontiers in by_stream.values()]
-        runs = [
-            _decode(RunRecord, raw)
-            for (raw,) in conn.execute("SELECT record FROM streamledger_runs ORDER BY run_id").fetchall()
-        ]
+        runs: list[RunRecord] = []
+        for run_id, raw in conn.execute("SELECT run_id, record FROM streamledger_runs ORDER BY run_id"):
+            what = f"the record of run {run_id!r}"
+            record = _row(RunRecord, raw, what)
+            runs.append(keyed(record, record.run_id, run_id, what))
         boundaries = [
-            _decode(NodeAttemptRecord, raw)
-            for (raw,) in conn.execute("SELECT record FROM streamledger_node_attempts").fetchall()
+            _row(NodeAttemptRecord, raw, f"the attempt of {node!r} under {parent!r}")
+            for parent, node, raw in conn.execute(
+                "SELECT parent, node, record FROM streamledger_node_attempts"
+            )
         ]
-        nodes = {
-            (scope, node): raw
-            for scope, node, raw in conn.execute(
-                "SELECT scope, node, record FROM streamledger_nodes"
-            ).fetchall()
-        }
+        nodes: dict[tuple[str, str], NodeCheckpoint] = {}
+        for scope, node, raw in conn.execute("SELECT scope, node, record FROM streamledger_nodes"):
+            what = f"the record of node {node!r} in scope {scope!r}"
+            confirmed = _row(NodeCheckpoint, raw, what)
+            nodes[(scope, node)] = keyed(confirmed, confirmed.node, node, what)
 
         def node_record(scope: str, node: str) -> NodeCheckpoint | None:
-            raw = nodes.get((scope, node))
-            return None if raw is None else _decode(NodeCheckpoint, raw)
+            return nodes.get((scope, node))
 
-        graph_runs = [
-            (_decode(GraphRunRecord, record), None if saved is None else decode_checkpoint_body(saved))
-            for record, saved in conn.execute(
-                "SELECT record, checkpoint FROM streamledger_graph_runs ORDER BY run_id"
-            ).fetchall()
-        ]
+        graph_runs: list[tuple[GraphRunRecord, GraphCheckpoint | str | None]] = []
+        for run_id, raw, saved in conn.execute(
+            "SELECT run_id, record, checkpoint FROM streamledger_graph_runs ORDER BY run_id"
+        ):
+            what = f"the record of graph run {run_id!r}"
+            graph_run = _row(GraphRunRecord, raw, what)
+            checkpoint = None if saved is None else decode_checkpoint_body(saved)
+            graph_runs.append((keyed(graph_run, graph_run.run_id, run_id, what), checkpoint))
         return {
             "path": describe_url(url),
             "streams": streams,
@@ -98,92 +135,147 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
         }
 
 
+def view_postgres(url: str, ref: StreamRef, *, start: int = 1, limit: int | None = None) -> dict[str, Any]:
+    """The confirmed messages of ``ref``, as ``python -m ledger view`` prints them (:func:`messages_of`)."""
+    with _snapshot(url) as conn:
+        return messages_of(PgView(conn, {}), ref, describe_url(url), start=start, limit=limit)
+
+
+def backup_postgres(url: str, destination: Path) -> LedgerCheck:
+    """Dump the ledger's tables into the new directory ``destination``, as of one snapshot; its check.
+
+    ``pg_dump`` (PostgreSQL's client tools) writes its directory format from
+    a snapshot this process exported, and :func:`check_postgres` reads the
+    same snapshot, so the records counted are the records dumped, even while
+    workers run. ``pg_restore --dbname URL DEST`` restores it into a
+    database whose schema of the same name exists.
+    """
+    dump = shutil.which("pg_dump")
+    if dump is None:
+        raise BackupDestinationError(
+            "a backup of a PostgreSQL ledger is written by pg_dump, which is not on PATH: install "
+            "PostgreSQL's client tools (Debian: postgresql-client)"
+        )
+    with _snapshot(url, verify=False) as conn:
+        (snapshot, schema) = conn.execute("SELECT pg_export_snapshot(), current_schema()").fetchone()
+        report = _check(conn, describe_url(url))
+        done = subprocess.run(
+            [
+                dump,
+                "--format=directory",
+                f"--file={destination}",
+                f"--snapshot={snapshot}",
+                f"--table={schema}.streamledger_*",
+                "--no-owner",
+                f"--dbname={url}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.strip().splitlines()[-1:]) or f"exit {done.returncode}"
+        raise BackupDestinationError(f"pg_dump could not write the backup to {destination}: {reason}")
+    return report
+
+
 def check_postgres(url: str) -> LedgerCheck:
     """Decode every record, and follow every reference between them; the problems say which and why."""
+    with _snapshot(url, verify=False) as conn:
+        return _check(conn, describe_url(url))
+
+
+def _check(conn: Any, where: str) -> LedgerCheck:
     problems: list[str] = []
     records: dict[str, int] = {}
-    with _snapshot(url) as conn:
 
-        def each(table: str, columns: str) -> Iterator[tuple[Any, ...]]:
-            for row in conn.execute(f"SELECT {columns} FROM {table}").fetchall():
-                records[table] = records.get(table, 0) + 1
-                yield row
+    def each(table: str, columns: str) -> Iterator[tuple[Any, ...]]:
+        for row in conn.execute(f"SELECT {columns} FROM {table}").fetchall():
+            records[table] = records.get(table, 0) + 1
+            yield row
 
-        def decoded(tp: type[T], raw: bytes, what: str) -> T | None:
-            try:
-                return _decode(tp, raw)
-            except msgspec.DecodeError as exc:
-                problems.append(f"{what} does not decode as {tp.__name__} ({exc})")
-                return None
+    def decoded(tp: type[T], raw: bytes, what: str) -> T | None:
+        try:
+            return _decode(tp, raw)
+        except msgspec.DecodeError as exc:
+            problems.append(f"{what} does not decode as {tp.__name__} ({exc})")
+            return None
 
-        streams: dict[int, StreamDescriptor] = {}
-        for stream_id, scope, node, key, raw in each(
-            "streamledger_streams", "id, scope, node, key, descriptor"
-        ):
-            ref = StreamRef(scope, node, key)
-            if raw is None:
-                problems.append(f"stream {ref} (id {stream_id}) has no descriptor")
-                continue
-            desc = decoded(StreamDescriptor, raw, f"the descriptor of stream {ref}")
-            if desc is None:
-                continue
-            if desc.ref != ref:
-                problems.append(f"stream {ref} (id {stream_id}) holds the descriptor of {desc.ref}")
-            streams[stream_id] = desc
-        seen_groups: set[tuple[int, str]] = set()
-        for stream_id, name, raw in each("streamledger_groups", "stream_id, name, frontier"):
-            desc = streams.get(stream_id)
-            frontier = decoded(GroupFrontier, raw, f"the frontier of group {name!r} of stream id {stream_id}")
-            if desc is None:
-                problems.append(f"group {name!r} belongs to stream id {stream_id}, which has no descriptor")
-                continue
-            seen_groups.add((stream_id, name))
-            if frontier is not None and frontier.group != name:
-                problems.append(
-                    f"group {name!r} of stream {desc.ref} holds the frontier of group {frontier.group!r}"
-                )
-            if name not in desc.groups:
-                problems.append(f"group {name!r} of stream {desc.ref} is not one of its groups {desc.groups}")
-            if frontier is not None and frontier.acked_through > desc.appended:
-                problems.append(
-                    f"group {name!r} of stream {desc.ref} acknowledged through {frontier.acked_through}, "
-                    f"past the {desc.appended} messages appended"
-                )
-        for stream_id, desc in streams.items():
-            for name in desc.groups:
-                if (stream_id, name) not in seen_groups:
-                    problems.append(f"stream {desc.ref} lists group {name!r}, whose frontier is missing")
-        _check_runs(each, streams, decoded, problems)
-        for stream_id, grp, seq, _node, _parent, raw in each(
-            "streamledger_attempts", "stream_id, grp, seq, node, parent, record"
-        ):
-            decoded(
-                AttemptRecord, raw, f"the budget of message {seq} of group {grp!r} (stream id {stream_id})"
+    streams: dict[int, StreamDescriptor] = {}
+    for stream_id, scope, node, key, raw in each("streamledger_streams", "id, scope, node, key, descriptor"):
+        ref = StreamRef(scope, node, key)
+        if raw is None:
+            problems.append(f"stream {ref} (id {stream_id}) has no descriptor")
+            continue
+        desc = decoded(StreamDescriptor, raw, f"the descriptor of stream {ref}")
+        if desc is None:
+            continue
+        if desc.ref != ref:
+            problems.append(f"stream {ref} (id {stream_id}) holds the descriptor of {desc.ref}")
+        streams[stream_id] = desc
+    seen_groups: set[tuple[int, str]] = set()
+    for stream_id, name, raw in each("streamledger_groups", "stream_id, name, frontier"):
+        desc = streams.get(stream_id)
+        frontier = decoded(GroupFrontier, raw, f"the frontier of group {name!r} of stream id {stream_id}")
+        if desc is None:
+            problems.append(f"group {name!r} belongs to stream id {stream_id}, which has no descriptor")
+            continue
+        seen_groups.add((stream_id, name))
+        if frontier is not None and frontier.group != name:
+            problems.append(
+                f"group {name!r} of stream {desc.ref} holds the frontier of group {frontier.group!r}"
             )
-            if stream_id not in streams:
-                problems.append(
-                    f"a budget of group {grp!r} belongs to stream id {stream_id}, which has no descriptor"
-                )
-        for parent, node, _position, raw in each(
-            "streamledger_node_attempts", "parent, node, position, record"
+        if name not in desc.groups:
+            problems.append(f"group {name!r} of stream {desc.ref} is not one of its groups {desc.groups}")
+        if frontier is not None and frontier.acked_through > desc.appended:
+            problems.append(
+                f"group {name!r} of stream {desc.ref} acknowledged through {frontier.acked_through}, "
+                f"past the {desc.appended} messages appended"
+            )
+    for stream_id, desc in streams.items():
+        for name in desc.groups:
+            if (stream_id, name) not in seen_groups:
+                problems.append(f"stream {desc.ref} lists group {name!r}, whose frontier is missing")
+    _check_runs(each, streams, decoded, problems)
+    for stream_id, grp, seq, _node, _parent, raw in each(
+        "streamledger_attempts", "stream_id, grp, seq, node, parent, record"
+    ):
+        decoded(AttemptRecord, raw, f"the budget of message {seq} of group {grp!r} (stream id {stream_id})")
+        if stream_id not in streams:
+            problems.append(
+                f"a budget of group {grp!r} belongs to stream id {stream_id}, which has no descriptor"
+            )
+    for parent, node, position, raw in each("streamledger_node_attempts", "parent, node, position, record"):
+        attempt = decoded(NodeAttemptRecord, raw, f"the attempt record of node {node!r} under {parent!r}")
+        if attempt is not None and (attempt.parent, attempt.node, attempt.position) != (
+            parent,
+            node,
+            position,
         ):
-            decoded(NodeAttemptRecord, raw, f"the attempt record of node {node!r} under {parent!r}")
-        for scope, raw in each("streamledger_scopes", "scope, record"):
-            decoded(ScopeRecord, raw, f"the record of scope {scope!r}")
-        for scope, node, raw in each("streamledger_nodes", "scope, node, record"):
-            decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
-        for run_id, raw, _ in each("streamledger_graph_runs", "run_id, record, checkpoint"):
-            decoded(GraphRunRecord, raw, f"the record of graph run {run_id!r}")
-        for run_id, status, raw in each("streamledger_runs", "run_id, status, record"):
-            record = decoded(RunRecord, raw, f"the record of run {run_id!r}")
-            if record is not None and (record.run_id, record.status) != (run_id, status):
-                problems.append(
-                    f"run {run_id!r} ({status}) holds the record of run {record.run_id!r} ({record.status})"
-                )
-        # a lease may name a run not recorded yet (its process claims it first): counted, not judged
-        (leases,) = conn.execute("SELECT count(*) FROM streamledger_leases").fetchone()
-        records["streamledger_leases"] = leases
-    return LedgerCheck(describe_url(url), records, problems)
+            problems.append(
+                f"the attempt record of node {node!r} under {parent!r} at {position} is for node "
+                f"{attempt.node!r} under {attempt.parent!r} at {attempt.position}"
+            )
+    for scope, raw in each("streamledger_scopes", "scope, record"):
+        decoded(ScopeRecord, raw, f"the record of scope {scope!r}")
+    for scope, node, raw in each("streamledger_nodes", "scope, node, record"):
+        confirmed = decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
+        if confirmed is not None and confirmed.node != node:
+            problems.append(f"node {node!r} in scope {scope!r} holds the record of node {confirmed.node!r}")
+    for run_id, raw, _ in each("streamledger_graph_runs", "run_id, record, checkpoint"):
+        graph_run = decoded(GraphRunRecord, raw, f"the record of graph run {run_id!r}")
+        if graph_run is not None and graph_run.run_id != run_id:
+            problems.append(f"graph run {run_id!r} holds the record of graph run {graph_run.run_id!r}")
+    for run_id, status, raw in each("streamledger_runs", "run_id, status, record"):
+        record = decoded(RunRecord, raw, f"the record of run {run_id!r}")
+        if record is not None and (record.run_id, record.status) != (run_id, status):
+            problems.append(
+                f"run {run_id!r} ({status}) holds the record of run {record.run_id!r} ({record.status})"
+            )
+    # a lease may name a run not recorded yet (its process claims it first): counted, not judged
+    (leases,) = conn.execute("SELECT count(*) FROM streamledger_leases").fetchone()
+    records["streamledger_leases"] = leases
+    return LedgerCheck(where, records, problems)
 
 
 def _check_runs(

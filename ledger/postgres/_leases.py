@@ -73,8 +73,8 @@ class FencedConnection:
 
         return await self._connection.call(fenced, buffered=buffered)
 
-    def read(self, op: Callable[[PgView], T]) -> T:
-        return self._connection.read(op)
+    async def read(self, op: Callable[[PgView], T]) -> T:
+        return await self._connection.read(op)
 
 
 _CLAIM = """

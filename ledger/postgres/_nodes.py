@@ -25,7 +25,7 @@ from streams.store import (
 
 from ._store import Calls
 from ._streams import PgStreamHooks
-from ._view import PgView, decode_row
+from ._view import PgView, decode_row, keyed
 
 __all__ = ["PgNodeHooks", "PgNodeView"]
 
@@ -47,7 +47,11 @@ class PgNodeView:
             "SELECT record FROM streamledger_node_attempts WHERE parent = %s AND node = %s AND position = %s",
             (parent, node, position),
         ).fetchone()
-        return None if row is None else decode_row(_attempt_decoder, row[0], f"the attempt of {node!r}")
+        if row is None:
+            return None
+        what = f"the attempt of {node!r} under {parent!r}"
+        record = decode_row(_attempt_decoder, row[0], what)
+        return keyed(record, (record.parent, record.node, record.position), (parent, node, position), what)
 
     def put_attempt(self, record: NodeAttemptRecord) -> None:
         self._conn.execute(
@@ -73,13 +77,19 @@ class PgNodeView:
         rows = self._conn.execute(
             "SELECT node, record FROM streamledger_nodes WHERE scope = %s ORDER BY node", (scope,)
         ).fetchall()
-        return tuple(decode_row(_node_decoder, raw, f"the record of node {node!r}") for node, raw in rows)
+        return tuple(self._node(scope, node, raw) for node, raw in rows)
 
     def get_node(self, scope: str, node: str) -> NodeCheckpoint | None:
         row = self._conn.execute(
             "SELECT record FROM streamledger_nodes WHERE scope = %s AND node = %s", (scope, node)
         ).fetchone()
-        return None if row is None else decode_row(_node_decoder, row[0], f"the record of node {node!r}")
+        return None if row is None else self._node(scope, node, row[0])
+
+    @staticmethod
+    def _node(scope: str, node: str, raw: bytes) -> NodeCheckpoint:
+        what = f"the record of node {node!r} in scope {scope!r}"
+        record = decode_row(_node_decoder, raw, what)
+        return keyed(record, record.node, node, what)
 
     def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None:
         self._conn.execute(
@@ -131,11 +141,11 @@ class PgNodeHooks:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
-        """The confirmed nodes of execution scope ``scope``, for a restore plan (a short read, blocking)."""
-        return self._connection.read(lambda view: PgNodeView(view.connection).nodes(scope))
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        """The confirmed nodes of execution scope ``scope``, for a restore plan."""
+        return await self._connection.read(lambda view: PgNodeView(view.connection).nodes(scope))
 
-    def scope_failed(self, scope: str) -> bool:
-        """Whether a final failure was confirmed in execution scope ``scope`` (a short read, blocking)."""
-        record = self._connection.read(lambda view: PgNodeView(view.connection).get_scope(scope))
+    async def scope_failed(self, scope: str) -> bool:
+        """Whether a final failure was confirmed in execution scope ``scope``."""
+        record = await self._connection.read(lambda view: PgNodeView(view.connection).get_scope(scope))
         return record is not None and record.failed

@@ -6,16 +6,22 @@ from typing import Any, Final
 
 import msgspec
 
-from .._layout import node_run_key
+from .._format import run_id_bytes
 from .._runs import RunRecord, run_exists
 from ._nodes import PgNodeHooks
 from ._store import Calls
-from ._view import decode_row
+from ._view import decode_row, keyed
 
 __all__ = ["PgRunBook"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(RunRecord)
+
+
+def _record(run_id: str, raw: bytes) -> RunRecord:
+    what = f"the record of run {run_id!r}"
+    record = decode_row(_decoder, raw, what)
+    return keyed(record, record.run_id, run_id, what)
 
 
 class PgRunBook:
@@ -38,12 +44,12 @@ class PgRunBook:
             row = view.connection.execute(
                 "SELECT record FROM streamledger_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
-            return None if row is None else decode_row(_decoder, row[0], f"the record of run {run_id!r}")
+            return None if row is None else _record(run_id, row[0])
 
         return await self._connection.call(read)
 
     async def write(self, record: RunRecord, *, new: bool) -> None:
-        node_run_key(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError
+        run_id_bytes(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError
         raw = _encoder.encode(record)
 
         def write(view: Any) -> None:
@@ -66,11 +72,11 @@ class PgRunBook:
 
         await self._connection.call(write, buffered=False)
 
-    def records(self) -> list[RunRecord]:
+    async def records(self) -> list[RunRecord]:
         def read(view: Any) -> list[RunRecord]:
             rows = view.connection.execute(
                 "SELECT run_id, record FROM streamledger_runs ORDER BY run_id"
             ).fetchall()
-            return [decode_row(_decoder, raw, f"the record of run {run_id!r}") for run_id, raw in rows]
+            return [_record(run_id, raw) for run_id, raw in rows]
 
-        return self._connection.read(read)
+        return await self._connection.read(read)

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import msgspec
 
-from .._env import CODEC, CODEC_VERSION, LedgerMeta
 from .._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError, SchemaVersionError
+from .._format import CODEC, CODEC_VERSION, LedgerMeta
 
 __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "ensure_schema", "migrate"]
 

@@ -28,6 +28,7 @@ from streams.store import StreamRef
 from .._errors import LedgerUnreachableError
 from .._gather import GATHER_STEPS
 from ._schema import ensure_schema
+from ._verify import verify_streams
 from ._view import PgView
 
 __all__ = ["Calls", "PgConnection", "connect", "describe_url"]
@@ -41,7 +42,7 @@ class Calls(Protocol):
 
     async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T: ...
 
-    def read(self, op: Callable[[PgView], T]) -> T: ...
+    async def read(self, op: Callable[[PgView], T]) -> T: ...
 
 
 @contextlib.contextmanager
@@ -135,6 +136,7 @@ class PgConnection:
         try:
             _end_abandoned_transactions(conn)
             ensure_schema(conn, self.where)
+            verify_streams(conn, self.where)
         except BaseException:
             conn.close()
             raise
@@ -184,10 +186,15 @@ class PgConnection:
         result: T = call.result
         return result
 
-    def read(self, op: Callable[[PgView], T]) -> T:
-        """Run ``op`` now, on this thread, in a transaction of its own (a read, or a call of tests)."""
+    async def read(self, op: Callable[[PgView], T]) -> T:
+        """Run ``op`` in a transaction of its own, in a worker thread: the event loop never waits on it.
+
+        It runs as soon as no batch holds the connection, beside the group
+        commit's queue (a read needs no durable commit). Cancelled, it still
+        runs to its end in its thread and its answer is dropped.
+        """
         call = _Call(op, savepoint=False)
-        self._run_batch([call])
+        await anyio.to_thread.run_sync(self._run_batch, [call])
         if call.error is not None:
             raise call.error
         result: T = call.result

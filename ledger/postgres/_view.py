@@ -24,7 +24,7 @@ from streams.store import (
 )
 
 from .._errors import CorruptRecordError
-from .._layout import CHUNK
+from .._format import CHUNK
 
 __all__ = ["PgView", "decode_row"]
 
@@ -45,6 +45,31 @@ def decode_row(decoder: msgspec.msgpack.Decoder[T], raw: bytes, what: str) -> T:
         raise CorruptRecordError(
             f"{what} does not decode as its layout ({exc}); the ledger is damaged"
         ) from None
+
+
+def keyed(record: T, holds: object, key: object, what: str) -> T:
+    """``record``, read from the row of ``key``, if what it names (``holds``) is that key.
+
+    A row carries no seal (:mod:`ledger.lmdb._seal` frames every LMDB value
+    with one): its contents name its key instead, so a row found under
+    another key, edited by hand or restored into the wrong place, is damage
+    on every read path, not only to ``check``.
+    """
+    if holds != key:
+        raise CorruptRecordError(f"{what} is kept under {key!r} but names {holds!r}; the ledger is damaged")
+    return record
+
+
+def _frontier(raw: bytes, ref: StreamRef, group: str) -> GroupFrontier:
+    """The frontier kept in the row of ``group``: a row holding another group's is damage, as a
+    frontier under another key is on LMDB (rows carry no seals: their contents name their keys)."""
+    frontier = decode_row(_frontier_decoder, raw, f"the frontier of group {group!r} of {ref}")
+    if frontier.group != group:
+        raise CorruptRecordError(
+            f"the row of group {group!r} of stream {ref} holds the frontier of group {frontier.group!r}; "
+            "the ledger is damaged"
+        )
+    return frontier
 
 
 class PgView(CachedView):
@@ -138,9 +163,7 @@ class PgView(CachedView):
             ref = refs[i - 1]
             self.ids.setdefault(ref, stream_id)
             if group is not None and (ref, group) not in self._groups:
-                self._groups[(ref, group)] = decode_row(
-                    _frontier_decoder, frontier, f"the frontier of group {group!r} of {ref}"
-                )
+                self._groups[(ref, group)] = _frontier(frontier, ref, group)
             if raw is not None and found[i - 1] is None:
                 desc = decode_row(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
                 if desc.ref != ref:
@@ -165,7 +188,7 @@ class PgView(CachedView):
         ).fetchall()
         for i, raw in rows:
             ref, group = keys[i]
-            found[i] = decode_row(_frontier_decoder, raw, f"the frontier of group {group!r} of {ref}")
+            found[i] = _frontier(raw, ref, group)
         return found
 
     def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:

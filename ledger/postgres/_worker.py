@@ -23,10 +23,10 @@ import msgspec
 
 from streams import Aspect, ConfirmedFailureError, Graph
 
+from .._ledger import Ledger
 from ._leased import holding
 from ._leases import Lease, LeaseLostError, claim_due
-from ._ledger import PostgresLedger, open_postgres
-from ._runs import PgRunBook
+from ._ledger import PgBackend, open_postgres
 
 __all__ = ["WorkerReport", "print_report", "work"]
 
@@ -73,7 +73,7 @@ async def work(
     by_name = {graph.name: graph for graph in graphs.values()}
     ended = 0
     async with open_postgres(url) as ledger:
-        connection = ledger.connection
+        connection = ledger.backend.connection
         while True:
             await anyio.lowlevel.checkpoint()  # cancellable between runs, whatever the runs do
             lease = await connection.call(
@@ -91,7 +91,7 @@ async def work(
                 ended += 1
 
 
-async def _anything_running(ledger: PostgresLedger, known: list[tuple[str, str]]) -> bool:
+async def _anything_running(ledger: Ledger[PgBackend], known: list[tuple[str, str]]) -> bool:
     def running(view: Any) -> bool:
         row = view.connection.execute(
             "SELECT 1 FROM streamledger_runs WHERE status = 'running'"
@@ -100,11 +100,11 @@ async def _anything_running(ledger: PostgresLedger, known: list[tuple[str, str]]
         ).fetchone()
         return row is not None
 
-    return await ledger.connection.call(running)
+    return await ledger.backend.connection.call(running)
 
 
 async def _run_leased(
-    ledger: PostgresLedger,
+    ledger: Ledger[PgBackend],
     lease: Lease,
     graphs: Mapping[str, Graph],
     aspects: tuple[Aspect, ...],
@@ -113,10 +113,8 @@ async def _run_leased(
     """Run the leased run to its end (or until the lease is lost); its outcome."""
     outcome = "error"
     try:
-        async with holding(ledger.connection, lease, seconds) as held:
-            record = await PgRunBook(ledger.connection, ledger.nodes).read(
-                lease.run_id
-            )  # reads need no fence
+        async with holding(ledger.backend.connection, lease, seconds) as held:
+            record = await ledger.backend.run_book.read(lease.run_id)  # reads need no fence
             if record is None:
                 return "gone"
             try:
@@ -129,7 +127,7 @@ async def _run_leased(
             except Exception as exc:
                 if _lease_lost(exc):
                     raise LeaseLostError(str(exc)) from exc
-                after = await PgRunBook(ledger.connection, ledger.nodes).read(lease.run_id)
+                after = await ledger.backend.run_book.read(lease.run_id)
                 outcome = (
                     "failed"
                     if after is not None and after.status == "failed"

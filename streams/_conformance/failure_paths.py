@@ -88,11 +88,11 @@ def _swallowed_cancellation_check(how: How) -> Callable[[NodeWorld], Awaitable[N
             assert node.runs == 1  # a cancelled chain is not retried
             assert execution.snapshot().status == "cancelled"
             assert execution.result().statuses[("work",)] == "cancelled"
-            assert store.node_records("run") == ()  # no success, no skip confirmed
-            assert not store.scope_failed("run")  # and no failure
+            assert await store.node_records("run") == ()  # no success, no skip confirmed
+            assert not await store.scope_failed("run")  # and no failure
 
             node.hold, node.failures, node.runs = False, 2, 0
-            again = resumed(graph, store, "run", {URL: "x"})
+            again = await resumed(graph, store, "run", {URL: "x"})
             async with again:
                 assert (await again.wait())[OUT] == "done"
             assert node.runs == 3  # the whole budget of three attempts was still there
@@ -196,8 +196,8 @@ def _stream_fault_check(
                 with raises(CheckpointError):
                     await execution.wait()
             assert hooks.calls.get("fail_attempt", 0) == 0  # no Retry confirmed a failure of it
-            assert not store.scope_failed("run")
-            again = resumed(graph, store, "run", {N: 5})
+            assert not await store.scope_failed("run")
+            again = await resumed(graph, store, "run", {N: 5})
             async with again:
                 assert (await again.wait())[TOTAL] == 15
             assert sorted(set(shop.billed)) == [1, 2, 3, 4, 5]
@@ -246,10 +246,10 @@ async def a_reader_confirmed_before_its_active_writer_resumes_with_it(store: Any
             await peeked.wait()
             host.cancel()
             await execution.wait()
-    assert "peek_node" in {r.node for r in store.node_records("run")}  # confirmed; its writer is not
+    assert "peek_node" in {r.node for r in await store.node_records("run")}  # confirmed; its writer is not
 
     shop.writer_holds_after = None
-    again = resumed(graph, store, "run", {N: 5})
+    again = await resumed(graph, store, "run", {N: 5})
     async with again:
         result = await again.wait()
     assert (result[TOTAL], result[FIRST]) == (15, 3)
@@ -286,7 +286,7 @@ async def a_handler_that_raises_after_a_host_cancellation_spends_no_message_budg
         await ctx.handle_messages(ORDERS, bill, initial_state=0)  # one attempt a message
 
     await crash_while(Execution(graph, {N: 3}, checkpoint=ExecCheckpoint("run", store)), holding)
-    again = resumed(graph, store, "run", {N: 3})
+    again = await resumed(graph, store, "run", {N: 3})
     async with again:  # order 2's only attempt is still there: no MessageExhaustedError
         assert (await again.wait())[TOTAL] == 6
     assert shop.billed == [1, 2, 3]
@@ -334,7 +334,7 @@ async def a_failing_node_stops_the_others_without_cancelling_a_ledger_call_in_fl
             await execution.wait()
     assert hooks.answered.count("slow") == 1  # the accepted call ran to its answer, not cancelled
     assert execution.result().statuses[("slow",)] == "cancelled"
-    assert "slow" not in {r.node for r in store.node_records("run")}
+    assert "slow" not in {r.node for r in await store.node_records("run")}
 
 
 @node_check

@@ -57,7 +57,7 @@ class Desk:
 
         return desk
 
-    def execution(self, store: Any, *, resumable: bool = True, restore: bool = False) -> Execution:
+    async def execution(self, store: Any, *, resumable: bool = True, restore: bool = False) -> Execution:
         execution = Execution(
             self.graph(),
             {},
@@ -66,7 +66,7 @@ class Desk:
             resumable_inputs=[ORDERS] if resumable else [],
         )
         if restore:
-            execution.restore_nodes(store.node_records("run"))
+            execution.restore_nodes(await store.node_records("run"))
         return execution
 
     async def feed(self, execution: Execution, upto: int, finish: bool) -> None:
@@ -91,7 +91,7 @@ class Desk:
 @node_check
 async def a_host_writes_a_root_stream_and_reads_an_outlet_with_confirmed_acks(store: Any) -> None:
     desk = Desk()
-    execution = desk.execution(store)
+    execution = await desk.execution(store)
     async with execution, anyio.create_task_group() as host:
         host.start_soon(desk.feed, execution, 5, True)
         host.start_soon(desk.mail, execution)
@@ -107,7 +107,7 @@ async def a_host_writes_a_root_stream_and_reads_an_outlet_with_confirmed_acks(st
 @node_check
 async def host_streams_resume_from_what_the_store_confirmed_and_nothing_happens_twice(store: Any) -> None:
     desk = Desk()
-    first = desk.execution(store)
+    first = await desk.execution(store)
     with anyio.CancelScope() as crash:
         async with first, anyio.create_task_group() as host:
             host.start_soon(desk.feed, first, 3, False)  # orders 1..3 kept; the host goes on later
@@ -115,7 +115,7 @@ async def host_streams_resume_from_what_the_store_confirmed_and_nothing_happens_
             crash.cancel()
     assert desk.mailed == [10, 20]
 
-    again = desk.execution(store, restore=True)
+    again = await desk.execution(store, restore=True)
     async with again, anyio.create_task_group() as host:
         host.start_soon(desk.feed, again, 5, True)  # continues after order 3
         host.start_soon(desk.mail, again)
@@ -129,12 +129,12 @@ async def host_streams_resume_from_what_the_store_confirmed_and_nothing_happens_
 @node_check
 async def a_host_stream_left_active_reopens_only_with_the_hosts_promise(store: Any) -> None:
     desk = Desk()
-    first = desk.execution(store, resumable=False)
+    first = await desk.execution(store, resumable=False)
     with anyio.CancelScope() as crash:
         async with first:
             await desk.feed(first, 2, False)
             crash.cancel()
-    refused = desk.execution(store, resumable=False, restore=True)
+    refused = await desk.execution(store, resumable=False, restore=True)
     async with refused:
         with raises(CheckpointError, match="resumable=True"):
             await refused.wait()

@@ -145,7 +145,7 @@ async def a_writers_stream_ends_with_its_node_record(store: Any) -> None:
     async with execution:
         result = await execution.wait()
     assert (result[TOTAL], result[COUNT]) == (15, 5)
-    [writer] = [r for r in store.node_records("run") if r.node == "orders"]
+    [writer] = [r for r in await store.node_records("run") if r.node == "orders"]
     ref = StreamRef("run", "orders", "orders")
     assert writer.outputs == (CheckpointOutput("orders", "stream", stream=ref, terminal="finished"),)
     assert await _stream_end(store, ref) == (True, False)
@@ -162,7 +162,7 @@ async def a_restored_writer_reopens_its_stream_and_readers_continue_from_their_f
     assert shop.billed == [1, 2, 3]
 
     shop.hold_billing_at = None
-    again = resumed(shop.graph(), store, "run", {N: 5})
+    again = await resumed(shop.graph(), store, "run", {N: 5})
     async with again:
         result = await again.wait()
     assert (result[TOTAL], result[COUNT]) == (15, 5)
@@ -177,13 +177,13 @@ async def an_interrupted_writer_resumes_only_with_its_promise_to_continue(store:
     await _crash_when(Execution(shop.graph(), {N: 5}, checkpoint=ExecCheckpoint("run", store)), shop.holding)
     shop.writer_holds_after = None
 
-    refused = resumed(shop.graph(), store, "run", {N: 5})
+    refused = await resumed(shop.graph(), store, "run", {N: 5})
     async with refused:
         with raises(CheckpointError, match="resumable=True"):
             await refused.wait()
     assert shop.writer_runs == 1  # the writer did not run again on the stream it had begun
 
-    again = resumed(shop.graph(resumable=True), store, "run", {N: 5})
+    again = await resumed(shop.graph(resumable=True), store, "run", {N: 5})
     async with again:
         result = await again.wait()
     assert (result[TOTAL], result[COUNT]) == (15, 5)
@@ -198,8 +198,8 @@ async def a_failed_writer_fails_its_stream_and_the_run(store: Any) -> None:
     async with execution:
         with raises(ValueError, match="the order source broke"):
             await execution.wait()
-    assert "orders" not in {r.node for r in store.node_records("run")}
-    assert store.scope_failed("run")  # the run failed for good: no resume reopens its failed stream
+    assert "orders" not in {r.node for r in await store.node_records("run")}
+    assert await store.scope_failed("run")  # the run failed for good: no resume reopens its failed stream
     assert await _stream_end(store, StreamRef("run", "orders", "orders")) == (False, True)
 
 
@@ -213,7 +213,7 @@ async def a_node_commit_ends_only_the_streams_it_owns(store: Any) -> None:
         await store.commit_nodes(
             [CheckpointCommit("run", attempt.scope, record, (StreamFinish(other, opened.generation, False),))]
         )
-    assert store.node_records("run") == ()  # nothing of the refused commit was kept
+    assert await store.node_records("run") == ()  # nothing of the refused commit was kept
     assert await _stream_end(store, other) == (False, False)
 
 
@@ -254,7 +254,7 @@ async def sub_aliases_share_one_endpoint_each_reader_in_a_group_of_its_own(store
     assert sorted(g.group for g in snapshot.groups) == ["audit/add", "billing/add"]
     assert all(g.acked_through == 4 for g in snapshot.groups)
 
-    again = resumed(_fanned(shop), store, "run", {N: 4})  # every node confirmed: nothing runs
+    again = await resumed(_fanned(shop), store, "run", {N: 4})  # every node confirmed: nothing runs
     async with again:
         assert (await again.wait())[AUDITED] == 10
     assert shop.writer_runs == 1
@@ -316,11 +316,11 @@ async def a_pass_through_sub_confirmed_before_its_source_is_an_alias_of_the_resu
     # pass confirmed; its source still active
     await _crash_once_confirmed(relay.graph(), store, relay.holding, "pass")
     source = StreamRef("run", "orders", "orders")
-    [record] = [r for r in store.node_records("run") if r.node == "pass"]
+    [record] = [r for r in await store.node_records("run") if r.node == "pass"]
     assert record.outputs == (CheckpointOutput("forwarded", "stream", stream=source),)
 
     relay.writer_holds_after = None
-    again = resumed(relay.graph(), store, "run", {N: 5})
+    again = await resumed(relay.graph(), store, "run", {N: 5})
     async with again:
         assert (await again.wait())[TOTAL] == 15
     assert list(again.streams()) == [source]  # the restored alias and the resumed writer share one
@@ -335,12 +335,12 @@ async def a_stream_written_inside_a_sub_is_exposed_by_its_mount_and_reopened_fro
     relay.hold_after_at = 4
     # src (and its writer) confirmed, after at 4
     await _crash_once_confirmed(relay.graph(), store, relay.holding, "src")
-    [record] = [r for r in store.node_records("run") if r.node == "src"]
+    [record] = [r for r in await store.node_records("run") if r.node == "src"]
     [output] = record.outputs
     assert output.stream is not None and (output.stream.node, output.stream.key) == ("orders", "orders")
 
     relay.hold_after_at = None
-    again = resumed(relay.graph(), store, "run", {N: 5})
+    again = await resumed(relay.graph(), store, "run", {N: 5})
     async with again:
         assert (await again.wait())[TOTAL] == 15
     assert relay.writer_runs == 1  # the mount was restored: its child's writer did not run again
@@ -374,7 +374,7 @@ async def a_readers_failed_attempt_leaves_its_acks_but_never_its_state_or_result
     async with execution:
         result = await execution.wait()
     assert result[TOTAL] == 3 + 4 + 5  # nothing of the failed attempt's state or results
-    [record] = [r for r in store.node_records("run") if r.node == "billing"]
+    [record] = [r for r in await store.node_records("run") if r.node == "billing"]
     assert record.outputs[0].value == msgspec.msgpack.encode(12)
 
 
@@ -397,7 +397,7 @@ async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain
     async def billing(ctx: NodeContext) -> None:
         seen.append(again.result().values.get(TOTAL, "unpublished"))
 
-    again = resumed(shop_graph, store, "run", {N: 5})
+    again = await resumed(shop_graph, store, "run", {N: 5})
     async with again:
         result = await again.wait()
     assert seen == ["unpublished"]  # restored into its write set, not published before its commit

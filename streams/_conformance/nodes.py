@@ -118,9 +118,9 @@ async def crash_while(execution: Execution, ready: anyio.Event) -> None:
             await execution.wait()
 
 
-def resumed(graph: Graph, store: Any, scope: str, inputs: dict[Key[Any], Any], **kw: Any) -> Execution:
+async def resumed(graph: Graph, store: Any, scope: str, inputs: dict[Key[Any], Any], **kw: Any) -> Execution:
     execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(scope, store), **kw)
-    execution.restore_nodes(store.node_records(scope))
+    execution.restore_nodes(await store.node_records(scope))
     return execution
 
 
@@ -133,12 +133,12 @@ async def resume_restores_confirmed_nodes_and_restarts_the_rest_from_entry(
     first = Execution(doc.graph(), {URL: "x.org"}, checkpoint=ExecCheckpoint("run-1", store))
     await crash_while(first, doc.summarizing)  # download and extract are confirmed, summarize is not
     assert doc.runs == ["download", "extract", "summarize"]
-    assert [r.node for r in store.node_records("run-1")] == ["download", "extract"]
+    assert [r.node for r in await store.node_records("run-1")] == ["download", "extract"]
 
     doc.runs.clear()
     doc.hold_summarize = False
     events: list[ExecutionEvent] = []
-    second = resumed(doc.graph(), store, "run-1", {URL: "x.org"}, on_event=events.append)
+    second = await resumed(doc.graph(), store, "run-1", {URL: "x.org"}, on_event=events.append)
     async with second:
         result = await second.wait()
     assert result[SUMMARY] == "X.ORG"
@@ -203,9 +203,9 @@ async def an_outer_aspect_failing_after_an_inner_retry_publishes_and_commits_not
         with raises(Flaky, match="refuses"):
             await execution.wait()
     assert attempts == 2
-    assert store.node_records("r") == ()  # nothing committed as success
+    assert await store.node_records("r") == ()  # nothing committed as success
     assert PAGE not in execution.result().values  # never published
-    assert store.scope_failed("r")  # the complete chain's failure was confirmed, and is final
+    assert await store.scope_failed("r")  # the complete chain's failure was confirmed, and is final
 
 
 async def _fail_if_run(ctx: NodeContext) -> None:
@@ -226,7 +226,7 @@ async def budgets_are_never_refilled_across_restarts(store: Any) -> None:
     doc.runs.clear()
     doc.hold_summarize = False
     doc.summarize_failures = 5
-    second = resumed(graph, store, "run", {URL: "x"})
+    second = await resumed(graph, store, "run", {URL: "x"})
     async with second:
         with raises(Flaky):
             await second.wait()
@@ -235,7 +235,7 @@ async def budgets_are_never_refilled_across_restarts(store: Any) -> None:
     # after that final failure, nothing runs again under this run's scope
     doc.runs.clear()
     doc.summarize_failures = 0
-    third = resumed(graph, store, "run", {URL: "x"})
+    third = await resumed(graph, store, "run", {URL: "x"})
     async with third:
         with raises(ConfirmedFailureError, match="failed for good"):
             await third.wait()
@@ -251,7 +251,7 @@ async def a_host_cancellation_leaves_the_attempt_active_and_consumes_no_budget(s
     doc.hold_summarize = False
     doc.summarize_failures = 1  # one failure, then success: both attempts are still there
     doc.runs.clear()
-    execution = resumed(graph, store, "run", {URL: "x"})
+    execution = await resumed(graph, store, "run", {URL: "x"})
     async with execution:
         assert (await execution.wait())[SUMMARY] == "X"
     assert doc.runs == ["summarize", "summarize"]
@@ -288,13 +288,13 @@ async def a_sub_whose_children_were_all_confirmed_reruns_only_its_wrapping(store
     await crash_while(
         Execution(graph, {FIRST_URL: "x"}, checkpoint=ExecCheckpoint("run", store)), children_done
     )
-    assert store.node_records("run") == () and doc.runs == ["download", "extract", "summarize"]
+    assert await store.node_records("run") == () and doc.runs == ["download", "extract", "summarize"]
     doc.runs.clear()
-    second = resumed(graph, store, "run", {FIRST_URL: "x"})
+    second = await resumed(graph, store, "run", {FIRST_URL: "x"})
     async with second:
         assert (await second.wait())[FIRST_SUMMARY] == "X"
     assert doc.runs == [] and wrapping_runs == 2  # the mount's wrapping ran again, its children did not
-    assert [r.node for r in store.node_records("run")] == ["first"]
+    assert [r.node for r in await store.node_records("run")] == ["first"]
 
 
 @node_check
@@ -351,7 +351,7 @@ async def skipped_and_zero_output_nodes_save_complete_records(store: Any) -> Non
     g.add_node("after_skip", _fail_if_run, requires=[PAGE], provides=[TEXT])
     async with Execution(g, {URL: "u"}, checkpoint=ExecCheckpoint("r", store)) as execution:
         await execution.wait()
-    assert sorted(store.node_records("r"), key=lambda r: r.node) == [
+    assert sorted(await store.node_records("r"), key=lambda r: r.node) == [
         record("after_skip", CheckpointOutput("text", "skipped"), reason="skipped"),
         record("nothing_out"),
         record("skips", CheckpointOutput("page", "skipped")),
@@ -370,11 +370,11 @@ async def a_batch_of_node_commits_is_all_or_nothing(store: Any) -> None:
     with raises(CheckpointError, match="is not the complete-chain attempt of node 'c'"):
         wrong = CheckpointCommit("run", b.scope, record("c"))  # b's attempt, c's record
         await store.commit_nodes([first, wrong])
-    assert store.node_records("run") == ()  # the commit of a that fitted was not kept either
+    assert await store.node_records("run") == ()  # the commit of a that fitted was not kept either
     await store.commit_nodes([first, CheckpointCommit("run", b.scope, record("b"))])
-    assert sorted(r.node for r in store.node_records("run")) == ["a", "b"]
+    assert sorted(r.node for r in await store.node_records("run")) == ["a", "b"]
     await store.commit_nodes([])  # nothing to confirm: no change
-    assert len(store.node_records("run")) == 2
+    assert len(await store.node_records("run")) == 2
 
 
 @node_check
@@ -431,7 +431,7 @@ async def a_refused_commit_latches_a_checkpoint_error_that_no_retry_swallows(sto
         refused = "commit_nodes failed: InjectedFault: .*call 1 \\(not confirmed\\)"
         with raises(CheckpointError, match=refused):
             await execution.wait()
-    assert runs == 1 and store.node_records("r") == ()
+    assert runs == 1 and await store.node_records("r") == ()
     assert PAGE not in execution.result().values  # nothing published
 
 
@@ -448,8 +448,8 @@ async def a_commit_whose_answer_was_lost_is_found_on_resume(store: Any) -> None:
     async with execution:
         with raises(CheckpointError, match="answer lost"):
             await execution.wait()
-    assert [r.node for r in store.node_records("r")] == ["download"]  # it was confirmed after all
-    again = resumed(g, store, "r", {URL: "u"})
+    assert [r.node for r in await store.node_records("r")] == ["download"]  # it was confirmed after all
+    again = await resumed(g, store, "r", {URL: "u"})
     async with again:
         assert (await again.wait())[PAGE] == "<u>"
 
@@ -519,7 +519,7 @@ async def a_child_reopened_with_other_fixed_values_is_refused_as_incompatible_hi
     )
     _ENTERED.clear()
     # the same topology (fixed values are not in it), other fixed values: the child's history does not fit
-    again = resumed(mounted("de"), store, "run", {FIRST_URL: "x"})
+    again = await resumed(mounted("de"), store, "run", {FIRST_URL: "x"})
     async with again:
         with raises(CheckpointError, match="holds results of another child \\(fixed differs\\)"):
             await again.wait()
@@ -554,7 +554,7 @@ async def a_retried_attempt_drops_what_the_failed_one_staged(store: Any) -> None
         result = await execution.wait()
     assert attempts == [0, 1]
     assert result[PAGE] == "attempt 2" and result.get(TEXT) is NoValue  # nothing of the failed attempt
-    [record] = store.node_records("r")
+    [record] = await store.node_records("r")
     assert record.outputs == (
         CheckpointOutput("page", "ready", msgspec.msgpack.encode("attempt 2")),
         CheckpointOutput("text", "skipped"),
@@ -590,7 +590,7 @@ async def a_subs_outlets_are_published_when_the_mount_commits(store: Any) -> Non
     async with execution:
         assert (await execution.wait())[SUMMARY] == "x"
     assert order == ["child set page", "child done", "parent read out"]
-    assert {r.node for r in store.node_records("r")} == {"mount", "reader"}
+    assert {r.node for r in await store.node_records("r")} == {"mount", "reader"}
 
 
 def _faulted_hook_check(
@@ -612,9 +612,9 @@ def _faulted_hook_check(
                 with raises(CheckpointError, match=f"{hook} failed: {raised}"):
                     await execution.wait()
             assert FIRST_SUMMARY not in execution.result().values  # nothing published past the fault
-            confirmed = {r.node for r in store.node_records("run")}
+            confirmed = {r.node for r in await store.node_records("run")}
             runs_before = list(doc.runs)
-            again = resumed(graph, store, "run", {FIRST_URL: "x"})
+            again = await resumed(graph, store, "run", {FIRST_URL: "x"})
             async with again:
                 assert (await again.wait())[FIRST_SUMMARY] == "X"
             assert "first" not in confirmed or doc.runs == runs_before  # a confirmed mount runs nothing

@@ -1,7 +1,7 @@
 """The records a store keeps besides the hooks' own: a descriptor per stream, a budget per failed message.
 
 Stores persist these as they are (the LMDB ledger as msgpack, see
-:mod:`ledger._layout`); the rules read and write them through a
+:mod:`ledger.lmdb._layout`); the rules read and write them through a
 :class:`~streams.store.RecordView`. Consumer-group frontiers are kept as the
 hooks' own :class:`~streams.store.GroupFrontier`.
 """

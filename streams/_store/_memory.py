@@ -205,11 +205,11 @@ class MemoryStore:
         streams.merge()
         await checkpoint()
 
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
         """The confirmed nodes of execution scope ``scope`` (a run's root scope, say), for a restore plan."""
         return tuple(self._nodes.get(scope, {}).values())
 
-    def scope_failed(self, scope: str) -> bool:
+    async def scope_failed(self, scope: str) -> bool:
         """Whether a final failure was confirmed in execution scope ``scope``."""
         record = self._scopes.get(scope)
         return record is not None and record.failed

@@ -176,8 +176,8 @@ def test_graphs_bench_reports_no_figure_when_a_checkpoint_is_missing(
 
     status = DurableGraph.status
 
-    def one_short(self: DurableGraph[Any, Any, Any, Any], run_id: str) -> GraphRunStatus | None:
-        found = status(self, run_id)
+    async def one_short(self: DurableGraph[Any, Any, Any, Any], run_id: str) -> GraphRunStatus | None:
+        found = await status(self, run_id)
         return None if found is None else msgspec.structs.replace(found, checkpoints=found.checkpoints - 1)
 
     monkeypatch.setattr(DurableGraph, "status", one_short)
@@ -217,7 +217,11 @@ def test_nodes_bench_reports_no_figure_when_a_node_record_is_missing(
     from ledger import LmdbNodeHooks
 
     records = LmdbNodeHooks.node_records
-    monkeypatch.setattr(LmdbNodeHooks, "node_records", lambda self, scope: records(self, scope)[1:])
+
+    async def one_short(self: LmdbNodeHooks, scope: str) -> tuple[Any, ...]:
+        return (await records(self, scope))[1:]
+
+    monkeypatch.setattr(LmdbNodeHooks, "node_records", one_short)
     assert main([*NODES_TINY, "--json", "--workdir", str(tmp_path)]) == 1
     assert "the ledger holds 19 node records, not 20" in capsys.readouterr().err
 

@@ -6,8 +6,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ledger._check import check_ledger
-from ledger._env import LedgerEnv
+from ledger.lmdb._check import check_ledger
+from ledger.lmdb._env import LedgerEnv
 from ledger.testing import LedgerHistory, kill_until_done
 
 ROOT = Path(__file__).resolve().parents[2]

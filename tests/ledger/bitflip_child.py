@@ -26,8 +26,8 @@ from typing import Any
 import anyio
 
 from ledger import LedgerEnv, LedgerError, inspect_ledger, open_ledger
-from ledger._check import check_ledger
-from ledger._demo import run_demo
+from ledger.lmdb._check import check_ledger
+from ledger.lmdb._demo import run_demo
 from streams import Key, MessageFail, MessageOpen, MessageRef, Stream, StreamsError, open_scope
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps

@@ -64,10 +64,10 @@ import contextlib
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -77,8 +77,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ledger import Ledger, RunAspectsMismatchError, RunRecord, Runs, open_ledger
-from ledger._runs import LmdbRunBook
+from ledger import Ledger, LmdbBackend, RunAspectsMismatchError, RunRecord, Runs, open_ledger
 from streams import (
     Aspect,
     CheckpointAttempt,
@@ -423,12 +422,12 @@ class TroubledHooks:
     async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
         await self.call("commit_nodes", lambda: self.inner.commit_nodes(commits))
 
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
-        records: tuple[NodeCheckpoint, ...] = self.inner.node_records(scope)
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        records: tuple[NodeCheckpoint, ...] = await self.inner.node_records(scope)
         return records
 
-    def scope_failed(self, scope: str) -> bool:
-        return bool(self.inner.scope_failed(scope))
+    async def scope_failed(self, scope: str) -> bool:
+        return bool(await self.inner.scope_failed(scope))
 
 
 class TroubledStreams:
@@ -463,8 +462,8 @@ class TroubledStreams:
 class TroubledBook:
     """The LMDB ledger's run records, with one run's troubled hooks as the node store its runs use."""
 
-    def __init__(self, ledger: Ledger, hooks: TroubledHooks) -> None:
-        self._book = LmdbRunBook(ledger)
+    def __init__(self, ledger: Ledger[LmdbBackend], hooks: TroubledHooks) -> None:
+        self._book = ledger.backend.run_book
         self._hooks = hooks
 
     @property
@@ -481,8 +480,22 @@ class TroubledBook:
     async def write(self, record: RunRecord, *, new: bool) -> None:
         await self._book.write(record, new=new)
 
-    def records(self) -> list[RunRecord]:
-        return self._book.records()
+    async def records(self) -> list[RunRecord]:
+        return await self._book.records()
+
+
+T = TypeVar("T")
+
+
+def settled(read: Coroutine[Any, Any, T]) -> T:
+    """The answer of a store read that never suspends (the memory and LMDB stores read inline)."""
+    try:
+        read.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    read.close()
+    raise AssertionError("the store's read suspended: read it from the event loop")
 
 
 class NodeMachine(RuleBasedStateMachine):
@@ -754,9 +767,9 @@ class NodeMachine(RuleBasedStateMachine):
 
     def records(self) -> dict[str, NodeCheckpoint]:
         """Confirmed records of the run's nodes and of the Subs' children (under their mount's attempt)."""
-        found = {r.node: r for r in self.store.node_records(SCOPE)}
+        found = {r.node: r for r in settled(self.store.node_records(SCOPE))}
         for scope in self.child_scopes().values():
-            for record in self.store.node_records(scope):
+            for record in settled(self.store.node_records(scope)):
                 found[record.node] = record
         return found
 
@@ -786,7 +799,7 @@ class NodeMachine(RuleBasedStateMachine):
         if isinstance(self.store, MemoryStore):
             records = list(self.store._node_attempts.values())
         else:
-            from ledger._nodes import node_attempts
+            from ledger.lmdb._nodes import node_attempts
 
             records = list(node_attempts(self.store.env))
         return {(r.parent, r.node, r.position): r for r in records}
@@ -795,7 +808,7 @@ class NodeMachine(RuleBasedStateMachine):
         return [(r.parent, r.node, r.position, r.index) for r in self._attempts().values()]
 
     def store_failed(self) -> bool:
-        return bool(self.store.scope_failed(SCOPE))
+        return bool(settled(self.store.scope_failed(SCOPE)))
 
     # -- rules -------------------------------------------------------------------------------
 
@@ -922,7 +935,7 @@ class NodeMachine(RuleBasedStateMachine):
                 on_event=self._on_event,
                 checkpoint=ExecCheckpoint(SCOPE, hooks),
             )
-            execution.restore_nodes(self.store.node_records(SCOPE))
+            execution.restore_nodes(await self.store.node_records(SCOPE))
             started(execution)
             async with execution:
                 await execution.wait()
@@ -955,7 +968,7 @@ class NodeMachine(RuleBasedStateMachine):
         hooks = self.hooks = TroubledHooks(self.store, None)
         runs_before = Counter(self.world.runs)
         boundaries_before = self._boundaries()
-        record = self.portal.call(LmdbRunBook(self.ledger).read, SCOPE)
+        record = self.portal.call(self.ledger.backend.run_book.read, SCOPE)
         why = self.portal.call(self._refused, other)
         if record is None:
             assert why == "unknown"

@@ -39,4 +39,4 @@ def test_two_thousand_flipped_bits_each_leave_the_ledger_exact_or_raise_a_typed_
     assert set(outcomes) <= ALLOWED, outcomes
     assert outcomes["unchanged"] < 2000  # the flips did reach records: some were found
     # flip 876 of this seed damages a node offset of the last page: before the page walk of
-    # ledger._files.check_pages, LMDB read past the end of the file and the process died of SIGBUS
+    # ledger.lmdb._files.check_pages, LMDB read past the end of the file and the process died of SIGBUS

@@ -16,9 +16,9 @@ import lmdb
 import pytest
 
 from ledger import LedgerEnv, open_ledger
-from ledger._check import check_ledger
-from ledger._demo import run_demo
-from ledger._layout import CHECKPOINT_PREFIX, descriptor_key, group_key, message_key
+from ledger.lmdb._check import check_ledger
+from ledger.lmdb._demo import run_demo
+from ledger.lmdb._layout import CHECKPOINT_PREFIX, descriptor_key, group_key, message_key
 from streams import Key, Stream, open_scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def _drop_a_run(txn: Any) -> None:
 
 
 def _orphan_checkpoint(txn: Any) -> None:
-    from ledger._seal import seal
+    from ledger.lmdb._seal import seal
 
     key = CHECKPOINT_PREFIX + b"nobody"
     txn.put(key, seal("graph_runs", key, b"\x80"))

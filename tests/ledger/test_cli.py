@@ -32,9 +32,10 @@ from ledger import (
     open_ledger,
 )
 from ledger._cli import _ProgressLine, main
-from ledger._demo import DemoMismatchError, DemoProgress, run_demo, run_demo_pipeline
-from ledger._env import LedgerMeta
-from ledger._seal import seal
+from ledger._demo import DemoMismatchError, DemoProgress, run_demo_pipeline
+from ledger._format import LedgerMeta
+from ledger.lmdb._demo import run_demo
+from ledger.lmdb._seal import seal
 from streams import Key, MemoryStore, Stream, open_scope
 
 N = 500

@@ -15,7 +15,7 @@ import pytest
 
 from ledger import DamagedLedgerError, LedgerEnv, NotALedgerError, UnfinishedLedgerError, open_ledger
 from ledger._cli import main
-from ledger._files import holds_no_commit
+from ledger.lmdb._files import holds_no_commit
 from streams import Key, Stream, open_scope
 
 from ._kills import ROOT, assert_sound

@@ -29,8 +29,9 @@ from ledger import (
     WriteFailedError,
     open_ledger,
 )
-from ledger._env import CODEC, CODEC_VERSION, FORMAT, SCHEMA_VERSION, LedgerMeta
-from ledger._seal import decode_record, seal
+from ledger._format import CODEC, CODEC_VERSION, LedgerMeta
+from ledger.lmdb._env import FORMAT, SCHEMA_VERSION
+from ledger.lmdb._seal import decode_record, seal
 from streams._unwrap import single_error
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,15 +216,15 @@ def test_the_same_process_opening_a_ledger_twice_gets_ledger_in_use(tmp_path: Pa
 async def test_writes_larger_than_the_map_grow_it(tmp_path: Path, spans: InMemorySpanExporter) -> None:
     big = os.urandom(1 << 20)
     async with open_ledger(tmp_path / "l", map_size=1 << 16) as ledger:
-        db = ledger.env.db("nodes")
-        initial = ledger.env.info()["map_size"]
+        db = ledger.backend.env.db("nodes")
+        initial = ledger.backend.env.info()["map_size"]
 
         def put(txn: lmdb.Transaction) -> None:
             txn.put(b"big", big, db=db)
 
-        await ledger.env.write(put)
-        assert ledger.env.info()["map_size"] > initial
-        with ledger.env.read() as txn:
+        await ledger.backend.env.write(put)
+        assert ledger.backend.env.info()["map_size"] > initial
+        with ledger.backend.env.read() as txn:
             assert txn.get(b"big", db=db) == big
     growths = [
         s.attributes["streamledger.batch.map_growths"]
@@ -235,7 +236,7 @@ async def test_writes_larger_than_the_map_grow_it(tmp_path: Path, spans: InMemor
 
 async def test_a_write_over_the_map_limit_fails_clearly_and_writes_nothing(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l", map_size=1 << 16, max_map_size=1 << 17) as ledger:
-        db = ledger.env.db("nodes")
+        db = ledger.backend.env.db("nodes")
 
         def put_big(txn: lmdb.Transaction) -> None:
             txn.put(b"big", os.urandom(1 << 20), db=db)
@@ -243,14 +244,14 @@ async def test_a_write_over_the_map_limit_fails_clearly_and_writes_nothing(tmp_p
         def put_small(txn: lmdb.Transaction) -> None:
             txn.put(b"small", b"v", db=db)
 
-        big, small = ledger.env.submit(put_big), ledger.env.submit(put_small)
+        big, small = ledger.backend.env.submit(put_big), ledger.backend.env.submit(put_small)
         with pytest.raises(MapFullError, match="max_map_size"):
             await big.wait()
         await small.wait()  # the write that fits still commits
-        with ledger.env.read() as txn:
+        with ledger.backend.env.read() as txn:
             assert txn.get(b"big", db=db) is None
             assert txn.get(b"small", db=db) == b"v"
-        await ledger.env.write(put_small)  # and the committer goes on serving
+        await ledger.backend.env.write(put_small)  # and the committer goes on serving
 
 
 async def test_a_raising_write_rolls_back_alone_while_its_batch_commits(
@@ -260,7 +261,7 @@ async def test_a_raising_write_rolls_back_alone_while_its_batch_commits(
         pass
 
     async with open_ledger(tmp_path / "l") as ledger:
-        db = ledger.env.db("nodes")
+        db = ledger.backend.env.db("nodes")
 
         def put(key: bytes, *, fail: bool = False) -> Callable[[lmdb.Transaction], bytes]:
             def fn(txn: lmdb.Transaction) -> bytes:
@@ -272,15 +273,15 @@ async def test_a_raising_write_rolls_back_alone_while_its_batch_commits(
             return fn
 
         tickets = [
-            ledger.env.submit(put(b"a")),
-            ledger.env.submit(put(b"b", fail=True)),
-            ledger.env.submit(put(b"c")),
+            ledger.backend.env.submit(put(b"a")),
+            ledger.backend.env.submit(put(b"b", fail=True)),
+            ledger.backend.env.submit(put(b"c")),
         ]
         assert await tickets[0].wait() == b"a"
         with pytest.raises(Refused):
             await tickets[1].wait()
         assert await tickets[2].wait() == b"c"
-        with ledger.env.read() as txn:
+        with ledger.backend.env.read() as txn:
             assert [txn.get(k, db=db) for k in (b"a", b"b", b"c")] == [b"v", None, b"v"]
     batches = [s for s in spans.get_finished_spans() if s.name == "streamledger.commit_batch"]
     assert [dict(s.attributes or {}) for s in batches] == [
@@ -316,19 +317,19 @@ async def test_a_corrupted_record_raises_when_read_and_reading_changes_nothing(
 ) -> None:
     path = tmp_path / "l"
     async with open_ledger(path) as ledger:
-        db = ledger.env.db("nodes")
+        db = ledger.backend.env.db("nodes")
 
         def put(txn: lmdb.Transaction) -> None:
             txn.put(b"rec", seal("nodes", b"rec", msgspec.msgpack.encode(Sample("x", 3))), db=db)
 
-        await ledger.env.write(put)
+        await ledger.backend.env.write(put)
     flip_last_byte(path, b"nodes", b"rec")
     before = (path / "data.mdb").read_bytes()
     decoder = msgspec.msgpack.Decoder(Sample)
     async with open_ledger(path) as ledger:
-        db = ledger.env.db("nodes")
+        db = ledger.backend.env.db("nodes")
         for _ in range(2):
-            with ledger.env.read() as txn:
+            with ledger.backend.env.read() as txn:
                 raw = txn.get(b"rec", db=db)
             assert raw is not None
             with pytest.raises(CorruptRecordError, match="fails its checksum"):
@@ -399,12 +400,12 @@ def test_opening_clears_readers_left_by_killed_processes(tmp_path: Path) -> None
 async def test_a_ledger_can_be_read_beside_the_process_that_owns_it(tmp_path: Path) -> None:
     path = tmp_path / "shared"
     async with open_ledger(path) as ledger:
-        db = ledger.env.db("messages")
+        db = ledger.backend.env.db("messages")
 
         def put(txn: Any) -> None:
             txn.put(b"k", b"v", db=db)
 
-        await ledger.env.write(put)
+        await ledger.backend.env.write(put)
         reader = await anyio.run_process(
             [
                 sys.executable,
@@ -419,7 +420,7 @@ async def test_a_ledger_can_be_read_beside_the_process_that_owns_it(tmp_path: Pa
             check=False,
         )
         assert reader.stdout.decode().split() == ["v", "LedgerClosedError"], reader.stderr.decode()
-        await ledger.env.write(put)
+        await ledger.backend.env.write(put)
 
 
 def test_read_only_open_of_a_path_that_is_not_a_ledger_is_refused(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ class Totals(msgspec.Struct):
 async def test_an_empty_ledger_has_no_streams_and_no_graph_runs(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
         empty = {"path": str(tmp_path / "l"), "streams": [], "runs": [], "graph_runs": []}
-        assert inspect_ledger(ledger.env) == empty
+        assert inspect_ledger(ledger.backend.env) == empty
 
 
 async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
         await hooks.fail_message(MessageFail(MessageRef(ORDERS, "audit", 1, 3), "auditor", 1, 0))
         await hooks.commit([MessageCommit(MessageRef(INVOICES, "audit", 1, 1))])
         await hooks.finish(StreamFinish(INVOICES, invoices.generation))
-        report = inspect_ledger(ledger.env)
+        report = inspect_ledger(ledger.backend.env)
     assert orders.generation == 1
     assert json.loads(json.dumps(report)) == report
     assert report["path"] == str(tmp_path / "l")
@@ -128,9 +128,9 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
 async def test_inspect_writes_nothing(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
         await ledger.streams.open(StreamOpen(ORDERS, "Order", 64, ("billing",)))
-        before = ledger.env.info()["last_txnid"]
-        inspect_ledger(ledger.env)
-        assert ledger.env.info()["last_txnid"] == before
+        before = ledger.backend.env.info()["last_txnid"]
+        inspect_ledger(ledger.backend.env)
+        assert ledger.backend.env.info()["last_txnid"] == before
 
 
 async def test_a_state_that_does_not_decode_is_a_corrupt_record(tmp_path: Path) -> None:
@@ -139,4 +139,4 @@ async def test_a_state_that_does_not_decode_is_a_corrupt_record(tmp_path: Path) 
         await ledger.streams.append(AppendBatch(ORDERS, 1, 1, (b"x",)))
         await ledger.streams.commit([MessageCommit(MessageRef(ORDERS, "billing", 1, 1), state=b"\xc1")])
         with pytest.raises(CorruptRecordError, match="committed state"):
-            inspect_ledger(ledger.env)
+            inspect_ledger(ledger.backend.env)

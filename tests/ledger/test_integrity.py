@@ -15,8 +15,8 @@ import lmdb
 import pytest
 
 from ledger import CorruptRecordError, LedgerEnv, NotALedgerError, inspect_ledger, open_ledger
-from ledger._demo import run_demo
-from ledger._layout import descriptor_key, group_key, message_key
+from ledger.lmdb._demo import run_demo
+from ledger.lmdb._layout import descriptor_key, group_key, message_key
 from streams import Key, StoreDamagedError, Stream, open_scope
 
 NUMBERS = Key("numbers", Stream[int])

@@ -17,7 +17,7 @@ import pytest
 
 from ledger import LedgerEnv, MapFullError, inspect_ledger
 from ledger._arguments import size as _size
-from ledger._demo import run_demo
+from ledger.lmdb._demo import run_demo
 from streams import StreamsError
 
 from .test_cli import assert_demo_answer, cli, streams_of

@@ -28,9 +28,9 @@ from ledger import (
     inspect_ledger,
     open_ledger,
 )
-from ledger._layout import node_run_key
-from ledger._seal import seal
-from ledger.postgres import PostgresLedger, open_postgres
+from ledger.lmdb._layout import node_run_key
+from ledger.lmdb._seal import seal
+from ledger.postgres import PgBackend, open_postgres
 from ledger.postgres import work as worker
 from ledger.postgres._inspect import inspect_postgres
 from streams import (
@@ -153,7 +153,7 @@ async def test_runs_are_listed_and_a_run_id_is_used_once(open_any: Opener) -> No
             await ledger.resume("b", doubling())
         with pytest.raises(RunMismatchError, match="started with graph 'doubling' version '1'"):
             await ledger.resume("a", doubling("2"))
-        [record] = ledger.runs()
+        [record] = await ledger.runs()
         assert (record.run_id, record.status, record.graph, record.starts) == (
             "a",
             "completed",
@@ -168,7 +168,7 @@ async def test_a_confirmed_final_failure_stays_final_and_is_raised_before_anythi
     async with open_any() as ledger:
         with pytest.raises(ValueError, match="cannot double today"):
             await ledger.run(doubling(fail=True), {N: 1}, run_id="f")
-        [record] = ledger.runs()
+        [record] = await ledger.runs()
         assert (record.status, record.error) == ("failed", "ValueError")
     async with open_any() as ledger:  # another process lifetime
         with pytest.raises(ConfirmedFailureError, match="run 'f' failed for good \\(ValueError\\)"):
@@ -195,7 +195,7 @@ async def test_a_graph_checkpoint_mode_cannot_run_is_refused_before_the_run_is_r
         if submit is not None:
             with pytest.raises(GraphError, match="'mount/late' waits for doubled"):
                 await submit(g, {N: 1}, run_id="s")
-        assert ledger.runs() == []
+        assert await ledger.runs() == []
 
 
 async def _noop(ctx: NodeContext) -> None:
@@ -218,7 +218,7 @@ async def test_one_execution_at_a_time_runs_a_run_id(open_any: Opener) -> None:
             await ledger.resume("x", g)
         tg.cancel_scope.cancel()
     async with open_any() as ledger:
-        [record] = ledger.runs()
+        [record] = await ledger.runs()
         assert record.status == "running"  # cancelled, not failed: it resumes
 
 
@@ -278,10 +278,10 @@ async def stopped_in_the_middle(
 
 async def runs_report(ledger: Any) -> list[dict[str, Any]]:
     """The runs, each with every retry boundary's confirmed failures, as ``inspect`` reports them."""
-    if isinstance(ledger, PostgresLedger):
-        report = await anyio.to_thread.run_sync(inspect_postgres, ledger.url)
+    if isinstance(ledger.backend, PgBackend):
+        report = await anyio.to_thread.run_sync(inspect_postgres, ledger.backend.url)
     else:
-        report = inspect_ledger(ledger.env)
+        report = inspect_ledger(ledger.backend.env)
     runs: list[dict[str, Any]] = report["runs"]
     return runs
 
@@ -304,10 +304,10 @@ async def test_a_resume_with_another_aspect_chain_is_refused_before_anything_and
             ledger, lambda: ledger.run(g, {N: 1}, run_id="r", aspects=[Retry(3)]), entered
         )
         assert calls == ["first", "flaky", "flaky", "flaky"]  # two failures confirmed, stopped in the third
-        [record] = ledger.runs()
+        [record] = await ledger.runs()
         assert (record.status, record.starts, record.aspects) == ("running", 1, (RETRY_3,))
     async with open_any() as ledger:  # another process lifetime
-        before = (ledger.runs(), ledger.nodes.node_records("r"), await runs_report(ledger))
+        before = (await ledger.runs(), await ledger.nodes.node_records("r"), await runs_report(ledger))
         assert retry_failures(before[2], "r") == 2
         with pytest.raises(
             RunAspectsMismatchError,
@@ -317,14 +317,15 @@ async def test_a_resume_with_another_aspect_chain_is_refused_before_anything_and
         ):
             await ledger.resume("r", g, aspects=[Timeout(5.0), Retry(3)])
         assert calls == ["first", "flaky", "flaky", "flaky"]  # nothing ran
-        assert (ledger.runs(), ledger.nodes.node_records("r"), await runs_report(ledger)) == before
-        assert [n.node for n in ledger.nodes.node_records("r")] == ["first"]  # the history is there
+        after = (await ledger.runs(), await ledger.nodes.node_records("r"), await runs_report(ledger))
+        assert after == before
+        assert [n.node for n in await ledger.nodes.node_records("r")] == ["first"]  # the history is there
 
         with pytest.raises(ValueError, match="flaky today"):  # the chain it started with: one attempt left
             await ledger.resume("r", g, aspects=[Retry(3)])
         assert calls[4:] == ["flaky"]  # first restored, flaky's third attempt reclaimed and failed
         assert retry_failures(await runs_report(ledger), "r") == 3
-        [record] = ledger.runs()
+        [record] = await ledger.runs()
         assert (record.status, record.starts) == ("failed", 2)
 
 
@@ -336,7 +337,7 @@ async def test_a_worker_given_another_chain_than_a_submitted_runs_runs_nothing_o
     async with open_postgres(postgres_url) as ledger:
         submitted = await ledger.submit(g, {N: 1}, run_id="s", aspects=[Retry(3)])
         assert (submitted.starts, submitted.aspects) == (0, (RETRY_3,))
-        before = (ledger.runs(), await runs_report(ledger))
+        before = (await ledger.runs(), await runs_report(ledger))
     reports: list[tuple[str, str]] = []
 
     async with anyio.create_task_group() as tg:
@@ -353,8 +354,8 @@ async def test_a_worker_given_another_chain_than_a_submitted_runs_runs_nothing_o
     assert reports == [("s", "claimed"), ("s", "error (RunAspectsMismatchError)")]
     assert calls == []
     async with open_postgres(postgres_url) as ledger:
-        assert (ledger.runs(), await runs_report(ledger)) == before
-        await ledger.connection.call(  # the run is tried again once its lease runs out: now
+        assert (await ledger.runs(), await runs_report(ledger)) == before
+        await ledger.backend.connection.call(  # the run is tried again once its lease runs out: now
             lambda view: view.connection.execute(
                 "UPDATE streamledger_leases SET expires_at = now() - interval '1s'"
             )
@@ -393,8 +394,8 @@ async def put_record_before(ledger: Any, record: RunRecord) -> None:
     fields = {f: getattr(record, f) for f in RunRecordBefore.__struct_fields__}
     raw = msgspec.msgpack.encode(RunRecordBefore(**fields))
     assert b"aspects" not in raw
-    if isinstance(ledger, PostgresLedger):
-        await ledger.connection.call(
+    if isinstance(ledger.backend, PgBackend):
+        await ledger.backend.connection.call(
             lambda view: view.connection.execute(
                 "UPDATE streamledger_runs SET record = %s WHERE run_id = %s", (raw, record.run_id)
             ),
@@ -402,8 +403,8 @@ async def put_record_before(ledger: Any, record: RunRecord) -> None:
         )
         return
     key = node_run_key(record.run_id)
-    db = ledger.env.db("nodes")
-    await ledger.env.write(lambda txn: txn.put(key, seal("nodes", key, raw), db=db))
+    db = ledger.backend.env.db("nodes")
+    await ledger.backend.env.write(lambda txn: txn.put(key, seal("nodes", key, raw), db=db))
 
 
 async def test_a_record_from_before_chains_were_recorded_takes_the_chain_of_its_next_resume(
@@ -416,19 +417,19 @@ async def test_a_record_from_before_chains_were_recorded_takes_the_chain_of_its_
         await stopped_in_the_middle(
             ledger, lambda: ledger.run(g, {N: 1}, run_id="old", aspects=[Retry(3)]), entered
         )
-        [record] = ledger.runs()
+        [record] = await ledger.runs()
         await put_record_before(ledger, record)
     async with open_any() as ledger:
-        [old] = ledger.runs()
+        [old] = await ledger.runs()
         assert old == msgspec.structs.replace(record, aspects=None)  # it decodes; it knows no chain
         entered = anyio.Event()
         g = flaky(calls, ["stop", "fail"], entered)
         # accepted with the chain it is given (here the one it ran with), and that chain recorded
         await stopped_in_the_middle(ledger, lambda: ledger.resume("old", g, aspects=[Retry(3)]), entered)
-        [resumed] = ledger.runs()
+        [resumed] = await ledger.runs()
         assert (resumed.starts, resumed.aspects) == (2, (RETRY_3,))
         assert calls == ["first", "flaky", "flaky", "flaky"]
         with pytest.raises(RunAspectsMismatchError, match=re.escape("resume was given [Timeout(5.0)]")):
             await ledger.resume("old", g, aspects=[Timeout(5.0)])  # checked from then on
-        assert ledger.runs() == [resumed]
+        assert await ledger.runs() == [resumed]
         assert retry_failures(await runs_report(ledger), "old") == 1

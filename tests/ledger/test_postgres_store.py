@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from ledger import DamagedLedgerError, NotALedgerError, SchemaVersionError
-from ledger._env import LedgerMeta
+from ledger._format import LedgerMeta
 from ledger.postgres import open_postgres
 from ledger.postgres._schema import FORMAT
 from streams import (
@@ -172,16 +172,20 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
         async with open_postgres(postgres_url):
             pass
     assert execute(postgres_url, "SELECT to_regclass('streamledger_extra') IS NULL") == [(True,)]
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        assert _schema.migrate(conn, "the ledger") == (1, 2)
+
+    def migrate() -> tuple[int, int]:  # as `python -m ledger migrate` does, off the event loop
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            return _schema.migrate(conn, "the ledger")
+
+    assert await anyio.to_thread.run_sync(migrate) == (1, 2)
     async with open_postgres(postgres_url) as ledger:  # migrated: it opens, with its records
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
         assert opened.appended == 3
     # a step that fails leaves the schema as it was
     monkeypatch.setattr(_schema, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(_schema, "MIGRATIONS", {2: "CREATE TABLE streamledger_meta (x integer)"})
-    with psycopg.connect(postgres_url, autocommit=True) as conn, pytest.raises(psycopg.errors.DuplicateTable):
-        _schema.migrate(conn, "the ledger")
+    with pytest.raises(psycopg.errors.DuplicateTable):
+        await anyio.to_thread.run_sync(migrate)
     [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
     assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 2
 
@@ -191,7 +195,7 @@ async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_ca
 ) -> None:
     async with open_postgres(postgres_url) as ledger:
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
-        connection = ledger.connection
+        connection = ledger.backend.connection
         results: dict[str, str] = {}
 
         async def append() -> None:
@@ -230,7 +234,7 @@ async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_an
 ) -> None:
     async with open_postgres(postgres_url) as ledger:
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
-        connection = ledger.connection
+        connection = ledger.backend.connection
         results: dict[str, str] = {}
 
         async def append() -> None:

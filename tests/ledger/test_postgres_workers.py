@@ -37,7 +37,7 @@ async def answers(url: str) -> dict[str, tuple[str, int | None]]:
     """Each run's status and, once completed, its answer (a completed run resumed runs nothing)."""
     found: dict[str, tuple[str, int | None]] = {}
     async with open_postgres(url) as ledger:
-        for record in ledger.runs():
+        for record in await ledger.runs():
             value = None
             if record.status == "completed":
                 outcome = await ledger.resume(record.run_id, summing())
@@ -70,7 +70,7 @@ async def test_workers_share_the_due_runs_and_each_run_is_claimed_once(postgres_
 async def test_a_worker_whose_lease_was_taken_over_confirms_nothing(postgres_url: str) -> None:
     await submit(postgres_url, {"z": 3})
     async with open_postgres(postgres_url) as ledger:
-        connection = ledger.connection
+        connection = ledger.backend.connection
         zombie = await connection.call(lambda view: claim_due(view.connection, "zombie", 30.0, KNOWN))
         assert zombie == Lease("z", "zombie", 1)
         # the zombie stops renewing; its lease runs out and another worker claims the run
@@ -201,4 +201,4 @@ async def test_a_worker_claims_only_runs_of_the_graphs_it_knows(postgres_url: st
 
 async def _runs(url: str) -> list[Any]:
     async with open_postgres(url) as ledger:
-        return ledger.runs()
+        return await ledger.runs()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ledger import LedgerEnv, LedgerReadOnlyError, inspect_ledger, open_ledger
-from ledger._demo import run_demo
+from ledger.lmdb._demo import run_demo
 
 from ._mounts import remount, tmpfs
 from .test_cli import assert_demo_answer, cli

@@ -20,16 +20,16 @@ async def test_an_outer_cancellation_leaves_the_ledger_serving_until_its_block_e
             outer.cancel()
             with anyio.CancelScope(shield=True):
                 await anyio.wait_all_tasks_blocked()  # every task has seen the cancellation
-                db = ledger.env.db("messages")
+                db = ledger.backend.env.db("messages")
 
                 def put(txn: Any) -> str:
                     txn.put(b"k", b"v", db=db)
                     return "written"
 
-                assert await ledger.env.write(put) == "written"
+                assert await ledger.backend.env.write(put) == "written"
     async with open_ledger(tmp_path / "l") as ledger:
-        with ledger.env.read() as txn:
-            assert txn.get(b"k", db=ledger.env.db("messages")) == b"v"
+        with ledger.backend.env.read() as txn:
+            assert txn.get(b"k", db=ledger.backend.env.db("messages")) == b"v"
 
 
 async def test_a_cancelled_append_does_not_break_the_stream(tmp_path: Path) -> None:

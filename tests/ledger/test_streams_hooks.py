@@ -19,9 +19,9 @@ import lmdb
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ledger import CorruptRecordError, Ledger, LmdbStreamHooks, inspect_ledger, open_ledger
+from ledger import CorruptRecordError, Ledger, LmdbBackend, LmdbStreamHooks, inspect_ledger, open_ledger
 from ledger._errors import UnattributedBudgetsError
-from ledger._layout import (
+from ledger.lmdb._layout import (
     CHUNK,
     MAX_KEY,
     attempt_key,
@@ -31,8 +31,8 @@ from ledger._layout import (
     legacy_attempt_key,
     message_key,
 )
-from ledger._seal import seal, unseal
-from ledger._streams import LmdbView, decode_run
+from ledger.lmdb._seal import seal, unseal
+from ledger.lmdb._streams import LmdbView, decode_run
 from streams import (
     AppendBatch,
     Key,
@@ -64,7 +64,7 @@ _u64 = struct.Struct(">Q")
 
 
 @asynccontextmanager
-async def ledger_at(path: Path) -> AsyncIterator[Ledger]:
+async def ledger_at(path: Path) -> AsyncIterator[Ledger[LmdbBackend]]:
     async with open_ledger(path, sync=False) as ledger:
         yield ledger
 
@@ -91,21 +91,21 @@ def acks(opened: StreamOpened, group: str, seqs: range | list[int]) -> list[Mess
     return [MessageCommit(MessageRef(opened.ref, group, opened.generation, s)) for s in seqs]
 
 
-def dump(ledger: Ledger) -> dict[str, list[tuple[bytes, bytes]]]:
+def dump(ledger: Ledger[LmdbBackend]) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every record of the stream databases."""
-    with ledger.env.read() as txn:
+    with ledger.backend.env.read() as txn:
         return {
-            name: [(bytes(k), bytes(v)) for k, v in txn.cursor(db=ledger.env.db(name))]
+            name: [(bytes(k), bytes(v)) for k, v in txn.cursor(db=ledger.backend.env.db(name))]
             for name in ("streams", "messages", "groups", "attempts")
         }
 
 
-def entries(ledger: Ledger, name: str) -> int:
+def entries(ledger: Ledger[LmdbBackend], name: str) -> int:
     """Records in a database; for ``messages``, the messages its runs hold."""
-    with ledger.env.read() as txn:
+    with ledger.backend.env.read() as txn:
         if name != "messages":
-            return int(txn.stat(ledger.env.db(name))["entries"])
-        return sum(len(decode_run(bytes(k), bytes(v))) for k, v in txn.cursor(db=ledger.env.db(name)))
+            return int(txn.stat(ledger.backend.env.db(name))["entries"])
+        return sum(len(decode_run(bytes(k), bytes(v))) for k, v in txn.cursor(db=ledger.backend.env.db(name)))
 
 
 def recover_spans(spans: InMemorySpanExporter) -> list[dict[str, Any]]:
@@ -225,12 +225,12 @@ async def test_a_long_budget_under_its_0_1_key_is_read_refuses_group_changes_unt
         assert legacy is not None and current != legacy
 
         def as_written_by_0_1(txn: Any) -> None:  # the record under the key 0.1.0 gave it
-            db = ledger.env.db("attempts")
+            db = ledger.backend.env.db("attempts")
             value = txn.get(current, db=db)
             txn.delete(current, db=db)
             txn.put(legacy, seal("attempts", legacy, unseal(value, db="attempts", key=current)), db=db)
 
-        await ledger.env.write(as_written_by_0_1)
+        await ledger.backend.env.write(as_written_by_0_1)
         reread = await ledger.streams.open_message(MessageOpen(message, node, 5))
         assert reread.index == 1  # never refilled by the new layout
         before = dump(ledger)
@@ -282,7 +282,7 @@ async def test_open_message_answers_while_the_writer_is_busy(tmp_path: Path) -> 
             started.set()
             return release.wait(timeout=30)
 
-        ticket = ledger.env.submit(busy)
+        ticket = ledger.backend.env.submit(busy)
         await anyio.to_thread.run_sync(started.wait)
         try:
             attempt = await ledger.streams.open_message(
@@ -427,7 +427,7 @@ async def test_names_longer_than_an_lmdb_key_work_and_read_back_in_full(tmp_path
             [MessageCommit(message, node=node, attempt=1, state=b"\x01", parent_attempt=parent)]
         )
         records = dump(ledger)
-        report = inspect_ledger(ledger.env)
+        report = inspect_ledger(ledger.backend.env)
     assert max(len(k) for keys in records.values() for k, _ in keys) <= MAX_KEY + 33
     assert records["attempts"] == []  # the commit removed the budget it used
     assert report["streams"][0]["key"] == ref.key
@@ -483,9 +483,9 @@ class CountingCursor:
         return getattr(self._cursor, name)
 
 
-async def run_counted(ledger: Ledger, op: Callable[[LmdbView], object]) -> dict[str, int]:
-    names = {id(ledger.env.db(n)): n for n in ("streams", "messages", "groups", "attempts")}
-    dbs = {n: ledger.env.db(n) for n in names.values()}
+async def run_counted(ledger: Ledger[LmdbBackend], op: Callable[[LmdbView], object]) -> dict[str, int]:
+    names = {id(ledger.backend.env.db(n)): n for n in ("streams", "messages", "groups", "attempts")}
+    dbs = {n: ledger.backend.env.db(n) for n in names.values()}
 
     def fn(txn: lmdb.Transaction) -> dict[str, int]:
         counting = CountingTxn(txn, names)
@@ -494,7 +494,7 @@ async def run_counted(ledger: Ledger, op: Callable[[LmdbView], object]) -> dict[
         view.flush()
         return counting.puts
 
-    return await ledger.env.write(fn)
+    return await ledger.backend.env.write(fn)
 
 
 async def test_a_commit_of_256_messages_writes_each_frontier_and_descriptor_once(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ async def test_four_hooks_without_stream_hooks_run_a_graph_without_streams_and_a
     execution = Execution(_one_node(), {URL: "x"}, checkpoint=ExecCheckpoint("run", FourHooks()))  # type: ignore[arg-type]
     async with execution:
         await execution.wait()
-    assert [r.node for r in store.node_records("run")] == ["noop"]
+    assert [r.node for r in await store.node_records("run")] == ["noop"]
 
     orders = Key("orders", Stream[int])
     streaming = Graph("streaming", inputs=[URL])
@@ -253,7 +253,7 @@ async def test_the_same_wiring_without_the_cycle_runs_to_completion_in_checkpoin
     async with Execution(unused, {A: 1}, checkpoint=ExecCheckpoint("unused", store)) as execution:
         result = await execution.wait()
     assert result[C_OUT] == 2 and result[B] == 102
-    assert {r.node for r in store.node_records("unused")} == {"mount", "after_c"}
+    assert {r.node for r in await store.node_records("unused")} == {"mount", "after_c"}
     # c_out from one mount of the child, b fed into another: the fix the refusal suggests
     split = Graph("split", inputs=[A])
     split.sub("first", two_inlets(), inlets={A_CHILD: A, B_CHILD: A}, outlets={C: C_OUT})
@@ -262,7 +262,7 @@ async def test_the_same_wiring_without_the_cycle_runs_to_completion_in_checkpoin
     async with Execution(split, {A: 1}, checkpoint=ExecCheckpoint("split", store)) as execution:
         result = await execution.wait()
     assert (result[C_OUT], result[B], result[D_OUT]) == (2, 102, 204)
-    assert {r.node for r in store.node_records("split")} == {"first", "second", "after_c"}
+    assert {r.node for r in await store.node_records("split")} == {"first", "second", "after_c"}
 
 
 ITEMS = Key("items", Stream[int])
@@ -320,4 +320,4 @@ async def test_a_mounts_stream_fed_back_into_it_is_no_cycle_and_runs_to_completi
     async with Execution(loop, {}, checkpoint=ExecCheckpoint("loop", store)) as execution:
         result = await execution.wait()
     assert (result[TOTAL], result[COUNT], result[USED]) == (12, 3, 30)
-    assert {r.node for r in store.node_records("loop")} == {"mount", "echo"}
+    assert {r.node for r in await store.node_records("loop")} == {"mount", "echo"}

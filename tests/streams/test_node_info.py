@@ -118,7 +118,7 @@ class MemoryHost:
         checkpoint = ExecCheckpoint(run_id, self.store)
         execution = Execution(graph, self.inputs[run_id], aspects=aspects, checkpoint=checkpoint)
         if restore:
-            execution.restore_nodes(self.store.node_records(run_id))
+            execution.restore_nodes(await self.store.node_records(run_id))
         async with execution:
             return await execution.wait()
 

@@ -28,7 +28,7 @@ async def test_a_graph_of_builder_locals_under_the_future_import_saves_a_checkpo
         with pytest.raises(RuntimeError, match="bump 7"):
             await durable.run("c", state=counter(), inputs=tick(0, 10), deps=deps)
         assert deps.ran == [1, 2, 3, 4, 5, 6, 7]
-        status = durable.status("c")
+        status = await durable.status("c")
         assert status is not None and status.checkpoints == 6 and status.next_node == "more"
 
         deps.ran.clear()
@@ -54,7 +54,7 @@ async def test_a_graph_registered_inside_its_builder_resolves_the_builders_local
     async with open_ledger(tmp_path / "l") as ledger:
         durable = journal(ledger)  # the builder registers it: its frame holds Note
         result = await durable.run("j", state=durable.graph.state_type(), inputs="x")
-        status = durable.status("j")
+        status = await durable.status("j")
     assert result.output == 0
     assert status is not None and status.finished and status.checkpoints == 2  # before the end, and the end
 

@@ -16,9 +16,10 @@ from pydantic import BaseModel
 from pydantic_graph import Graph, GraphBuilder, StepContext
 
 from ledger import CorruptRecordError, Ledger, open_ledger
-from ledger._graph_runs import FORMAT_VERSION, GraphCheckpoint, checkpoint_key
-from ledger._seal import seal
+from ledger._graph_runs import FORMAT_VERSION, GraphCheckpoint
 from ledger.graphs import UntypedNodeWarning
+from ledger.lmdb._graph_runs import checkpoint_key
+from ledger.lmdb._seal import seal
 
 from .graphs import Boom, Calls, Log, durable, enter, events, run_spans, three_steps
 
@@ -45,17 +46,17 @@ def discarded(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
 
 
 async def overwrite_checkpoint(ledger: Ledger, value: bytes) -> None:
-    db = ledger.env.db("graph_runs")
+    db = ledger.backend.env.db("graph_runs")
 
     def write(txn: lmdb.Transaction) -> None:
         txn.put(checkpoint_key("r"), value, db=db)
 
-    await ledger.env.write(write)
+    await ledger.backend.env.write(write)
 
 
 def stored_checkpoint(ledger: Ledger) -> GraphCheckpoint:
-    with ledger.env.read() as txn:
-        raw = txn.get(checkpoint_key("r"), db=ledger.env.db("graph_runs"))
+    with ledger.backend.env.read() as txn:
+        raw = txn.get(checkpoint_key("r"), db=ledger.backend.env.db("graph_runs"))
     assert raw is not None
     return msgspec.msgpack.decode(bytes(raw)[4:], type=GraphCheckpoint)
 

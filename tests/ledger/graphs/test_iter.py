@@ -26,7 +26,7 @@ async def test_iterating_yields_what_graph_iter_yields_and_saves_every_boundary(
         runner = durable(graph, ledger)
         async with runner.iter("r", state=Log(), inputs=5, deps=Calls()) as run:
             seen = [nodes(event) async for event in run]
-        status = runner.status("r")
+        status = await runner.status("r")
     assert seen == expected == [["one"], ["two"], ["three"], ["__end__"], "end"]
     assert run.result is not None and (run.result.output, run.result.state.steps) == (
         9,
@@ -45,7 +45,7 @@ async def test_a_driver_that_stops_at_a_boundary_resumes_there_and_sees_the_save
             async for event in run:
                 if nodes(event) == ["two"]:
                     break  # wait for an approval before step two, say
-        stopped = runner.status("r")
+        stopped = await runner.status("r")
 
         calls = Calls()
         async with runner.iter("r", state=Log(), inputs=5, deps=calls) as run:
@@ -76,7 +76,7 @@ async def test_tasks_given_to_next_replace_the_next_task_and_are_what_the_checkp
             calls.fail_at = {"three"}
             with pytest.raises(Boom):
                 await run.next([GraphTaskRequest(NodeID("three"), 100, task.fork_stack)])
-        failed = runner.status("r")
+        failed = await runner.status("r")
         calls = Calls()
         result = await runner.run("r", state=Log(), inputs=5, deps=calls)
     assert failed is not None and failed.next_node == "three"  # the driver caught Boom: no failure recorded
@@ -110,14 +110,14 @@ async def test_a_driver_failing_at_a_boundary_saves_it_and_an_override_of_the_sa
                 async for event in run:
                     if nodes(event) == ["two"]:
                         raise DriverStopped
-        stopped = runner.status("r")
+        stopped = await runner.status("r")
 
         calls = Calls(fail_at={"three"})
         with pytest.raises(Boom):
             async with runner.iter("r", deps=calls) as run:
                 (saved,) = await run.next()  # type: ignore[misc]
                 await run.next([GraphTaskRequest(NodeID("three"), 100, saved.fork_stack)])
-        replaced = runner.status("r")
+        replaced = await runner.status("r")
     assert stopped is not None and (stopped.next_node, stopped.error) == ("two", "DriverStopped")
     assert calls.ran == ["three"] and calls.seen == [100]  # step two was replaced, never run
     assert replaced is not None and (replaced.next_node, replaced.error) == ("three", "Boom")

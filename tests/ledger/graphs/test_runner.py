@@ -40,10 +40,10 @@ async def test_a_retry_resumes_after_the_last_completed_step(opening: Opening) -
 async def test_progress_is_recorded_with_every_checkpoint(opening: Opening) -> None:
     async with opening() as ledger:
         graph = durable(three_steps(), ledger)
-        assert graph.status("r") is None
+        assert await graph.status("r") is None
         with pytest.raises(Boom):
             await graph.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"two"}))
-        status = graph.status("r")
+        status = await graph.status("r")
         assert status is not None
         assert (status.attempt, status.checkpoints, status.last_step, status.next_node, status.finished) == (
             1,
@@ -53,7 +53,7 @@ async def test_progress_is_recorded_with_every_checkpoint(opening: Opening) -> N
             False,
         )
         await graph.run("r", state=Log(), inputs=5, deps=Calls())
-        status = graph.status("r")
+        status = await graph.status("r")
         assert status is not None
         assert (status.attempt, status.checkpoints, status.next_node, status.finished) == (2, 4, None, True)
 
@@ -74,7 +74,7 @@ async def test_running_a_finished_run_again_counts_no_attempt(opening: Opening) 
         graph = durable(three_steps(), ledger)
         first = await graph.run("r", state=Log(), inputs=5, deps=Calls())
         again = [await graph.run("r", state=Log(), inputs=5, deps=Calls()) for _ in range(3)]
-        status = graph.status("r")
+        status = await graph.status("r")
     assert first.attempt == 1 and not first.already_finished
     assert [(r.attempt, r.already_finished, r.output) for r in again] == [(1, True, 9)] * 3
     assert status is not None and (status.attempt, status.finished, status.error) == (1, True, None)
@@ -85,9 +85,9 @@ async def test_a_failed_attempt_records_its_exception_type_until_the_next_attemp
         graph = durable(three_steps(), ledger)
         with pytest.raises(Boom):
             await graph.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"two"}))
-        failed = graph.status("r")
+        failed = await graph.status("r")
         await graph.run("r", state=Log(), inputs=5, deps=Calls())
-        finished = graph.status("r")
+        finished = await graph.status("r")
     assert failed is not None and (failed.attempt, failed.error, failed.next_node) == (1, "Boom", "two")
     assert finished is not None and (finished.attempt, finished.error, finished.finished) == (2, None, True)
 
@@ -97,7 +97,7 @@ async def test_forget_deletes_a_runs_records(opening: Opening) -> None:
         graph = durable(three_steps(), ledger)
         await graph.run("r", state=Log(), inputs=5, deps=Calls())
         await graph.forget("r")
-        assert graph.status("r") is None
+        assert await graph.status("r") is None
         calls = Calls()
         assert (await graph.run("r", state=Log(), inputs=5, deps=calls)).output == 9
         assert calls.ran == ["one", "two", "three"]

@@ -16,7 +16,7 @@ from zlib import crc32
 
 import msgspec
 
-from ._errors import CorruptRecordError
+from .._errors import CorruptRecordError
 from ._layout import DATABASES
 
 __all__ = ["decode_record", "seal", "unseal"]

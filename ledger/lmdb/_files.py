@@ -27,7 +27,7 @@ from typing import Any, Final, NamedTuple
 
 import lmdb
 
-from ._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
+from .._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
 
 __all__ = ["check_data_file", "check_pages", "damaged", "holds_no_commit"]
 

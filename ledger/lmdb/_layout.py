@@ -40,7 +40,7 @@ import msgspec
 
 from streams.store import AttemptKey, StreamRef
 
-from ._errors import InvalidRunIdError
+from .._format import CHUNK, MAX_RUN_ID_BYTES, run_id_bytes
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -93,8 +93,6 @@ DESCRIPTOR_PREFIX: Final = b"d"
 MAX_KEY: Final = 256
 #: Marks a digested key part; 0xff never starts UTF-8, msgpack arrays or the length prefixes.
 _DIGESTED: Final = b"\xff"
-#: The most messages one stored run holds (bounds what compaction must keep of a run).
-CHUNK: Final = 256
 
 #: ``nodes`` keys: a retry boundary's attempt record, an execution scope's record, a confirmed node.
 NODE_ATTEMPT_PREFIX: Final = b"a"
@@ -106,7 +104,6 @@ _NAME_IN_KEY: Final = 200
 
 RUN_PREFIX: Final = b"run/"
 CHECKPOINT_PREFIX: Final = b"checkpoint/"
-MAX_RUN_ID_BYTES: Final = 400
 
 #: Stream ids and sequence numbers in keys: 8 bytes, big-endian.
 U64: Final = struct.Struct(">Q")
@@ -183,21 +180,12 @@ def budget_prefixes(stream_id: int, group: str) -> tuple[bytes, bytes]:
 
 def run_key(run_id: str) -> bytes:
     """The ``graph_runs`` key of a durable graph run's record."""
-    return RUN_PREFIX + _run_id_bytes(run_id)
+    return RUN_PREFIX + run_id_bytes(run_id)
 
 
 def checkpoint_key(run_id: str) -> bytes:
     """The ``graph_runs`` key of a durable graph run's latest checkpoint."""
-    return CHECKPOINT_PREFIX + _run_id_bytes(run_id)
-
-
-def _run_id_bytes(run_id: str) -> bytes:
-    raw = run_id.encode()
-    if not raw or len(raw) > MAX_RUN_ID_BYTES:
-        raise InvalidRunIdError(
-            f"a run id must be 1 to {MAX_RUN_ID_BYTES} bytes of UTF-8; got {len(raw)} bytes"
-        )
-    return raw
+    return CHECKPOINT_PREFIX + run_id_bytes(run_id)
 
 
 def _name_part(name: str) -> bytes:
@@ -230,4 +218,4 @@ def node_record_key(scope: str, node: str) -> bytes:
 
 def node_run_key(run_id: str) -> bytes:
     """The ``nodes`` key of a business run's record (:class:`~ledger.RunRecord`)."""
-    return NODE_RUN_PREFIX + _run_id_bytes(run_id)
+    return NODE_RUN_PREFIX + run_id_bytes(run_id)

@@ -147,12 +147,12 @@ class LmdbNodeHooks:
 
     # -- reading (no write, no wait on the writer) -----------------------------------------
 
-    def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
         """The confirmed nodes of execution scope ``scope``, for a restore plan."""
         with self.env.read() as txn:
             return LmdbNodeView(txn, self._db).nodes(scope)
 
-    def scope_failed(self, scope: str) -> bool:
+    async def scope_failed(self, scope: str) -> bool:
         """Whether a final failure was confirmed in execution scope ``scope``."""
         with self.env.read() as txn:
             record = LmdbNodeView(txn, self._db).get_scope(scope)

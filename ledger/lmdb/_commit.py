@@ -43,7 +43,7 @@ from opentelemetry.trace import Link, Span, SpanContext, get_current_span
 
 from streams.store import ATTR, INSTRUMENTS, SPAN, failed, tracer
 
-from ._errors import MapFullError, WriteFailedError
+from .._errors import MapFullError, WriteFailedError
 from ._files import damaged
 from ._gather import GATHER_STEPS
 

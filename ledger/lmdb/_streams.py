@@ -45,8 +45,8 @@ from streams.store import (
     span,
 )
 
+from .._errors import CorruptRecordError, UnattributedBudgetsError
 from ._env import LedgerEnv
-from ._errors import CorruptRecordError, UnattributedBudgetsError
 from ._layout import (
     CHUNK,
     COUNTER_KEY,

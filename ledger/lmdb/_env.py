@@ -28,8 +28,7 @@ import anyio
 import lmdb
 import msgspec
 
-from ._commit import BeforeCommit, GroupCommitter, WriteTicket
-from ._errors import (
+from .._errors import (
     CorruptRecordError,
     LedgerClosedError,
     LedgerInUseError,
@@ -41,6 +40,8 @@ from ._errors import (
     SchemaVersionError,
     UnfinishedLedgerError,
 )
+from .._format import CODEC, CODEC_VERSION, LedgerMeta
+from ._commit import BeforeCommit, GroupCommitter, WriteTicket
 from ._files import check_data_file, damaged, holds_no_commit
 from ._layout import DATABASES, META_KEY
 from ._seal import decode_record, seal
@@ -49,8 +50,6 @@ __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket
 
 FORMAT: Final = "streamledger"
 SCHEMA_VERSION: Final = 3  # 2: messages stored as runs; 3: checksums cover database, key and value
-CODEC: Final = "msgpack"
-CODEC_VERSION: Final = 1
 
 
 T = TypeVar("T")
@@ -79,15 +78,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class LedgerMeta(msgspec.Struct, frozen=True):
-    """The schema record every ledger holds under ``meta/schema``."""
-
-    format: str
-    schema_version: int
-    codec: str
-    codec_version: int
 
 
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)

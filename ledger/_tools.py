@@ -1,0 +1,54 @@
+"""What the command line asks of a backend, by where the ledger is: a directory or a ``postgresql://`` URL.
+
+Each backend package exports one :class:`Tools` (``ledger.lmdb.TOOLS``,
+``ledger.postgres.TOOLS``); the command line picks it with
+:func:`tools_for` and never reaches into a backend's private modules. Every
+tool reads one snapshot beside the ledger's running owners and writes
+nothing, except ``backup`` (into its new destination).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streams.store import StreamRef
+
+from ._check import LedgerCheck
+from ._connect import is_url
+
+__all__ = ["Tools", "tools_for"]
+
+
+@dataclass(frozen=True)
+class Tools:
+    """A backend's read-only tools, each taking the ledger's path or URL first."""
+
+    #: The ledger as messages name it (a URL without its password).
+    describe: Callable[[str], str]
+    #: ``inspect``'s report: streams with their groups, runs, graph runs (values only if asked).
+    inspect: Callable[[str, bool], dict[str, Any]]
+    #: ``view``: a stream's kept messages from a sequence on, at most a limit.
+    view: Callable[[str, StreamRef, int, int | None], dict[str, Any]]
+    #: ``check``: every record decoded and every reference followed.
+    check: Callable[[str], LedgerCheck]
+    #: ``backup``: a consistent copy into a new directory, and the check of what was copied.
+    backup: Callable[[str, Path], LedgerCheck]
+    #: What the copy is and how it is brought back, said after ``backup``'s line (or nothing).
+    backup_note: str
+    #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit).
+    demo: Callable[[str, int, int, Callable[[Any], None] | None, float, int], Awaitable[Any]]
+
+
+def tools_for(target: str | os.PathLike[str]) -> Tools:
+    """The tools of the backend ``target`` names; PostgreSQL's are imported only for a URL."""
+    if is_url(target):
+        from .postgres import TOOLS as postgres
+
+        return postgres
+    from .lmdb import TOOLS as lmdb
+
+    return lmdb

@@ -1,0 +1,85 @@
+"""The command line's tools on an LMDB ledger: each opens the environment read-only, beside its owner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from streams.store import StreamRef
+
+from .._check import LedgerCheck
+from .._errors import BackupDestinationError
+from .._tools import Tools
+from ._check import check_ledger
+from ._env import LedgerEnv
+from ._inspect import inspect_ledger, view_messages
+
+__all__ = ["TOOLS"]
+
+
+@contextmanager
+def _read_only(path: str | Path) -> Iterator[LedgerEnv]:
+    env = LedgerEnv.open_readonly(path)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+def _inspect(path: str, values: bool) -> dict[str, Any]:
+    with _read_only(path) as env:
+        return inspect_ledger(env, values=values)
+
+
+def _view(path: str, ref: StreamRef, start: int, limit: int | None) -> dict[str, Any]:
+    with _read_only(path) as env:
+        return view_messages(env, ref, start=start, limit=limit)
+
+
+def _check(path: str) -> LedgerCheck:
+    with _read_only(path) as env:
+        return check_ledger(env)
+
+
+def _backup(path: str, destination: Path) -> LedgerCheck:
+    """A compacted copy as of the moment it starts (the owner may keep writing); the copy's check."""
+    with _read_only(path) as env:
+        try:
+            env.copy_to(destination)
+        except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise BackupDestinationError(f"the copy cannot be written to {destination}: {reason}") from None
+    return _check(str(destination))
+
+
+async def _demo(
+    path: str,
+    messages: int,
+    workers: int,
+    progress: Callable[[Any], None] | None,
+    interval: float,
+    max_map_size: int,
+) -> Any:
+    from .._demo import DemoMismatchError
+    from ._demo import run_demo
+
+    if workers != 1:
+        raise DemoMismatchError("--workers runs the demo on a PostgreSQL URL; an LMDB ledger has one owner")
+    return await run_demo(
+        path, messages, progress=progress, progress_interval=interval, max_map_size=max_map_size
+    )
+
+
+TOOLS = Tools(
+    describe=str,
+    inspect=_inspect,
+    view=_view,
+    check=_check,
+    backup=_backup,
+    backup_note="",
+    demo=_demo,
+)

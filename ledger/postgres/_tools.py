@@ -1,0 +1,44 @@
+"""The command line's tools on a PostgreSQL ledger: each reads one read-only snapshot beside the workers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._tools import Tools
+from ._inspect import backup_postgres, check_postgres, inspect_postgres, view_postgres
+from ._schema import migrate
+from ._store import connect, describe_url
+
+__all__ = ["TOOLS", "migrate_url"]
+
+
+def migrate_url(url: str) -> tuple[int, int]:
+    """Make the ledger's tables in an empty database, or migrate an older schema: (from, to) versions."""
+    with connect(url) as conn:
+        return migrate(conn, describe_url(url))
+
+
+async def _demo(
+    url: str,
+    messages: int,
+    workers: int,
+    progress: Callable[[Any], None] | None,
+    interval: float,
+    max_map_size: int,
+) -> Any:
+    """The demo's shards on ``workers`` worker processes (progress and the map limit are LMDB's)."""
+    from ._demo import run_demo_postgres
+
+    return await run_demo_postgres(url, messages, workers=workers)
+
+
+TOOLS = Tools(
+    describe=describe_url,
+    inspect=lambda url, values: inspect_postgres(url, values=values),
+    view=lambda url, ref, start, limit: view_postgres(url, ref, start=start, limit=limit),
+    check=check_postgres,
+    backup=backup_postgres,
+    backup_note="pg_dump's directory format: restore it with pg_restore",
+    demo=_demo,
+)
