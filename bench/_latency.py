@@ -10,7 +10,7 @@ seconds of orders are left out of the percentiles.
 
 Beside the pipeline the same run measures what a commit costs with nothing
 around it: a raw py-lmdb write transaction of one put (the physical floor of
-one step) and a bare ``await ledger.env.write(...)`` of the same put (the
+one step) and a bare ``await ledger.backend.env.write(...)`` of the same put (the
 ledger's round trip through its writer thread), one after another.
 
 Every LMDB transaction the ledger commits during the pipeline is timed on
@@ -37,7 +37,7 @@ import anyio.lowlevel
 import lmdb
 
 from ledger import LedgerEnv, open_ledger
-from ledger._env import write_mode
+from ledger.lmdb._env import write_mode
 from streams import HandleResult, MessageTx, StreamHooks, handle_messages, open_scope
 
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
@@ -283,7 +283,7 @@ def run_latency_lmdb(
         async def main() -> LatencyRun:
             async with open_ledger(path, sync=sync) as ledger:
                 clock = TxnClock()
-                stop = clock.attach(ledger.env)
+                stop = clock.attach(ledger.backend.env)
                 try:
                     return await run_latency(
                         ledger.streams,
@@ -351,17 +351,17 @@ def _put(txn: lmdb.Transaction, *, key: bytes, db: Any) -> bool:
 def time_ledger_writes(
     count: int, *, sync: bool = True, backend: str = "asyncio", workdir: Path | None = None
 ) -> Percentiles:
-    """``count`` bare ``await ledger.env.write(...)`` of the same put, one after another."""
+    """``count`` bare ``await ledger.backend.env.write(...)`` of the same put, one after another."""
     walls: list[float] = []
     with tempfile.TemporaryDirectory(prefix="streamledger-round-trip-", dir=workdir) as tmp:
 
         async def main() -> None:
             async with open_ledger(Path(tmp) / "ledger", sync=sync) as ledger:
-                db = ledger.env.db("messages")
+                db = ledger.backend.env.db("messages")
                 for i in range(count):
                     key = _KEY + i.to_bytes(8, "big")
                     started = time.perf_counter()
-                    await ledger.env.write(functools.partial(_put, key=key, db=db))
+                    await ledger.backend.env.write(functools.partial(_put, key=key, db=db))
                     walls.append(time.perf_counter() - started)
 
         anyio.run(main, backend=backend)
@@ -545,7 +545,7 @@ def show_latency(out: dict[str, Any]) -> str:
     )
     rows.append(
         (
-            "ledger.env.write round trip, one put (durable)",
+            "ledger.backend.env.write round trip, one put (durable)",
             us("ledger_write_p50_us"),
             *("",) * 2,
             us("ledger_write_p99_us"),

@@ -44,8 +44,8 @@ from opentelemetry.trace import Link, Span, SpanContext, get_current_span
 from streams.store import ATTR, INSTRUMENTS, SPAN, failed, tracer
 
 from .._errors import MapFullError, WriteFailedError
+from .._gather import GATHER_STEPS
 from ._files import damaged
-from ._gather import GATHER_STEPS
 
 if TYPE_CHECKING:
     from ._env import LedgerEnv

@@ -1,4 +1,4 @@
-"""The group committer's batching (ledger._commit): which writes share a transaction."""
+"""The group committer's batching (ledger.lmdb._commit): which writes share a transaction."""
 
 from __future__ import annotations
 
@@ -27,30 +27,30 @@ def put(db: Any, key: bytes) -> Callable[[lmdb.Transaction], bytes]:
 
 async def test_writes_a_landing_sets_off_share_the_next_transaction(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
-        db = ledger.env.db("messages")
+        db = ledger.backend.env.db("messages")
         batches: list[int] = []
-        ledger.env.batch_observer = lambda writes, _ok: batches.append(writes)
-        await ledger.env.write(put(db, b"a"))
+        ledger.backend.env.batch_observer = lambda writes, _ok: batches.append(writes)
+        await ledger.backend.env.write(put(db, b"a"))
         # the steps after a landing, as the tasks it woke resume one after another
-        tickets = [ledger.env.submit(put(db, b"b"))]
+        tickets = [ledger.backend.env.submit(put(db, b"b"))]
         for step in range(1, GATHER_STEPS - 1):
             await anyio.lowlevel.checkpoint()
-            tickets.append(ledger.env.submit(put(db, b"c%d" % step)))
+            tickets.append(ledger.backend.env.submit(put(db, b"c%d" % step)))
         assert [await t.wait() for t in tickets] == [b"b"] + [b"c%d" % k for k in range(1, GATHER_STEPS - 1)]
-        ledger.env.batch_observer = None
+        ledger.backend.env.batch_observer = None
     assert batches == [1, GATHER_STEPS - 1]
 
 
 async def test_a_lone_write_is_handed_over_at_the_end_of_its_step(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
-        db = ledger.env.db("messages")
+        db = ledger.backend.env.db("messages")
         batches: list[int] = []
-        ledger.env.batch_observer = lambda writes, _ok: batches.append(writes)
-        ticket = ledger.env.submit(put(db, b"a"))
+        ledger.backend.env.batch_observer = lambda writes, _ok: batches.append(writes)
+        ticket = ledger.backend.env.submit(put(db, b"a"))
         with anyio.fail_after(10):
             assert await ticket.wait() == b"a"
         await anyio.sleep(0.01)  # an idle committer: the steps after the landing pass with nothing
-        ticket = ledger.env.submit(put(db, b"b"))
+        ticket = ledger.backend.env.submit(put(db, b"b"))
         assert await ticket.wait() == b"b"
-        ledger.env.batch_observer = None
+        ledger.backend.env.batch_observer = None
     assert batches == [1, 1]
