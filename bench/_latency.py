@@ -21,6 +21,7 @@ one raises :class:`BenchError`.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import statistics
@@ -139,6 +140,10 @@ class LatencyRun:
     txn_us: Percentiles | None = None
     txns: int = 0
     writer_busy: float | None = None
+    #: Per order, the transactions that committed between its send and its delivery: the one in
+    #: flight when it was sent, its append's, billing's commit (2 to 3 at best). Unlike a time,
+    #: a count the machine's load hardly moves.
+    txns_crossed: Percentiles | None = None
 
     @property
     def sustained(self) -> bool:
@@ -164,6 +169,8 @@ class LatencyRun:
             out["txns"] = self.txns
             out["orders_per_txn"] = self.orders / max(self.txns, 1)
             out["writer_busy"] = self.writer_busy
+        if self.txns_crossed is not None:
+            out["txns_crossed"] = self.txns_crossed
         return out
 
 
@@ -256,6 +263,12 @@ async def run_latency(
             run.txn_us = percentiles(walls)
             run.txns = len(walls)
             run.writer_busy = busy
+            committed = sorted(clock.committed)
+            crossed = [
+                bisect.bisect_left(committed, seen[i]) - bisect.bisect_right(committed, sent[i])
+                for i in measured
+            ]
+            run.txns_crossed = {name: value / 1e6 for name, value in percentiles(crossed).items()}
     return run
 
 
@@ -468,6 +481,10 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 f.writer_busy for f in figs if f.writer_busy is not None
             )
             out[f"{name}_orders_per_txn"] = statistics.median(f.orders / max(f.txns, 1) for f in figs)
+        crossed = [f.txns_crossed for f in figs if f.txns_crossed is not None]
+        if crossed:
+            out[f"{name}_txns_crossed_p50"] = statistics.median(c["p50"] for c in crossed)
+            out[f"{name}_txns_crossed_mean"] = statistics.median(c["mean"] for c in crossed)
     sustained = [r for r in rates if r is not None and out.get(f"pg_{rate_label(r)}_sustained")]
     out["pg_highest_sustained_rate"] = max(sustained) if sustained else None
     out["runs"] = [run.summary() for figs in runs.values() for run in figs]
@@ -506,6 +523,10 @@ def _postgres(args: Any, progress: Callable[[str], None]) -> tuple[Any, str | No
     return (server.url, server.url_for), None, stack
 
 
+def _shown_float(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def show_latency(out: dict[str, Any]) -> str:
     """The figures as a table: one row per store, sync mode and rate."""
 
@@ -514,7 +535,17 @@ def show_latency(out: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:,.0f}"
 
     rows: list[tuple[str, ...]] = [
-        ("µs, send to audit's delivery", "p50", "p90", "p99", "p99.9", "orders/s", "txn p50", "writer busy")
+        (
+            "µs, send to audit's delivery",
+            "p50",
+            "p90",
+            "p99",
+            "p99.9",
+            "orders/s",
+            "txn p50",
+            "writer busy",
+            "txns crossed",
+        )
     ]
     for store in ("lmdb", "lmdb_nondurable", "pg"):
         for label in out["rates"]:
@@ -532,6 +563,7 @@ def show_latency(out: dict[str, Any]) -> str:
                     us(f"{name}_orders_per_s"),
                     us(f"{name}_txn_p50_us"),
                     "-" if busy is None else f"{busy:.0%}",
+                    _shown_float(out.get(f"{name}_txns_crossed_mean")),
                 )
             )
     rows.append(
@@ -540,7 +572,7 @@ def show_latency(out: dict[str, Any]) -> str:
             us("raw_lmdb_commit_p50_us"),
             *("",) * 2,
             us("raw_lmdb_commit_p99_us"),
-            *("",) * 3,
+            *("",) * 4,
         )
     )
     rows.append(
@@ -549,7 +581,7 @@ def show_latency(out: dict[str, Any]) -> str:
             us("ledger_write_p50_us"),
             *("",) * 2,
             us("ledger_write_p99_us"),
-            *("",) * 3,
+            *("",) * 4,
         )
     )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

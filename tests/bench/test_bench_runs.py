@@ -234,6 +234,7 @@ def test_latency_bench_reports_percentiles_transactions_and_round_trips(
 ) -> None:
     out = run_bench(capsys, *LATENCY_TINY, "--commits", "20", "--skip-postgres", "--workdir", str(tmp_path))
     for name in ("lmdb_1k", "lmdb_max", "lmdb_nondurable_1k", "lmdb_nondurable_max"):
+        assert out[f"{name}_txns_crossed_p50"] >= 0
         for figure in ("p50", "p90", "p99", "p999", "txn_p50"):
             assert out[f"{name}_{figure}_us"] > 0, (name, figure)
         assert 0 < out[f"{name}_writer_busy"] <= 1, name
