@@ -9,6 +9,10 @@ for a directory.
 
 from streams.store import publish as _publish
 
+from .._errors import LedgerConflictError as LedgerConflictError
+from .._errors import LedgerServerError as LedgerServerError
+from .._errors import MissingSchemaError as MissingSchemaError
+from .._errors import OutcomeUnknownError as OutcomeUnknownError
 from ._leases import Lease as Lease
 from ._leases import LeaseLostError as LeaseLostError
 from ._ledger import PostgresLedger as PostgresLedger
@@ -20,6 +24,10 @@ from ._worker import work as work
 __all__ = [
     "Lease",
     "LeaseLostError",
+    "LedgerConflictError",
+    "LedgerServerError",
+    "MissingSchemaError",
+    "OutcomeUnknownError",
     "PgNodeHooks",
     "PgStreamHooks",
     "PostgresLedger",

@@ -27,6 +27,7 @@ from .._check import LedgerCheck
 from .._graph_runs import GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._runs import RunRecord
+from ._faults import translated
 from ._schema import ensure_schema
 from ._store import connect, describe_url
 
@@ -37,7 +38,7 @@ T = TypeVar("T")
 
 @contextmanager
 def _snapshot(url: str) -> Iterator[Any]:
-    with connect(url) as conn:
+    with translated(describe_url(url)), connect(url) as conn:
         ensure_schema(conn, describe_url(url), create=False)
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True

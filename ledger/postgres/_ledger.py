@@ -19,7 +19,7 @@ from ._leased import Held, holding
 from ._leases import LeaseLostError, claim_run
 from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
-from ._store import PgConnection
+from ._store import RECONNECT_SECONDS, PgConnection
 from ._streams import PgStreamHooks
 
 __all__ = ["PostgresLedger", "open_postgres"]
@@ -91,14 +91,21 @@ class PostgresLedger:
 
 
 @asynccontextmanager
-async def open_postgres(url: str) -> AsyncIterator[PostgresLedger]:
+async def open_postgres(
+    url: str, *, reconnect_seconds: float = RECONNECT_SECONDS
+) -> AsyncIterator[PostgresLedger]:
     """Connect to the PostgreSQL ledger at ``url`` (making its tables in an empty database).
 
     Refuses a database holding another schema or codec version with
-    :class:`~ledger.SchemaVersionError`. ``url`` is libpq's: a
-    ``postgresql://`` URL or a ``key=value`` string.
+    :class:`~ledger.SchemaVersionError`, a ``search_path`` naming no schema
+    that exists with :class:`~ledger.MissingSchemaError`. ``url`` is
+    libpq's: a ``postgresql://`` URL or a ``key=value`` string. A server
+    that is away, or goes away later, is waited for up to
+    ``reconnect_seconds`` each time; then the call waiting raises
+    :class:`~ledger.LedgerUnreachableError`. A refusal (no such database or
+    role, failed authentication) raises it at once.
     """
-    connection = PgConnection(url)
+    connection = PgConnection(url, reconnect_seconds=reconnect_seconds)
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(connection.connect)
     try:

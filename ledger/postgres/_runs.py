@@ -40,7 +40,7 @@ class PgRunBook:
             ).fetchone()
             return None if row is None else decode_row(_decoder, row[0], f"the record of run {run_id!r}")
 
-        return await self._connection.call(read)
+        return await self._connection.call(read, idempotent=True)
 
     async def write(self, record: RunRecord, *, new: bool) -> None:
         node_run_key(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError

@@ -1,0 +1,121 @@
+"""What a PostgreSQL fault becomes: one typed line from the CLI, a ledger error from the library.
+
+The server-restart tests, with real worker processes, are in
+``test_postgres_restarts.py``; these are the faults one connection meets.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+import ledger
+from ledger import LedgerError, LedgerUnreachableError, NotALedgerError
+from ledger.postgres import MissingSchemaError, open_postgres
+from ledger.postgres._faults import ReconnectBackoff, find_cause
+from ledger.postgres._leases import LeaseLostError
+from streams.store import single_error
+
+from .test_cli import cli
+
+pytestmark = pytest.mark.anyio
+
+
+def missing_schema(url: str) -> str:
+    """``url`` with its search_path naming a schema that does not exist."""
+    base = url.split("&options=")[0]
+    return f"{base}&options=-csearch_path%3Dno_such_schema"
+
+
+def test_a_search_path_naming_a_missing_schema_is_one_typed_line_from_the_cli(postgres_url: str) -> None:
+    for command in ("inspect", "check"):
+        done = cli(command, missing_schema(postgres_url))
+        assert done.returncode == 2, done.stderr  # the caller's mistake, as a path that is not a ledger
+        assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "search_path (no_such_schema) names no schema that exists" in done.stderr
+    migrate = cli("migrate", missing_schema(postgres_url))
+    assert migrate.returncode == 2 and len(migrate.stderr.splitlines()) == 1, migrate.stderr
+
+
+async def test_a_search_path_naming_a_missing_schema_is_a_typed_error_from_connect(postgres_url: str) -> None:
+    with pytest.raises(MissingSchemaError, match="no_such_schema") as raised:
+        async with ledger.connect(missing_schema(postgres_url)):
+            pass
+    assert isinstance(raised.value, NotALedgerError)
+    # and nothing was made anywhere else on the server: the URL's own schema is still empty
+    done = cli("inspect", postgres_url)
+    assert done.returncode == 2 and "holds no ledger" in done.stderr
+
+
+async def test_a_refusal_is_raised_at_once_and_a_missing_server_after_the_reconnect_time(
+    postgres_server: Any, tmp_path: Any
+) -> None:
+    began = time.monotonic()
+    with pytest.raises(LedgerUnreachableError, match='database "no_such_database" does not exist'):
+        async with open_postgres(postgres_server.url_for("no_such_database"), reconnect_seconds=30):
+            pass
+    with pytest.raises(LedgerUnreachableError, match='role "nobody" does not exist'):
+        async with open_postgres(postgres_server.url.replace("user=postgres", "user=nobody")):
+            pass
+    assert time.monotonic() - began < 10  # a refusal is not waited out
+    began = time.monotonic()
+    with pytest.raises(LedgerUnreachableError, match=r"gave up after \d+ attempt\(s\) in 0.5 s"):
+        async with open_postgres(
+            f"postgresql:///postgres?host={tmp_path}&user=postgres", reconnect_seconds=0.5
+        ):
+            pass
+    assert 0.5 <= time.monotonic() - began < 10
+
+
+def test_a_missing_database_or_role_is_one_line_from_the_cli(postgres_server: Any) -> None:
+    for url in (
+        postgres_server.url_for("no_such_database"),
+        postgres_server.url.replace("=postgres", "=nobody"),
+    ):
+        done = cli("inspect", url)
+        assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "cannot be reached" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_cause_is_found_through_a_cycle_of_contexts_a_task_group_made() -> None:
+    """The worker's lease-lost test walked causes and contexts recursively: an error re-raised out of
+    the group holding it (single_error does so) has that group as its context, a cycle it followed
+    until RecursionError, as the worker did when the server restarted under it."""
+
+    async def main() -> BaseException:
+        try:
+            with single_error():
+                async with anyio.create_task_group() as tg:
+
+                    async def fail() -> None:
+                        raise LedgerUnreachableError("gone")
+
+                    tg.start_soon(fail)
+        except LedgerUnreachableError as exc:
+            return exc
+        raise AssertionError("not raised")
+
+    raised = anyio.run(main)
+    group = raised.__context__
+    assert isinstance(group, BaseExceptionGroup) and raised in group.exceptions  # the cycle
+    assert find_cause(raised, LeaseLostError) is None
+    assert find_cause(raised, LedgerError) is raised
+    wrapped = RuntimeError("outer")
+    wrapped.__cause__ = raised
+    assert find_cause(wrapped, LedgerUnreachableError) is raised
+
+
+def test_the_backoff_is_jittered_grows_to_its_bound_and_stops_at_its_total() -> None:
+    backoff = ReconnectBackoff(0.4, first=0.01, longest=0.04)
+    began = time.monotonic()
+    while backoff.wait():
+        pass
+    spent = time.monotonic() - began
+    assert 0.4 <= spent < 1.5
+    assert backoff.attempts >= 0.4 / 0.04  # it waited no more than its bound each time
+    stopped = ReconnectBackoff(60.0)
+    stopped._stop.set()
+    assert not stopped.wait()
