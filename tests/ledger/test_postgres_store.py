@@ -289,7 +289,7 @@ async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_an
 def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(postgres_url: str) -> None:
     """A worker frozen mid-transaction (SIGSTOP) cannot hold its rows for ever: the server ends its
     session once it sat idle in the transaction, and another connection then takes the row lock."""
-    from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS, PgConnection
+    from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS, SESSION_TIMEOUTS, PgConnection
 
     execute(postgres_url, "CREATE TABLE IF NOT EXISTS frozen (id int PRIMARY KEY)")
     execute(postgres_url, "INSERT INTO frozen VALUES (1) ON CONFLICT DO NOTHING")
@@ -297,6 +297,8 @@ def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(
     stopped.connect()
     [(setting,)] = stopped._conn.execute("SHOW idle_in_transaction_session_timeout").fetchall()
     assert setting == f"{IDLE_IN_TRANSACTION_SECONDS}s"
+    for name, value in SESSION_TIMEOUTS.items():  # a lock wait, a statement: bounded too
+        assert stopped._conn.execute(f"SHOW {name}").fetchone() == (value,)
     # its session is gone when it wakes up
     with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout), stopped._conn.transaction():
         stopped._conn.execute("SELECT id FROM frozen WHERE id = 1 FOR UPDATE")
@@ -306,3 +308,8 @@ def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(
         stopped._conn.execute("SELECT 1")
     assert stopped._conn.broken
     stopped.close()
+    own = PgConnection(f"{postgres_url}%20-clock_timeout%3D7s")  # the URL's own value is kept
+    own.connect()
+    assert own._conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+    assert own._conn.execute("SHOW statement_timeout").fetchone() == (SESSION_TIMEOUTS["statement_timeout"],)
+    own.close()
