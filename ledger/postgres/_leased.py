@@ -66,10 +66,12 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
                     yield held
                 finally:
                     tg.cancel_scope.cancel()
-    except BaseException as exc:
-        if find_cause(exc, LedgerUnreachableError) is not None:
-            held.keep_until_expiry = True  # no release to wait for: the server is not there
-        raise
+    except Exception as exc:
+        gone = find_cause(exc, LedgerUnreachableError)
+        if gone is None:
+            raise
+        held.keep_until_expiry = True  # no release to wait for: the server is not there
+        raise gone from None  # one error, however many of the run's tasks met it
     finally:
         if not (held.lost or held.keep_until_expiry):
             with anyio.CancelScope(shield=True):
