@@ -6,7 +6,11 @@ The server-restart tests, with real worker processes, are in
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -14,11 +18,12 @@ import pytest
 
 import ledger
 from ledger import LedgerError, LedgerUnreachableError, NotALedgerError
-from ledger.postgres import MissingSchemaError, open_postgres
+from ledger.postgres import LedgerConflictError, LedgerServerError, MissingSchemaError, open_postgres
 from ledger.postgres._faults import ReconnectBackoff, find_cause
 from ledger.postgres._leases import LeaseLostError
-from streams.store import single_error
+from streams.store import AppendBatch, StreamOpen, StreamRef, single_error
 
+from ._mounts import remount, tmpfs
 from .test_cli import cli
 
 pytestmark = pytest.mark.anyio
@@ -119,3 +124,71 @@ def test_the_backoff_is_jittered_grows_to_its_bound_and_stops_at_its_total() -> 
     stopped = ReconnectBackoff(60.0)
     stopped._stop.set()
     assert not stopped.wait()
+
+
+async def test_a_full_disk_on_the_server_is_a_typed_error_that_confirms_nothing(
+    postgres_server: Any, postgres_url: str
+) -> None:
+    """The ledger's tables in a tablespace on a tiny tmpfs (through the URL's default_tablespace)."""
+    root = Path(tempfile.mkdtemp(prefix="streamledger-small-"))
+    os.chmod(root, 0o755)
+    name = f"small_{os.getpid()}"
+    schema = postgres_url.rsplit("%3D", 1)[1]
+    try:
+        with tmpfs(root / "disk", "640k") as disk:
+            shutil.chown(disk, "postgres", "postgres")
+            execute(postgres_server.url, f"CREATE TABLESPACE {name} LOCATION '{disk}'")
+            try:
+                await _fill_the_disk(f"{postgres_url}%20-cdefault_tablespace%3D{name}", disk)
+            finally:
+                execute(postgres_server.url, f"DROP SCHEMA {schema} CASCADE")
+                execute(postgres_server.url, f"DROP TABLESPACE {name}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _fill_the_disk(url: str, disk: Path) -> None:
+    ref = StreamRef("s", "src", "blobs")
+    async with open_postgres(url) as opened:
+        stream = await opened.streams.open(StreamOpen(ref, "bytes", 16, ("a",)))
+        appended = 0
+        with pytest.raises(LedgerServerError, match="disk is full") as full:
+            for _ in range(100):
+                await opened.streams.append(
+                    AppendBatch(ref, stream.generation, appended + 1, (os.urandom(64 * 1024),))
+                )
+                appended += 1
+        assert "SQLSTATE 53100" in str(full.value)
+        described = await opened.streams.describe(ref)
+        assert described is not None and described.appended == appended  # the failed append left nothing
+        remount(disk, "size=64m")  # space freed: the same ledger goes on
+        await opened.streams.append(AppendBatch(ref, stream.generation, appended + 1, (b"after",)))
+
+
+def execute(url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+async def test_conflicts_past_every_retry_are_a_typed_error(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from psycopg import errors
+
+    from ledger.postgres import _store
+
+    monkeypatch.setattr(_store, "MAX_CONFLICT_RETRIES", 2)
+    attempts: list[int] = []
+
+    def always_conflicting(view: Any) -> None:
+        attempts.append(1)
+        raise errors.SerializationFailure("could not serialize access due to concurrent update")
+
+    async with open_postgres(postgres_url) as opened:
+        with pytest.raises(
+            LedgerConflictError, match=r"kept conflicting .* \(SQLSTATE 40001\)|kept conflicting"
+        ):
+            await opened.connection.call(always_conflicting)
+    assert len(attempts) == 3  # the first try and its two retries, then given up
