@@ -141,8 +141,7 @@ def ledger_error(exc: BaseException, where: str) -> BaseException:
 
 def _mapped(exc: psycopg.Error, where: str) -> LedgerError:
     state = exc.sqlstate
-    primary = exc.diag.message_primary if state else None
-    said = f"{primary} (SQLSTATE {state})" if primary else reason(exc)
+    said = f"{exc.diag.message_primary or reason(exc)} (SQLSTATE {state})" if state else reason(exc)
     if isinstance(exc, CONFLICTS):
         return LedgerConflictError(
             f"{where}: a transaction kept conflicting with other workers' and was given up: {said}; "

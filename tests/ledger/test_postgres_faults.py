@@ -188,7 +188,7 @@ async def test_conflicts_past_every_retry_are_a_typed_error(
 
     async with open_postgres(postgres_url) as opened:
         with pytest.raises(
-            LedgerConflictError, match=r"kept conflicting .* \(SQLSTATE 40001\)|kept conflicting"
+            LedgerConflictError, match=r"kept conflicting with other workers.*\(SQLSTATE 40001\)"
         ):
             await opened.connection.call(always_conflicting)
     assert len(attempts) == 3  # the first try and its two retries, then given up
