@@ -107,9 +107,16 @@ def server_gone(exc: BaseException, conn: Any) -> bool:
 
 
 def reason(exc: BaseException) -> str:
-    """The last line of a connection failure: libpq's own words on why, never the URL's password."""
+    """Why a connection failed, in libpq's words, on one line: ``Connection refused (Is the server ...)``.
+
+    libpq names the server's address before its reason, and hints on the
+    lines after; the URL (and its password) is never part of it.
+    """
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    first = lines[0].rsplit("failed: ", 1)[-1].removeprefix("FATAL:").strip()
+    return f"{first} ({' '.join(lines[1:])})" if lines[1:] else first
 
 
 def refused_for_good(exc: psycopg.Error) -> bool:
