@@ -68,6 +68,7 @@ _REFUSALS: Final = (
     "password",
     "not permitted to log in",
     "invalid",
+    "unrecognized",
 )
 
 

@@ -93,6 +93,17 @@ def connect(url: str) -> Any:
         raise unreachable(exc, describe_url(url)) from None
 
 
+class _Outage:
+    """Since when the server is away, how often it was tried, and whether a call gave up waiting."""
+
+    __slots__ = ("attempts", "began", "gave_up")
+
+    def __init__(self, began: float) -> None:
+        self.began = began
+        self.attempts = 0
+        self.gave_up = False  # the next call tries once, not for the whole time again
+
+
 class _Gone(Exception):
     """The server went away, or cannot be reached yet: the transaction left nothing; try a new connection."""
 
@@ -167,7 +178,7 @@ class PgConnection:
         self._conn: Any = None
         self._using = threading.Lock()  # the connection is used by one batch, or one read, at a time
         self._closing = threading.Event()  # set by close: a wait for the server stops at once
-        self._gave_up = False  # the last wait for the server ran out: the next call tries once
+        self._outage: _Outage | None = None  # the server is away since, and tried so often
         self._ids: dict[StreamRef, int] = {}
         self._pending: list[_Call] = []
         self._busy = False
@@ -228,20 +239,24 @@ class PgConnection:
                 attempt()
             except _Gone as gone:
                 self._drop()
+                if self._outage is None:
+                    self._outage = _Outage(time.monotonic())
+                self._outage.attempts += 1
                 if backoff is None:  # once it gave up, a call tries once, not for the whole time again
                     backoff = ReconnectBackoff(
-                        0.0 if self._gave_up else self.reconnect_seconds, stop=self._closing
+                        0.0 if self._outage.gave_up else self.reconnect_seconds, stop=self._closing
                     )
                 if not backoff.wait():
-                    self._gave_up = True
+                    self._outage.gave_up = True
+                    waited = time.monotonic() - self._outage.began
                     raise LedgerUnreachableError(
                         f"{self.where} cannot be reached: {reason(gone.error)}; gave up after "
-                        f"{backoff.attempts + 1} attempt(s) in {self.reconnect_seconds:g} s. Nothing "
-                        "unconfirmed was kept: start the server and run the command again, it resumes "
-                        "from what the ledger confirmed"
+                        f"{self._outage.attempts} attempt(s) in {waited:.1f} s. "
+                        "Nothing unconfirmed was kept: start the server and run the command again, it "
+                        "resumes from what the ledger confirmed"
                     ) from None
                 continue
-            self._gave_up = False
+            self._outage = None
             return
 
     async def call(self, op: Callable[[PgView], T], *, buffered: bool = True, idempotent: bool = False) -> T:

@@ -67,7 +67,7 @@ async def test_a_refusal_is_raised_at_once_and_a_missing_server_after_the_reconn
             pass
     assert time.monotonic() - began < 10  # a refusal is not waited out
     began = time.monotonic()
-    with pytest.raises(LedgerUnreachableError, match=r"gave up after \d+ attempt\(s\) in 0.5 s"):
+    with pytest.raises(LedgerUnreachableError, match=r"gave up after \d+ attempt\(s\) in 0\.\d s"):
         async with open_postgres(
             f"postgresql:///postgres?host={tmp_path}&user=postgres", reconnect_seconds=0.5
         ):
@@ -192,3 +192,31 @@ async def test_conflicts_past_every_retry_are_a_typed_error(
         ):
             await opened.connection.call(always_conflicting)
     assert len(attempts) == 3  # the first try and its two retries, then given up
+
+
+async def test_a_run_whose_commit_was_lost_with_the_server_resumes_exact(postgres_url: str) -> None:
+    """The server ends the session inside the COMMIT of the run's first append (a deferred trigger):
+    the run raises, caused by OutcomeUnknownError, and resuming it ends with the uninterrupted answer."""
+    from ledger.postgres import OutcomeUnknownError
+    from streams import CheckpointError
+
+    from .pool_graphs import ANSWER, N, answer, summing
+
+    async with open_postgres(postgres_url) as opened:
+        await opened.streams.describe(StreamRef("s", "src", "none"))  # the tables exist now
+        execute(
+            postgres_url,
+            "CREATE FUNCTION lose_at_commit() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$",
+        )
+        execute(
+            postgres_url,
+            "CREATE CONSTRAINT TRIGGER lose_at_commit AFTER INSERT ON streamledger_messages"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION lose_at_commit()",
+        )
+        with pytest.raises(CheckpointError, match="outcome is unknown") as raised:
+            await opened.run(summing(), {N: 5}, run_id="lost")
+        assert find_cause(raised.value, OutcomeUnknownError) is not None
+        execute(postgres_url, "DROP TRIGGER lose_at_commit ON streamledger_messages")
+        resumed = await opened.resume("lost", summing())
+        assert resumed.result[ANSWER] == answer(5)
