@@ -125,6 +125,8 @@ def refused_for_good(exc: psycopg.Error) -> bool:
     if isinstance(exc, psycopg.ProgrammingError):  # a URL libpq cannot parse
         return True
     text = str(exc).lower()
+    if "no password supplied" in text:  # libpq's own: the server asked for one the URL does not give
+        return True
     if "fatal:" not in text:  # no server answered: it is down, restarting, or not there yet
         return False
     told = text.rsplit("fatal:", 1)[1]

@@ -65,6 +65,12 @@ def url(own_server: PrivateServer) -> str:
     return new_url(own_server)
 
 
+def wait_for_the_pause(directory: Path, child: subprocess.Popen[str]) -> None:
+    """Wait until ``child`` paused at its point (it wrote ``paused``); fail if it ended before."""
+    wait_until(lambda: (directory / "paused").exists() or child.poll() is not None, "the pause")
+    assert (directory / "paused").exists(), f"the child ended without pausing: {child.communicate()}"
+
+
 def wait_until(condition: Callable[[], bool], what: str, *, seconds: float = 60.0) -> None:
     """Poll ``condition`` until it holds; fail once ``seconds`` passed."""
     deadline = time.monotonic() + seconds
@@ -138,7 +144,7 @@ def test_a_server_stopped_while_a_program_makes_its_schema_is_waited_for(
     own_server: PrivateServer, url: str, tmp_path: Path
 ) -> None:
     program = spawn(pg_fault_child.command(tmp_path, "schema", "program", url, "25"))
-    wait_until(lambda: (tmp_path / "paused").exists() or program.poll() is not None, "the pause")
+    wait_for_the_pause(tmp_path, program)
     restart(own_server)  # the tables made in the open transaction are gone with it
     (tmp_path / "go").touch()
     [(code, out, err)] = finish(program)
@@ -155,7 +161,7 @@ def test_a_server_stopped_inside_a_pipelined_call_is_waited_for_and_the_run_ends
     anyio.run(submit, url, runs)
     rest = ["--lease", "2", "--poll", "0.05", "--until-idle"] if mode == "worker" else ["40"]
     child = spawn(pg_fault_child.command(tmp_path, "pipeline", mode, url, *rest))
-    wait_until(lambda: (tmp_path / "paused").exists() or child.poll() is not None, "the pause")
+    wait_for_the_pause(tmp_path, child)
     restart(own_server, down_for=0.3)
     (tmp_path / "go").touch()
     clean(finish(child))
@@ -197,7 +203,7 @@ def test_a_server_left_down_ends_workers_with_one_typed_line_and_a_restart_resum
     paused = spawn(
         pg_fault_child.command(tmp_path, "pipeline", "worker", url, "--lease", "2", "--reconnect", "1")
     )
-    wait_until(lambda: (tmp_path / "paused").exists() or paused.poll() is not None, "the pause")
+    wait_for_the_pause(tmp_path, paused)
     idle = worker(url, reconnect=1)  # waits in its claim loop
     own_server.stop()
     (tmp_path / "go").touch()
