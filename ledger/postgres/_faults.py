@@ -8,7 +8,7 @@ handled here rather than raised:
   left nothing, so it is run again once a new connection is made, with
   :class:`ReconnectBackoff` between attempts, up to a bounded total time; one lost
   while its ``COMMIT`` was in flight may have landed or not
-  (:class:`~ledger.OutcomeUnknownError`);
+  (:class:`~ledger.postgres.OutcomeUnknownError`);
 - a conflict with another worker's transaction (a serialization failure, a
   deadlock, a lock wait past ``lock_timeout``): it left nothing, and is run
   again at once;
@@ -17,7 +17,7 @@ handled here rather than raised:
   down is tried again like a lost one, a refusal (no such database or
   role, failed authentication) is not;
 - anything else the server failed (a full disk, a statement timeout, ...)
-  is :class:`~ledger.LedgerServerError`, naming the SQLSTATE and never a
+  is :class:`~ledger.postgres.LedgerServerError`, naming the SQLSTATE and never a
   record's values.
 
 Library users catch the ledger's errors; a psycopg exception never leaves

@@ -98,7 +98,7 @@ async def open_postgres(
 
     Refuses a database holding another schema or codec version with
     :class:`~ledger.SchemaVersionError`, a ``search_path`` naming no schema
-    that exists with :class:`~ledger.MissingSchemaError`. ``url`` is
+    that exists with :class:`~ledger.postgres.MissingSchemaError`. ``url`` is
     libpq's: a ``postgresql://`` URL or a ``key=value`` string. A server
     that is away, or goes away later, is waited for up to
     ``reconnect_seconds`` each time; then the call waiting raises

@@ -140,7 +140,7 @@ MIGRATIONS: dict[int, str] = {}
 def _lock(conn: Any, where: str) -> bool:
     """Take the schema lock for this transaction (one opener or migrator at a time); is a ledger here?
 
-    A ``search_path`` naming no schema that exists is :class:`~ledger.MissingSchemaError`: the
+    A ``search_path`` naming no schema that exists is :class:`~ledger.postgres.MissingSchemaError`: the
     ledger's tables would have nowhere to be (and PostgreSQL would refuse to make them).
     """
     schema, path = conn.execute("SELECT current_schema(), current_setting('search_path')").fetchone()

@@ -12,7 +12,7 @@ commit left nothing and runs again on a new connection, with a bounded,
 jittered backoff between attempts, for at most :data:`RECONNECT_SECONDS`
 in all; then the call raises :class:`~ledger.LedgerUnreachableError`. A
 call lost while its commit was in flight raises
-:class:`~ledger.OutcomeUnknownError` (unless it is idempotent, a read or
+:class:`~ledger.postgres.OutcomeUnknownError` (unless it is idempotent, a read or
 a lease renewal, and simply runs again): its outcome is found in the
 ledger on recovery, never assumed. Every other psycopg error is raised as
 the ledger's (:func:`~ledger.postgres._faults.ledger_error`).
@@ -138,7 +138,7 @@ IDLE_IN_TRANSACTION_SECONDS = 5
 #: on it past a lease, and a takeover goes on as soon as the server ended the stopped session.
 LOCK_TIMEOUT_SECONDS = 1
 #: How long one statement may run: well past any of the ledger's own, short of holding a run's rows
-#: for ever if the server got stuck. A statement cancelled so is :class:`~ledger.LedgerServerError`.
+#: for ever if the server got stuck. A statement cancelled so is :class:`~ledger.postgres.LedgerServerError`.
 STATEMENT_TIMEOUT_SECONDS = 30
 
 #: The session settings the ledger's connections make, where the URL (or the server's or role's
@@ -267,7 +267,7 @@ class PgConnection:
         savepoint. Others (the node hooks) run in a savepoint.
         ``idempotent`` says that running ``op`` twice is running it once (a
         read, a lease renewal): one whose commit was lost with the server
-        runs again, instead of raising :class:`~ledger.OutcomeUnknownError`.
+        runs again, instead of raising :class:`~ledger.postgres.OutcomeUnknownError`.
 
         The caller that finds no transaction in flight runs the batch of every
         call waiting, its own among them; the others wait for it. Once its
