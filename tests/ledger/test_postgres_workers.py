@@ -223,7 +223,7 @@ def test_a_worker_stopped_inside_a_transaction_is_taken_over_within_its_lease_an
         stopped_at = time.monotonic()
         steady = _worker(postgres_url, "steady")
         _next_line(
-            _lines(steady), "run frozen: claimed\n", stopped_at + lease + IDLE_IN_TRANSACTION_SECONDS + 5
+            _lines(steady), "run frozen: claimed\n", stopped_at + lease + IDLE_IN_TRANSACTION_SECONDS + 10
         )
         frozen.send_signal(signal.SIGCONT)
         out_frozen, err_frozen = frozen.communicate(timeout=60)
