@@ -10,14 +10,18 @@ from ._errors import BackupDestinationError as BackupDestinationError
 from ._errors import CorruptRecordError as CorruptRecordError
 from ._errors import DamagedLedgerError as DamagedLedgerError
 from ._errors import LedgerClosedError as LedgerClosedError
+from ._errors import LedgerConflictError as LedgerConflictError
 from ._errors import LedgerError as LedgerError
 from ._errors import LedgerInUseError as LedgerInUseError
 from ._errors import LedgerLockedError as LedgerLockedError
 from ._errors import LedgerPathError as LedgerPathError
 from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
+from ._errors import LedgerServerError as LedgerServerError
 from ._errors import LedgerUnreachableError as LedgerUnreachableError
 from ._errors import MapFullError as MapFullError
+from ._errors import MissingSchemaError as MissingSchemaError
 from ._errors import NotALedgerError as NotALedgerError
+from ._errors import OutcomeUnknownError as OutcomeUnknownError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
 from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
@@ -48,7 +52,11 @@ __all__ = [
     "Ledger",
     "LedgerClosedError",
     "LedgerEnv",
+    "LedgerConflictError",
     "LedgerError",
+    "LedgerServerError",
+    "MissingSchemaError",
+    "OutcomeUnknownError",
     "LedgerInUseError",
     "LedgerLockedError",
     "LedgerReadOnlyError",

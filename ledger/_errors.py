@@ -1,4 +1,4 @@
-"""Errors raised by the LMDB ledger.
+"""Errors raised by the ledgers (LMDB and PostgreSQL).
 
 Every error a user can meet here derives from :class:`LedgerError`; each says
 what was wrong, names the ledger path or record involved, and never carries a
@@ -8,7 +8,8 @@ business payload. A ledger that raised one of these is left as it was.
 
     LedgerError
     ├── NotALedgerError (ValueError)        the path holds something else
-    │   └── UnfinishedLedgerError           a ledger whose creation stopped before its first commit
+    │   ├── UnfinishedLedgerError           a ledger whose creation stopped before its first commit
+    │   └── MissingSchemaError              a PostgreSQL URL's search_path names no schema that exists
     ├── SchemaVersionError (ValueError)     written by another schema or codec version
     ├── CorruptRecordError (ValueError)     a record fails its checksum or does not decode
     ├── DamagedLedgerError (ValueError)     a ledger file is damaged (truncated) and is not mapped
@@ -20,6 +21,11 @@ business payload. A ledger that raised one of these is left as it was.
     ├── WriteFailedError                    LMDB refused a write transaction
     ├── InvalidRunIdError (ValueError)      a run id is empty or too long for a ledger key
     ├── BackupDestinationError (ValueError) a backup's destination exists, or cannot be written
+    │   the errors of the PostgreSQL ledger's server (ledger/postgres/_faults.py):
+    ├── LedgerUnreachableError              the server cannot be reached, refuses us, or stayed away too long
+    ├── OutcomeUnknownError                 the server went away while a commit was in flight
+    ├── LedgerServerError                   the server failed a statement (a full disk, a timeout, ...)
+    │   └── LedgerConflictError             conflicts with other workers outlasted every retry
     │   the errors of ledger.run and ledger.resume (ledger/_runs.py):
     ├── RunExistsError (ValueError)         ledger.run with a run id the ledger knows
     ├── UnknownRunError (LookupError)       ledger.resume with a run id the ledger does not know
@@ -46,6 +52,11 @@ __all__ = [
     "UnfinishedLedgerError",
     "WriteFailedError",
     "LedgerPathError",
+    "LedgerConflictError",
+    "LedgerServerError",
+    "LedgerUnreachableError",
+    "MissingSchemaError",
+    "OutcomeUnknownError",
 ]
 
 
@@ -68,8 +79,36 @@ class LedgerPathError(LedgerError, ValueError):
     """A new ledger's directory cannot be made at the path (a parent cannot be made, a file is in the way)."""
 
 
+class MissingSchemaError(NotALedgerError):
+    """A PostgreSQL URL's ``search_path`` names no schema that exists: create it, or fix the URL."""
+
+
 class LedgerUnreachableError(LedgerError):
-    """The server holding a PostgreSQL ledger cannot be reached (or refused the connection)."""
+    """The server holding a PostgreSQL ledger cannot be reached (or refused the connection).
+
+    Raised at once for a refusal (no such database or role, failed
+    authentication); for a server that is down or went away, once the
+    ledger's bounded reconnection time ran out.
+    """
+
+
+class OutcomeUnknownError(LedgerError):
+    """The PostgreSQL server went away while a call's commit was in flight: it may have landed, or not.
+
+    Nothing is assumed: the ledger holds the answer, and resuming the run
+    reads it (a worker does so at once).
+    """
+
+
+class LedgerServerError(LedgerError):
+    """The PostgreSQL server failed a statement (its disk is full, a statement timed out, ...).
+
+    The transaction was rolled back: nothing of the failed call was confirmed.
+    """
+
+
+class LedgerConflictError(LedgerServerError):
+    """A transaction kept conflicting with other workers' past every retry; nothing of it was confirmed."""
 
 
 class UnattributedBudgetsError(LedgerError, ValueError):

@@ -37,7 +37,8 @@ def add_worker_command(commands: Any) -> None:
             "Run as one worker of the PostgreSQL ledger at URL: claim a run that is due (submitted, or "
             "left by a worker that died or stopped renewing its lease), resume it from the ledger with "
             "the graph of its name, renew the lease while it runs. Start as many as you like, on any "
-            "machines. Prints one line per claimed run and per ended run."
+            "machines. Prints one line per claimed run and per ended run. A server that goes away is "
+            "waited for (--reconnect); past that the worker stops with one line on stderr, exit code 1."
         ),
     )
     worker.add_argument("url", metavar="URL", help="the ledger: a postgresql:// URL")
@@ -53,6 +54,13 @@ def add_worker_command(commands: Any) -> None:
     )
     worker.add_argument(
         "--poll", type=positive_float, default=0.5, metavar="SECONDS", help="idle poll (default 0.5)"
+    )
+    worker.add_argument(
+        "--reconnect",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for a server that went away before giving up with an error (default 30)",
     )
     worker.add_argument("--until-idle", action="store_true", help="exit once no run of the ledger is running")
 
@@ -92,6 +100,7 @@ def run_worker_command(args: argparse.Namespace) -> int:
             lease_seconds=args.lease,
             poll_seconds=args.poll,
             until_idle=args.until_idle,
+            reconnect_seconds=args.reconnect,
         )
     )
     print(f"worker ended {ended} run(s)", flush=True)

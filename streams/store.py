@@ -73,6 +73,7 @@ from ._store._node_records import NodeCheckpoint as NodeCheckpoint
 from ._store._nodes import NodeAttemptRecord as NodeAttemptRecord
 from ._store._nodes import NodeView as NodeView
 from ._store._nodes import ScopeRecord as ScopeRecord
+from ._store._nodes import check_confirmed as check_confirmed
 from ._store._nodes import child_scope as child_scope
 from ._store._nodes import commit_node as commit_node
 from ._store._nodes import enclosing_scope as enclosing_scope
@@ -155,6 +156,7 @@ __all__ = [
     "StreamRef",
     "append",
     "change_group",
+    "check_confirmed",
     "child_scope",
     "codec_for",
     "commit",

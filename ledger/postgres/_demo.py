@@ -169,7 +169,9 @@ async def _run_workers(url: str, workers: int) -> None:
             log.seek(0)
             err = log.read().decode(errors="replace").strip()
             if process.returncode != 0:
-                last = err.splitlines()[-1] if err else f"exit code {process.returncode}"
+                last = (
+                    err.splitlines()[-1].removeprefix("error: ") if err else f"exit code {process.returncode}"
+                )
                 raise DemoWorkerError(f"a demo worker failed: {last}")
 
 

@@ -32,6 +32,7 @@ from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_bod
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._runs import RunRecord
 from .._view import messages_of
+from ._faults import translated
 from ._schema import ensure_schema
 from ._store import connect, describe_url
 from ._verify import verify_streams
@@ -45,7 +46,7 @@ T = TypeVar("T")
 @contextmanager
 def _snapshot(url: str, *, verify: bool = True) -> Iterator[Any]:
     """One read-only snapshot; verified as every open is, unless for ``check``, which reports it all."""
-    with connect(url) as conn:
+    with translated(describe_url(url)), connect(url) as conn:
         ensure_schema(conn, describe_url(url), create=False)
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True

@@ -9,7 +9,9 @@ import anyio
 
 from streams.store import single_error
 
+from .._errors import LedgerUnreachableError
 from .._runs import Runs
+from ._faults import find_cause
 from ._leases import FencedConnection, Lease, release, renew
 from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
@@ -36,7 +38,8 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
 
     Every write of the yielded stores checks the lease first. If a renewal
     finds the lease taken over, the block is cancelled and ``lost`` is set;
-    a lost lease is not released (it is another worker's now).
+    a lost lease is not released (it is another worker's now), nor is one
+    whose server stayed away (it runs out there).
     """
     fenced = FencedConnection(connection, lease)
     streams = PgStreamHooks(fenced)
@@ -50,7 +53,10 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
                 async def keep() -> None:
                     while True:
                         await anyio.sleep(seconds / 3)
-                        if not await connection.call(lambda view: renew(view.connection, lease, seconds)):
+                        renewed = await connection.call(
+                            lambda view: renew(view.connection, lease, seconds), idempotent=True
+                        )
+                        if not renewed:
                             held.lost = True
                             tg.cancel_scope.cancel()
                             return
@@ -60,7 +66,13 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
                     yield held
                 finally:
                     tg.cancel_scope.cancel()
+    except Exception as exc:
+        gone = find_cause(exc, LedgerUnreachableError)
+        if gone is None:
+            raise
+        held.keep_until_expiry = True  # no release to wait for: the server is not there
+        raise gone from None  # one error, however many of the run's tasks met it
     finally:
         if not (held.lost or held.keep_until_expiry):
             with anyio.CancelScope(shield=True):
-                await connection.call(lambda view: release(view.connection, lease))
+                await connection.call(lambda view: release(view.connection, lease), idempotent=True)

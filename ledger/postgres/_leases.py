@@ -64,14 +64,14 @@ class FencedConnection:
     def where(self) -> str:
         return self._connection.where
 
-    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T:
+    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True, idempotent: bool = False) -> T:
         lease = self.lease
 
         def fenced(view: PgView) -> T:
             check(view.connection, lease)
             return op(view)
 
-        return await self._connection.call(fenced, buffered=buffered)
+        return await self._connection.call(fenced, buffered=buffered, idempotent=idempotent)
 
     async def read(self, op: Callable[[PgView], T]) -> T:
         return await self._connection.read(op)

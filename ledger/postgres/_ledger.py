@@ -17,7 +17,7 @@ from ._leased import holding
 from ._leases import LeaseLostError, claim_run
 from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
-from ._store import PgConnection
+from ._store import RECONNECT_SECONDS, PgConnection
 from ._streams import PgStreamHooks
 
 __all__ = ["PgBackend", "open_postgres"]
@@ -89,14 +89,21 @@ class PgBackend:
 
 
 @asynccontextmanager
-async def open_postgres(url: str) -> AsyncIterator[Ledger[PgBackend]]:
+async def open_postgres(
+    url: str, *, reconnect_seconds: float = RECONNECT_SECONDS
+) -> AsyncIterator[Ledger[PgBackend]]:
     """Connect to the PostgreSQL ledger at ``url`` (making its tables in an empty database).
 
     Refuses a database holding another schema or codec version with
-    :class:`~ledger.SchemaVersionError`. ``url`` is libpq's: a
-    ``postgresql://`` URL or a ``key=value`` string.
+    :class:`~ledger.SchemaVersionError`, a ``search_path`` naming no schema
+    that exists with :class:`~ledger.MissingSchemaError`. ``url`` is
+    libpq's: a ``postgresql://`` URL or a ``key=value`` string. A server
+    that is away, or goes away later, is waited for up to
+    ``reconnect_seconds`` each time; then the call waiting raises
+    :class:`~ledger.LedgerUnreachableError`. A refusal (no such database or
+    role, failed authentication) raises it at once.
     """
-    connection = PgConnection(url)
+    connection = PgConnection(url, reconnect_seconds=reconnect_seconds)
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(connection.connect)
     try:

@@ -74,10 +74,20 @@ class PgNodeView:
         )
 
     def nodes(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        """The confirmed nodes of ``scope``, each committed attempt's record among them (else damage)."""
         rows = self._conn.execute(
             "SELECT node, record FROM streamledger_nodes WHERE scope = %s ORDER BY node", (scope,)
         ).fetchall()
-        return tuple(self._node(scope, node, raw) for node, raw in rows)
+        records = tuple(self._node(scope, node, raw) for node, raw in rows)
+        boundaries = []
+        for node, position, raw in self._conn.execute(
+            "SELECT node, position, record FROM streamledger_node_attempts WHERE parent = %s", (scope,)
+        ):
+            what = f"the attempt of {node!r} under {scope!r}"
+            attempt = decode_row(_attempt_decoder, raw, what)
+            boundaries.append(keyed(attempt, (attempt.node, attempt.position), (node, position), what))
+        store.check_confirmed(scope, records, boundaries)
+        return records
 
     def get_node(self, scope: str, node: str) -> NodeCheckpoint | None:
         row = self._conn.execute(

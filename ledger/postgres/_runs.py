@@ -46,7 +46,7 @@ class PgRunBook:
             ).fetchone()
             return None if row is None else _record(run_id, row[0])
 
-        return await self._connection.call(read)
+        return await self._connection.call(read, idempotent=True)
 
     async def write(self, record: RunRecord, *, new: bool) -> None:
         run_id_bytes(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError

@@ -26,7 +26,13 @@ from typing import Any, Final
 
 import msgspec
 
-from .._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError, SchemaVersionError
+from .._errors import (
+    CorruptRecordError,
+    DamagedLedgerError,
+    MissingSchemaError,
+    NotALedgerError,
+    SchemaVersionError,
+)
 from .._format import CODEC, CODEC_VERSION, LedgerMeta
 
 __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "ensure_schema", "migrate"]
@@ -131,8 +137,18 @@ _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 MIGRATIONS: dict[int, str] = {}
 
 
-def _lock(conn: Any) -> bool:
-    """Take the schema lock for this transaction (one opener or migrator at a time); is a ledger here?"""
+def _lock(conn: Any, where: str) -> bool:
+    """Take the schema lock for this transaction (one opener or migrator at a time); is a ledger here?
+
+    A ``search_path`` naming no schema that exists is :class:`~ledger.MissingSchemaError`: the
+    ledger's tables would have nowhere to be (and PostgreSQL would refuse to make them).
+    """
+    schema, path = conn.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    if schema is None:
+        raise MissingSchemaError(
+            f"{where}: its search_path ({path}) names no schema that exists; create the schema "
+            "(CREATE SCHEMA ...) or fix the URL's options (nothing was changed)"
+        )
     conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
     return bool(conn.execute("SELECT to_regclass('streamledger_meta') IS NOT NULL").fetchone()[0])
 
@@ -176,7 +192,7 @@ def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
     """
     with conn.transaction():
         # one opener makes the tables; the others wait here and then find them
-        found = _lock(conn)
+        found = _lock(conn, where)
         if not found and not create:
             raise NotALedgerError(f"{where} holds no ledger (and this command does not create one)")
         if not found:
@@ -207,7 +223,7 @@ def migrate(conn: Any, where: str) -> tuple[int, int]:
     as it was. ``from`` is 0 for a database that held no ledger.
     """
     with conn.transaction():
-        if not _lock(conn):
+        if not _lock(conn, where):
             _create(conn)
             return 0, SCHEMA_VERSION
         meta = _meta(conn, where)

@@ -4,9 +4,18 @@ Each call is one serializable transaction: the rules of :mod:`streams.store`
 run over a :class:`~ledger.postgres._view.PgView` of it, and it commits only
 if they returned. Two workers whose calls conflict cannot both commit: one
 is aborted by PostgreSQL and run again from scratch, which is safe because
-an aborted transaction left nothing behind. Any other failure of the server
-or the connection is raised: the outcome of a commit whose answer was lost
-is found in the ledger on recovery, never assumed.
+an aborted transaction left nothing behind.
+
+A server that goes away (stopped, restarted, crashed) is waited for
+(:mod:`ledger.postgres._faults`): a transaction that had not asked to
+commit left nothing and runs again on a new connection, with a bounded,
+jittered backoff between attempts, for at most :data:`RECONNECT_SECONDS`
+in all; then the call raises :class:`~ledger.LedgerUnreachableError`. A
+call lost while its commit was in flight raises
+:class:`~ledger.OutcomeUnknownError` (unless it is idempotent, a read or
+a lease renewal, and simply runs again): its outcome is found in the
+ledger on recovery, never assumed. Every other psycopg error is raised as
+the ledger's (:func:`~ledger.postgres._faults.ledger_error`).
 """
 
 from __future__ import annotations
@@ -21,12 +30,20 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 import anyio.lowlevel
 import psycopg
-from psycopg import errors
 
 from streams.store import StreamRef
 
-from .._errors import LedgerUnreachableError
+from .._errors import LedgerUnreachableError, OutcomeUnknownError
 from .._gather import GATHER_STEPS
+from ._faults import (
+    CONFLICTS,
+    ReconnectBackoff,
+    ledger_error,
+    reason,
+    refused_for_good,
+    server_gone,
+    unreachable,
+)
 from ._schema import ensure_schema
 from ._verify import verify_streams
 from ._view import PgView
@@ -40,7 +57,9 @@ class Calls(Protocol):
     @property
     def where(self) -> str: ...
 
-    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T: ...
+    async def call(
+        self, op: Callable[[PgView], T], *, buffered: bool = True, idempotent: bool = False
+    ) -> T: ...
 
     async def read(self, op: Callable[[PgView], T]) -> T: ...
 
@@ -54,7 +73,9 @@ T = TypeVar("T")
 
 #: How often a call is run again after PostgreSQL aborted it for a conflict with another worker's.
 MAX_CONFLICT_RETRIES: Final = 100
-_CONFLICTS: Final = (errors.SerializationFailure, errors.DeadlockDetected)
+#: How long a ledger keeps trying to reach its server again once it went away, before its calls
+#: raise :class:`~ledger.LedgerUnreachableError` (``open_postgres(url, reconnect_seconds=...)``).
+RECONNECT_SECONDS: Final = 30.0
 
 
 def describe_url(url: str) -> str:
@@ -68,24 +89,41 @@ def describe_url(url: str) -> str:
 
 
 def connect(url: str) -> Any:
-    """An autocommit connection to ``url``; an unreachable server is :class:`LedgerUnreachableError`."""
+    """An autocommit connection to ``url``, one attempt; one that fails is :class:`LedgerUnreachableError`."""
     try:
         return psycopg.connect(url, autocommit=True)
-    except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise LedgerUnreachableError(f"{describe_url(url)} cannot be reached: {reason}") from None
-    except psycopg.ProgrammingError as exc:  # a URL libpq cannot parse
-        raise LedgerUnreachableError(f"{describe_url(url)}: {exc}") from None
+    except psycopg.Error as exc:
+        raise unreachable(exc, describe_url(url)) from None
+
+
+class _Outage:
+    """Since when the server is away, how often it was tried, and whether a call gave up waiting."""
+
+    __slots__ = ("attempts", "began", "gave_up")
+
+    def __init__(self, began: float) -> None:
+        self.began = began
+        self.attempts = 0
+        self.gave_up = False  # the next call tries once, not for the whole time again
+
+
+class _Gone(Exception):
+    """The server went away, or cannot be reached yet: the transaction left nothing; try a new connection."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _Call:
     """One hook call waiting for, or done by, a group commit."""
 
-    __slots__ = ("done", "error", "op", "result", "savepoint")
+    __slots__ = ("done", "error", "idempotent", "op", "result", "savepoint")
 
-    def __init__(self, op: Callable[[PgView], Any], savepoint: bool) -> None:
+    def __init__(self, op: Callable[[PgView], Any], savepoint: bool, idempotent: bool = False) -> None:
         self.op = op
         self.savepoint = savepoint  # it may write before it raises: run it in a savepoint of its own
+        self.idempotent = idempotent  # running it twice is running it once: a lost commit runs it again
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -95,15 +133,33 @@ class _Call:
 #: A transaction here runs its statements back to back and commits at once, so only a process that
 #: stopped inside one (SIGSTOP, a debugger, a frozen VM) is ever idle in it; ending its session
 #: releases its row locks, so another worker can take its runs over once their leases run out (the
-#: stopped one, resumed, finds its connection gone and its lease lost). A URL that sets
-#: ``idle_in_transaction_session_timeout`` itself keeps its own value.
+#: stopped one, resumed, finds its connection gone and its lease lost).
 IDLE_IN_TRANSACTION_SECONDS = 5
+#: How long a statement of this connection waits for a row lock (or the schema lock) another
+#: session holds before it gives up; the transaction is then run again as a conflict is. Locks here
+#: are held for one short transaction, so a longer wait means the holder stopped: no statement waits
+#: on it past a lease, and a takeover goes on as soon as the server ended the stopped session.
+LOCK_TIMEOUT_SECONDS = 1
+#: How long one statement may run: well past any of the ledger's own, short of holding a run's rows
+#: for ever if the server got stuck. A statement cancelled so is :class:`~ledger.LedgerServerError`.
+STATEMENT_TIMEOUT_SECONDS = 30
+
+#: The session settings the ledger's connections make, where the URL (or the server's or role's
+#: configuration) did not set them: each keeps a value set anywhere but PostgreSQL's defaults.
+SESSION_TIMEOUTS: Final = {
+    "idle_in_transaction_session_timeout": f"{IDLE_IN_TRANSACTION_SECONDS}s",
+    "lock_timeout": f"{LOCK_TIMEOUT_SECONDS}s",
+    "statement_timeout": f"{STATEMENT_TIMEOUT_SECONDS}s",
+}
 
 
-def _end_abandoned_transactions(conn: Any) -> None:
-    row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
-    if row is not None and row[0] in ("0", "0ms"):
-        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_SECONDS}s'")
+def _set_session_timeouts(conn: Any) -> None:
+    conn.execute(
+        "SELECT set_config(s.name, t.value, false) FROM pg_settings s"
+        " JOIN unnest(%s::text[], %s::text[]) AS t(name, value) ON s.name = t.name"
+        " WHERE s.source = 'default'",
+        (list(SESSION_TIMEOUTS), list(SESSION_TIMEOUTS.values())),
+    ).fetchall()
 
 
 class PgConnection:
@@ -113,14 +169,19 @@ class PgConnection:
     one: each runs in a savepoint of its own, so a call its rules refuse
     leaves nothing and fails alone, and one COMMIT (one WAL flush) confirms
     the others together. The transaction runs in a worker thread, so the
-    event loop never waits on the server.
+    event loop never waits on the server (nor on a server that went away).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, reconnect_seconds: float = RECONNECT_SECONDS) -> None:
+        if reconnect_seconds < 0:
+            raise ValueError("reconnect_seconds must not be negative")
         self.url = url
         self.where = describe_url(url)
+        self.reconnect_seconds = reconnect_seconds
         self._conn: Any = None
         self._using = threading.Lock()  # the connection is used by one batch, or one read, at a time
+        self._closing = threading.Event()  # set by close: a wait for the server stops at once
+        self._outage: _Outage | None = None  # the server is away since, and tried so often
         self._ids: dict[StreamRef, int] = {}
         self._pending: list[_Call] = []
         self._busy = False
@@ -128,38 +189,96 @@ class PgConnection:
         #: Transactions committed and the calls they confirmed, for benchmarks and tests.
         self.transactions = 0
         self.calls = 0
+        #: Connections made after the first, once the server went away, for tests.
+        self.reconnects = 0
 
     def connect(self) -> None:
-        """Connect (blocking) and check or make the schema."""
-        conn = connect(self.url)
-        conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+        """Connect (blocking) and check or make the schema, waiting for a server that is away."""
+        self._closing.clear()
+        self._persist(lambda: None)
+
+    def close(self) -> None:
+        self._closing.set()
+        self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()
+
+    def _open(self) -> None:
+        """One attempt at a connection with its session settings and a checked (or made) schema."""
         try:
-            _end_abandoned_transactions(conn)
-            ensure_schema(conn, self.where)
+            conn = psycopg.connect(self.url, autocommit=True)
+        except psycopg.Error as exc:
+            if refused_for_good(exc):
+                raise unreachable(exc, self.where) from None
+            raise _Gone(exc) from None
+        try:
+            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            _set_session_timeouts(conn)
+            ensure_schema(conn, self.where)  # checks, or makes: running it again is harmless
             verify_streams(conn, self.where)
+        except psycopg.Error as exc:
+            gone = server_gone(exc, conn) or isinstance(exc, CONFLICTS)  # the schema lock's holder stopped
+            conn.close()
+            if gone:
+                raise _Gone(exc) from None
+            raise ledger_error(exc, self.where) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def _persist(self, attempt: Callable[[], None]) -> None:
+        """Run ``attempt`` on a connection, a new one each time the server went away, until the time is up."""
+        backoff: ReconnectBackoff | None = None
+        while True:
+            try:
+                if self._conn is None or self._conn.broken:
+                    self._drop()
+                    self._open()
+                    if backoff is not None:
+                        self.reconnects += 1
+                attempt()
+            except _Gone as gone:
+                self._drop()
+                if self._outage is None:
+                    self._outage = _Outage(time.monotonic())
+                self._outage.attempts += 1
+                if backoff is None:  # once it gave up, a call tries once, not for the whole time again
+                    backoff = ReconnectBackoff(
+                        0.0 if self._outage.gave_up else self.reconnect_seconds, stop=self._closing
+                    )
+                if not backoff.wait():
+                    self._outage.gave_up = True
+                    waited = time.monotonic() - self._outage.began
+                    raise LedgerUnreachableError(
+                        f"{self.where} cannot be reached: {reason(gone.error)}; gave up after "
+                        f"{self._outage.attempts} attempt(s) in {waited:.1f} s. "
+                        "Nothing unconfirmed was kept: start the server and run the command again, it "
+                        "resumes from what the ledger confirmed"
+                    ) from None
+                continue
+            self._outage = None
+            return
 
-    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True) -> T:
+    async def call(self, op: Callable[[PgView], T], *, buffered: bool = True, idempotent: bool = False) -> T:
         """Run ``op`` over a view of the next transaction; return once it committed.
 
         ``buffered`` says that ``op`` writes only through its view, which
         writes at its end: one that raises wrote nothing, so it needs no
         savepoint. Others (the node hooks) run in a savepoint.
+        ``idempotent`` says that running ``op`` twice is running it once (a
+        read, a lease renewal): one whose commit was lost with the server
+        runs again, instead of raising :class:`~ledger.OutcomeUnknownError`.
 
         The caller that finds no transaction in flight runs the batch of every
         call waiting, its own among them; the others wait for it. Once its
         transaction started, a call runs to its end even if its caller is
         cancelled; a call cancelled before that is dropped, never run.
         """
-        call = _Call(op, savepoint=not buffered)
+        call = _Call(op, savepoint=not buffered, idempotent=idempotent)
         self._pending.append(call)
         try:
             while not call.done:
@@ -193,7 +312,7 @@ class PgConnection:
         commit's queue (a read needs no durable commit). Cancelled, it still
         runs to its end in its thread and its answer is dropped.
         """
-        call = _Call(op, savepoint=False)
+        call = _Call(op, savepoint=False, idempotent=True)
         await anyio.to_thread.run_sync(self._run_batch, [call])
         if call.error is not None:
             raise call.error
@@ -208,15 +327,22 @@ class PgConnection:
                 for call in batch:
                     if not call.done:
                         call.error, call.done = exc, True
+        for call in batch:  # a psycopg error never leaves the ledger
+            if call.error is not None:
+                call.error = ledger_error(call.error, self.where)
 
     def _transaction(self, batch: list[_Call]) -> None:
-        if self._conn is None or self._conn.broken:
-            self.close()
-            self.connect()  # a connection lost before: its last calls' outcomes are in the ledger
+        """Run the calls of ``batch`` not done yet, on a new connection each time the server went away."""
+        self._persist(lambda: self._attempt([call for call in batch if not call.done]))
+
+    def _attempt(self, batch: list[_Call]) -> None:
+        if not batch:
+            return
         conn = self._conn
         shared = len(batch) > 1
         for attempt in range(MAX_CONFLICT_RETRIES + 1):
             outcomes: list[tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]] = []
+            committing = False
             try:
                 with conn.transaction():
                     for call in batch:
@@ -224,7 +350,8 @@ class PgConnection:
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                         # the server aborted the transaction: its COMMIT would be a silent ROLLBACK
                         raise _WriteRefused
-            except _CONFLICTS:
+                    committing = True  # the block's end sends COMMIT
+            except CONFLICTS:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
                 # a little apart, so two workers that keep colliding stop doing so in step
@@ -237,6 +364,14 @@ class PgConnection:
                     except Exception as exc:
                         call.error, call.done = exc, True
                 return
+            except psycopg.Error as exc:
+                if not server_gone(exc, conn):
+                    raise
+                if committing:  # it may have landed: only a call that may run twice runs again
+                    for call in batch:
+                        if not call.idempotent:
+                            call.error, call.done = self._outcome_unknown(exc), True
+                raise _Gone(exc) from None
             self.transactions += 1
             self.calls += len(batch)
             for call, result, error, ids in outcomes:
@@ -244,6 +379,12 @@ class PgConnection:
                     self._ids.update(ids)
                 call.result, call.error, call.done = result, error, True
             return
+
+    def _outcome_unknown(self, exc: BaseException) -> OutcomeUnknownError:
+        return OutcomeUnknownError(
+            f"{self.where} went away while a commit was in flight ({reason(exc)}): whether it "
+            "landed is unknown; the ledger holds the answer, resume the run to read it"
+        )
 
     def _one(
         self, conn: Any, call: _Call, shared: bool
@@ -259,24 +400,30 @@ class PgConnection:
                 with conn.transaction():
                     result = call.op(view)
                     view.flush()
-            except _CONFLICTS:
+            except CONFLICTS:
                 raise
             except Exception as exc:  # its savepoint left nothing
+                if server_gone(exc, conn):
+                    raise
                 return call, None, exc, {}
             return call, result, None, view.ids
         try:
             result = call.op(view)
-        except _CONFLICTS:
+        except CONFLICTS:
             raise
         except psycopg.Error as exc:  # the server failed a read: it aborted the whole transaction
+            if server_gone(exc, conn):
+                raise
             raise _WriteRefused from exc
         except Exception as exc:  # refused by the rules before it wrote anything
             return call, None, exc, {}
         try:
             view.flush()
-        except _CONFLICTS:
+        except CONFLICTS:
             raise
         except Exception as exc:  # the server refused a write: the transaction is aborted
+            if server_gone(exc, conn):
+                raise
             raise _WriteRefused from exc
         return call, result, None, view.ids
 

@@ -51,7 +51,7 @@ class PgStreamHooks:
         await self._connection.call(lambda view: store.finish(view, request))
 
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
-        return await self._connection.call(lambda view: store.describe(view, ref))
+        return await self._connection.call(lambda view: store.describe(view, ref), idempotent=True)
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         return await self._connection.call(lambda view: store.change_group(view, change))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._tools import Tools
+from ._faults import translated
 from ._inspect import backup_postgres, check_postgres, inspect_postgres, view_postgres
 from ._schema import migrate
 from ._store import connect, describe_url
@@ -15,8 +16,9 @@ __all__ = ["TOOLS", "migrate_url"]
 
 def migrate_url(url: str) -> tuple[int, int]:
     """Make the ledger's tables in an empty database, or migrate an older schema: (from, to) versions."""
-    with connect(url) as conn:
-        return migrate(conn, describe_url(url))
+    where = describe_url(url)
+    with translated(where), connect(url) as conn:
+        return migrate(conn, where)
 
 
 async def _demo(

@@ -23,10 +23,13 @@ import msgspec
 
 from streams import Aspect, ConfirmedFailureError, Graph
 
+from .._errors import LedgerUnreachableError, OutcomeUnknownError
 from .._ledger import Ledger
+from ._faults import find_cause
 from ._leased import holding
 from ._leases import Lease, LeaseLostError, claim_due
 from ._ledger import PgBackend, open_postgres
+from ._store import RECONNECT_SECONDS
 
 __all__ = ["WorkerReport", "print_report", "work"]
 
@@ -53,6 +56,7 @@ async def work(
     poll_seconds: float = 0.5,
     until_idle: bool = False,
     report: WorkerReport = print_report,
+    reconnect_seconds: float = RECONNECT_SECONDS,
 ) -> int:
     """Claim and run due runs of ``graphs`` (by graph name) until cancelled; returns the runs it ended.
 
@@ -64,6 +68,13 @@ async def work(
     ``aspects`` is the execution's aspect chain it resumes every run with: a
     run submitted (or started) with another chain is not run and is
     reported as ``error (RunAspectsMismatchError)``, its budgets untouched.
+
+    A server that goes away is waited for, up to ``reconnect_seconds``
+    (:mod:`ledger.postgres._faults`); what the ledger confirmed stays, and a
+    run whose last commit was lost with the server is given up at once and
+    resumed from the ledger (by this worker or another). Past that time the
+    worker raises :class:`~ledger.LedgerUnreachableError`; its run's lease
+    runs out, and another worker resumes the run.
     """
     if lease_seconds <= 0 or poll_seconds <= 0:
         raise ValueError("lease_seconds and poll_seconds must be positive")
@@ -72,13 +83,16 @@ async def work(
     known = [(graph.name, graph.version) for graph in graphs.values()]
     by_name = {graph.name: graph for graph in graphs.values()}
     ended = 0
-    async with open_postgres(url) as ledger:
+    async with open_postgres(url, reconnect_seconds=reconnect_seconds) as ledger:
         connection = ledger.backend.connection
         while True:
             await anyio.lowlevel.checkpoint()  # cancellable between runs, whatever the runs do
-            lease = await connection.call(
-                lambda view: claim_due(view.connection, owner, lease_seconds, known)
-            )
+            try:
+                lease = await connection.call(
+                    lambda view: claim_due(view.connection, owner, lease_seconds, known)
+                )
+            except OutcomeUnknownError:  # it may have claimed a run: that lease runs out, then it is due
+                continue
             if lease is None:
                 if until_idle and not await _anything_running(ledger, known):
                     return ended
@@ -100,7 +114,7 @@ async def _anything_running(ledger: Ledger[PgBackend], known: list[tuple[str, st
         ).fetchone()
         return row is not None
 
-    return await ledger.backend.connection.call(running)
+    return await ledger.backend.connection.call(running, idempotent=True)
 
 
 async def _run_leased(
@@ -125,8 +139,16 @@ async def _run_leased(
                     await held.book.write(msgspec.structs.replace(record, status="failed"), new=False)
                 outcome = "failed"
             except Exception as exc:
-                if _lease_lost(exc):
+                if find_cause(exc, LeaseLostError) is not None:
                     raise LeaseLostError(str(exc)) from exc
+                gone = find_cause(exc, LedgerUnreachableError)
+                if gone is not None:  # the server stayed away: the lease runs out, another worker resumes
+                    held.keep_until_expiry = True
+                    raise gone from None
+                if find_cause(exc, OutcomeUnknownError) is not None:
+                    # a commit lost with the server: the run did not fail; given up at once, it is
+                    # claimed again now and resumed from what the ledger holds
+                    return "error (OutcomeUnknownError)"
                 after = await ledger.backend.run_book.read(lease.run_id)
                 outcome = (
                     "failed"
@@ -136,20 +158,9 @@ async def _run_leased(
                 if not outcome.startswith("failed"):
                     held.keep_until_expiry = True  # tried again once the lease runs out, not at once
     except Exception as exc:  # a task group may wrap it
-        if _lease_lost(exc):  # between its steps (paused, or cut off): nothing was confirmed after
-            return "lost"
+        if find_cause(exc, LeaseLostError) is not None:  # between its steps (paused, or cut off)
+            return "lost"  # nothing was confirmed after
         raise
     if held.lost and outcome not in ("completed", "failed"):
         return "lost"
     return outcome
-
-
-def _lease_lost(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, LeaseLostError):
-            return True
-        if isinstance(seen, BaseExceptionGroup):
-            return any(_lease_lost(e) for e in seen.exceptions)
-        seen = seen.__cause__ or seen.__context__
-    return False

@@ -71,6 +71,10 @@ class PrivateServer:
             for path in (self.root, self.socket_dir):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server again after :meth:`stop`, on its data as the stop left it (crash recovery)."""
         options = " ".join(
             (
                 "-c listen_addresses=''",
@@ -83,6 +87,7 @@ class PrivateServer:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
 
     def stop(self) -> None:
+        """Stop the server at once (``pg_ctl stop -m immediate``: as a crash, its sessions cut off)."""
         if (self.data / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 

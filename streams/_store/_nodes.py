@@ -16,6 +16,7 @@ changes nothing; a store runs each one in one transaction.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 import msgspec
@@ -35,6 +36,7 @@ __all__ = [
     "NodeAttemptRecord",
     "NodeView",
     "ScopeRecord",
+    "check_confirmed",
     "child_scope",
     "commit_node",
     "enclosing_scope",
@@ -237,6 +239,26 @@ def commit_node(view: NodeView, commit: CheckpointCommit) -> None:
     check_owned_streams(commit)
     view.put_node(commit.parent, checkpoint)
     view.put_attempt(msgspec.structs.replace(current, committed=True))
+
+
+def check_confirmed(
+    scope: str, records: Iterable[NodeCheckpoint], boundaries: Iterable[NodeAttemptRecord]
+) -> None:
+    """Every node of ``scope`` whose complete-chain attempt was committed has its record among ``records``.
+
+    :func:`commit_node` writes both in one transaction, so a committed
+    attempt without its record is a record lost or moved: resumed, the node
+    would run again although it was confirmed. A store runs this on the
+    records a resume reads (``node_records``), before anything is written.
+    """
+    kept = {record.node for record in records}
+    for attempt in boundaries:
+        confirmed = attempt.parent == scope and attempt.position == COMPLETE_CHAIN and attempt.committed
+        if confirmed and attempt.node not in kept:
+            raise StoreDamagedError(
+                f"node {attempt.node!r} in {scope!r} was confirmed, but its record is missing from "
+                "the store; the store is damaged: restore it from a copy (nothing was changed)"
+            )
 
 
 def check_owned_streams(commit: CheckpointCommit) -> None:

@@ -14,12 +14,17 @@ import msgspec
 import psycopg
 import pytest
 
-from ledger import DamagedLedgerError, NotALedgerError, SchemaVersionError
+from ledger import (
+    DamagedLedgerError,
+    LedgerServerError,
+    NotALedgerError,
+    OutcomeUnknownError,
+    SchemaVersionError,
+)
 from ledger._format import LedgerMeta
 from ledger.postgres import open_postgres
 from ledger.postgres._schema import FORMAT
 from streams import (
-    CheckpointError,
     Key,
     MessageTx,
     StaleGenerationError,
@@ -89,7 +94,7 @@ async def test_a_dropped_table_is_damage_found_on_open(postgres_url: str) -> Non
             pass
 
 
-async def test_a_connection_lost_inside_a_commit_confirms_nothing_and_the_next_call_reconnects(
+async def test_a_connection_lost_inside_a_call_runs_it_again_on_a_new_connection(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with open_postgres(postgres_url) as ledger, open_scope(ledger.streams, scope="s") as scope:
@@ -98,11 +103,14 @@ async def test_a_connection_lost_inside_a_commit_confirms_nothing_and_the_next_c
             await stream.writer().send(i)
         await stream.writer().flush()
     commit = store.commit
+    lost: list[int] = []
 
     def commit_then_lose_the_connection(view: Any, commits: Any) -> None:
         commit(view, commits)
         view.flush()  # the records are written in the open transaction; the server drops it with the link
-        view._conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        if not lost:
+            lost.append(1)
+            view._conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
     monkeypatch.setattr(store, "commit", commit_then_lose_the_connection)
 
@@ -110,18 +118,39 @@ async def test_a_connection_lost_inside_a_commit_confirms_nothing_and_the_next_c
         tx.set_state(tx.state + value)
 
     async with open_postgres(postgres_url) as ledger:
-        with pytest.raises(CheckpointError) as failed:
-            async with open_scope(ledger.streams, scope="s") as scope:
-                stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
-                await handle_messages(stream.reader("a"), add, initial_state=0)
-        assert isinstance(failed.value.__cause__, psycopg.OperationalError)
-        monkeypatch.setattr(store, "commit", commit)
-        # the same ledger's next call reconnects; the ledger says what was confirmed: nothing
         async with open_scope(ledger.streams, scope="s") as scope:
             stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
-            assert [g.acked_through for g in stream.snapshot().groups] == [0]
             await stream.writer().finish()
             assert (await handle_messages(stream.reader("a"), add, initial_state=0)).state == 6
+        assert lost == [1] and ledger.backend.connection.reconnects == 1  # the lost transaction left nothing
+        async with open_scope(ledger.streams, scope="s") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("a",), resumable=True)
+            assert [g.acked_through for g in stream.snapshot().groups] == [3]  # each message once
+
+
+async def test_a_connection_lost_while_its_commit_was_in_flight_is_an_unknown_outcome(
+    postgres_url: str,
+) -> None:
+    """The server ends the session inside COMMIT (a deferred trigger): whether it landed is unknown to
+    the caller, so it is told so, typed, and the next call reconnects; a read just runs again."""
+    async with open_postgres(postgres_url) as ledger:
+        await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",)))
+        execute(
+            postgres_url,
+            "CREATE FUNCTION lose_at_commit() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$",
+        )
+        execute(
+            postgres_url,
+            "CREATE CONSTRAINT TRIGGER lose_at_commit AFTER INSERT ON streamledger_messages"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION lose_at_commit()",
+        )
+        with pytest.raises(OutcomeUnknownError, match="went away while a commit was in flight"):
+            await ledger.streams.append(AppendBatch(REF, 1, 1, (b"\x01",)))
+        # the next call reconnects; the ledger says what landed (the trigger's session ended first: nothing)
+        described = await ledger.streams.describe(REF)
+        assert described is not None and described.appended == 0
+        assert ledger.backend.connection.reconnects == 1
 
 
 async def test_workers_on_one_ledger_conflict_safely_and_a_reopen_fences_the_older_one(
@@ -207,8 +236,8 @@ async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_ca
                 await ledger.streams.open_message(
                     MessageOpen(MessageRef(REF, "a", opened.generation, 2**63), "n", 3)
                 )
-            except psycopg.Error as exc:
-                results["bad"] = type(exc).__name__
+            except LedgerServerError as exc:  # the ledger's error, never psycopg's
+                results["bad"] = str(exc).split("(SQLSTATE ")[1][:5]
 
         async def other_open() -> None:
             await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",)))
@@ -222,7 +251,7 @@ async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_ca
             assert len(connection._pending) == 3
             connection._busy = False
             tg.start_soon(connection.call, lambda view: None)  # the next caller leads the shared batch
-        assert results == {"append": "ok", "bad": "NumericValueOutOfRange", "open": "ok"}
+        assert results == {"append": "ok", "bad": "22003", "open": "ok"}  # numeric_value_out_of_range
         reopened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",), resumable=True))
         assert reopened.appended == 2  # the append was committed, not rolled back with the failed read
         other = await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",), True))
@@ -270,7 +299,7 @@ async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_an
 def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(postgres_url: str) -> None:
     """A worker frozen mid-transaction (SIGSTOP) cannot hold its rows for ever: the server ends its
     session once it sat idle in the transaction, and another connection then takes the row lock."""
-    from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS, PgConnection
+    from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS, SESSION_TIMEOUTS, PgConnection
 
     execute(postgres_url, "CREATE TABLE IF NOT EXISTS frozen (id int PRIMARY KEY)")
     execute(postgres_url, "INSERT INTO frozen VALUES (1) ON CONFLICT DO NOTHING")
@@ -278,6 +307,8 @@ def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(
     stopped.connect()
     [(setting,)] = stopped._conn.execute("SHOW idle_in_transaction_session_timeout").fetchall()
     assert setting == f"{IDLE_IN_TRANSACTION_SECONDS}s"
+    for name, value in SESSION_TIMEOUTS.items():  # a lock wait, a statement: bounded too
+        assert stopped._conn.execute(f"SHOW {name}").fetchone() == (value,)
     # its session is gone when it wakes up
     with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout), stopped._conn.transaction():
         stopped._conn.execute("SELECT id FROM frozen WHERE id = 1 FOR UPDATE")
@@ -287,3 +318,8 @@ def test_a_process_stopped_inside_a_transaction_loses_its_session_and_its_locks(
         stopped._conn.execute("SELECT 1")
     assert stopped._conn.broken
     stopped.close()
+    own = PgConnection(f"{postgres_url}%20-clock_timeout%3D7s")  # the URL's own value is kept
+    own.connect()
+    assert own._conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+    assert own._conn.execute("SHOW statement_timeout").fetchone() == (SESSION_TIMEOUTS["statement_timeout"],)
+    own.close()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from ledger.postgres._leases import FencedConnection, claim_due
 from ledger.postgres._streams import PgStreamHooks
 from streams import Graph, NodeContext, StreamOpen, StreamRef
 
+from . import pg_fault_child
 from .pool_graphs import ANSWER, GRAPHS, N, answer, summing
 
 pytestmark = pytest.mark.anyio
@@ -155,6 +159,85 @@ def test_workers_killed_and_paused_past_their_lease_leave_every_run_with_its_ans
     assert anyio.run(answers, postgres_url) == {
         run_id: ("completed", answer(n)) for run_id, n in runs.items()
     }
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM streamledger_leases").fetchone() == (0,)
+
+
+def _lines(process: subprocess.Popen[str]) -> queue.Queue[str]:
+    """``process``'s standard output, line by line, as it comes (an empty string once it ended)."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _next_line(lines: queue.Queue[str], wanted: str, deadline: float) -> None:
+    """Wait for the line ``wanted`` until ``deadline`` (a monotonic time); fail if it did not come."""
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line == wanted:
+            return
+        assert line, f"the worker ended without printing {wanted!r}"
+    raise AssertionError(f"{wanted!r} did not come in time")
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP): its state in /proc is T."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_worker_stopped_inside_a_transaction_is_taken_over_within_its_lease_and_the_idle_timeout(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """The frozen worker holds its lease row locked inside a transaction: without the session timeouts
+    the second worker's claim waits on that lock for as long as the first is stopped."""
+    from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS
+
+    lease = 1.0
+    anyio.run(submit, postgres_url, {"frozen": 30})
+    options = ["--lease", str(lease), "--poll", "0.05", "--until-idle"]
+    frozen = subprocess.Popen(
+        pg_fault_child.command(
+            tmp_path, "transaction", "worker", postgres_url, "--owner", "frozen", *options
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    steady: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not ((tmp_path / "paused").exists() and _stopped(frozen.pid)):
+            assert frozen.poll() is None and time.monotonic() < deadline, "the worker never stopped"
+            time.sleep(0.01)
+        stopped_at = time.monotonic()
+        steady = _worker(postgres_url, "steady")
+        _next_line(
+            _lines(steady), "run frozen: claimed\n", stopped_at + lease + IDLE_IN_TRANSACTION_SECONDS + 10
+        )
+        frozen.send_signal(signal.SIGCONT)
+        out_frozen, err_frozen = frozen.communicate(timeout=60)
+        steady.wait(timeout=60)
+    finally:
+        for process in (frozen, steady):
+            if process is not None and process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+            if process is not None:
+                process.communicate()
+    assert frozen.returncode == 0 and steady.returncode == 0, err_frozen
+    assert "run frozen: lost" in out_frozen  # resumed, its writes were refused: the run is the steady one's
+    assert anyio.run(answers, postgres_url) == {"frozen": ("completed", answer(30))}
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM streamledger_leases").fetchone() == (0,)
 

@@ -1,0 +1,126 @@
+"""A worker, or a program, on a PostgreSQL ledger that pauses once at a named point: for the fault tests.
+
+::
+
+    python -m tests.ledger.pg_fault_child DIR POINT worker URL [worker options...]
+    python -m tests.ledger.pg_fault_child DIR POINT program URL N
+
+``worker`` is ``python -m ledger worker URL --graphs tests.ledger.pool_graphs:GRAPHS ...``;
+``program`` opens the ledger with ``ledger.connect(URL)``, runs the summing
+graph over ``N`` itself as run ``program`` and prints ``answer A``.
+
+POINT is where it pauses, the first time it gets there:
+
+- ``schema``: the ledger's tables were made in the open transaction, not committed;
+- ``pipeline``: a pipelined write of messages was sent, not yet synced;
+- ``transaction``: a fenced transaction holds the run's lease row (its third);
+  here the process stops itself with SIGSTOP, a frozen worker;
+- ``none``: nowhere.
+
+It pauses by writing ``DIR/paused`` and waiting for ``DIR/go`` (the test
+stops and restarts the server meanwhile); with ``transaction`` the test
+sends SIGCONT instead. The fault is injected here, in the child, by
+wrapping the functions named: nothing in the library knows of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+
+#: How long a paused child waits for the test before it gives up (a test that died).
+PATIENCE = 120.0
+
+
+def command(directory: Path, point: str, mode: str, url: str, *rest: str) -> list[str]:
+    """The command line of a child pausing at ``point`` (run it from the repository's root)."""
+    return [sys.executable, "-m", "tests.ledger.pg_fault_child", str(directory), point, mode, url, *rest]
+
+
+def _pause(directory: Path) -> None:
+    (directory / "paused").write_text(str(os.getpid()))
+    deadline = time.monotonic() + PATIENCE
+    while not (directory / "go").exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("the test never said go")
+        time.sleep(0.01)
+
+
+def _install(directory: Path, point: str) -> None:
+    done: list[bool] = []
+
+    def once() -> bool:
+        if done:
+            return False
+        done.append(True)
+        return True
+
+    if point == "schema":
+        from ledger.postgres import _schema
+
+        create = _schema._create
+
+        def create_then_pause(conn: Any) -> None:
+            create(conn)
+            if once():
+                _pause(directory)
+
+        _schema._create = create_then_pause
+    elif point == "pipeline":
+        executemany = psycopg.Cursor.executemany
+
+        def executemany_then_pause(cur: Any, query: Any, params: Any, **options: Any) -> None:
+            executemany(cur, query, params, **options)
+            pipelined = cur.connection.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+            if pipelined and "streamledger_messages" in str(query) and once():
+                _pause(directory)
+
+        psycopg.Cursor.executemany = executemany_then_pause  # type: ignore[method-assign, assignment]
+    elif point == "transaction":
+        from ledger.postgres import _leases
+
+        check = _leases.check
+        checks: list[int] = []
+
+        def check_then_stop(conn: Any, lease: Any) -> None:
+            check(conn, lease)  # holds the lease row FOR SHARE until the transaction ends
+            checks.append(1)
+            if len(checks) == 3 and once():
+                (directory / "paused").write_text(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+        _leases.check = check_then_stop
+    elif point != "none":
+        raise SystemExit(f"no pause point {point!r}")
+
+
+async def _program(url: str, n: int) -> None:
+    import ledger
+
+    from .pool_graphs import ANSWER, N, summing
+
+    async with ledger.connect(url) as opened:
+        outcome = await opened.run(summing(), {N: n}, run_id="program")
+    print(f"answer {outcome.result[ANSWER]}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    directory, point, mode, url, *rest = argv
+    _install(Path(directory), point)
+    if mode == "program":
+        anyio.run(_program, url, int(rest[0]))
+        return 0
+    from ledger._cli import main as cli
+
+    return cli(["worker", url, "--graphs", "tests.ledger.pool_graphs:GRAPHS", *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
