@@ -14,7 +14,12 @@ transactions from its send to audit's delivery, against the 2.5 it needs
 
 So after a landing a committer lets :data:`GATHER_STEPS` steps of the loop
 pass before it hands over the next batch. A write submitted while no batch is
-in flight and none just landed leaves at the end of its own step, as before;
+in flight and none just landed leaves at the end of its own step, with the
+others of that step. The LMDB committer (:mod:`ledger.lmdb._commit`) counts
+the steps with loop callbacks; on PostgreSQL (``PgConnection.call``) the
+caller that leads the next batch waits them out with checkpoints, one for
+its own step (before, it took its batch at once and the calls of the same
+step waited for a whole transaction). In either,
 every write still leaves in the first transaction that begins after it, and
 nothing is confirmed or published before its transaction commits.
 """

@@ -274,18 +274,26 @@ class PgConnection:
         runs again, instead of raising :class:`~ledger.OutcomeUnknownError`.
 
         The caller that finds no transaction in flight runs the batch of every
-        call waiting, its own among them; the others wait for it. Once its
+        call waiting, its own among them; the others wait for it. It takes the
+        batch at the end of its step of the event loop, so that the calls made
+        in the same step share it, and :data:`~ledger._gather.GATHER_STEPS`
+        steps after a landing, so that the calls the landing set off do
+        (:mod:`ledger._gather`). Once its
         transaction started, a call runs to its end even if its caller is
         cancelled; a call cancelled before that is dropped, never run.
         """
         call = _Call(op, savepoint=not buffered, idempotent=idempotent)
         self._pending.append(call)
         try:
+            steps = 1  # the calls made in this step of the loop leave together
             while not call.done:
                 if self._busy:
                     await self._landed.wait()
-                    for _ in range(GATHER_STEPS - 1):  # waking was the first: what the landing
-                        await anyio.lowlevel.checkpoint()  # sets off joins the next batch
+                    steps = GATHER_STEPS  # and what a landing sets off joins the next batch
+                    continue
+                if steps:
+                    steps -= 1
+                    await anyio.lowlevel.checkpoint()
                     continue
                 batch, self._pending = self._pending, []
                 self._busy = True

@@ -54,3 +54,21 @@ async def test_a_lone_write_is_handed_over_at_the_end_of_its_step(tmp_path: Path
         assert await ticket.wait() == b"b"
         ledger.backend.env.batch_observer = None
     assert batches == [1, 1]
+
+
+async def test_postgres_calls_made_in_one_step_share_one_transaction(postgres_url: str) -> None:
+    from ledger.postgres import open_postgres
+
+    async with open_postgres(postgres_url) as ledger:
+        connection = ledger.backend.connection
+        before = connection.transactions
+        results: list[int] = []
+
+        async def call(k: int) -> None:
+            results.append(await connection.call(lambda _view: k))
+
+        async with anyio.create_task_group() as tg:
+            for k in range(3):  # each task's call is made in the same step of the loop
+                tg.start_soon(call, k)
+        assert sorted(results) == [0, 1, 2]
+        assert connection.transactions - before == 1
