@@ -16,6 +16,7 @@ from ._errors import LedgerPathError as LedgerPathError
 from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import LedgerUnreachableError as LedgerUnreachableError
 from ._errors import MapFullError as MapFullError
+from ._errors import MissingRecordError as MissingRecordError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
@@ -50,6 +51,7 @@ __all__ = [
     "LmdbNodeHooks",
     "LmdbStreamHooks",
     "MapFullError",
+    "MissingRecordError",
     "NotALedgerError",
     "LedgerPathError",
     "RunActiveError",

@@ -442,7 +442,7 @@ def _check(args: argparse.Namespace) -> int:
 
         report = check_postgres(args.path)
     else:
-        env = LedgerEnv.open_readonly(args.path)  # beside a running owner, like inspect
+        env = LedgerEnv.open_readonly(args.path, verify=False)  # beside a running owner; it lists the damage
         try:
             report = check_ledger(env)
         finally:
@@ -464,7 +464,7 @@ def _backup(args: argparse.Namespace) -> int:
     destination = Path(args.destination)
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
-    env = LedgerEnv.open_readonly(args.path)
+    env = LedgerEnv.open_readonly(args.path, verify=False)  # the copy is checked below
     try:
         env.copy_to(destination)
     except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write
@@ -472,7 +472,7 @@ def _backup(args: argparse.Namespace) -> int:
         raise BackupDestinationError(f"the copy cannot be written to {destination}: {reason}") from None
     finally:
         env.close()
-    copy = LedgerEnv.open_readonly(destination)
+    copy = LedgerEnv.open_readonly(destination, verify=False)
     try:
         report = check_ledger(copy)
     finally:

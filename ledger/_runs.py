@@ -55,8 +55,8 @@ from streams.store import codec_for
 from ._env import LedgerEnv
 from ._errors import LedgerError
 from ._layout import NODE_RUN_PREFIX, node_run_key
-from ._nodes import scan
-from ._seal import decode_record, seal
+from ._nodes import put_record, scan
+from ._seal import decode_record
 
 if TYPE_CHECKING:
     from ._ledger import Ledger
@@ -218,14 +218,14 @@ class LmdbRunBook:
 
     async def write(self, record: RunRecord, *, new: bool) -> None:
         env = self._ledger.env
-        db = env.db(DB)
+        db, meta = env.db(DB), env.db("meta")
         key = node_run_key(record.run_id)
-        value = seal(DB, key, _encoder.encode(record))
+        body = _encoder.encode(record)
 
         def write(txn: Any) -> None:
             if new and txn.get(key, db=db) is not None:
                 raise run_exists(record.run_id)
-            txn.put(key, value, db=db)
+            put_record(txn, db, meta, key, body)
 
         await env.write(write)
 

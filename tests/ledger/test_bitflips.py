@@ -16,6 +16,7 @@ ALLOWED = {
     "unchanged",
     "check found damage",
     "CorruptRecordError",
+    "MissingRecordError",
     "DamagedLedgerError",
     "NotALedgerError",
     "SchemaVersionError",
