@@ -209,7 +209,9 @@ class _Checker:
         damaged = missing_databases(names)
         for text in damaged:
             self.problem(text)
-        if self.listing is not None and not damaged:  # check says what an interrupted creation lacks
+        if damaged:
+            return  # the databases under their names are not the ledger's: nothing else can be believed
+        if self.listing is not None:  # check says what an interrupted creation lacks
             for name in DATABASES:
                 if name.encode() not in names:
                     self.problem(f"database {name!r} is missing: the ledger's creation was interrupted")
@@ -308,7 +310,7 @@ class _Checker:
         *,
         whole: bool,
     ) -> None:
-        if "messages" not in self.dbs:
+        if "messages" not in self.dbs or "streams" not in self.dbs:
             return
         if not whole:  # what each stream's open will read, through the reads it will make
             dbs = {"streams": self.dbs["streams"], "messages": self.dbs["messages"]}
