@@ -7,6 +7,8 @@ contiguous and in order::
 
     db          key                                       value
     meta        b"schema"                                 LedgerMeta
+    meta        b"manifest/" + db name                    Manifest of attempts, nodes, graph_runs
+                                                          (ledger._manifest; schema 4)
     streams     b"c"                                      last stream id (msgpack int)
     streams     b"r" + msgpack([scope, node, key])        stream id (msgpack int)
     streams     b"d" + id                                 StreamDescriptor
@@ -19,7 +21,8 @@ contiguous and in order::
                 id + 0xff + digest(group) + digest(rest)
     graph_runs  b"run/" + run id (utf-8)                  GraphRunRecord
     graph_runs  b"checkpoint/" + run id (utf-8)           GraphCheckpoint
-    nodes       (reserved for complete-node checkpoints)
+    nodes       b"a" / b"s" / b"n" / b"r" + ...           boundaries, scopes, node records, runs
+                                                          (ledger._nodes)
 
 A key part that would make a ``streams``, ``groups`` or ``attempts`` key
 longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
@@ -73,7 +76,7 @@ __all__ = [
     "run_key",
 ]
 
-#: Every named database of a ledger, opened when the environment opens.
+#: Every named database of a ledger, in creation order; opened (never created) when a ledger opens.
 DATABASES: Final = (
     "meta",  # the schema record
     "streams",  # stream descriptors, one per (scope, node, key)
