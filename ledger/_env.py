@@ -31,6 +31,7 @@ import msgspec
 from ._commit import BeforeCommit, GroupCommitter, WriteTicket
 from ._errors import (
     CorruptRecordError,
+    DamagedLedgerError,
     LedgerClosedError,
     LedgerInUseError,
     LedgerLockedError,
@@ -42,7 +43,7 @@ from ._errors import (
     SchemaVersionError,
     UnfinishedLedgerError,
 )
-from ._files import check_data_file, damaged, holds_no_commit
+from ._files import check_data_file, damaged, holds_no_commit, never_held_records
 from ._layout import DATABASES, META_KEY
 from ._manifest import MANIFESTED, Manifest, put_manifest
 from ._seal import decode_record, seal
@@ -504,6 +505,11 @@ def _check_path(path: Path, *, create: bool) -> bool:
         raise NotALedgerError(f"{path}/data.mdb is not an LMDB file: {exc}") from None
     try:
         if creation_files_only and _is_empty(probe):  # committed to, yet holding nothing at all
+            if not never_held_records(path):
+                raise DamagedLedgerError(
+                    f"{path}/data.mdb: its current meta page holds nothing while the other one names the "
+                    "ledger's databases: a meta page is damaged; restore the ledger from a copy"
+                )
             return _new(path, names, create=create)
         _read_schema(probe, path)
     except lmdb.Error as exc:  # a damaged page met while reading the schema

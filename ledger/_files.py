@@ -29,7 +29,15 @@ import lmdb
 
 from ._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
 
-__all__ = ["KeyBytes", "check_data_file", "check_pages", "damaged", "holds_no_commit", "key_bytes"]
+__all__ = [
+    "KeyBytes",
+    "check_data_file",
+    "check_pages",
+    "damaged",
+    "holds_no_commit",
+    "key_bytes",
+    "never_held_records",
+]
 
 _MAGIC: Final = 0xBEEFC0DE
 _VERSION: Final = 1
@@ -104,6 +112,26 @@ def holds_no_commit(path: Path) -> bool:
         return second is not None and second.txnid == 0
 
 
+def never_held_records(path: Path) -> bool:
+    """Whether neither meta page of ``path/data.mdb`` has ever named a database (what nothing filled).
+
+    A file with a commit whose current meta page holds nothing, while the
+    other names databases, is not a new ledger: a damaged transaction id
+    made LMDB take an empty meta page for the current one.
+    """
+    with (path / "data.mdb").open("rb") as f:
+        head = f.read(_PAGE_HEADER + _META.size)
+        first = _meta(head)
+        if first is None:
+            return False
+        f.seek(first.page_size)
+        pages = (head, f.read(_PAGE_HEADER + _META.size))
+    return all(
+        len(page) >= _META_ROOTS[1] + 8 and _ROOT.unpack_from(page, _META_ROOTS[1])[0] == _INVALID
+        for page in pages
+    )
+
+
 def _meta(page: bytes) -> _Meta | None:
     if len(page) < _PAGE_HEADER + _META.size:
         return None
@@ -148,7 +176,9 @@ def check_pages(path: Path) -> None:
     signal. Each page reached from the roots (the free and main databases,
     each named database, each overflow run) is read from the file, not the
     map, and must name itself, hold its node offsets and sizes inside the
-    page, and point only at pages the file holds. Raises
+    page, hold at least one node (LMDB never keeps an empty page in a tree,
+    and would read a node before the first of one), and point only at pages
+    the file holds. Raises
     :class:`DamagedLedgerError` naming the page.
     """
     data_file = path / "data.mdb"
@@ -231,6 +261,8 @@ def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages:
         raise _bad(data_file, pgno, f"is referenced as a tree page but has flags {flags:#x}")
     if not _PAGE_HEADER <= lower <= upper <= psize or (lower - _PAGE_HEADER) % 2:
         raise _bad(data_file, pgno, f"has free space from {lower} to {upper}, outside the page")
+    if lower == _PAGE_HEADER:  # LMDB frees a tree's empty pages; it would read node -1 of one
+        raise _bad(data_file, pgno, "is a tree page without nodes")
     found: list[int] = []
     for i in range((lower - _PAGE_HEADER) // 2):
         (offset,) = struct.unpack_from("=H", page, _PAGE_HEADER + 2 * i)

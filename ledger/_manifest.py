@@ -28,7 +28,6 @@ manifests.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
@@ -36,7 +35,16 @@ import msgspec
 from ._errors import MissingRecordError
 from ._seal import decode_record, seal
 
-__all__ = ["MANIFESTED", "Manifest", "KeyTally", "manifest_key", "read_manifest", "write_tally"]
+__all__ = [
+    "MANIFESTED",
+    "KeyTally",
+    "Manifest",
+    "key_digest",
+    "manifest_key",
+    "put_manifest",
+    "read_manifest",
+    "write_tally",
+]
 
 #: The databases that keep a manifest in ``meta``.
 MANIFESTED: Final = ("attempts", "nodes", "graph_runs")
@@ -79,10 +87,6 @@ class KeyTally:
     def removed(self, key: bytes) -> None:
         self.keys -= 1
         self.digest ^= key_digest(key)
-
-    def add_all(self, keys: Iterable[bytes]) -> None:
-        for key in keys:
-            self.added(key)
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.digest)

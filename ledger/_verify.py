@@ -35,6 +35,7 @@ the first (:func:`check_records`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -49,6 +50,7 @@ from streams.store import (
     StreamDescriptor,
 )
 
+from ._env import LedgerMeta
 from ._errors import CorruptRecordError, MissingRecordError
 from ._graph_runs import GraphRunRecord
 from ._integrity import (
@@ -81,6 +83,7 @@ from ._streams import LmdbView
 __all__ = ["check_records", "missing_databases", "verify_open"]
 
 _DECODERS: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
+_meta: Final = msgspec.msgpack.Decoder(LedgerMeta)
 _NODE_LAYOUTS: Final = {b"a": NodeAttemptRecord, b"s": ScopeRecord, b"n": NodeCheckpoint, b"r": RunRecord}
 
 
@@ -134,6 +137,11 @@ def verify_open(txn: Any, dbs: Mapping[str, Any], *, path: object, manifests: bo
 def check_records(txn: Any, dbs: Mapping[str, Any], problems: list[str], records: dict[str, int]) -> None:
     """Every record and reference of the ledger, messages included; each problem appended to ``problems``."""
     manifests = any(txn.get(manifest_key(db), db=dbs["meta"]) is not None for db in MANIFESTED)
+    raw = txn.get(META_KEY, db=dbs["meta"])
+    with contextlib.suppress(CorruptRecordError):  # a damaged schema record is a problem of its own
+        manifests |= (
+            raw is not None and decode_record(bytes(raw), _meta, db="meta", key=META_KEY).schema_version >= 4
+        )
     checker = _Checker(txn, dbs, problems=problems, manifests=manifests, records=records)
     checker.run(whole_messages=True)
 

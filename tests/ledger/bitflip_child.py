@@ -53,7 +53,16 @@ async def build(path: Path) -> None:
 
 
 async def read_back(path: Path) -> bool:
-    """Reopen the stream (a write) and read its 300 unacknowledged messages: whether they are 1..300."""
+    """Reopen the stream (a write) and read its 300 unacknowledged messages: whether they are 1..300.
+
+    Waiting longer than a minute for them is a failure (``TimeoutError``): a ledger taken for another,
+    whose stream holds fewer messages, would wait forever.
+    """
+    with anyio.fail_after(60):
+        return await _read_back(path)
+
+
+async def _read_back(path: Path) -> bool:
     async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
         reader = stream.reader("g")

@@ -114,8 +114,12 @@ def viewed(path: Path) -> Any:
 
 
 def demo_figures(messages: int) -> Callable[[Path], Any]:
+    async def demo(path: Path) -> Any:
+        with anyio.fail_after(120):  # a demo that never ends is a failure, not a wait
+            return await run_demo(path, messages)
+
     def resume(path: Path) -> Any:
-        s = anyio.run(run_demo, path, messages)
+        s = anyio.run(demo, path)
         return (s.orders, s.billing_total, s.invoices, s.audit_count)
 
     return resume
@@ -124,6 +128,10 @@ def demo_figures(messages: int) -> Callable[[Path], Any]:
 def graph_resumed(path: Path) -> Any:
     async def resume() -> Any:
         calls = Calls()
+        with anyio.fail_after(60):
+            return await resumed(calls)
+
+    async def resumed(calls: Calls) -> Any:
         async with open_ledger(path) as ledger:
             result = await durable(three_steps(), ledger).run(RESUMED, state=Log(), inputs=5, deps=calls)
         return (result.output, result.state.steps, calls.ran)

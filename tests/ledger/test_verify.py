@@ -21,7 +21,14 @@ import lmdb
 import msgspec
 import pytest
 
-from ledger import CorruptRecordError, LedgerEnv, MissingRecordError, inspect_ledger, open_ledger
+from ledger import (
+    CorruptRecordError,
+    DamagedLedgerError,
+    LedgerEnv,
+    MissingRecordError,
+    inspect_ledger,
+    open_ledger,
+)
 from ledger._check import check_ledger
 from ledger._demo import run_demo
 from ledger._env import CODEC, CODEC_VERSION, FORMAT, LedgerMeta
@@ -261,3 +268,61 @@ def test_a_flipped_record_key_is_refused_with_the_checksum_error(tmp_path: Path)
         f.seek(target.offset + target.size - 1)
         f.write(bytes([data[target.offset + target.size - 1] ^ 0x01]))
     assert_refused(path, CorruptRecordError, "fails its checksum|damaged")
+
+
+def test_every_manifest_deleted_refuses_the_ledger_and_check_names_each(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_graph_run, path)
+    with raw(path, b"meta") as txn:
+        for db in MANIFESTED:
+            assert txn.delete(manifest_key(db))
+    assert_refused(path, MissingRecordError, "the manifest of database 'attempts' is missing")
+    env = LedgerEnv.open_readonly(path, verify=False)
+    try:
+        problems = check_ledger(env).problems
+    finally:
+        env.close()
+    assert problems == [f"the manifest of database {db!r} is missing" for db in MANIFESTED]
+
+
+def test_a_tree_page_whose_node_count_was_damaged_to_none_is_refused_never_a_signal(tmp_path: Path) -> None:
+    # found by python -m fuzz.bitflips: LMDB reads "node -1" of an empty leaf, past the file: SIGBUS
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    (chunk, *_) = [k for k in key_bytes(path) if k.database == "messages" and k.page == "leaf"]
+    page = chunk.offset // 4096 * 4096
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(page + 12)  # mp_lower: where the node pointers end; 16 is right after the header
+        f.write((16).to_bytes(2, sys.byteorder))
+    before = (path / "data.mdb").read_bytes()
+    for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", *command], capture_output=True, text=True, cwd=ROOT, check=False
+        )
+        assert done.returncode == 4 and "is a tree page without nodes" in done.stderr, done
+    assert (path / "data.mdb").read_bytes() == before
+
+
+def test_an_empty_meta_page_made_current_by_a_damaged_transaction_id_is_damage_never_a_new_ledger(
+    tmp_path: Path,
+) -> None:
+    # found by python -m fuzz.bitflips: a compacted copy keeps the empty meta page of transaction 0
+    # beside its one commit; a flipped bit made it the current one, and the ledger was created afresh
+    built, path = tmp_path / "built", tmp_path / "l"
+    anyio.run(a_failed_message, built)
+    env = LedgerEnv.open_readonly(built)
+    try:
+        env.copy_to(path)
+    finally:
+        env.close()
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(16 + 128 + 2)  # the first meta page's transaction id (after the header and 128 bytes)
+        byte = f.read(1)[0]
+        f.seek(16 + 128 + 2)
+        f.write(bytes([byte ^ 0x04]))
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(DamagedLedgerError, match="a meta page is damaged"):
+        LedgerEnv.open(path)
+    with pytest.raises(DamagedLedgerError, match="a meta page is damaged"):
+        LedgerEnv.open_readonly(path)
+    assert (path / "data.mdb").read_bytes() == before
