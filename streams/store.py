@@ -102,6 +102,7 @@ from ._store._records import StreamFinish as StreamFinish
 from ._store._records import StreamOpen as StreamOpen
 from ._store._records import StreamOpened as StreamOpened
 from ._store._records import StreamRef as StreamRef
+from ._store._rules import min_frontier as min_frontier
 from ._store._view import AttemptKey as AttemptKey
 from ._store._view import CachedView as CachedView
 from ._store._view import RecordView as RecordView
@@ -167,6 +168,7 @@ __all__ = [
     "fail_message",
     "failed",
     "finish",
+    "min_frontier",
     "open_attempt",
     "open_child",
     "open_message",
