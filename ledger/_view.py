@@ -2,7 +2,7 @@
 
 Both read one snapshot of a ledger opened read-only (beside its running
 owner) and write nothing. The messages shown must run from where they start
-to the last appended without a gap (:func:`~ledger._integrity.tail_problems`):
+to the last appended without a gap (:func:`streams.store.tail_problems`):
 a missing run is :class:`~ledger.MissingRecordError`, never a shorter stream.
 Messages are decoded without their Python type (the ledger does not keep
 the class), into the JSON shape their MessagePack has: a Struct is an
@@ -14,11 +14,10 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from streams.store import RecordView, StreamRef, to_plain
+from streams.store import RecordView, StreamRef, tail_problems, to_plain
 
 from ._errors import LedgerError, MissingRecordError
 from ._inspect import plain
-from ._integrity import tail_problems
 
 __all__ = ["StreamNotFoundError", "filtered", "group_rows", "messages_of", "parse_ref"]
 

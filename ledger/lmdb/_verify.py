@@ -17,7 +17,7 @@ and that stays small as history grows:
   the key, so a record under a damaged key fails it), keys in strictly
   increasing order, every key found again by a lookup (a damaged branch
   page would send lookups elsewhere), the manifests' counts and digests,
-  and the references between records (:mod:`ledger._integrity`);
+  and the references between records (``streams/_store/_integrity.py``);
 * ``messages`` only where an open of each stream will read: from the
   lowest frontier of its groups to the last appended, every run present,
   contiguous and sound. Messages every group acknowledged are not read
@@ -41,19 +41,13 @@ from typing import Any, Final
 
 import msgspec
 
-from streams.store import (
+from streams.store import (  # the rules between records, written once beside the store rules
     AttemptRecord,
     GroupFrontier,
     NodeAttemptRecord,
     NodeCheckpoint,
     ScopeRecord,
     StreamDescriptor,
-)
-
-from .._errors import CorruptRecordError, MissingRecordError
-from .._format import LedgerMeta
-from .._graph_runs import GraphRunRecord
-from .._integrity import (
     checkpoint_problems,
     group_problems,
     node_problems,
@@ -61,6 +55,10 @@ from .._integrity import (
     tail_floor,
     tail_problems,
 )
+
+from .._errors import CorruptRecordError, MissingRecordError
+from .._format import LedgerMeta
+from .._graph_runs import GraphRunRecord
 from .._runs import RunRecord
 from ._layout import (
     CHECKPOINT_PREFIX,

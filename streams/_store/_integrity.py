@@ -1,11 +1,11 @@
-"""The rules a ledger's records keep with each other, written once over decoded records.
+"""The rules a store's records keep with each other, written once over decoded records.
 
 Each function takes records as a backend decoded them (descriptors,
 frontiers, the sequences of stored messages, node boundaries) and returns
 the problems it finds, one sentence each, naming the records and never a
 payload; none reads storage. The LMDB backend applies them when a ledger
-opens (:mod:`ledger.lmdb._verify`) and in ``python -m ledger check``
-(:mod:`ledger._check`); a backend that stores the same records (PostgreSQL)
+opens (``ledger/lmdb/_verify.py``) and in ``python -m ledger check``
+(``ledger/lmdb/_check.py``); a backend that stores the same records (PostgreSQL)
 applies the same functions to what its queries return. What is checked on
 raw bytes (checksums, key order, manifests of keys) stays with the backend.
 
@@ -18,8 +18,14 @@ its record would run again.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from streams.store import GroupFrontier, NodeAttemptRecord, StreamDescriptor, min_frontier
+from ._layouts import StreamDescriptor
+from ._records import GroupFrontier
+from ._rules import min_frontier
+
+if TYPE_CHECKING:  # _nodes applies these rules itself
+    from ._nodes import NodeAttemptRecord
 
 __all__ = [
     "checkpoint_problems",
