@@ -9,7 +9,8 @@ and longer programs than the suite does, cycling through the stores, the
 lockstep machine and the event loops, until the time is up. ``--only nodes``
 runs only the machines whose name holds ``nodes`` (``lmdb``, ``trio``,
 ``lockstep``, ... pick others). A failure prints hypothesis's shrunk program
-and exits 1.
+and exits 1. ``--only keyflips`` runs the whole key-flip sweep instead
+(:mod:`fuzz.keyflips`, every bit of every key byte), once.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help="run only the machines whose name holds this (nodes, lmdb, trio, ...)"
     )
     args = parser.parse_args(argv)
+    if args.only == "keyflips":  # a sweep, not a machine: it runs once, whole
+        from fuzz.keyflips import main as keyflips
+
+        return keyflips(["--every-bit"])
     chosen = [machine for machine in machines() if args.only in machine.__name__.removeprefix("Fuzz_")]
     if not chosen:
         parser.error(f"no machine's name holds {args.only!r}")

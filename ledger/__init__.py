@@ -19,6 +19,7 @@ from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import LedgerServerError as LedgerServerError
 from ._errors import LedgerUnreachableError as LedgerUnreachableError
 from ._errors import MapFullError as MapFullError
+from ._errors import MissingRecordError as MissingRecordError
 from ._errors import MissingSchemaError as MissingSchemaError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import OutcomeUnknownError as OutcomeUnknownError
@@ -66,6 +67,7 @@ __all__ = [
     "LmdbStreamHooks",
     "MapFullError",
     "NodeStore",
+    "MissingRecordError",
     "NotALedgerError",
     "LedgerPathError",
     "RunActiveError",

@@ -12,6 +12,8 @@ business payload. A ledger that raised one of these is left as it was.
     │   └── MissingSchemaError              a PostgreSQL URL's search_path names no schema that exists
     ├── SchemaVersionError (ValueError)     written by another schema or codec version
     ├── CorruptRecordError (ValueError)     a record fails its checksum or does not decode
+    │   └── MissingRecordError              a record the ledger's other records or manifests name is
+    │                                       missing, or sits under another key or database name
     ├── DamagedLedgerError (ValueError)     a ledger file is damaged (truncated) and is not mapped
     ├── LedgerLockedError                   another process owns the ledger
     ├── LedgerInUseError                    this process has the path open already
@@ -47,6 +49,7 @@ __all__ = [
     "LedgerLockedError",
     "LedgerReadOnlyError",
     "MapFullError",
+    "MissingRecordError",
     "NotALedgerError",
     "SchemaVersionError",
     "UnfinishedLedgerError",
@@ -121,6 +124,17 @@ class SchemaVersionError(LedgerError, ValueError):
 
 class CorruptRecordError(LedgerError, ValueError):
     """A stored record fails its checksum or does not decode as its layout."""
+
+
+class MissingRecordError(CorruptRecordError):
+    """A record the ledger's other records (or a database's manifest) say it holds is not where it belongs.
+
+    It is missing, sits under another key, or its database is under another
+    name: a damaged key. The ledger is refused when it opens, before anything
+    is written, so the damage is never read as empty history (a new stream, a
+    new group, a fresh budget, a run never started) nor laundered into a
+    sound-looking ledger by the next write.
+    """
 
 
 class DamagedLedgerError(LedgerError, ValueError):

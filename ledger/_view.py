@@ -1,9 +1,12 @@
 """Looking at messages: a stream's confirmed messages as JSON values, and its groups as an operator sees them.
 
 Both read one snapshot of a ledger opened read-only (beside its running
-owner) and write nothing. Messages are decoded without their Python type
-(the ledger does not keep the class), into the JSON shape their MessagePack
-has: a Struct is an object, bytes are base64.
+owner) and write nothing. The messages shown must run from where they start
+to the last appended without a gap (:func:`streams.store.tail_problems`):
+a missing run is :class:`~ledger.MissingRecordError`, never a shorter stream.
+Messages are decoded without their Python type (the ledger does not keep
+the class), into the JSON shape their MessagePack has: a Struct is an
+object, bytes are base64.
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from streams.store import RecordView, StreamRef, to_plain
+from streams.store import RecordView, StreamRef, tail_problems, to_plain
 
-from ._errors import LedgerError
+from ._errors import LedgerError, MissingRecordError
 from ._inspect import plain
 
 __all__ = ["StreamNotFoundError", "filtered", "group_rows", "messages_of", "parse_ref"]
@@ -46,10 +49,14 @@ def messages_of(
         raise StreamNotFoundError(f"{where} holds no stream {ref}")
     after = max(start, desc.compacted_through + 1) - 1
     messages: list[dict[str, Any]] = []
-    for stored in view.messages_after(ref, after):
+    stored = list(view.messages_after(ref, after))
+    problems = tail_problems(desc, after, [m.seq for m in stored])
+    if problems:  # a run of messages missing or moved: never shown as a shorter stream
+        raise MissingRecordError(f"{where} is damaged: {problems[0]}; restore it from a copy")
+    for message in stored:
         if limit is not None and len(messages) >= limit:
             break
-        messages.append({"seq": stored.seq, "value": plain(to_plain(stored.payload))})
+        messages.append({"seq": message.seq, "value": plain(to_plain(message.payload))})
     return {
         "stream": str(ref),
         "type": desc.type_name,

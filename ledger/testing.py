@@ -110,7 +110,7 @@ class LedgerHistory:
         if not (self.path / "data.mdb").exists():
             return  # killed before the ledger was created
         try:
-            env = LedgerEnv.open_readonly(self.path)
+            env = LedgerEnv.open_readonly(self.path, verify=False)  # check says what is damaged
         except UnfinishedLedgerError:
             if not self._streams and not self.observations:
                 return  # killed while the ledger was created, before its first commit: nothing confirmed

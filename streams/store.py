@@ -59,6 +59,12 @@ from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import GroupHooks as GroupHooks
 from ._store._hooks import StreamHooks as StreamHooks
+from ._store._integrity import checkpoint_problems as checkpoint_problems
+from ._store._integrity import group_problems as group_problems
+from ._store._integrity import node_problems as node_problems
+from ._store._integrity import stream_id_problems as stream_id_problems
+from ._store._integrity import tail_floor as tail_floor
+from ._store._integrity import tail_problems as tail_problems
 from ._store._layouts import AttemptRecord as AttemptRecord
 from ._store._layouts import StreamDescriptor as StreamDescriptor
 from ._store._memory import MemoryStore as MemoryStore
@@ -102,6 +108,7 @@ from ._store._records import StreamFinish as StreamFinish
 from ._store._records import StreamOpen as StreamOpen
 from ._store._records import StreamOpened as StreamOpened
 from ._store._records import StreamRef as StreamRef
+from ._store._rules import min_frontier as min_frontier
 from ._store._view import AttemptKey as AttemptKey
 from ._store._view import CachedView as CachedView
 from ._store._view import RecordView as RecordView
@@ -167,6 +174,13 @@ __all__ = [
     "fail_message",
     "failed",
     "finish",
+    "min_frontier",
+    "checkpoint_problems",
+    "group_problems",
+    "node_problems",
+    "stream_id_problems",
+    "tail_floor",
+    "tail_problems",
     "open_attempt",
     "open_child",
     "open_message",

@@ -19,6 +19,14 @@ def test_the_long_bit_flip_run_reports_its_outcomes(capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out.startswith("bitflips: 40 flips: ")
 
 
+def test_the_key_flip_sweep_reports_its_outcomes_per_ledger(capsys: pytest.CaptureFixture[str]) -> None:
+    from fuzz.keyflips import main as keyflips
+
+    assert keyflips(["--sample", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "keyflips: killed demo: " in out and "keyflips: graph run: " in out
+
+
 def test_the_kill_loop_reports_its_kills(capsys: pytest.CaptureFixture[str]) -> None:
     from fuzz.kill import main as kill
 

@@ -19,8 +19,8 @@ from .._runs import RunRecord, run_exists
 from ._env import LedgerEnv
 from ._graph_runs import LmdbGraphRuns
 from ._layout import NODE_RUN_PREFIX, node_run_key
-from ._nodes import LmdbNodeHooks, scan
-from ._seal import decode_record, seal
+from ._nodes import LmdbNodeHooks, put_record, scan
+from ._seal import decode_record
 from ._streams import LmdbStreamHooks
 
 __all__ = ["LmdbBackend", "LmdbRunBook", "list_runs", "open_ledger"]
@@ -59,14 +59,14 @@ class LmdbRunBook:
 
     async def write(self, record: RunRecord, *, new: bool) -> None:
         env = self._env
-        db = env.db(DB)
+        db, meta = env.db(DB), env.db("meta")
         key = node_run_key(record.run_id)
-        value = seal(DB, key, _encoder.encode(record))
+        body = _encoder.encode(record)
 
         def write(txn: Any) -> None:
             if new and txn.get(key, db=db) is not None:
                 raise run_exists(record.run_id)
-            txn.put(key, value, db=db)
+            put_record(txn, db, meta, key, body)
 
         await env.write(write)
 

@@ -6,10 +6,10 @@ at a time, enforced by an ``flock`` on the ledger's directory itself (a lock
 file could be deleted while its owner runs; the directory cannot). Reads are
 memory-mapped lookups of a microsecond or two and run inline on the caller's
 thread. Writes go through :meth:`LedgerEnv.submit` to the group committer
-(:mod:`ledger._commit`), which exists only while :meth:`LedgerEnv.serve`
+(:mod:`ledger.lmdb._commit`), which exists only while :meth:`LedgerEnv.serve`
 runs; it reaches the environment through :meth:`LedgerEnv.begin_write` and
 :meth:`LedgerEnv.grow_map`. The databases and their keys are stated in
-:mod:`ledger._layout`.
+:mod:`ledger.lmdb._layout`.
 """
 
 from __future__ import annotations
@@ -30,26 +30,32 @@ import msgspec
 
 from .._errors import (
     CorruptRecordError,
+    DamagedLedgerError,
     LedgerClosedError,
     LedgerInUseError,
     LedgerLockedError,
     LedgerPathError,
     LedgerReadOnlyError,
     MapFullError,
+    MissingRecordError,
     NotALedgerError,
     SchemaVersionError,
     UnfinishedLedgerError,
 )
 from .._format import CODEC, CODEC_VERSION, LedgerMeta
 from ._commit import BeforeCommit, GroupCommitter, WriteTicket
-from ._files import check_data_file, damaged, holds_no_commit
+from ._files import check_data_file, damaged, holds_no_commit, never_held_records
 from ._layout import DATABASES, META_KEY
+from ._manifest import MANIFESTED, Manifest, put_manifest
 from ._seal import decode_record, seal
 
 __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket", "write_mode"]
 
 FORMAT: Final = "streamledger"
-SCHEMA_VERSION: Final = 3  # 2: messages stored as runs; 3: checksums cover database, key and value
+#: 2: messages stored as runs; 3: checksums cover database, key and value; 4: manifests (_manifest.py)
+SCHEMA_VERSION: Final = 4
+#: The schema versions this build opens: a ledger of schema 3 gets its manifests on its first write open.
+_UPGRADABLE: Final = 3
 
 
 T = TypeVar("T")
@@ -112,7 +118,7 @@ class LedgerEnv:
         self._lock_fd = lock_fd
         self.max_map_size = max_map_size
         self.readonly = readonly
-        self._dbs = _open_databases(env, readonly=readonly)
+        self._dbs = _open_databases(env)
         self._committer: GroupCommitter | None = None  # while serving writes
         self._map_lock = threading.Lock()
         self._closed = False
@@ -195,8 +201,14 @@ class LedgerEnv:
         return self
 
     @classmethod
-    def open_readonly(cls, path: str | os.PathLike[str]) -> LedgerEnv:
+    def open_readonly(cls, path: str | os.PathLike[str], *, verify: bool = True) -> LedgerEnv:
         """Open an existing ledger for reading, beside the process that owns it.
+
+        The ledger is verified first (:mod:`ledger.lmdb._verify`): one whose
+        records are missing, moved or damaged is refused with
+        :class:`CorruptRecordError` or :class:`MissingRecordError`.
+        ``verify=False`` opens it anyway, for ``python -m ledger check`` and
+        ``backup``, which report the damage themselves.
 
         Takes no owner lock and writes nothing: readers register in LMDB's
         reader table like any other. On a read-only filesystem, where no
@@ -217,6 +229,8 @@ class LedgerEnv:
                 raise NotALedgerError(f"{p} cannot be opened for reading: {exc}") from None
             try:
                 self = cls(p, env, -1, max_map_size=0, readonly=True)
+                if verify:
+                    self._verify(upgrade=False)
             except lmdb.Error as exc:
                 env.close()
                 raise damaged(p, exc) from None
@@ -245,6 +259,36 @@ class LedgerEnv:
 
     def has_db(self, name: str) -> bool:
         return name in self._dbs
+
+    def databases(self) -> dict[str, Any]:
+        """The handles of the named databases the ledger holds, by name."""
+        return dict(self._dbs)
+
+    def _verify(self, *, upgrade: bool) -> None:
+        """Refuse a ledger whose records are missing, moved or damaged; give a schema 3 one its manifests.
+
+        Reads one snapshot (:func:`~ledger.lmdb._verify.verify_open`); nothing is
+        written unless it is sound and ``upgrade`` (opened for writing) finds
+        it without manifests: then they are computed from what it holds and
+        written with the schema record of version 4, in one commit.
+        """
+        from ._verify import verify_open  # the record modules it reads import this one
+
+        with self.read() as txn:
+            raw = txn.get(META_KEY, db=self._dbs["meta"])
+            if raw is None:
+                raise MissingRecordError(f"ledger {self.path} lost its schema record; restore it from a copy")
+            meta = _decode_meta(bytes(raw), self.path)
+            tallies = verify_open(txn, self._dbs, path=self.path, manifests=meta.schema_version >= 4)
+        if meta.schema_version >= 4 or not upgrade:
+            return
+        with self._env.begin(write=True) as txn:
+            meta_db = self._dbs["meta"]
+            for name in MANIFESTED:
+                found = tallies.get(name)
+                put_manifest(txn, meta_db, name, Manifest() if found is None else found.as_manifest())
+            record = msgspec.structs.replace(meta, schema_version=SCHEMA_VERSION)
+            txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
@@ -299,12 +343,12 @@ class LedgerEnv:
         before_commit: BeforeCommit | None = None,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Commit submitted writes (:class:`~ledger._commit.GroupCommitter`) until :meth:`stop_serving`.
+        """Commit submitted writes (:class:`~ledger.lmdb._commit.GroupCommitter`) until :meth:`stop_serving`.
 
         Then commits what is pending and returns. The loop is shielded from
         cancellation: code that unwinds after a cancellation can still write
         until the owner of the ledger stops it. ``before_commit`` is a fault
-        hook for tests (:data:`~ledger._commit.BeforeCommit`).
+        hook for tests (:data:`~ledger.lmdb._commit.BeforeCommit`).
         """
         committer = GroupCommitter(self, before_commit=before_commit)
         self._committer = committer
@@ -398,9 +442,11 @@ def _registered(path: Path) -> Iterator[str]:
         raise
 
 
-def _open_databases(env: lmdb.Environment, *, readonly: bool) -> dict[str, Any]:
-    if not readonly:
-        return {name: env.open_db(name.encode()) for name in DATABASES}
+def _open_databases(env: lmdb.Environment) -> dict[str, Any]:
+    """The named databases the ledger holds; never one created (a damaged name would be laundered).
+
+    Which ones it should hold is :meth:`LedgerEnv._verify`'s to say.
+    """
     found: dict[str, Any] = {}
     for name in DATABASES:
         try:
@@ -408,6 +454,12 @@ def _open_databases(env: lmdb.Environment, *, readonly: bool) -> dict[str, Any]:
         except lmdb.NotFoundError:
             continue
     return found
+
+
+def _main_names(env: lmdb.Environment) -> set[bytes]:
+    """The names LMDB's main database holds: the ledger's named databases."""
+    with env.begin() as txn, txn.cursor() as cursor:
+        return {bytes(key) for key in cursor.iternext(keys=True, values=False)}
 
 
 def _make_directory(path: Path) -> None:
@@ -424,7 +476,7 @@ def _check_path(path: Path, *, create: bool) -> bool:
     """Refuse paths that are not ledgers without writing anything; return True if new.
 
     New is a missing or empty directory, or one holding only the files a
-    creation makes and no commit (:func:`~ledger._files.holds_no_commit`): a
+    creation makes and no commit (:func:`~ledger.lmdb._files.holds_no_commit`): a
     creation killed at any instant before its one commit left it, and it
     holds nothing. A data file with a commit, or anything else, is checked
     as a ledger and refused if it is not one; nothing is ever emptied.
@@ -446,6 +498,11 @@ def _check_path(path: Path, *, create: bool) -> bool:
         raise NotALedgerError(f"{path}/data.mdb is not an LMDB file: {exc}") from None
     try:
         if creation_files_only and _is_empty(probe):  # committed to, yet holding nothing at all
+            if not never_held_records(path):
+                raise DamagedLedgerError(
+                    f"{path}/data.mdb: its current meta page holds nothing while the other one names the "
+                    "ledger's databases: a meta page is damaged; restore the ledger from a copy"
+                )
             return _new(path, names, create=create)
         _read_schema(probe, path)
     except lmdb.Error as exc:  # a damaged page met while reading the schema
@@ -510,7 +567,11 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     meta = _decode_meta(bytes(raw), path)
     if meta.format != FORMAT:
         raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
-    if meta.schema_version != SCHEMA_VERSION or meta.codec != CODEC or meta.codec_version != CODEC_VERSION:
+    if (
+        meta.schema_version not in (_UPGRADABLE, SCHEMA_VERSION)
+        or meta.codec != CODEC
+        or meta.codec_version != CODEC_VERSION
+    ):
         raise SchemaVersionError(
             f"{path} was written with schema {meta.schema_version} and codec "
             f"{meta.codec}/{meta.codec_version}; this build reads schema {SCHEMA_VERSION} and "
@@ -532,6 +593,7 @@ def _ensure_schema(env: lmdb.Environment, path: Path, step: CreationStep | None)
         pass
     else:
         _read_schema(env, path)
+        _complete_interrupted_creation(env, path)
         return
     record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
     _take_step(step, "schema")
@@ -540,7 +602,34 @@ def _ensure_schema(env: lmdb.Environment, path: Path, step: CreationStep | None)
             env.open_db(name.encode(), txn=txn)
         meta_db = env.open_db(b"meta", txn=txn)
         txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
+        for name in MANIFESTED:
+            put_manifest(txn, meta_db, name, Manifest())
     _take_step(step, "created")
+
+
+def _complete_interrupted_creation(env: lmdb.Environment, path: Path) -> None:
+    """Make the databases a creation by an older build stopped before; refuse a damaged main database.
+
+    Builds before creation was one commit made the databases one by one
+    after the schema, so a ledger may lack the last few: it holds nothing in
+    them yet. A database missing otherwise, or an entry that is no
+    database's name, is damage (:func:`~ledger.lmdb._verify.missing_databases`):
+    refused before anything is written.
+    """
+    from ._verify import missing_databases  # the record modules it reads import this one
+
+    names = _main_names(env)
+    problems = missing_databases(names)
+    if problems:
+        raise MissingRecordError(
+            f"ledger {path} is damaged: {problems[0]}. Nothing was written; see every problem with "
+            "python -m ledger check and restore the ledger from a copy"
+        )
+    missing = [name for name in DATABASES if name.encode() not in names]
+    if missing:
+        with env.begin(write=True) as txn:
+            for name in missing:
+                env.open_db(name.encode(), txn=txn)
 
 
 def _complete(
@@ -562,7 +651,9 @@ def _complete(
     while True:
         try:
             _ensure_schema(env, path, step)
-            return cls(path, env, lock_fd, max_map_size=max_map_size)
+            self = cls(path, env, lock_fd, max_map_size=max_map_size)
+            self._verify(upgrade=True)
+            return self
         except lmdb.MapFullError:
             current = int(env.info()["map_size"])
             if current >= max_map_size:

@@ -29,7 +29,15 @@ import lmdb
 
 from .._errors import CorruptRecordError, DamagedLedgerError, NotALedgerError
 
-__all__ = ["check_data_file", "check_pages", "damaged", "holds_no_commit"]
+__all__ = [
+    "KeyBytes",
+    "check_data_file",
+    "check_pages",
+    "damaged",
+    "holds_no_commit",
+    "key_bytes",
+    "never_held_records",
+]
 
 _MAGIC: Final = 0xBEEFC0DE
 _VERSION: Final = 1
@@ -104,6 +112,26 @@ def holds_no_commit(path: Path) -> bool:
         return second is not None and second.txnid == 0
 
 
+def never_held_records(path: Path) -> bool:
+    """Whether neither meta page of ``path/data.mdb`` has ever named a database (what nothing filled).
+
+    A file with a commit whose current meta page holds nothing, while the
+    other names databases, is not a new ledger: a damaged transaction id
+    made LMDB take an empty meta page for the current one.
+    """
+    with (path / "data.mdb").open("rb") as f:
+        head = f.read(_PAGE_HEADER + _META.size)
+        first = _meta(head)
+        if first is None:
+            return False
+        f.seek(first.page_size)
+        pages = (head, f.read(_PAGE_HEADER + _META.size))
+    return all(
+        len(page) >= _META_ROOTS[1] + 8 and _ROOT.unpack_from(page, _META_ROOTS[1])[0] == _INVALID
+        for page in pages
+    )
+
+
 def _meta(page: bytes) -> _Meta | None:
     if len(page) < _PAGE_HEADER + _META.size:
         return None
@@ -148,7 +176,9 @@ def check_pages(path: Path) -> None:
     signal. Each page reached from the roots (the free and main databases,
     each named database, each overflow run) is read from the file, not the
     map, and must name itself, hold its node offsets and sizes inside the
-    page, and point only at pages the file holds. Raises
+    page, hold at least one node (LMDB never keeps an empty page in a tree,
+    and would read a node before the first of one), and point only at pages
+    the file holds. Raises
     :class:`DamagedLedgerError` naming the page.
     """
     data_file = path / "data.mdb"
@@ -169,10 +199,13 @@ def check_pages(path: Path) -> None:
         pages = min(current.last_page + 1, size // psize)  # the pages the file holds, of those in use
         f.seek(index * psize)
         meta_page = f.read(psize)
-        todo = [_ROOT.unpack_from(meta_page, at)[0] for at in _META_ROOTS]
+        free_root, main_root = (_ROOT.unpack_from(meta_page, at)[0] for at in _META_ROOTS)
+        todo = [main_root]
+        free = [free_root]  # the free list's pages: its keys are checked too
         seen: set[int] = set()
-        while todo:
-            pgno = todo.pop()
+        while todo or free:
+            in_free = not todo
+            pgno = free.pop() if in_free else todo.pop()
             if pgno == _INVALID or pgno in seen:
                 continue
             if pgno < 2 or pgno >= pages:
@@ -185,7 +218,36 @@ def check_pages(path: Path) -> None:
             seen.add(pgno)
             f.seek(pgno * psize)
             page = f.read(psize)
-            todo.extend(_page_references(data_file, page, pgno, psize, pages, f))
+            found = _page_references(data_file, page, pgno, psize, pages, f)
+            if in_free:
+                _check_free_keys(data_file, page, pgno, current.txnid)
+                free.extend(found)
+            else:
+                todo.extend(found)
+
+
+def _check_free_keys(data_file: Path, page: bytes, pgno: int, txnid: int) -> None:
+    """A free-list page's keys are the ids of past transactions, ascending: LMDB aborts on others.
+
+    Each record of the free list names the pages a transaction freed, keyed
+    by its id; a damaged key (an id ahead of the last commit, or out of
+    order) makes LMDB's next write fail an assertion and abort the process.
+    """
+    flags, lower = _HEADER.unpack_from(page)[2:4]
+    previous = -1
+    for i in range((lower - _PAGE_HEADER) // 2):
+        (offset,) = struct.unpack_from("=H", page, _PAGE_HEADER + 2 * i)
+        ksize = _NODE.unpack_from(page, offset)[3]
+        if flags & _P_BRANCH and i == 0:
+            continue  # a branch page's first key is empty
+        if ksize != _ROOT.size:
+            raise _bad(data_file, pgno, f"holds a free-list key of {ksize} bytes, not a transaction id")
+        (key,) = _ROOT.unpack_from(page, offset + _NODE.size)
+        if key > txnid or key <= previous:
+            raise _bad(
+                data_file, pgno, f"holds free-list key {key}, out of order or after the last commit {txnid}"
+            )
+        previous = key
 
 
 def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages: int, f: Any) -> list[int]:
@@ -199,6 +261,8 @@ def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages:
         raise _bad(data_file, pgno, f"is referenced as a tree page but has flags {flags:#x}")
     if not _PAGE_HEADER <= lower <= upper <= psize or (lower - _PAGE_HEADER) % 2:
         raise _bad(data_file, pgno, f"has free space from {lower} to {upper}, outside the page")
+    if lower == _PAGE_HEADER:  # LMDB frees a tree's empty pages; it would read node -1 of one
+        raise _bad(data_file, pgno, "is a tree page without nodes")
     found: list[int] = []
     for i in range((lower - _PAGE_HEADER) // 2):
         (offset,) = struct.unpack_from("=H", page, _PAGE_HEADER + 2 * i)
@@ -246,3 +310,59 @@ def _bad(data_file: Path, pgno: int, what: str) -> DamagedLedgerError:
         f"{data_file}: page {pgno} {what}; the file is damaged, and LMDB would read past it: restore "
         "the ledger from a copy"
     )
+
+
+class KeyBytes(NamedTuple):
+    """Where one node's key sits in ``data.mdb``: its database, page kind, file offset and size."""
+
+    database: str  # a named database, "(main)" for LMDB's main one, "(free)" for its free list
+    page: str  # "leaf" or "branch"
+    offset: int
+    size: int
+
+
+def key_bytes(path: Path) -> list[KeyBytes]:
+    """Every key of every node on the pages the current meta page reaches, by database (for fault tests).
+
+    The walk is :func:`check_pages`'s, over a file it accepted: the free and
+    main databases from the meta page, each named database from its main
+    entry. Branch nodes' first keys are empty in LMDB and are left out.
+    """
+    data_file = path / "data.mdb"
+    found: list[KeyBytes] = []
+    with data_file.open("rb") as f:
+        data = f.read()
+    first = _meta(data[: _PAGE_HEADER + _META.size])
+    if first is None:
+        return found
+    second = _meta(data[first.page_size : first.page_size + _PAGE_HEADER + _META.size])
+    current, index = max(
+        ((m, i) for i, m in enumerate((first, second)) if m is not None), key=lambda pair: pair[0].txnid
+    )
+    psize = current.page_size
+    meta_page = data[index * psize : (index + 1) * psize]
+    roots = zip(_META_ROOTS, ("(free)", "(main)"), strict=True)
+    todo = [(_ROOT.unpack_from(meta_page, at)[0], name) for at, name in roots]
+    seen: set[int] = set()
+    while todo:
+        pgno, db = todo.pop()
+        if pgno == _INVALID or pgno in seen:
+            continue
+        seen.add(pgno)
+        base = pgno * psize
+        page = data[base : base + psize]
+        _, _, flags, lower, _ = _HEADER.unpack_from(page)
+        for i in range((lower - _PAGE_HEADER) // 2):
+            (offset,) = struct.unpack_from("=H", page, _PAGE_HEADER + 2 * i)
+            lo, hi, node_flags, ksize = _NODE.unpack_from(page, offset)
+            key_at = offset + _NODE.size
+            if flags & _P_BRANCH:
+                todo.append((lo | hi << 16 | node_flags << 32, db))
+                if ksize:
+                    found.append(KeyBytes(db, "branch", base + key_at, ksize))
+                continue
+            found.append(KeyBytes(db, "leaf", base + key_at, ksize))
+            if node_flags & _F_SUBDATA and not node_flags & _F_BIGDATA:
+                name = page[key_at : key_at + ksize].decode(errors="replace")
+                todo.append((_ROOT.unpack_from(page, key_at + ksize + _SUBDB_ROOT)[0], name))
+    return found

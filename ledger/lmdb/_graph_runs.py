@@ -15,6 +15,7 @@ import msgspec
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from ._env import LedgerEnv
 from ._layout import CHECKPOINT_PREFIX, RUN_PREFIX, checkpoint_key, run_key
+from ._manifest import KeyTally, write_tally
 from ._seal import decode_record, seal, unseal
 
 __all__ = [
@@ -78,28 +79,35 @@ async def write_run(
     delete_checkpoint: bool = False,
 ) -> None:
     """Write a run's record, with its new checkpoint or without its old one, in one durable commit."""
-    db = env.db(DB)
+    db, meta = env.db(DB), env.db("meta")
     rkey, ckey = run_key(record.run_id), checkpoint_key(record.run_id)
     rvalue = seal(DB, rkey, _encoder.encode(record))
     cvalue = None if checkpoint is None else seal(DB, ckey, _encoder.encode(checkpoint))
 
     def write(txn: lmdb.Transaction) -> None:
-        txn.put(rkey, rvalue, db=db)
+        tally = KeyTally()  # the keys added and removed, for the database's manifest
+        if txn.replace(rkey, rvalue, db=db) is None:
+            tally.added(rkey)
         if cvalue is not None:
-            txn.put(ckey, cvalue, db=db)
-        elif delete_checkpoint:
-            txn.delete(ckey, db=db)
+            if txn.replace(ckey, cvalue, db=db) is None:
+                tally.added(ckey)
+        elif delete_checkpoint and txn.delete(ckey, db=db):
+            tally.removed(ckey)
+        write_tally(txn, meta, DB, tally)
 
     await env.write(write)
 
 
 async def delete_run(env: LedgerEnv, run_id: str) -> None:
-    db = env.db(DB)
+    db, meta = env.db(DB), env.db("meta")
     rkey, ckey = run_key(run_id), checkpoint_key(run_id)
 
     def delete(txn: lmdb.Transaction) -> None:
-        txn.delete(rkey, db=db)
-        txn.delete(ckey, db=db)
+        tally = KeyTally()
+        for key in (rkey, ckey):
+            if txn.delete(key, db=db):
+                tally.removed(key)
+        write_tally(txn, meta, DB, tally)
 
     await env.write(delete)
 

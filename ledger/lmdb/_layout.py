@@ -1,12 +1,14 @@
 """Every database of a ledger and the layout of its keys, in one place.
 
-Each value is framed by :func:`ledger._seal.seal` (a CRC-32 over key and
+Each value is framed by :func:`ledger.lmdb._seal.seal` (a CRC-32 over key and
 value). ``id`` is a stream's 8-byte big-endian id, ``seq`` an 8-byte
 big-endian sequence number; big-endian keys keep a stream's messages
 contiguous and in order::
 
     db          key                                       value
     meta        b"schema"                                 LedgerMeta
+    meta        b"manifest/" + db name                    Manifest of attempts, nodes, graph_runs
+                                                          (ledger.lmdb._manifest; schema 4)
     streams     b"c"                                      last stream id (msgpack int)
     streams     b"r" + msgpack([scope, node, key])        stream id (msgpack int)
     streams     b"d" + id                                 StreamDescriptor
@@ -19,7 +21,8 @@ contiguous and in order::
                 id + 0xff + digest(group) + digest(rest)
     graph_runs  b"run/" + run id (utf-8)                  GraphRunRecord
     graph_runs  b"checkpoint/" + run id (utf-8)           GraphCheckpoint
-    nodes       (reserved for complete-node checkpoints)
+    nodes       b"a" / b"s" / b"n" / b"r" + ...           boundaries, scopes, node records, runs
+                                                          (ledger.lmdb._nodes)
 
 A key part that would make a ``streams``, ``groups`` or ``attempts`` key
 longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
@@ -73,7 +76,7 @@ __all__ = [
     "run_key",
 ]
 
-#: Every named database of a ledger, opened when the environment opens.
+#: Every named database of a ledger, in creation order; opened (never created) when a ledger opens.
 DATABASES: Final = (
     "meta",  # the schema record
     "streams",  # stream descriptors, one per (scope, node, key)

@@ -5,7 +5,7 @@ records the child's identity the first time), so node commits of concurrent
 nodes share one transaction and one fsync. The rules are
 :mod:`streams.store`'s, over :class:`LmdbNodeView`.
 
-Keys of the ``nodes`` database (see :mod:`ledger._layout`):
+Keys of the ``nodes`` database (see :mod:`ledger.lmdb._layout`):
 
 * ``a`` + a boundary's ``(parent, node, position)``: its :class:`~streams.store.NodeAttemptRecord`;
 * ``s`` + a scope: its :class:`~streams.store.ScopeRecord`;
@@ -34,9 +34,10 @@ from streams.store import (
 
 from ._env import LedgerEnv
 from ._layout import NODE_ATTEMPT_PREFIX, node_attempt_key, node_record_key, node_scope_key, node_scope_prefix
+from ._manifest import KeyTally, write_tally
 from ._seal import decode_record, seal
 
-__all__ = ["LmdbNodeHooks", "LmdbNodeView", "node_attempts", "node_record", "scan"]
+__all__ = ["LmdbNodeHooks", "LmdbNodeView", "node_attempts", "node_record", "put_record", "scan"]
 
 T = TypeVar("T")
 DB: Final = "nodes"
@@ -49,16 +50,17 @@ _node_decoder: Final = msgspec.msgpack.Decoder(NodeCheckpoint)
 class LmdbNodeView:
     """One node-hook call's records, inside one LMDB transaction (:class:`~streams.store.NodeView`)."""
 
-    def __init__(self, txn: lmdb.Transaction, db: Any) -> None:
+    def __init__(self, txn: lmdb.Transaction, db: Any, meta: Any = None) -> None:
         self._txn = txn
         self._db = db
+        self._meta = meta  # the ``meta`` database, where a new key is counted in the manifest
 
     def _get(self, key: bytes, decoder: msgspec.msgpack.Decoder[T]) -> T | None:
         raw = self._txn.get(key, db=self._db)
         return None if raw is None else decode_record(bytes(raw), decoder, db=DB, key=key)
 
     def _put(self, key: bytes, record: object) -> None:
-        self._txn.put(key, seal(DB, key, _encoder.encode(record)), db=self._db)
+        put_record(self._txn, self._db, self._meta, key, _encoder.encode(record))
 
     def get_attempt(self, parent: str, node: str, position: int) -> NodeAttemptRecord | None:
         return self._get(node_attempt_key(parent, node, position), _attempt_decoder)
@@ -100,6 +102,7 @@ class LmdbNodeHooks:
         self.env = env
         self._streams = streams
         self._db = env.db(DB)
+        self._meta = env.db("meta")
 
     @property
     def streams(self) -> Any:
@@ -107,8 +110,8 @@ class LmdbNodeHooks:
         return self._streams
 
     async def _write(self, op: Callable[[LmdbNodeView], T]) -> T:
-        db = self._db
-        return await self.env.write(lambda txn: op(LmdbNodeView(txn, db)))
+        db, meta = self._db, self._meta
+        return await self.env.write(lambda txn: op(LmdbNodeView(txn, db, meta)))
 
     async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
         """A read, never a write: a first attempt's record is written with its first failure or commit."""
@@ -123,11 +126,11 @@ class LmdbNodeHooks:
 
     async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
         """The nodes' records and their streams' successful ends, in one transaction."""
-        streams, db = self._streams, self._db
+        streams, db, meta = self._streams, self._db, self._meta
         if not any(commit.streams for commit in commits):
 
             def records(txn: lmdb.Transaction) -> None:
-                view = LmdbNodeView(txn, db)
+                view = LmdbNodeView(txn, db, meta)
                 for commit in commits:
                     store.commit_node(view, commit)
 
@@ -135,7 +138,7 @@ class LmdbNodeHooks:
             return
 
         def write(txn: lmdb.Transaction) -> Any:
-            nodes, view = LmdbNodeView(txn, db), streams.bind(txn)
+            nodes, view = LmdbNodeView(txn, db, meta), streams.bind(txn)
             for commit in commits:
                 store.commit_node(nodes, commit)
                 for finish in commit.streams:
@@ -157,6 +160,14 @@ class LmdbNodeHooks:
         with self.env.read() as txn:
             record = LmdbNodeView(txn, self._db).get_scope(scope)
         return record is not None and record.failed
+
+
+def put_record(txn: Any, db: Any, meta: Any, key: bytes, body: bytes) -> None:
+    """Put a record of the ``nodes`` database; a key it did not hold is counted in its manifest."""
+    if txn.replace(key, seal(DB, key, body), db=db) is None:
+        tally = KeyTally()
+        tally.added(key)
+        write_tally(txn, meta, DB, tally)
 
 
 def scan(env: LedgerEnv, prefix: bytes, decoder: msgspec.msgpack.Decoder[T]) -> Iterator[T]:

@@ -6,7 +6,7 @@ hook call as one write of the group committer (``open_message`` and ``describe``
 only read and run inline on a read transaction).
 
 The record layout of the ``streams``, ``messages``, ``groups`` and
-``attempts`` databases is stated in :mod:`ledger._layout`.
+``attempts`` databases is stated in :mod:`ledger.lmdb._layout`.
 Keys are big-endian, so a stream's messages are contiguous and appended in
 key order. A batch of messages is stored as runs of up to ``CHUNK``
 messages, one LMDB value each: the writer thread makes one put per run
@@ -60,6 +60,7 @@ from ._layout import (
     index_key,
     legacy_attempt_key,
 )
+from ._manifest import KeyTally, write_tally
 from ._seal import decode_record, seal
 
 __all__ = ["LmdbStreamHooks"]
@@ -232,21 +233,28 @@ class LmdbView(CachedView):
                     txn.put(key, seal("groups", key, _encoder.encode(frontier)), db=db)
         if attempts:
             db = self._dbs["attempts"]
+            tally = KeyTally()  # the keys added and removed, for the budgets' manifest
             for budget, record in attempts.items():
                 stream_id = self._id(budget.ref) if record is None else self._require_id(budget.ref)
                 if stream_id is None:
                     continue
                 raw_key = attempt_key(stream_id, budget)
                 if record is not None:
-                    txn.put(raw_key, seal("attempts", raw_key, _encoder.encode(record)), db=db)
-                else:
-                    txn.delete(raw_key, db=db)
+                    if (
+                        txn.replace(raw_key, seal("attempts", raw_key, _encoder.encode(record)), db=db)
+                        is None
+                    ):
+                        tally.added(raw_key)
+                elif txn.delete(raw_key, db=db):
+                    tally.removed(raw_key)
                 legacy = legacy_attempt_key(stream_id, budget)
-                if legacy is not None:  # a budget is kept under its current key only
-                    txn.delete(legacy, db=db)
+                if legacy is not None and txn.delete(legacy, db=db):  # kept under its current key only
+                    tally.removed(legacy)
+            write_tally(txn, self._dbs["meta"], "attempts", tally)
 
     def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
         db = self._dbs["attempts"]
+        tally = KeyTally()
         for ref, group in groups:
             stream_id = self._id(ref)
             if stream_id is None:
@@ -255,8 +263,10 @@ class LmdbView(CachedView):
             for prefix in budget_prefixes(stream_id, group):
                 with self._txn.cursor(db=db) as cursor:
                     found = cursor.set_range(prefix)
-                    while found and cursor.key().startswith(prefix):
+                    while found and (key := bytes(cursor.key())).startswith(prefix):
+                        tally.removed(key)
                         found = cursor.delete()
+        write_tally(self._txn, self._dbs["meta"], "attempts", tally)
 
     def _refuse_unattributed(self, ref: StreamRef, stream_id: int) -> None:
         """Refuse a group change on a stream holding budgets under 0.1.0's digested keys.
@@ -337,7 +347,7 @@ class LmdbStreamHooks:
 
     def __init__(self, env: LedgerEnv) -> None:
         self.env = env
-        self._dbs = {name: env.db(name) for name in ("streams", "messages", "groups", "attempts")}
+        self._dbs = {name: env.db(name) for name in ("streams", "messages", "groups", "attempts", "meta")}
         self._ids: dict[StreamRef, int] = {}
 
     def bind(self, txn: Any) -> LmdbView:

@@ -22,8 +22,9 @@ __all__ = ["TOOLS"]
 
 
 @contextmanager
-def _read_only(path: str | Path) -> Iterator[LedgerEnv]:
-    env = LedgerEnv.open_readonly(path)
+def _read_only(path: str | Path, *, verify: bool = True) -> Iterator[LedgerEnv]:
+    """Opened read-only beside its owner; verified as every open is, unless the caller lists the damage."""
+    env = LedgerEnv.open_readonly(path, verify=verify)
     try:
         yield env
     finally:
@@ -41,13 +42,13 @@ def _view(path: str, ref: StreamRef, start: int, limit: int | None) -> dict[str,
 
 
 def _check(path: str) -> LedgerCheck:
-    with _read_only(path) as env:
+    with _read_only(path, verify=False) as env:  # it lists the damage instead of stopping at it
         return check_ledger(env)
 
 
 def _backup(path: str, destination: Path) -> LedgerCheck:
     """A compacted copy as of the moment it starts (the owner may keep writing); the copy's check."""
-    with _read_only(path) as env:
+    with _read_only(path, verify=False) as env:  # the copy is checked below
         try:
             env.copy_to(destination)
         except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from streams.store import GroupFrontier, StreamDescriptor, StreamRef
+from streams.store import GroupFrontier, StreamDescriptor, StreamRef, group_problems
 
 from .._errors import CorruptRecordError
 from ._view import decode_row
@@ -42,25 +42,18 @@ def verify_streams(conn: Any, where: str) -> None:
                 where, f"the row of stream {ref} (id {stream_id}) holds the descriptor of {desc.ref}"
             )
         streams[stream_id] = desc
-    kept: set[tuple[int, str]] = set()
+    frontiers: dict[int, dict[str, GroupFrontier]] = {stream_id: {} for stream_id in streams}
     for stream_id, name, raw in conn.execute("SELECT stream_id, name, frontier FROM streamledger_groups"):
-        owner = streams.get(stream_id)
         frontier = decode_row(_frontier, raw, f"the frontier of group {name!r} of stream id {stream_id}")
-        if owner is None:
+        if stream_id not in streams:
             raise _damaged(where, f"group {name!r} belongs to stream id {stream_id}, which has no descriptor")
-        if frontier.group != name or name not in owner.groups:
-            raise _damaged(
-                where,
-                f"the row of group {name!r} of stream {owner.ref} holds the frontier of group "
-                f"{frontier.group!r}, and the stream lists {list(owner.groups)}",
-            )
-        kept.add((stream_id, name))
+        if frontier.group != name:
+            raise _damaged(where, f"the row of group {name!r} holds the frontier of group {frontier.group!r}")
+        frontiers[stream_id][name] = frontier
     for stream_id, desc in streams.items():
-        for group in desc.groups:
-            if (stream_id, group) not in kept:
-                raise _damaged(
-                    where, f"stream {desc.ref} lists consumer group {group!r}, whose frontier is missing"
-                )
+        problems = group_problems(desc, frontiers[stream_id])  # the rule LMDB's open applies too
+        if problems:
+            raise _damaged(where, problems[0])
 
 
 def _damaged(where: str, what: str) -> CorruptRecordError:

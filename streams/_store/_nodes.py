@@ -22,6 +22,7 @@ from typing import Protocol
 import msgspec
 
 from .._errors import CheckpointError, CheckpointScopeFailure, SequenceError, StoreDamagedError
+from ._integrity import node_problems
 from ._node_records import (
     COMPLETE_CHAIN,
     CheckpointAttempt,
@@ -252,13 +253,13 @@ def check_confirmed(
     records a resume reads (``node_records``), before anything is written.
     """
     kept = {record.node for record in records}
-    for attempt in boundaries:
-        confirmed = attempt.parent == scope and attempt.position == COMPLETE_CHAIN and attempt.committed
-        if confirmed and attempt.node not in kept:
-            raise StoreDamagedError(
-                f"node {attempt.node!r} in {scope!r} was confirmed, but its record is missing from "
-                "the store; the store is damaged: restore it from a copy (nothing was changed)"
-            )
+    mine = [b for b in boundaries if b.parent == scope and b.position == COMPLETE_CHAIN]
+    problems = node_problems(mine, lambda parent, node: node in kept)
+    if problems:
+        raise StoreDamagedError(
+            f"{problems[0]} from the store; the store is damaged: restore it from a copy "
+            "(nothing was changed)"
+        )
 
 
 def check_owned_streams(commit: CheckpointCommit) -> None:

@@ -6,9 +6,9 @@ It builds a ledger holding every kind of record (a finished demo; a stream
 with unacknowledged messages and a failed attempt's budget; a durable graph
 run's record and checkpoint), copies it compacted so that every page is in
 use, then for each of FLIPS seeded random bits flips it in a fresh copy and
-reads the copy as a user would: ``inspect``, ``check``, and, when both show
-the ledger as it was, the stream reopened and read back (a write: the
-reopen raises its generation). The demo refuses to run beside other records,
+reads the copy as a user would, with no ``check`` first: ``inspect``, then
+the stream reopened and read back (a write: the reopen raises its
+generation); a refusal must be typed and write nothing. The demo refuses to run beside other records,
 so the write is the application's. One JSON line per
 flip says what happened. A signal kills this process, and the test sees it.
 """
@@ -53,19 +53,37 @@ async def build(path: Path) -> None:
 
 
 async def read_back(path: Path) -> bool:
-    """Reopen the stream (a write) and read its 300 unacknowledged messages: whether they are 1..300."""
+    """Reopen the stream (a write) and read its 300 unacknowledged messages: whether they are 1..300.
+
+    Waiting longer than a minute for them is a failure (``TimeoutError``): a ledger taken for another,
+    whose stream holds fewer messages, would wait forever.
+    """
+    with anyio.fail_after(60):
+        return await _read_back(path)
+
+
+async def _read_back(path: Path) -> bool:
     async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
         reader = stream.reader("g")
         return [(await reader.receive()).value for _ in range(300)] == list(range(1, 301))
 
 
-def view(path: Path) -> tuple[dict[str, Any], bool]:
+def view(path: Path) -> dict[str, Any]:
+    """``inspect`` as a user runs it: the ledger verified when it opens, and no ``check`` first."""
     env = LedgerEnv.open_readonly(path)
     try:
         report = inspect_ledger(env)
-        report.pop("path")
-        return report, check_ledger(env).sound
+    finally:
+        env.close()
+    report.pop("path")
+    return report
+
+
+def sound(path: Path) -> bool:
+    env = LedgerEnv.open_readonly(path, verify=False)
+    try:
+        return check_ledger(env).sound
     finally:
         env.close()
 
@@ -79,17 +97,41 @@ def flip(path: Path, bit: int) -> None:
 
 
 def outcome(copy: Path, original: dict[str, Any]) -> str:
+    """Inspect, then the stream reopened (a write), neither gated by ``check``: both must agree.
+
+    A refusal is typed and leaves ``data.mdb`` as it was; a ledger inspect
+    accepted reads back as it was, or the write path refuses it, typed.
+    """
+    before = (copy / "data.mdb").read_bytes()
     try:
-        report, sound = view(copy)
-        if not sound:
-            return "check found damage"
-        if report != original:
-            return "READ OTHER DATA"
-        return "unchanged" if anyio.run(read_back, copy) else "RESUMED TO ANOTHER ANSWER"
+        report = view(copy)
     except (LedgerError, StreamsError) as exc:
-        return type(exc).__name__
+        refused = type(exc).__name__
+        try:  # the write path must refuse it too, and write nothing
+            anyio.run(read_back, copy)
+        except (LedgerError, StreamsError):
+            pass
+        except Exception as exc:
+            return f"UNTYPED {type(exc).__name__} on the write path: {exc}"
+        else:
+            return f"READ BACK A LEDGER INSPECT REFUSED ({refused})"
+        if (copy / "data.mdb").read_bytes() != before:
+            return f"WROTE TO A REFUSED LEDGER ({refused})"
+        return refused
     except Exception as exc:  # what the suite exists to find: reported, never hidden
         return f"UNTYPED {type(exc).__name__}: {exc}"
+    if report != original:
+        return "READ OTHER DATA"
+    try:
+        if not anyio.run(read_back, copy):
+            return "RESUMED TO ANOTHER ANSWER"
+    except (LedgerError, StreamsError) as exc:
+        if (copy / "data.mdb").read_bytes() != before:
+            return f"WROTE TO A REFUSED LEDGER ({type(exc).__name__})"
+        return type(exc).__name__
+    except Exception as exc:
+        return f"UNTYPED {type(exc).__name__}: {exc}"
+    return "unchanged"
 
 
 def main(workdir: Path, seed: int, flips: int | None) -> None:
@@ -101,8 +143,8 @@ def main(workdir: Path, seed: int, flips: int | None) -> None:
         env.copy_to(ledger)  # compacted: every page of the copy is in use
     finally:
         env.close()
-    original, sound = view(ledger)
-    assert sound
+    original = view(ledger)
+    assert sound(ledger)
     size = (ledger / "data.mdb").stat().st_size
     rng = random.Random(seed)
     print(json.dumps({"pages": size // 4096}), flush=True)

@@ -312,28 +312,33 @@ def flip_last_byte(path: Path, db_name: bytes, key: bytes) -> None:
             txn.put(key, bytes(value))
 
 
-async def test_a_corrupted_record_raises_when_read_and_reading_changes_nothing(
+async def test_a_corrupted_record_refuses_the_ledger_when_it_opens_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "l"
     async with open_ledger(path) as ledger:
-        db = ledger.backend.env.db("nodes")
+        db = ledger.backend.env.db("graph_runs")
 
         def put(txn: lmdb.Transaction) -> None:
-            txn.put(b"rec", seal("nodes", b"rec", msgspec.msgpack.encode(Sample("x", 3))), db=db)
+            txn.put(b"run/rec", seal("graph_runs", b"run/rec", msgspec.msgpack.encode(Sample("x", 3))), db=db)
 
         await ledger.backend.env.write(put)
-    flip_last_byte(path, b"nodes", b"rec")
+    flip_last_byte(path, b"graph_runs", b"run/rec")
     before = (path / "data.mdb").read_bytes()
-    decoder = msgspec.msgpack.Decoder(Sample)
-    async with open_ledger(path) as ledger:
-        db = ledger.backend.env.db("nodes")
-        for _ in range(2):
-            with ledger.backend.env.read() as txn:
-                raw = txn.get(b"rec", db=db)
-            assert raw is not None
-            with pytest.raises(CorruptRecordError, match="fails its checksum"):
-                decode_record(bytes(raw), decoder, db="nodes", key=b"rec")
+    with (
+        lmdb.open(str(path), max_dbs=16, readonly=True, lock=False) as raw_env,
+        raw_env.begin(db=raw_env.open_db(b"graph_runs", create=False)) as txn,
+    ):
+        raw = txn.get(b"run/rec")
+    assert raw is not None
+    with pytest.raises(CorruptRecordError, match="fails its checksum"):
+        decode_record(bytes(raw), msgspec.msgpack.Decoder(Sample), db="graph_runs", key=b"run/rec")
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="fails its checksum"):
+            async with open_ledger(path):
+                pass
+        with pytest.raises(CorruptRecordError, match="fails its checksum"):
+            LedgerEnv.open_readonly(path)
     assert (path / "data.mdb").read_bytes() == before
 
 

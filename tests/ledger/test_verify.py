@@ -1,0 +1,336 @@
+"""A ledger missing a record, or holding one under another key or database name, is refused when it opens.
+
+Each test damages one thing a lookup would read as "never written", then
+opens the ledger the ways a user does (for writing, read-only, the CLI)
+and checks the refusal is typed and that ``data.mdb`` is byte for byte what
+it was: the damage is never laundered into a ledger ``check`` calls sound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import lmdb
+import msgspec
+import pytest
+
+from ledger import (
+    CorruptRecordError,
+    DamagedLedgerError,
+    LedgerEnv,
+    MissingRecordError,
+    inspect_ledger,
+    open_ledger,
+)
+from ledger._format import CODEC, CODEC_VERSION, LedgerMeta
+from ledger.lmdb._check import check_ledger
+from ledger.lmdb._demo import run_demo
+from ledger.lmdb._env import FORMAT
+from ledger.lmdb._files import key_bytes
+from ledger.lmdb._layout import (
+    COUNTER_KEY,
+    NODE_RECORD_PREFIX,
+    NODE_RUN_PREFIX,
+    group_key,
+    message_key,
+    run_key,
+)
+from ledger.lmdb._manifest import MANIFESTED, manifest_key
+from ledger.lmdb._seal import seal
+from streams import Key, MessageFail, MessageOpen, MessageRef, Stream, open_scope
+
+from .graphs.graphs import Boom, Calls, Log, durable, three_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBERS = Key("numbers", Stream[int])
+
+
+@contextmanager
+def raw(path: Path, name: bytes) -> Iterator[Any]:
+    """A write transaction on one database of the ledger, as a damaging hand would open it."""
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        with env.begin(write=True, db=env.open_db(name, create=False)) as txn:
+            yield txn
+    finally:
+        env.close()
+
+
+def keys(path: Path, name: bytes) -> list[bytes]:
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin(db=env.open_db(name, create=False)) as txn:
+            return [bytes(k) for k, _ in txn.cursor()]
+    finally:
+        env.close()
+
+
+async def a_failed_message(path: Path) -> None:
+    """Stream s/src/numbers: 300 messages, group g, message 1 failed once (its budget record)."""
+    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",))
+        for n in range(1, 301):
+            await stream.writer().send(n)
+        await stream.writer().flush()
+        ref = MessageRef(stream.ref, "g", stream.generation, 1)
+        await ledger.streams.open_message(MessageOpen(ref, node="h", limit=3))
+        await ledger.streams.fail_message(MessageFail(ref, node="h", limit=3, index=0))
+
+
+async def a_graph_run(path: Path) -> None:
+    async with open_ledger(path) as ledger:
+        with contextlib.suppress(Boom):
+            await durable(three_steps(), ledger).run(
+                "r", state=Log(), inputs=5, deps=Calls(fail_at={"three"})
+            )
+
+
+def assert_refused(path: Path, error: type[Exception], match: str) -> None:
+    """Refused by every way in, typed, and nothing written."""
+    before = (path / "data.mdb").read_bytes()
+
+    async def write_open() -> None:
+        async with open_ledger(path):
+            pass
+
+    with pytest.raises(error, match=match):
+        anyio.run(write_open)
+    with pytest.raises(error, match=match):
+        anyio.run(run_demo, path, 600)
+    with pytest.raises(error, match=match):
+        LedgerEnv.open_readonly(path)
+    for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", *command], capture_output=True, text=True, cwd=ROOT, check=False
+        )
+        assert done.returncode == 4, (command, done.stdout, done.stderr)
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("error: ") and ("damaged" in line or "checksum" in line), line
+    assert (path / "data.mdb").read_bytes() == before
+    env = LedgerEnv.open_readonly(path, verify=False)  # check still lists the damage
+    try:
+        assert not check_ledger(env).sound
+    finally:
+        env.close()
+
+
+def test_a_deleted_group_frontier_refuses_the_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    with raw(path, b"groups") as txn:
+        assert txn.delete(group_key(1, "billing"))
+    assert_refused(path, MissingRecordError, "lists group 'billing', whose frontier is missing")
+
+
+def test_a_renamed_streams_database_refuses_the_ledger_and_no_new_one_is_created(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    (name,) = [k for k in key_bytes(path) if k.database == "(main)" and k.size == len(b"streams")]
+    data = bytearray((path / "data.mdb").read_bytes())
+    assert data[name.offset : name.offset + name.size] == b"streams"
+    with (path / "data.mdb").open("r+b") as f:  # "streams" becomes "strgams": one bit of its name
+        f.seek(name.offset + 3)
+        f.write(bytes([data[name.offset + 3] ^ 0x02]))
+    assert_refused(path, MissingRecordError, "main database holds b'strgams', which is no database")
+
+
+def test_a_run_of_messages_moved_to_another_key_refuses_the_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    chunks = [k for k in keys(path, b"messages") if k.startswith(message_key(1, 0)[:8])]
+    with raw(path, b"messages") as txn:  # as a damaged stream id in its key would: under stream 9
+        value = txn.get(chunks[-1])
+        assert txn.delete(chunks[-1])
+        txn.put(message_key(9, 1), value)
+    assert_refused(path, MissingRecordError, r"should hold messages 1 to 300 .* it holds")
+
+
+def test_a_deleted_budget_record_refuses_the_ledger_not_a_fresh_budget(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    (budget,) = keys(path, b"attempts")
+    with raw(path, b"attempts") as txn:
+        assert txn.delete(budget)
+    assert_refused(path, MissingRecordError, "database 'attempts' holds 0 keys, its manifest says 1")
+
+
+def test_a_budget_record_added_by_hand_refuses_the_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    (budget,) = keys(path, b"attempts")
+    with raw(path, b"attempts") as txn:
+        other = budget[:-1] + b"x"
+        txn.put(other, seal("attempts", other, bytes(txn.get(budget) or b"")[4:]))
+    assert_refused(path, MissingRecordError, "database 'attempts' holds 2 keys, its manifest says 1")
+
+
+@pytest.mark.parametrize("prefix", [NODE_RECORD_PREFIX, NODE_RUN_PREFIX], ids=["node record", "run record"])
+def test_a_deleted_node_or_run_record_refuses_the_ledger(tmp_path: Path, prefix: bytes) -> None:
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    found = [k for k in keys(path, b"nodes") if k.startswith(prefix)]
+    with raw(path, b"nodes") as txn:
+        assert txn.delete(found[0])
+    assert_refused(path, MissingRecordError, "'nodes'|is committed, but its record is missing")
+
+
+def test_a_deleted_graph_run_record_refuses_the_ledger_not_a_new_run(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_graph_run, path)
+    with raw(path, b"graph_runs") as txn:
+        assert txn.delete(run_key("r"))
+    assert_refused(path, MissingRecordError, "has a checkpoint but no run record")
+
+
+def test_a_deleted_stream_counter_refuses_the_ledger_not_a_reused_id(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    with raw(path, b"streams") as txn:
+        assert txn.delete(COUNTER_KEY)
+    assert_refused(path, MissingRecordError, r"stream id 1 is above the last allocated, 0")
+
+
+def test_a_deleted_manifest_refuses_the_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_graph_run, path)
+    with raw(path, b"meta") as txn:
+        assert txn.delete(manifest_key("graph_runs"))
+    assert_refused(path, MissingRecordError, "the manifest of database 'graph_runs' is missing")
+
+
+def as_schema_3(path: Path) -> None:
+    """The ledger as release 0.x wrote it: schema 3, no manifests."""
+    with raw(path, b"meta") as txn:
+        for db in MANIFESTED:
+            assert txn.delete(manifest_key(db))
+        record = LedgerMeta(FORMAT, 3, CODEC, CODEC_VERSION)
+        txn.put(b"schema", seal("meta", b"schema", msgspec.msgpack.encode(record)))
+
+
+def schema_of(path: Path) -> tuple[int, list[bytes]]:
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+            meta = msgspec.msgpack.decode(bytes(txn.get(b"schema") or b"")[4:], type=LedgerMeta)
+            return meta.schema_version, [bytes(k) for k, _ in txn.cursor()]
+    finally:
+        env.close()
+
+
+def test_a_schema_3_ledger_is_read_as_it_is_and_gets_its_manifests_on_its_first_write_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    anyio.run(a_graph_run, path)
+    as_schema_3(path)
+    before = (path / "data.mdb").read_bytes()
+    env = LedgerEnv.open_readonly(path)  # read: verified but for the manifests, and unchanged
+    try:
+        report = inspect_ledger(env)
+    finally:
+        env.close()
+    assert (path / "data.mdb").read_bytes() == before
+    assert schema_of(path) == (3, [b"schema"])
+    LedgerEnv.open(path).close()  # the first write open computes them, with schema 4, in one commit
+    version, meta_keys = schema_of(path)
+    assert version == 4 and meta_keys == sorted([b"schema", *(manifest_key(db) for db in MANIFESTED)])
+    env = LedgerEnv.open_readonly(path)
+    try:
+        assert inspect_ledger(env) == report and check_ledger(env).sound
+    finally:
+        env.close()
+    with raw(path, b"attempts") as txn:  # from now on, a budget lost is found
+        (budget,) = [bytes(k) for k, _ in txn.cursor()]
+        txn.delete(budget)
+    with pytest.raises(MissingRecordError, match="'attempts' holds 0 keys"):
+        LedgerEnv.open_readonly(path)
+
+
+def test_a_damaged_schema_3_ledger_is_refused_and_gets_no_manifests(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    as_schema_3(path)
+    with raw(path, b"groups") as txn:
+        assert txn.delete(group_key(1, "billing"))
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(MissingRecordError, match="whose frontier is missing"):
+        LedgerEnv.open(path)
+    assert (path / "data.mdb").read_bytes() == before
+
+
+def test_a_flipped_record_key_is_refused_with_the_checksum_error(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    leaf: Callable[[Any], bool] = lambda k: k.database == "groups" and k.page == "leaf"  # noqa: E731
+    target = next(k for k in key_bytes(path) if leaf(k))
+    data = (path / "data.mdb").read_bytes()
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(target.offset + target.size - 1)
+        f.write(bytes([data[target.offset + target.size - 1] ^ 0x01]))
+    assert_refused(path, CorruptRecordError, "fails its checksum|damaged")
+
+
+def test_every_manifest_deleted_refuses_the_ledger_and_check_names_each(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_graph_run, path)
+    with raw(path, b"meta") as txn:
+        for db in MANIFESTED:
+            assert txn.delete(manifest_key(db))
+    assert_refused(path, MissingRecordError, "the manifest of database 'attempts' is missing")
+    env = LedgerEnv.open_readonly(path, verify=False)
+    try:
+        problems = check_ledger(env).problems
+    finally:
+        env.close()
+    assert problems == [f"the manifest of database {db!r} is missing" for db in MANIFESTED]
+
+
+def test_a_tree_page_whose_node_count_was_damaged_to_none_is_refused_never_a_signal(tmp_path: Path) -> None:
+    # found by python -m fuzz.bitflips: LMDB reads "node -1" of an empty leaf, past the file: SIGBUS
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    (chunk, *_) = [k for k in key_bytes(path) if k.database == "messages" and k.page == "leaf"]
+    page = chunk.offset // 4096 * 4096
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(page + 12)  # mp_lower: where the node pointers end; 16 is right after the header
+        f.write((16).to_bytes(2, sys.byteorder))
+    before = (path / "data.mdb").read_bytes()
+    for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", *command], capture_output=True, text=True, cwd=ROOT, check=False
+        )
+        assert done.returncode == 4 and "is a tree page without nodes" in done.stderr, done
+    assert (path / "data.mdb").read_bytes() == before
+
+
+def test_an_empty_meta_page_made_current_by_a_damaged_transaction_id_is_damage_never_a_new_ledger(
+    tmp_path: Path,
+) -> None:
+    # found by python -m fuzz.bitflips: a compacted copy keeps the empty meta page of transaction 0
+    # beside its one commit; a flipped bit made it the current one, and the ledger was created afresh
+    built, path = tmp_path / "built", tmp_path / "l"
+    anyio.run(a_failed_message, built)
+    env = LedgerEnv.open_readonly(built)
+    try:
+        env.copy_to(path)
+    finally:
+        env.close()
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(16 + 128 + 2)  # the first meta page's transaction id (after the header and 128 bytes)
+        byte = f.read(1)[0]
+        f.seek(16 + 128 + 2)
+        f.write(bytes([byte ^ 0x04]))
+    before = (path / "data.mdb").read_bytes()
+    with pytest.raises(DamagedLedgerError, match="a meta page is damaged"):
+        LedgerEnv.open(path)
+    with pytest.raises(DamagedLedgerError, match="a meta page is damaged"):
+        LedgerEnv.open_readonly(path)
+    assert (path / "data.mdb").read_bytes() == before
