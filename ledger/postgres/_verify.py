@@ -30,7 +30,16 @@ _frontier: Final = msgspec.msgpack.Decoder(GroupFrontier)
 
 
 def verify_streams(conn: Any, where: str) -> None:
-    """Refuse the ledger if its streams or groups tables do not agree with each other (reads both)."""
+    """Refuse the ledger if its streams or groups tables do not agree with each other (reads both).
+
+    Both are read in one transaction (a savepoint inside the caller's): two
+    snapshots could see a stream another worker created between them.
+    """
+    with conn.transaction():
+        _verify(conn, where)
+
+
+def _verify(conn: Any, where: str) -> None:
     streams: dict[int, StreamDescriptor] = {}
     for stream_id, scope, node, key, raw in conn.execute(
         "SELECT id, scope, node, key, descriptor FROM streamledger_streams WHERE descriptor IS NOT NULL"
