@@ -9,7 +9,7 @@ import msgspec
 from .._format import run_id_bytes
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from ._store import PgConnection
-from ._view import decode_row, keyed
+from ._view import decode_row, keyed, run_row
 
 __all__ = ["PgGraphRuns"]
 
@@ -35,9 +35,7 @@ class PgGraphRuns:
         run_id_bytes(run_id)  # the same run ids as on LMDB, or InvalidRunIdError
 
         def read(view: Any) -> tuple[bytes, bytes | None] | None:
-            row = view.connection.execute(
-                "SELECT record, checkpoint FROM streamledger_graph_runs WHERE run_id = %s", (run_id,)
-            ).fetchone()
+            row = run_row(view.connection, "streamledger_graph_runs", "record, checkpoint", run_id)
             return None if row is None else (row[0], row[1])
 
         return await self._connection.read(read)
@@ -67,16 +65,16 @@ class PgGraphRuns:
         def write(view: Any) -> None:
             if saved is not None or delete_checkpoint:
                 view.connection.execute(
-                    "INSERT INTO streamledger_graph_runs (run_id, record, checkpoint) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (run_id)"
+                    "INSERT INTO streamledger_graph_runs (run_id, id_digest, record, checkpoint)"
+                    " VALUES (%s, md5(%s), %s, %s) ON CONFLICT (run_id)"
                     " DO UPDATE SET record = EXCLUDED.record, checkpoint = EXCLUDED.checkpoint",
-                    (record.run_id, raw, saved),
+                    (record.run_id, record.run_id, raw, saved),
                 )
             else:
                 view.connection.execute(
-                    "INSERT INTO streamledger_graph_runs (run_id, record) VALUES (%s, %s)"
-                    " ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
-                    (record.run_id, raw),
+                    "INSERT INTO streamledger_graph_runs (run_id, id_digest, record)"
+                    " VALUES (%s, md5(%s), %s) ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
+                    (record.run_id, record.run_id, raw),
                 )
 
         await self._connection.call(write, buffered=False)

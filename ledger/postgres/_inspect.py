@@ -36,7 +36,7 @@ from ._faults import translated
 from ._schema import ensure_schema
 from ._store import connect, describe_url
 from ._verify import verify_streams
-from ._view import PgView, keyed
+from ._view import PgView, keyed, sound_digest
 
 __all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "view_postgres"]
 
@@ -101,7 +101,10 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
                     )
         streams = [stream_entry(desc, frontiers) for desc, frontiers in by_stream.values()]
         runs: list[RunRecord] = []
-        for run_id, raw in conn.execute("SELECT run_id, record FROM streamledger_runs ORDER BY run_id"):
+        for run_id, sound, raw in conn.execute(
+            "SELECT run_id, id_digest = md5(run_id), record FROM streamledger_runs ORDER BY run_id"
+        ):
+            sound_digest(sound, run_id, "streamledger_runs")
             what = f"the record of run {run_id!r}"
             record = _row(RunRecord, raw, what)
             runs.append(keyed(record, record.run_id, run_id, what))
@@ -121,9 +124,11 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
             return nodes.get((scope, node))
 
         graph_runs: list[tuple[GraphRunRecord, GraphCheckpoint | str | None]] = []
-        for run_id, raw, saved in conn.execute(
-            "SELECT run_id, record, checkpoint FROM streamledger_graph_runs ORDER BY run_id"
+        for run_id, sound, raw, saved in conn.execute(
+            "SELECT run_id, id_digest = md5(run_id), record, checkpoint FROM streamledger_graph_runs"
+            " ORDER BY run_id"
         ):
+            sound_digest(sound, run_id, "streamledger_graph_runs")
             what = f"the record of graph run {run_id!r}"
             graph_run = _row(GraphRunRecord, raw, what)
             checkpoint = None if saved is None else decode_checkpoint_body(saved)
@@ -263,11 +268,19 @@ def _check(conn: Any, where: str) -> LedgerCheck:
         confirmed = decoded(NodeCheckpoint, raw, f"the record of node {node!r} in scope {scope!r}")
         if confirmed is not None and confirmed.node != node:
             problems.append(f"node {node!r} in scope {scope!r} holds the record of node {confirmed.node!r}")
-    for run_id, raw, _ in each("streamledger_graph_runs", "run_id, record, checkpoint"):
+    for run_id, sound, raw, _ in each(
+        "streamledger_graph_runs", "run_id, id_digest = md5(run_id), record, checkpoint"
+    ):
+        if not sound:
+            problems.append(f"graph run {run_id!r} holds another id's digest")
         graph_run = decoded(GraphRunRecord, raw, f"the record of graph run {run_id!r}")
         if graph_run is not None and graph_run.run_id != run_id:
             problems.append(f"graph run {run_id!r} holds the record of graph run {graph_run.run_id!r}")
-    for run_id, status, raw in each("streamledger_runs", "run_id, status, record"):
+    for run_id, sound, status, raw in each(
+        "streamledger_runs", "run_id, id_digest = md5(run_id), status, record"
+    ):
+        if not sound:
+            problems.append(f"run {run_id!r} holds another id's digest")
         record = decoded(RunRecord, raw, f"the record of run {run_id!r}")
         if record is not None and (record.run_id, record.status) != (run_id, status):
             problems.append(

@@ -10,7 +10,7 @@ from .._format import run_id_bytes
 from .._runs import RunRecord, run_exists
 from ._nodes import PgNodeHooks
 from ._store import Calls
-from ._view import decode_row, keyed
+from ._view import decode_row, keyed, run_row, sound_digest
 
 __all__ = ["PgRunBook"]
 
@@ -41,9 +41,7 @@ class PgRunBook:
 
     async def read(self, run_id: str) -> RunRecord | None:
         def read(view: Any) -> RunRecord | None:
-            row = view.connection.execute(
-                "SELECT record FROM streamledger_runs WHERE run_id = %s", (run_id,)
-            ).fetchone()
+            row = run_row(view.connection, "streamledger_runs", "record", run_id)
             return None if row is None else _record(run_id, row[0])
 
         return await self._connection.call(read, idempotent=True)
@@ -55,19 +53,21 @@ class PgRunBook:
         def write(view: Any) -> None:
             conn = view.connection
             if new:
+                if run_row(conn, "streamledger_runs", "run_id", record.run_id) is not None:
+                    raise run_exists(record.run_id)  # (a row moved under another id is damage, above)
                 inserted = conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, status, graph, version, record)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                    (record.run_id, record.status, record.graph, record.version, raw),
+                    "INSERT INTO streamledger_runs (run_id, id_digest, status, graph, version, record)"
+                    " VALUES (%s, md5(%s), %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                    (record.run_id, record.run_id, record.status, record.graph, record.version, raw),
                 ).fetchone()
                 if inserted is None:
                     raise run_exists(record.run_id)
             else:
                 conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, status, graph, version, record)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id)"
+                    "INSERT INTO streamledger_runs (run_id, id_digest, status, graph, version, record)"
+                    " VALUES (%s, md5(%s), %s, %s, %s, %s) ON CONFLICT (run_id)"
                     " DO UPDATE SET status = EXCLUDED.status, record = EXCLUDED.record",
-                    (record.run_id, record.status, record.graph, record.version, raw),
+                    (record.run_id, record.run_id, record.status, record.graph, record.version, raw),
                 )
 
         await self._connection.call(write, buffered=False)
@@ -75,8 +75,12 @@ class PgRunBook:
     async def records(self) -> list[RunRecord]:
         def read(view: Any) -> list[RunRecord]:
             rows = view.connection.execute(
-                "SELECT run_id, record FROM streamledger_runs ORDER BY run_id"
+                "SELECT run_id, id_digest = md5(run_id), record FROM streamledger_runs ORDER BY run_id"
             ).fetchall()
-            return [_record(run_id, raw) for run_id, raw in rows]
+            found = []
+            for run_id, sound, raw in rows:
+                sound_digest(sound, run_id, "streamledger_runs")
+                found.append(_record(run_id, raw))
+            return found
 
         return await self._connection.read(read)

@@ -39,7 +39,7 @@ __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "ensure_schema", 
 
 #: What the schema record of a PostgreSQL ledger names as its format.
 FORMAT: Final = "streamledger-postgres"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: runs and graph runs keep their id twice (id_digest)
 
 _TABLES: Final = """
 CREATE TABLE streamledger_meta (
@@ -95,6 +95,7 @@ CREATE TABLE streamledger_nodes (
 );
 CREATE TABLE streamledger_runs (
     run_id text PRIMARY KEY,
+    id_digest text NOT NULL UNIQUE,
     status text NOT NULL,
     graph text NOT NULL,
     version text NOT NULL,
@@ -102,6 +103,7 @@ CREATE TABLE streamledger_runs (
 );
 CREATE TABLE streamledger_graph_runs (
     run_id text PRIMARY KEY,
+    id_digest text NOT NULL UNIQUE,
     record bytea NOT NULL,
     checkpoint bytea
 );
@@ -132,9 +134,21 @@ _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 
 
 #: SQL that takes a ledger from schema N to N + 1, for each N below :data:`SCHEMA_VERSION`.
-#: ``python -m ledger migrate URL`` applies them, in one transaction; opening never does. Schema 1
-#: is the first: there is none yet.
-MIGRATIONS: dict[int, str] = {}
+#: ``python -m ledger migrate URL`` applies them, in one transaction; opening never does.
+#: 1 -> 2: a run's id is kept twice, as its key and as ``id_digest`` (``md5(run_id)``, unique), so
+#: that a lookup of an id finds a row whose ``run_id`` was rewritten (see ``_runs.py``).
+MIGRATIONS: dict[int, str] = {
+    1: """
+ALTER TABLE streamledger_runs ADD COLUMN id_digest text;
+UPDATE streamledger_runs SET id_digest = md5(run_id);
+ALTER TABLE streamledger_runs ALTER COLUMN id_digest SET NOT NULL;
+ALTER TABLE streamledger_runs ADD UNIQUE (id_digest);
+ALTER TABLE streamledger_graph_runs ADD COLUMN id_digest text;
+UPDATE streamledger_graph_runs SET id_digest = md5(run_id);
+ALTER TABLE streamledger_graph_runs ALTER COLUMN id_digest SET NOT NULL;
+ALTER TABLE streamledger_graph_runs ADD UNIQUE (id_digest);
+""",
+}
 
 
 def _lock(conn: Any, where: str) -> bool:

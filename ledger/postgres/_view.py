@@ -26,7 +26,7 @@ from streams.store import (
 from .._errors import CorruptRecordError
 from .._format import CHUNK
 
-__all__ = ["PgView", "decode_row"]
+__all__ = ["PgView", "decode_row", "keyed", "run_row", "sound_digest"]
 
 T = TypeVar("T")
 
@@ -58,6 +58,37 @@ def keyed(record: T, holds: object, key: object, what: str) -> T:
     if holds != key:
         raise CorruptRecordError(f"{what} is kept under {key!r} but names {holds!r}; the ledger is damaged")
     return record
+
+
+def run_row(conn: Any, table: str, columns: str, run_id: str) -> tuple[Any, ...] | None:
+    """The ``columns`` of run ``run_id``'s row in ``table``, found by its id or by its digest.
+
+    A run's id is kept twice, as ``run_id`` and as ``id_digest``
+    (``md5(run_id)``, unique): a row whose ``run_id`` was rewritten is still
+    found by the digest of the id asked for, and one whose digest was
+    rewritten by its id; either way the two disagree, and that is damage. A
+    run that is not there is one neither finds: never a run whose row moved.
+    """
+    rows = conn.execute(
+        f"SELECT run_id, id_digest = md5(run_id), {columns} FROM {table}"
+        " WHERE run_id = %s OR id_digest = md5(%s)",
+        (run_id, run_id),
+    ).fetchall()
+    for found, sound, *_ in rows:
+        if found != run_id or not sound:
+            raise CorruptRecordError(
+                f"the row of run {run_id!r} in {table} is kept under run id {found!r} with "
+                f"{'its' if sound else 'another'} id's digest; the ledger is damaged"
+            )
+    return None if not rows else tuple(rows[0][2:])
+
+
+def sound_digest(sound: bool, run_id: str, table: str) -> None:
+    """A row listed whole: its ``id_digest`` is its ``run_id``'s (else damage, as :func:`run_row` says)."""
+    if not sound:
+        raise CorruptRecordError(
+            f"the row of run {run_id!r} in {table} holds another id's digest; the ledger is damaged"
+        )
 
 
 def _frontier(raw: bytes, ref: StreamRef, group: str) -> GroupFrontier:

@@ -43,8 +43,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "streamledger_node_attempts": ("parent", "node", "position"),
     "streamledger_scopes": ("scope",),
     "streamledger_nodes": ("scope", "node"),
-    "streamledger_runs": ("run_id",),
-    "streamledger_graph_runs": ("run_id",),
+    "streamledger_runs": ("run_id", "id_digest"),
+    "streamledger_graph_runs": ("run_id", "id_digest"),
 }
 TABLES = (*KEYS, "streamledger_meta", "streamledger_leases")
 

@@ -19,7 +19,7 @@ import pytest
 from ledger import CorruptRecordError, LedgerError, connect
 from streams import StreamsError, open_scope
 
-from .pool_graphs import summing
+from .pool_graphs import N, summing
 from .test_cli import cli
 from .test_postgres_cli import ORDERS, fill
 
@@ -103,5 +103,19 @@ def test_a_row_holding_another_rows_record_fails_the_read_that_meets_it(postgres
     anyio.run(fill, lambda: connect(postgres_url))
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(DAMAGE["a run's row under another id"][0])
-    with pytest.raises(CorruptRecordError, match=r"run 'sum-5'.* names 'sum-4'"):
+    with pytest.raises(
+        CorruptRecordError, match=r"run 'sum-5' in streamledger_runs holds another id's digest"
+    ):
         anyio.run(runs, postgres_url)
+    # the id asked for is found by its digest: never a new run under an id whose row moved
+    with pytest.raises(CorruptRecordError, match=r"row of run 'sum-4' .* kept under run id 'sum-5'"):
+        anyio.run(resume, postgres_url)
+
+    async def run_again(url: str) -> None:
+        async with connect(url) as ledger:
+            await ledger.run(summing(), {N: 4}, run_id="sum-4")
+
+    before = tables(postgres_url)
+    with pytest.raises(CorruptRecordError):
+        anyio.run(run_again, postgres_url)
+    assert tables(postgres_url) == before

@@ -181,9 +181,9 @@ def test_migrate_makes_a_ledger_in_an_empty_database_then_has_nothing_to_do(post
     from .test_cli import cli
 
     made = cli("migrate", postgres_url)
-    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 1 in "), made.stderr
+    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 2 in "), made.stderr
     again = cli("migrate", postgres_url)
-    assert again.returncode == 0 and "is at schema 1: nothing to do" in again.stdout
+    assert again.returncode == 0 and "is at schema 2: nothing to do" in again.stdout
 
 
 async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
@@ -192,11 +192,11 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
     from ledger.postgres import _schema
 
     await three_messages(postgres_url)
-    # this build reads schema 2, whose migration from 1 adds a table
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(_schema, "MIGRATIONS", {1: "CREATE TABLE streamledger_extra (x integer)"})
+    # this build reads schema 3, whose migration from 2 adds a table
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {2: "CREATE TABLE streamledger_extra (x integer)"})
     with pytest.raises(
-        SchemaVersionError, match=r"holds schema 1; this build reads schema 2: .*ledger migrate"
+        SchemaVersionError, match=r"holds schema 2; this build reads schema 3: .*ledger migrate"
     ):
         async with open_postgres(postgres_url):
             pass
@@ -206,17 +206,48 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             return _schema.migrate(conn, "the ledger")
 
-    assert await anyio.to_thread.run_sync(migrate) == (1, 2)
+    assert await anyio.to_thread.run_sync(migrate) == (2, 3)
     async with open_postgres(postgres_url) as ledger:  # migrated: it opens, with its records
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
         assert opened.appended == 3
     # a step that fails leaves the schema as it was
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(_schema, "MIGRATIONS", {2: "CREATE TABLE streamledger_meta (x integer)"})
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {3: "CREATE TABLE streamledger_meta (x integer)"})
     with pytest.raises(psycopg.errors.DuplicateTable):
         await anyio.to_thread.run_sync(migrate)
     [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
-    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 2
+    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 3
+
+
+async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_url: str) -> None:
+    """Schema 2 keeps a digest of each run id beside it: the migration computes it for every row."""
+    from ledger.postgres import _schema
+
+    from .pool_graphs import N, summing
+
+    async with open_postgres(postgres_url) as ledger:
+        await ledger.run(summing(), {N: 4}, run_id="sum-4")
+    meta = LedgerMeta(FORMAT, 1, "msgpack", 1)
+    for table in ("streamledger_runs", "streamledger_graph_runs"):  # what schema 1 had
+        execute(postgres_url, f"ALTER TABLE {table} DROP COLUMN id_digest")
+    execute(
+        postgres_url,
+        "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
+        (msgspec.msgpack.encode(meta),),
+    )
+    with pytest.raises(SchemaVersionError, match="holds schema 1"):
+        async with open_postgres(postgres_url):
+            pass
+
+    def migrate() -> tuple[int, int]:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            return _schema.migrate(conn, "the ledger")
+
+    assert await anyio.to_thread.run_sync(migrate) == (1, 2)
+    assert execute(postgres_url, "SELECT id_digest = md5(run_id) FROM streamledger_runs") == [(True,)]
+    async with open_postgres(postgres_url) as ledger:
+        again = await ledger.resume("sum-4", summing())
+        assert again.already_finished and again.result[Key("answer", int)] == 21
 
 
 async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_call_with_it(
