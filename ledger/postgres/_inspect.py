@@ -24,6 +24,7 @@ from streams.store import (
     ScopeRecord,
     StreamDescriptor,
     StreamRef,
+    group_problems,
 )
 
 from .._check import LedgerCheck
@@ -219,29 +220,23 @@ def _check(conn: Any, where: str) -> LedgerCheck:
         if desc.ref != ref:
             problems.append(f"stream {ref} (id {stream_id}) holds the descriptor of {desc.ref}")
         streams[stream_id] = desc
-    seen_groups: set[tuple[int, str]] = set()
+    frontiers: dict[int, dict[str, GroupFrontier]] = {stream_id: {} for stream_id in streams}
     for stream_id, name, raw in each("streamledger_groups", "stream_id, name, frontier"):
         desc = streams.get(stream_id)
         frontier = decoded(GroupFrontier, raw, f"the frontier of group {name!r} of stream id {stream_id}")
         if desc is None:
             problems.append(f"group {name!r} belongs to stream id {stream_id}, which has no descriptor")
             continue
-        seen_groups.add((stream_id, name))
-        if frontier is not None and frontier.group != name:
+        if frontier is None:  # named already; the stream still has the group's row
+            frontiers[stream_id][name] = GroupFrontier(group=name, acked_through=0)
+            continue
+        if frontier.group != name:
             problems.append(
                 f"group {name!r} of stream {desc.ref} holds the frontier of group {frontier.group!r}"
             )
-        if name not in desc.groups:
-            problems.append(f"group {name!r} of stream {desc.ref} is not one of its groups {desc.groups}")
-        if frontier is not None and frontier.acked_through > desc.appended:
-            problems.append(
-                f"group {name!r} of stream {desc.ref} acknowledged through {frontier.acked_through}, "
-                f"past the {desc.appended} messages appended"
-            )
+        frontiers[stream_id][name] = frontier
     for stream_id, desc in streams.items():
-        for name in desc.groups:
-            if (stream_id, name) not in seen_groups:
-                problems.append(f"stream {desc.ref} lists group {name!r}, whose frontier is missing")
+        problems.extend(group_problems(desc, frontiers[stream_id]))  # the rules LMDB's check applies
     _check_runs(each, streams, decoded, problems)
     for stream_id, grp, seq, _node, _parent, raw in each(
         "streamledger_attempts", "stream_id, grp, seq, node, parent, record"

@@ -49,7 +49,8 @@ def stream_id_problems(counter: int, ids: Iterable[int]) -> list[str]:
 
 
 def group_problems(desc: StreamDescriptor, frontiers: Mapping[str, GroupFrontier]) -> list[str]:
-    """Every group a descriptor lists has its frontier, and no frontier is of a group it does not list."""
+    """Every group a descriptor lists has its frontier, no frontier is of a group it does not list, and
+    no group acknowledged past the last message appended."""
     problems = [
         f"stream {desc.ref} lists group {group!r}, whose frontier is missing"
         for group in desc.groups
@@ -59,6 +60,12 @@ def group_problems(desc: StreamDescriptor, frontiers: Mapping[str, GroupFrontier
         f"frontier of group {group!r} belongs to no group stream {desc.ref} lists"
         for group in frontiers
         if group not in desc.groups
+    )
+    problems.extend(
+        f"group {group!r} of stream {desc.ref} acknowledged through {frontier.acked_through}, past the "
+        f"{desc.appended} messages appended"
+        for group, frontier in frontiers.items()
+        if frontier.acked_through > desc.appended
     )
     return problems
 

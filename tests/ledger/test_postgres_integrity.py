@@ -13,11 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 import psycopg
 import pytest
 
 from ledger import CorruptRecordError, LedgerError, connect
 from streams import StreamsError, open_scope
+from streams.store import GroupFrontier
 
 from .pool_graphs import N, summing
 from .test_cli import cli
@@ -46,6 +48,11 @@ DAMAGE = {
         {"reopen"},
     ),
     "a group's row deleted": ("DELETE FROM streamledger_groups WHERE name = 'audit'", {"reopen"}),
+    # billing acked 3 of 5; audit's frontier, as written by a later release or by hand, acked 9
+    "a group acknowledged past the last append": (
+        "UPDATE streamledger_groups SET frontier = %s WHERE name = 'audit'",
+        {"reopen"},
+    ),
     "a run's row under another id": (
         "UPDATE streamledger_runs SET run_id = 'sum-5' WHERE run_id = 'sum-4'",
         {"resume", "runs"},
@@ -83,8 +90,9 @@ def test_a_row_under_another_key_or_missing_is_refused_by_every_read_path(
 ) -> None:
     anyio.run(fill, lambda: connect(postgres_url))
     sql, meeting = DAMAGE[damage]
+    params = (msgspec.msgpack.encode(GroupFrontier(group="audit", acked_through=9)),) if "%s" in sql else ()
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(sql)
+        conn.execute(sql, params)
     before = tables(postgres_url)
     shown = cli("inspect", postgres_url)
     assert shown.returncode == 4, (damage, shown.stdout, shown.stderr)

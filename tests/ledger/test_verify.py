@@ -129,6 +129,20 @@ def test_a_deleted_group_frontier_refuses_the_ledger(tmp_path: Path) -> None:
     assert_refused(path, MissingRecordError, "lists group 'billing', whose frontier is missing")
 
 
+def test_a_group_acknowledged_past_the_last_append_refuses_the_ledger(tmp_path: Path) -> None:
+    """A frontier sealed as it should be, but ahead of its stream: the rule PostgreSQL's check had alone."""
+    from streams.store import GroupFrontier
+
+    path = tmp_path / "l"
+    anyio.run(run_demo, path, 600)
+    key = group_key(1, "billing")
+    with raw(path, b"groups") as txn:
+        frontier = msgspec.msgpack.decode(bytes(txn.get(key))[4:], type=GroupFrontier)
+        ahead = msgspec.structs.replace(frontier, acked_through=601)
+        txn.put(key, seal("groups", key, msgspec.msgpack.encode(ahead)))
+    assert_refused(path, CorruptRecordError, "acknowledged through 601, past the 600 messages appended")
+
+
 def test_a_renamed_streams_database_refuses_the_ledger_and_no_new_one_is_created(tmp_path: Path) -> None:
     path = tmp_path / "l"
     anyio.run(run_demo, path, 600)
