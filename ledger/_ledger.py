@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from streams import Aspect, Graph, Key
+from streams import Aspect, Graph, Key, StreamHooks
 
 from ._backend import Backend, NodeStore
 from ._graph_runs import GraphRunBook
@@ -34,7 +34,7 @@ class Ledger(Generic[B]):
         return self.backend.where
 
     @property
-    def streams(self) -> Any:
+    def streams(self) -> StreamHooks:
         """The managed-stream store on this ledger (:class:`~streams.StreamHooks`)."""
         return self.backend.streams
 

@@ -130,7 +130,7 @@ async def test_ledger_streams_is_a_stream_hooks_store(tmp_path: Path) -> None:
 async def test_tail_frontiers_and_cursor_survive_close_and_reopen(tmp_path: Path) -> None:
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(opening(ORDERS, "billing", "audit"))
-        await append(ledger.streams, opened, 6, position=42)
+        await append(ledger.backend.streams, opened, 6, position=42)
         await ledger.streams.commit(
             [
                 *acks(opened, "billing", [1, 2, 4]),
@@ -160,7 +160,7 @@ async def test_every_open_raises_the_generation(tmp_path: Path) -> None:
 async def test_a_stale_generation_is_fenced_and_changes_nothing(tmp_path: Path) -> None:
     async with ledger_at(tmp_path / "l") as ledger:
         old = await ledger.streams.open(opening())
-        await append(ledger.streams, old, 3)
+        await append(ledger.backend.streams, old, 3)
         new = await ledger.streams.open(opening())
         before = dump(ledger)
         with pytest.raises(StaleGenerationError, match="generation 1"):
@@ -185,7 +185,7 @@ async def test_budgets_persist_across_reopen_and_are_not_replenished_by_a_genera
 
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(opening())
-        await append(ledger.streams, opened, 3)
+        await append(ledger.backend.streams, opened, 3)
         first = await ledger.streams.open_message(MessageOpen(message(1), "billing-node", 3))
         assert (first.index, first.exhausted) == (0, False)
         failed = await ledger.streams.fail_message(MessageFail(message(1), "billing-node", 3, 0))
@@ -218,7 +218,7 @@ async def test_a_long_budget_under_its_0_1_key_is_read_refuses_group_changes_unt
     budget = AttemptKey(ORDERS, "billing", 1, node, "")
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(opening())
-        await append(ledger.streams, opened, 2)
+        await append(ledger.backend.streams, opened, 2)
         await ledger.streams.fail_message(MessageFail(message, node, 5, 0))
         stream_id = 1  # the first stream of a ledger
         current, legacy = attempt_key(stream_id, budget), legacy_attempt_key(stream_id, budget)
@@ -246,7 +246,7 @@ async def test_a_long_budget_under_its_0_1_key_is_read_refuses_group_changes_unt
 async def test_a_commit_batch_with_a_stale_record_in_position_3_confirms_nothing(tmp_path: Path) -> None:
     async with ledger_at(tmp_path / "l") as ledger:
         old = await ledger.streams.open(opening())
-        await append(ledger.streams, old, 5)
+        await append(ledger.backend.streams, old, 5)
         orders = await ledger.streams.open(opening())
         invoices = await ledger.streams.open(opening(INVOICES, "audit"))
         before = dump(ledger)
@@ -275,7 +275,7 @@ async def test_a_commit_batch_with_a_stale_record_in_position_3_confirms_nothing
 async def test_open_message_answers_while_the_writer_is_busy(tmp_path: Path) -> None:
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(opening())
-        await append(ledger.streams, opened, 1)
+        await append(ledger.backend.streams, opened, 1)
         started, release = threading.Event(), threading.Event()
 
         def busy(txn: lmdb.Transaction) -> bool:
@@ -303,7 +303,7 @@ async def test_compaction_removes_messages_acked_by_every_group_and_open_returns
     total = 3 * COMPACT_CHUNK
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(opening(ORDERS, "billing", "audit"))
-        await append(ledger.streams, opened, total)
+        await append(ledger.backend.streams, opened, total)
         await ledger.streams.commit(acks(opened, "billing", range(1, total + 1)))
         assert entries(ledger, "messages") == total  # audit has acknowledged nothing
         await ledger.streams.commit(acks(opened, "audit", range(1, total - 99)))
@@ -353,7 +353,7 @@ async def test_the_recover_span_names_the_stream_and_never_its_payloads(
 ) -> None:
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(opening())
-        await append(ledger.streams, opened, 2)
+        await append(ledger.backend.streams, opened, 2)
         await ledger.streams.open(opening())
     first, second = recover_spans(spans)
     assert second == {
@@ -377,8 +377,8 @@ async def test_records_use_small_stream_ids_and_big_endian_sequence_keys(tmp_pat
     async with ledger_at(tmp_path / "l") as ledger:
         orders = await ledger.streams.open(opening())
         invoices = await ledger.streams.open(opening(INVOICES, "audit"))
-        await append(ledger.streams, orders, 300)
-        await append(ledger.streams, invoices, 2)
+        await append(ledger.backend.streams, orders, 300)
+        await append(ledger.backend.streams, invoices, 2)
         records = dump(ledger)
     runs = [(k, len(decode_run(k, v))) for k, v in records["messages"]]
     # runs of at most CHUNK messages, keyed by stream id and first sequence
@@ -401,8 +401,8 @@ async def test_the_tail_starts_inside_a_run_and_never_strays_into_another_stream
         before = await ledger.streams.open(opening(INVOICES, "audit"))  # stream 1, keys before
         orders = await ledger.streams.open(opening())  # stream 2
         after = await ledger.streams.open(opening(StreamRef("run", "z", "later"), "g"))  # stream 3, after
-        await append(ledger.streams, before, 5)
-        await append(ledger.streams, after, 5)
+        await append(ledger.backend.streams, before, 5)
+        await append(ledger.backend.streams, after, 5)
         for first in range(1, total + 1, 100):  # runs that do not line up with CHUNK
             count = min(100, total + 1 - first)
             await ledger.streams.append(AppendBatch(ORDERS, orders.generation, first, payloads(first, count)))
@@ -420,7 +420,7 @@ async def test_names_longer_than_an_lmdb_key_work_and_read_back_in_full(tmp_path
     message = MessageRef(ref, group, 1, 1)
     async with ledger_at(tmp_path / "l") as ledger:
         opened = await ledger.streams.open(StreamOpen(ref, "int", 8, (group, "short")))
-        await append(ledger.streams, opened, 2)
+        await append(ledger.backend.streams, opened, 2)
         failed = await ledger.streams.fail_message(MessageFail(message, node, 3, 0, parent))
         assert failed.index == 1
         await ledger.streams.commit(
@@ -501,7 +501,7 @@ async def test_a_commit_of_256_messages_writes_each_frontier_and_descriptor_once
     async with ledger_at(tmp_path / "l") as ledger:
         orders = await ledger.streams.open(opening())
         invoices = await ledger.streams.open(opening(INVOICES, "audit"))
-        await append(ledger.streams, orders, 256)
+        await append(ledger.backend.streams, orders, 256)
         commits = [
             MessageCommit(
                 MessageRef(ORDERS, "billing", orders.generation, s),
@@ -523,7 +523,7 @@ async def test_a_corrupted_descriptor_refuses_the_ledger_and_changes_nothing(tmp
     path = tmp_path / "l"
     async with ledger_at(path) as ledger:
         opened = await ledger.streams.open(opening())
-        await append(ledger.streams, opened, 3)
+        await append(ledger.backend.streams, opened, 3)
     env = lmdb.open(str(path), max_dbs=16)
     try:
         db = env.open_db(b"streams", create=False)
