@@ -54,13 +54,20 @@ class LmdbNodeView:
         self._txn = txn
         self._db = db
         self._meta = meta  # the ``meta`` database, where a new key is counted in the manifest
+        self._added = KeyTally()  # the keys this call added, counted by settle() once
 
     def _get(self, key: bytes, decoder: msgspec.msgpack.Decoder[T]) -> T | None:
         raw = self._txn.get(key, db=self._db)
         return None if raw is None else decode_record(bytes(raw), decoder, db=DB, key=key)
 
     def _put(self, key: bytes, record: object) -> None:
-        put_record(self._txn, self._db, self._meta, key, _encoder.encode(record))
+        if self._txn.replace(key, seal(DB, key, _encoder.encode(record)), db=self._db) is None:
+            self._added.added(key)
+
+    def settle(self) -> None:
+        """Count the keys this call added in the manifest: one update a call, not one a key."""
+        write_tally(self._txn, self._meta, DB, self._added)
+        self._added = KeyTally()
 
     def get_attempt(self, parent: str, node: str, position: int) -> NodeAttemptRecord | None:
         return self._get(node_attempt_key(parent, node, position), _attempt_decoder)
@@ -111,7 +118,14 @@ class LmdbNodeHooks:
 
     async def _write(self, op: Callable[[LmdbNodeView], T]) -> T:
         db, meta = self._db, self._meta
-        return await self.env.write(lambda txn: op(LmdbNodeView(txn, db, meta)))
+
+        def write(txn: lmdb.Transaction) -> T:
+            view = LmdbNodeView(txn, db, meta)
+            result = op(view)
+            view.settle()
+            return result
+
+        return await self.env.write(write)
 
     async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
         """A read, never a write: a first attempt's record is written with its first failure or commit."""
@@ -133,6 +147,7 @@ class LmdbNodeHooks:
                 view = LmdbNodeView(txn, db, meta)
                 for commit in commits:
                     store.commit_node(view, commit)
+                view.settle()
 
             await self.env.write(records)
             return
@@ -143,6 +158,7 @@ class LmdbNodeHooks:
                 store.commit_node(nodes, commit)
                 for finish in commit.streams:
                     store.finish(view, finish)
+            nodes.settle()
             view.flush()
             return view
 
