@@ -162,6 +162,20 @@ async def test_runs_are_listed_and_a_run_id_is_used_once(open_any: Opener) -> No
         )
 
 
+async def test_a_submitted_run_is_recorded_without_running_and_a_resume_runs_it(open_any: Opener) -> None:
+    """The one Ledger submits on both backends: a record with no start, which resume runs once."""
+    async with open_any() as ledger:
+        record = await ledger.submit(doubling(), {N: 4}, run_id="s")
+        assert (record.status, record.starts) == ("running", 0)
+        with pytest.raises(RunExistsError):
+            await ledger.submit(doubling(), {N: 4}, run_id="s")
+        assert [(r.run_id, r.starts) for r in await ledger.runs()] == [("s", 0)]
+        done = await ledger.resume("s", doubling())
+        assert done.result[DOUBLED] == 8 and done.resumed and not done.already_finished
+        [after] = await ledger.runs()
+        assert (after.status, after.starts) == ("completed", 1)
+
+
 async def test_a_confirmed_final_failure_stays_final_and_is_raised_before_anything_runs(
     open_any: Opener,
 ) -> None:
