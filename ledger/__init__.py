@@ -5,6 +5,7 @@ from streams.store import publish as _publish
 
 from ._backend import Backend as Backend
 from ._backend import NodeStore as NodeStore
+from ._committer import WriteTicket as WriteTicket
 from ._connect import connect as connect
 from ._errors import BackupDestinationError as BackupDestinationError
 from ._errors import CorruptRecordError as CorruptRecordError
@@ -39,7 +40,6 @@ from ._runs import UnknownRunError as UnknownRunError
 from .lmdb import LmdbBackend as LmdbBackend
 from .lmdb import open_ledger as open_ledger
 from .lmdb._env import LedgerEnv as LedgerEnv
-from .lmdb._env import WriteTicket as WriteTicket
 from .lmdb._inspect import inspect_ledger as inspect_ledger
 from .lmdb._nodes import LmdbNodeHooks as LmdbNodeHooks
 from .lmdb._streams import LmdbStreamHooks as LmdbStreamHooks

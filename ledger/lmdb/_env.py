@@ -28,6 +28,9 @@ import anyio
 import lmdb
 import msgspec
 
+from streams.store import ATTR
+
+from .._committer import BeforeCommit, GroupCommitter, WriteTicket
 from .._errors import (
     CorruptRecordError,
     DamagedLedgerError,
@@ -43,7 +46,7 @@ from .._errors import (
     UnfinishedLedgerError,
 )
 from .._format import CODEC, CODEC_VERSION, LedgerMeta
-from ._commit import BeforeCommit, GroupCommitter, WriteTicket
+from ._commit import LmdbBatches, LmdbWrite
 from ._files import check_data_file, damaged, holds_no_commit, never_held_records
 from ._layout import DATABASES, META_KEY
 from ._manifest import MANIFESTED, Manifest, put_manifest
@@ -119,7 +122,7 @@ class LedgerEnv:
         self.max_map_size = max_map_size
         self.readonly = readonly
         self._dbs = _open_databases(env)
-        self._committer: GroupCommitter | None = None  # while serving writes
+        self._committer: GroupCommitter[LmdbWrite] | None = None  # while serving writes
         self._map_lock = threading.Lock()
         self._closed = False
         #: Called on the writer thread after each committed batch with its writes and successes (bench).
@@ -331,10 +334,11 @@ class LedgerEnv:
             raise LedgerClosedError(
                 f"ledger {self.path} is not serving writes; open it with `async with open_ledger(...)`"
             )
-        return committer.submit(fn)
+        ticket: WriteTicket[T] = committer.submit(fn)
+        return ticket
 
     async def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
-        """Submit ``fn`` and wait until its batch is durable."""
+        """Submit ``fn`` and wait until its batch is durable (withdrawn if cancelled before it left)."""
         return await self.submit(fn).wait()
 
     async def serve(
@@ -343,14 +347,20 @@ class LedgerEnv:
         before_commit: BeforeCommit | None = None,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Commit submitted writes (:class:`~ledger.lmdb._commit.GroupCommitter`) until :meth:`stop_serving`.
+        """Commit submitted writes (:class:`~ledger._committer.GroupCommitter`) until :meth:`stop_serving`.
 
         Then commits what is pending and returns. The loop is shielded from
         cancellation: code that unwinds after a cancellation can still write
         until the owner of the ledger stops it. ``before_commit`` is a fault
-        hook for tests (:data:`~ledger.lmdb._commit.BeforeCommit`).
+        hook for tests (:data:`~ledger._committer.BeforeCommit`).
         """
-        committer = GroupCommitter(self, before_commit=before_commit)
+        committer: GroupCommitter[LmdbWrite] = GroupCommitter(
+            LmdbBatches(self).commit,
+            where=f"ledger {self.path}",
+            attributes={ATTR.LEDGER: self.path.name},
+            timer=lambda: self.batch_timer,
+            before_commit=before_commit,
+        )
         self._committer = committer
         task_status.started()
         try:

@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 
 import anyio
 
+from streams.store import single_error
+
 from .._format import run_id_bytes
 from .._ledger import Ledger
 from .._runs import RunActiveError
@@ -107,7 +109,14 @@ async def open_postgres(
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(connection.connect)
     try:
-        yield Ledger(PgBackend(connection))
+        with single_error():
+            async with anyio.create_task_group() as tg:
+                await tg.start(connection.serve)
+                try:
+                    yield Ledger(PgBackend(connection))
+                finally:
+                    # serve() ignores cancellation: the block may still write while it unwinds
+                    connection.stop_serving()
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(connection.close)

@@ -28,13 +28,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
-import anyio.lowlevel
+import anyio.abc
 import psycopg
 
-from streams.store import StreamRef
+from streams.store import ATTR, StreamRef
 
-from .._errors import LedgerUnreachableError, OutcomeUnknownError
-from .._gather import GATHER_STEPS
+from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter
+from .._errors import LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import (
     CONFLICTS,
     ReconnectBackoff,
@@ -86,6 +86,14 @@ def describe_url(url: str) -> str:
         return "a PostgreSQL ledger (its URL does not parse)"
     host = params.get("host") or "localhost"
     return f"the PostgreSQL ledger {params.get('dbname') or '(default database)'} on {host}"
+
+
+def _database(url: str) -> str:
+    """The name of ``url``'s database, as the ledger's metrics name it."""
+    try:
+        return str(psycopg.conninfo.conninfo_to_dict(url).get("dbname") or "postgres")
+    except psycopg.ProgrammingError:
+        return "postgres"
 
 
 def connect(url: str) -> Any:
@@ -166,10 +174,11 @@ class PgConnection:
     """A ledger's connection, and its group commit.
 
     Calls made while a transaction is in flight wait and then share the next
-    one: each runs in a savepoint of its own, so a call its rules refuse
-    leaves nothing and fails alone, and one COMMIT (one WAL flush) confirms
-    the others together. The transaction runs in a worker thread, so the
-    event loop never waits on the server (nor on a server that went away).
+    one (:mod:`ledger._committer`): each runs in a savepoint of its own, so a
+    call its rules refuse leaves nothing and fails alone, and one COMMIT (one
+    WAL flush) confirms the others together. The transactions run on the
+    committer's writer thread, and reads in worker threads, so the event loop
+    never waits on the server (nor on a server that went away).
     """
 
     def __init__(self, url: str, *, reconnect_seconds: float = RECONNECT_SECONDS) -> None:
@@ -183,14 +192,15 @@ class PgConnection:
         self._closing = threading.Event()  # set by close: a wait for the server stops at once
         self._outage: _Outage | None = None  # the server is away since, and tried so often
         self._ids: dict[StreamRef, int] = {}
-        self._pending: list[_Call] = []
-        self._busy = False
-        self._landed = anyio.Event()
+        self._committer: GroupCommitter[_Call] | None = None  # while serving
         #: Transactions committed and the calls they confirmed, for benchmarks and tests.
         self.transactions = 0
         self.calls = 0
         #: Connections made after the first, once the server went away, for tests.
         self.reconnects = 0
+        #: Called on the writer thread after each batch with ``time.perf_counter()`` readings: when the
+        #: loop handed it over, when the writer thread began it and when it was committed (bench).
+        self.batch_timer: BatchTimer | None = None
 
     def connect(self) -> None:
         """Connect (blocking) and check or make the schema, waiting for a server that is away."""
@@ -273,45 +283,55 @@ class PgConnection:
         read, a lease renewal): one whose commit was lost with the server
         runs again, instead of raising :class:`~ledger.OutcomeUnknownError`.
 
-        The caller that finds no transaction in flight runs the batch of every
-        call waiting, its own among them; the others wait for it. It takes the
-        batch at the end of its step of the event loop, so that the calls made
-        in the same step share it, and :data:`~ledger._gather.GATHER_STEPS`
-        steps after a landing, so that the calls the landing set off do
-        (:mod:`ledger._gather`). Once its
-        transaction started, a call runs to its end even if its caller is
-        cancelled; a call cancelled before that is dropped, never run.
+        The calls share transactions as every ledger's writes do
+        (:mod:`ledger._committer`): those made in one step of the event loop
+        leave together, and a call cancelled before its transaction began is
+        never run.
         """
-        call = _Call(op, savepoint=not buffered, idempotent=idempotent)
-        self._pending.append(call)
-        try:
-            steps = 1  # the calls made in this step of the loop leave together
-            while not call.done:
-                if self._busy:
-                    await self._landed.wait()
-                    steps = GATHER_STEPS  # and what a landing sets off joins the next batch
-                    continue
-                if steps:
-                    steps -= 1
-                    await anyio.lowlevel.checkpoint()
-                    continue
-                batch, self._pending = self._pending, []
-                self._busy = True
-                try:
-                    with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(self._run_batch, batch)
-                finally:
-                    self._busy = False
-                    landed, self._landed = self._landed, anyio.Event()
-                    landed.set()
-        except BaseException:
-            if call in self._pending:  # never started: as if it had not been made
-                self._pending.remove(call)
-            raise
-        if call.error is not None:
-            raise call.error
-        result: T = call.result
+        committer = self._committer
+        if committer is None:
+            raise LedgerClosedError(
+                f"{self.where} is not serving writes; open it with `async with open_postgres(...)`"
+            )
+        result: T = await committer.write(_Call(op, savepoint=not buffered, idempotent=idempotent))
         return result
+
+    async def serve(
+        self,
+        *,
+        before_commit: BeforeCommit | None = None,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Commit the calls made (:class:`~ledger._committer.GroupCommitter`) until :meth:`stop_serving`.
+
+        Then commits what is pending and returns; shielded from cancellation,
+        as an LMDB ledger's is. ``before_commit`` is a fault hook for tests
+        (:data:`~ledger._committer.BeforeCommit`).
+        """
+        committer: GroupCommitter[_Call] = GroupCommitter(
+            self._commit,
+            where=self.where,
+            attributes={ATTR.LEDGER: _database(self.url)},
+            timer=lambda: self.batch_timer,
+            before_commit=before_commit,
+        )
+        self._committer = committer
+        task_status.started()
+        try:
+            await committer.run()
+        finally:
+            self._committer = None
+
+    def stop_serving(self) -> None:
+        """Let :meth:`serve` return once every call made so far is committed."""
+        if self._committer is not None:
+            self._committer.stop()
+
+    def _commit(self, batch: Batch[_Call]) -> Answer:
+        """The committer's writer thread: one transaction for the batch's calls, each answered."""
+        calls = batch.writes
+        self._run_batch(calls)
+        return Answer([(True, call.result) if call.error is None else (False, call.error) for call in calls])
 
     async def read(self, op: Callable[[PgView], T]) -> T:
         """Run ``op`` in a transaction of its own, in a worker thread: the event loop never waits on it.

@@ -255,6 +255,7 @@ def test_latency_bench_runs_on_postgres(
         *("--url", postgres_server.url, "--workdir", str(tmp_path)),
     )
     assert out["pg_50k_p99_us"] > 0
+    assert out["pg_50k_txn_p50_us"] > 0 and 0 < out["pg_50k_writer_busy"] <= 1  # timed on its writer thread
     assert out["lmdb_50k_p50_us"] > 0
     assert set(out["goals_met"]) == {"lmdb_50k_p50_at_most_1ms", "lmdb_50k_p99_at_most_2ms"}
 

@@ -12,7 +12,7 @@ import lmdb
 import pytest
 
 from ledger import open_ledger
-from ledger._gather import GATHER_STEPS
+from ledger._committer import GATHER_STEPS
 
 pytestmark = pytest.mark.anyio
 

@@ -7,9 +7,13 @@ versions, damage and locking.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.lowlevel
 import msgspec
 import psycopg
 import pytest
@@ -21,6 +25,7 @@ from ledger import (
     OutcomeUnknownError,
     SchemaVersionError,
 )
+from ledger._committer import GATHER_STEPS
 from ledger._format import LedgerMeta
 from ledger.postgres import open_postgres
 from ledger.postgres._schema import FORMAT
@@ -51,6 +56,20 @@ async def three_messages(url: str) -> None:
     async with open_postgres(url) as ledger:
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b")))
         await ledger.streams.append(AppendBatch(REF, opened.generation, 1, (b"\x01", b"\x02", b"\x03")))
+
+
+@asynccontextmanager
+async def in_flight(connection: Any, tg: anyio.abc.TaskGroup) -> AsyncIterator[None]:
+    """A transaction in flight for the block: the calls made in it wait, and share the next one."""
+    connection._using.acquire()  # the writer thread waits for the connection with its batch
+    try:
+        tg.start_soon(connection.call, lambda view: None)
+        for _ in range(GATHER_STEPS + 1):  # the call leaves at the end of its step of the loop
+            await anyio.lowlevel.checkpoint()
+        assert connection._committer._batch is not None
+        yield
+    finally:
+        connection._using.release()
 
 
 async def test_a_new_database_gets_its_tables_and_schema_record(postgres_url: str) -> None:
@@ -274,14 +293,11 @@ async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_ca
             await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",)))
             results["open"] = "ok"
 
-        connection._busy = True  # a transaction in flight: the three calls wait, then share the next
-        async with anyio.create_task_group() as tg:
-            for call in (append, out_of_range, other_open):
+        async with anyio.create_task_group() as tg, in_flight(connection, tg):
+            for call in (append, out_of_range, other_open):  # they wait, then share the next batch
                 tg.start_soon(call)
             await anyio.wait_all_tasks_blocked()
-            assert len(connection._pending) == 3
-            connection._busy = False
-            tg.start_soon(connection.call, lambda view: None)  # the next caller leads the shared batch
+            assert connection._committer is not None and len(connection._committer._pending) == 3
         assert results == {"append": "ok", "bad": "22003", "open": "ok"}  # numeric_value_out_of_range
         reopened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",), resumable=True))
         assert reopened.appended == 2  # the append was committed, not rolled back with the failed read
@@ -311,14 +327,11 @@ async def test_a_call_the_rules_refuse_in_a_shared_transaction_leaves_nothing_an
             await ledger.streams.open(StreamOpen(StreamRef("s", "src", "other"), "int", 16, ("a",)))
             results["open"] = "ok"
 
-        connection._busy = True  # a transaction in flight: the calls wait, then share the next ones
         transactions, calls = connection.transactions, connection.calls
-        async with anyio.create_task_group() as tg:
-            for call in (append, stale, other_open):
+        async with anyio.create_task_group() as tg, in_flight(connection, tg):
+            for call in (append, stale, other_open):  # they wait, then share the next batch
                 tg.start_soon(call)
             await anyio.wait_all_tasks_blocked()
-            connection._busy = False
-            tg.start_soon(connection.call, lambda view: None)  # the next caller leads the shared batch
         assert results == {"append": "ok", "stale": "refused", "open": "ok"}
         assert connection.calls - calls > connection.transactions - transactions  # calls shared transactions
         reopened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a",), resumable=True))
