@@ -67,7 +67,9 @@ from ._store._node_records import (
     CheckpointChild,
     CheckpointCommit,
     CheckpointOutput,
+    Conclusion,
     NodeCheckpoint,
+    Terminal,
 )
 from ._store._nodes import enclosing_scope
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
@@ -323,7 +325,7 @@ class _Level:
         try:
             await chain(aspects, ctx, body)()
         except NodeSkipped:
-            reason: Literal["completed", "skipped"] = "skipped"
+            reason: Conclusion = "skipped"
         except anyio.get_cancelled_exc_class():
             self._finish(member, "cancelled", settle=False)  # its attempt stays active for recovery
             raise
@@ -368,7 +370,7 @@ class _Level:
         self,
         member: NodeDef | SubDef,
         attempt: str,
-        reason: Literal["completed", "skipped"],
+        reason: Conclusion,
         staged: Mapping[Key[Any], tuple[Any, bytes | None]],
         owned: Mapping[Key[Any], ManagedStream[Any]],
     ) -> None:
@@ -396,7 +398,7 @@ class _Level:
         except CheckpointError:
             self._finish(member, "failed", settle=False)
             return
-        refs: dict[Key[Any], tuple[StreamRef, Literal["", "finished", "failed"]]] = {
+        refs: dict[Key[Any], tuple[StreamRef, Terminal]] = {
             key: (stream.core.ref, "finished")
             for key, stream in owned.items()  # ends with this record
         }

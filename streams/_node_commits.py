@@ -26,14 +26,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from ._errors import CheckpointError
 from ._in_context import same_context
 from ._pipeline import ConfirmPipeline
-from ._store._node_records import CheckpointCommit
+from ._store._node_records import CheckpointCommit, Conclusion
 
 if TYPE_CHECKING:
     from ._graph import NodeDef, SubDef
@@ -63,7 +63,7 @@ class StagedNode:
         commit: CheckpointCommit,
         owned: Mapping[Key[Any], ManagedStream[Any]],
         values: Mapping[Key[Any], Any],
-        reason: Literal["completed", "skipped"],
+        reason: Conclusion,
     ) -> None:
         self.level = level
         self.member = member

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ._codec import codec_for
 from ._errors import RecordDecodeError, RestorePlanError
 from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue
-from ._store._node_records import CheckpointOutput, NodeCheckpoint
+from ._store._node_records import CheckpointOutput, Conclusion, NodeCheckpoint, Terminal
 from ._store._records import StreamRef
 
 __all__ = ["RestoredNode", "check_plan", "encode_outputs"]
@@ -37,7 +37,7 @@ class RestoredNode:
     source's reference and the terminal known when the record was made.
     """
 
-    reason: Literal["completed", "skipped"]
+    reason: Conclusion
     outputs: Mapping[Key[Any], Any]
 
 
@@ -127,7 +127,7 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
 def encode_outputs(
     provides: Iterable[Key[Any]],
     staged: Mapping[Key[Any], bytes | None],
-    streams: Mapping[Key[Any], tuple[StreamRef, Literal["", "finished", "failed"]]] | None = None,
+    streams: Mapping[Key[Any], tuple[StreamRef, Terminal]] | None = None,
 ) -> tuple[CheckpointOutput, ...]:
     """The record's outputs: each provided key ready with its encoded value, skipped, or its stream."""
     return tuple(_output(key, staged, streams or {}) for key in provides)
@@ -136,7 +136,7 @@ def encode_outputs(
 def _output(
     key: Key[Any],
     staged: Mapping[Key[Any], bytes | None],
-    streams: Mapping[Key[Any], tuple[StreamRef, Literal["", "finished", "failed"]]],
+    streams: Mapping[Key[Any], tuple[StreamRef, Terminal]],
 ) -> CheckpointOutput:
     if key.is_stream:
         ref, terminal = streams[key]

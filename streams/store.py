@@ -75,7 +75,9 @@ from ._store._node_records import CheckpointChild as CheckpointChild
 from ._store._node_records import CheckpointChildOpened as CheckpointChildOpened
 from ._store._node_records import CheckpointCommit as CheckpointCommit
 from ._store._node_records import CheckpointOutput as CheckpointOutput
+from ._store._node_records import Conclusion as Conclusion
 from ._store._node_records import NodeCheckpoint as NodeCheckpoint
+from ._store._node_records import Terminal as Terminal
 from ._store._nodes import NodeAttemptRecord as NodeAttemptRecord
 from ._store._nodes import NodeView as NodeView
 from ._store._nodes import ScopeRecord as ScopeRecord
@@ -139,6 +141,7 @@ __all__ = [
     "CheckpointCommit",
     "CheckpointHooks",
     "CheckpointOutput",
+    "Conclusion",
     "GroupChange",
     "GroupFrontier",
     "GroupHooks",
@@ -161,6 +164,7 @@ __all__ = [
     "StreamOpen",
     "StreamOpened",
     "StreamRef",
+    "Terminal",
     "append",
     "change_group",
     "check_confirmed",

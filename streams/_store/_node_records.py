@@ -16,7 +16,9 @@ __all__ = [
     "CheckpointChildOpened",
     "CheckpointCommit",
     "CheckpointOutput",
+    "Conclusion",
     "NodeCheckpoint",
+    "Terminal",
 ]
 
 #: Aspect-chain position of a node's complete chain; a Retry at index i of the chain has i + 1.
@@ -32,6 +34,14 @@ class CheckpointAttemptRequest(msgspec.Struct, frozen=True):
     limit: int  # attempts the boundary allows (1 for the complete chain)
 
 
+#: How a stream was known to end when a record was made: "" (still open, or not known; never
+#: "production ended"), "finished", or "failed" (only a Sub alias may carry it).
+Terminal = Literal["", "finished", "failed"]
+
+#: How a node concluded, as its checkpoint confirms it.
+Conclusion = Literal["completed", "skipped"]
+
+
 class CheckpointOutput(msgspec.Struct, frozen=True):
     """One output of a node: its key, ``ready`` with the encoded value, ``skipped``, or a ``stream``.
 
@@ -43,9 +53,8 @@ class CheckpointOutput(msgspec.Struct, frozen=True):
     state: Literal["ready", "skipped", "stream"]
     value: bytes | None = None
     stream: StreamRef | None = None
-    #: The stream's terminal as known when the record was made: "" (still open, or not known;
-    #: never "production ended"), "finished", or "failed" (only a Sub alias may carry it).
-    terminal: Literal["", "finished", "failed"] = ""
+    #: The stream's terminal as known when the record was made (:data:`Terminal`).
+    terminal: Terminal = ""
 
 
 class CheckpointAttempt(msgspec.Struct, frozen=True):
@@ -61,7 +70,7 @@ class NodeCheckpoint(msgspec.Struct, frozen=True):
     """A node's confirmed conclusion (``completed`` or ``skipped``) with an output per provided key."""
 
     node: str
-    reason: Literal["completed", "skipped"]
+    reason: Conclusion
     outputs: tuple[CheckpointOutput, ...]
 
 
