@@ -94,14 +94,14 @@ class WriteSet:
 class NodeContext:
     """What a node's function and aspects see: its inputs, and Set/Skip for what it provides."""
 
-    __slots__ = ("_attempts", "_frame", "_level", "_member", "_mount", "_position", "_scopes", "_token")
+    __slots__ = ("_attempts", "_level", "_member", "_mount", "_position", "_scopes", "_token", "_writes")
 
     def __init__(
-        self, level: _Level, member: NodeDef | SubDef, *, frame: WriteSet | None = None, scope: str = ""
+        self, level: _Level, member: NodeDef | SubDef, *, writes: WriteSet | None = None, scope: str = ""
     ) -> None:
         self._level = level
         self._member = member
-        self._frame = frame
+        self._writes = writes
         self._scopes = [scope] if scope else []  # the attempt scopes enclosing the running link
         self._attempts: tuple[int, ...] = ()  # the indices of the Retry attempts this chain is inside
         self._mount = _MOUNT.get()  # the retried mount this node runs under, if any
@@ -256,8 +256,8 @@ class NodeContext:
                 )
             out = provided[name]
             value, payload = codec_for(out.type).prepare(result.result(out), what=name)
-            if self._frame is not None:
-                self._frame.staged[out] = (value, payload)  # the latest confirmed result of the key
+            if self._writes is not None:
+                self._writes.staged[out] = (value, payload)  # the latest confirmed result of the key
             elif not self._level.slots[out].settled:
                 self._put(out, value, payload)
         return result
@@ -269,7 +269,7 @@ class NodeContext:
     def _writable(self, key: Key[Any], what: str) -> None:
         if key not in self._member.provides:
             raise OutputError(f"node {self.node!r} cannot {what} {key!r}: it does not provide it")
-        if self._frame is not None and key in self._frame.staged:
+        if self._writes is not None and key in self._writes.staged:
             raise OutputError(f"node {self.node!r} cannot {what} {key!r}: this attempt settled it already")
         if self._level.slots[key].settled:
             raise OutputError(
@@ -278,16 +278,16 @@ class NodeContext:
             )
 
     def _put(self, key: Key[Any], value: Any, payload: bytes | None) -> None:
-        if self._frame is None:
+        if self._writes is None:
             self._level.slots[key].settle(value)
         else:
-            self._frame.staged[key] = (value, payload)
+            self._writes.staged[key] = (value, payload)
 
     # -- what Retry uses in checkpoint mode ------------------------------------------------
 
     @property
     def _checkpointing(self) -> bool:
-        return self._frame is not None
+        return self._writes is not None
 
     async def _open_attempt(self, position: int, limit: int) -> CheckpointAttempt:
         return await self._level.open_attempt(self._scopes[-1], self.node, position, limit)
@@ -296,12 +296,12 @@ class NodeContext:
         return await self._level.fail_attempt(scope)
 
     def _mark(self) -> int:
-        assert self._frame is not None
-        return self._frame.mark()
+        assert self._writes is not None
+        return self._writes.mark()
 
     def _rollback(self, mark: int) -> None:
-        assert self._frame is not None
-        self._frame.rollback(mark)
+        assert self._writes is not None
+        self._writes.rollback(mark)
 
     def _local_attempt(self, position: int, attempt: int) -> str:
         """Ordinary mode: the identity of try ``attempt`` of the Retry at ``position`` (no store keeps it)."""

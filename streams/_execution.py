@@ -299,10 +299,10 @@ class _Level:
             return
         execution._status_of[where] = "running"
         execution._emit(Running(self.path, member.name))
-        frame = WriteSet() if self.scope else None
-        if frame is not None and isinstance(member, NodeDef):
-            _restore_values(frame, member, self.slots, "/".join((*self.path, member.name)), attempt)
-        ctx = NodeContext(self, member, frame=frame, scope=attempt)
+        writes = WriteSet() if self.scope else None
+        if writes is not None and isinstance(member, NodeDef):
+            _restore_values(writes, member, self.slots, "/".join((*self.path, member.name)), attempt)
+        ctx = NodeContext(self, member, writes=writes, scope=attempt)
         if isinstance(member, NodeDef):
             fn = member.fn
 
@@ -350,7 +350,7 @@ class _Level:
             await self._interrupted(member)
             return
         try:
-            await self._conclude(member, attempt, reason, frame.staged if frame is not None else {}, owned)
+            await self._conclude(member, attempt, reason, writes.staged if writes is not None else {}, owned)
         except anyio.get_cancelled_exc_class():  # waiting for its streams' confirmations or sources
             self._cancelled(member)
             raise
@@ -665,7 +665,7 @@ _READ_ONLY: Any = _ReadOnlyStreamHooks()
 
 
 def _restore_values(
-    frame: WriteSet, member: NodeDef, slots: Mapping[Key[Any], Slot], group: str, attempt: str
+    writes: WriteSet, member: NodeDef, slots: Mapping[Key[Any], Slot], group: str, attempt: str
 ) -> None:
     """The seed's ``CheckpointAttempt.values``: what messages confirmed under this very attempt set.
 
@@ -686,7 +686,7 @@ def _restore_values(
         for name, payload in frontier.results.items():
             out = provided.get(name)
             if out is not None:
-                frame.staged[out] = (codec_for(out.type).decode(payload, what=f"result {name!r}"), payload)
+                writes.staged[out] = (codec_for(out.type).decode(payload, what=f"result {name!r}"), payload)
 
 
 def _level_scope(scope: str, mounts: Sequence[str]) -> str | None:
