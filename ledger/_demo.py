@@ -40,7 +40,7 @@ from streams import (
 )
 from streams.store import single_error
 
-from ._errors import LedgerError
+from ._errors import DemoMismatchError
 from ._ledger import Ledger
 from ._runs import RunRecord, decode_inputs
 
@@ -55,7 +55,6 @@ __all__ = [
     "ORDERS",
     "AuditState",
     "BillingState",
-    "DemoMismatchError",
     "DemoProgress",
     "DemoSummary",
     "Invoice",
@@ -105,10 +104,6 @@ AUDIT: Final = "audit"
 #: The writer node of each demo stream.
 _NODES: Final = {ORDERS.name: "source", INVOICES.name: BILLING}
 _CAPACITY: Final = 4096
-
-
-class DemoMismatchError(LedgerError, ValueError):
-    """The ledger holds a demo that cannot continue with the requested number of messages."""
 
 
 class DemoProgress(msgspec.Struct, frozen=True):

@@ -23,6 +23,7 @@ import pytest
 import streams
 from ledger import (
     CorruptRecordError,
+    DemoMismatchError,
     LedgerEnv,
     LedgerLockedError,
     LedgerPathError,
@@ -32,7 +33,7 @@ from ledger import (
     open_ledger,
 )
 from ledger._cli import _ProgressLine, main
-from ledger._demo import DemoMismatchError, DemoProgress, run_demo_pipeline
+from ledger._demo import DemoProgress, run_demo_pipeline
 from ledger._format import LedgerMeta
 from ledger.lmdb._demo import run_demo
 from ledger.lmdb._seal import seal
