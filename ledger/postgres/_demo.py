@@ -119,7 +119,14 @@ async def _submitted(ledger: Ledger[PgBackend], messages: int, shards: int, wher
 
 
 async def run_demo_postgres(url: str, messages: int = 100_000, *, workers: int = 1) -> DemoSummary:
-    """Run (or resume) the demo on the PostgreSQL ledger at ``url`` with ``workers`` worker processes."""
+    """Run (or resume) the demo on the PostgreSQL ledger at ``url`` with ``workers`` worker processes.
+
+    A finished demo of ``messages`` orders runs nothing and its summary has
+    ``already_finished=True``. Raises :class:`~ledger.DemoMismatchError`,
+    having changed nothing, if the ledger holds a demo (finished or not) of
+    another number of ``messages``, or anything but the demo; and
+    :class:`~ledger.DemoWorkerError` if a worker process failed.
+    """
     if messages < 1 or workers < 1:
         raise ValueError("the demo needs at least one message and one worker")
     where = describe_url(url)
