@@ -41,7 +41,7 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── RunMismatchError (ValueError)          ledger.resume with another graph (name, version, topology)
     │   └── RunAspectsMismatchError            ... or another aspect chain than the run started with
     ├── RunActiveError                         the run id is run by another execution of this process
-    │   the errors of the command line's own arguments (python -m ledger):
+    │   the errors of the command line's commands (python -m ledger):
     ├── BackupDestinationError (ValueError)    a backup's destination exists, or cannot be written
     ├── StreamNotFoundError (LookupError)      view or group names a stream the ledger does not hold
     ├── GroupChangeError (ValueError)          group move to a sequence the stream cannot start the group at
@@ -98,7 +98,7 @@ __all__ = [
 
 
 class LedgerError(Exception):
-    """Root of every error raised by the ledger."""
+    """Root of every error raised by the ledger, but :class:`LeaseLostError` (a ``CheckpointError``)."""
 
 
 class NotALedgerError(LedgerError, ValueError):
