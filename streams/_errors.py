@@ -1,9 +1,11 @@
 """Errors raised by the stream engine.
 
-Every error derives from :class:`StreamsError`. Errors caused by what the
-caller passed mix in the matching built-in (``TypeError``, ``ValueError``);
-failures of the reliable layer underneath are :class:`CheckpointError`.
-Messages name the stream, group and sequence involved, never a payload.
+Every error derives from :class:`StreamsError`, but one: a store's
+:class:`CheckpointScopeFailure`, which the engine catches by its exact type
+and never lets reach the caller. Errors caused by what the caller passed
+mix in the matching built-in (``TypeError``, ``ValueError``); failures of
+the reliable layer underneath are :class:`CheckpointError`. Messages name
+the stream, group and sequence involved, never a payload.
 
 ::
 
