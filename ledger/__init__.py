@@ -10,6 +10,12 @@ from ._connect import connect as connect
 from ._errors import BackupDestinationError as BackupDestinationError
 from ._errors import CorruptRecordError as CorruptRecordError
 from ._errors import DamagedLedgerError as DamagedLedgerError
+from ._errors import DemoMismatchError as DemoMismatchError
+from ._errors import DemoWorkerError as DemoWorkerError
+from ._errors import GraphsNotFoundError as GraphsNotFoundError
+from ._errors import GroupChangeError as GroupChangeError
+from ._errors import InvalidRunIdError as InvalidRunIdError
+from ._errors import LeaseLostError as LeaseLostError
 from ._errors import LedgerClosedError as LedgerClosedError
 from ._errors import LedgerConflictError as LedgerConflictError
 from ._errors import LedgerError as LedgerError
@@ -24,19 +30,22 @@ from ._errors import MissingRecordError as MissingRecordError
 from ._errors import MissingSchemaError as MissingSchemaError
 from ._errors import NotALedgerError as NotALedgerError
 from ._errors import OutcomeUnknownError as OutcomeUnknownError
+from ._errors import PostgresOnlyError as PostgresOnlyError
+from ._errors import RunActiveError as RunActiveError
+from ._errors import RunAspectsMismatchError as RunAspectsMismatchError
+from ._errors import RunExistsError as RunExistsError
+from ._errors import RunMismatchError as RunMismatchError
 from ._errors import SchemaVersionError as SchemaVersionError
+from ._errors import ServerUnavailableError as ServerUnavailableError
+from ._errors import StreamNotFoundError as StreamNotFoundError
 from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
 from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
+from ._errors import UnknownRunError as UnknownRunError
 from ._errors import WriteFailedError as WriteFailedError
 from ._ledger import Ledger as Ledger
-from ._runs import RunActiveError as RunActiveError
-from ._runs import RunAspectsMismatchError as RunAspectsMismatchError
-from ._runs import RunExistsError as RunExistsError
-from ._runs import RunMismatchError as RunMismatchError
 from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
 from ._runs import Runs as Runs
-from ._runs import UnknownRunError as UnknownRunError
 from .lmdb import LmdbBackend as LmdbBackend
 from .lmdb import open_ledger as open_ledger
 from .lmdb._env import LedgerEnv as LedgerEnv
@@ -47,29 +56,35 @@ from .lmdb._streams import LmdbStreamHooks as LmdbStreamHooks
 __all__ = [
     "Backend",
     "BackupDestinationError",
-    "connect",
     "CorruptRecordError",
     "DamagedLedgerError",
+    "DemoMismatchError",
+    "DemoWorkerError",
+    "GraphsNotFoundError",
+    "GroupChangeError",
+    "InvalidRunIdError",
+    "LeaseLostError",
     "Ledger",
     "LedgerClosedError",
-    "LedgerEnv",
     "LedgerConflictError",
+    "LedgerEnv",
     "LedgerError",
-    "LedgerServerError",
-    "MissingSchemaError",
-    "OutcomeUnknownError",
     "LedgerInUseError",
     "LedgerLockedError",
+    "LedgerPathError",
     "LedgerReadOnlyError",
+    "LedgerServerError",
     "LedgerUnreachableError",
     "LmdbBackend",
     "LmdbNodeHooks",
     "LmdbStreamHooks",
     "MapFullError",
-    "NodeStore",
     "MissingRecordError",
+    "MissingSchemaError",
+    "NodeStore",
     "NotALedgerError",
-    "LedgerPathError",
+    "OutcomeUnknownError",
+    "PostgresOnlyError",
     "RunActiveError",
     "RunAspectsMismatchError",
     "RunExistsError",
@@ -78,11 +93,14 @@ __all__ = [
     "RunResult",
     "Runs",
     "SchemaVersionError",
+    "ServerUnavailableError",
+    "StreamNotFoundError",
     "UnattributedBudgetsError",
     "UnfinishedLedgerError",
     "UnknownRunError",
     "WriteFailedError",
     "WriteTicket",
+    "connect",
     "inspect_ledger",
     "open_ledger",
 ]

@@ -23,11 +23,14 @@ import msgspec
 from streams import StoreDamagedError, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
-from ._demo import DemoMismatchError, DemoProgress, DemoSummary
+from ._demo import DemoProgress, DemoSummary
 from ._errors import (
     BackupDestinationError,
     CorruptRecordError,
     DamagedLedgerError,
+    DemoMismatchError,
+    GraphsNotFoundError,
+    GroupChangeError,
     LedgerError,
     LedgerInUseError,
     LedgerLockedError,
@@ -35,19 +38,19 @@ from ._errors import (
     LedgerReadOnlyError,
     MapFullError,
     NotALedgerError,
-    SchemaVersionError,
-)
-from ._groups import GroupChangeError, add_group_command, run_group_command
-from ._postgres_cli import (
-    GraphsNotFoundError,
     PostgresOnlyError,
+    SchemaVersionError,
+    StreamNotFoundError,
+)
+from ._groups import add_group_command, run_group_command
+from ._postgres_cli import (
     add_migrate_command,
     add_worker_command,
     run_migrate_command,
     run_worker_command,
 )
 from ._tools import tools_for
-from ._view import StreamNotFoundError, filtered, group_rows, parse_ref
+from ._view import filtered, group_rows, parse_ref
 
 __all__ = ["main"]
 

@@ -12,7 +12,9 @@ as an uninterrupted run.
 
 A finished demo started again changes nothing: :func:`run_demo` reads the
 ledger before opening any stream (opening raises generations, which is a
-change) and returns the figures it finds."""
+change) and returns the figures it finds, or raises
+:class:`~ledger.DemoMismatchError` if it was asked for another number of
+messages than the demo has."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from streams import (
 )
 from streams.store import single_error
 
-from ._errors import LedgerError
+from ._errors import DemoMismatchError
 from ._ledger import Ledger
 from ._runs import RunRecord, decode_inputs
 
@@ -55,7 +57,6 @@ __all__ = [
     "ORDERS",
     "AuditState",
     "BillingState",
-    "DemoMismatchError",
     "DemoProgress",
     "DemoSummary",
     "Invoice",
@@ -105,10 +106,6 @@ AUDIT: Final = "audit"
 #: The writer node of each demo stream.
 _NODES: Final = {ORDERS.name: "source", INVOICES.name: BILLING}
 _CAPACITY: Final = 4096
-
-
-class DemoMismatchError(LedgerError, ValueError):
-    """The ledger holds a demo that cannot continue with the requested number of messages."""
 
 
 class DemoProgress(msgspec.Struct, frozen=True):
@@ -184,6 +181,11 @@ async def run_demo_on(
     found = _read_demo(report)
     run = next((r for r in await ledger.runs() if r.run_id == DEMO_SCOPE), None)
     if found.finished and (run is None or run.status == "completed"):
+        if found.orders != messages:
+            raise DemoMismatchError(
+                f"ledger {path} holds a finished demo of {found.orders} orders, not {messages}; "
+                f"run it again with --messages {found.orders} to see its figures, or use a new path"
+            )
         return DemoSummary(
             orders=found.orders,
             billing_total=found.billing_total,

@@ -1,70 +1,104 @@
-"""Errors raised by the ledgers (LMDB and PostgreSQL).
+"""Errors raised by the ledger: its two backends (LMDB and PostgreSQL), its services and its command line.
 
-Every error a user can meet here derives from :class:`LedgerError`; each says
-what was wrong, names the ledger path or record involved, and never carries a
-business payload. A ledger that raised one of these is left as it was.
+Every error a user can meet here derives from :class:`LedgerError`, but for
+one: :class:`LeaseLostError` is a :class:`streams.CheckpointError`, because
+the engine must treat a worker's lost lease as the reliable layer refusing
+a write (stop and recover), never as a business failure. Each error says
+what was wrong, names the ledger path or record involved, and never carries
+a business payload. A ledger that raised one of these is left as it was.
+Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
 
 ::
 
     LedgerError
-    ├── NotALedgerError (ValueError)        the path holds something else
-    │   ├── UnfinishedLedgerError           a ledger whose creation stopped before its first commit
-    │   └── MissingSchemaError              a PostgreSQL URL's search_path names no schema that exists
-    ├── SchemaVersionError (ValueError)     written by another schema or codec version
-    ├── CorruptRecordError (ValueError)     a record fails its checksum or does not decode
-    │   └── MissingRecordError              a record the ledger's other records or manifests name is
-    │                                       missing, or sits under another key or database name
-    ├── DamagedLedgerError (ValueError)     a ledger file is damaged (truncated) and is not mapped
-    ├── LedgerLockedError                   another process owns the ledger
-    ├── LedgerInUseError                    this process has the path open already
-    ├── LedgerReadOnlyError                 the ledger cannot be written (a read-only filesystem or file)
-    ├── LedgerClosedError                   the ledger was closed
-    ├── MapFullError                        the map could not grow to fit a write
-    ├── WriteFailedError                    LMDB refused a write transaction
-    ├── InvalidRunIdError (ValueError)      a run id is empty or too long for a ledger key
-    ├── BackupDestinationError (ValueError) a backup's destination exists, or cannot be written
-    │   the errors of the PostgreSQL ledger's server (ledger/postgres/_faults.py):
-    ├── LedgerUnreachableError              the server cannot be reached, refuses us, or stayed away too long
-    ├── OutcomeUnknownError                 the server went away while a commit was in flight
-    ├── LedgerServerError                   the server failed a statement (a full disk, a timeout, ...)
-    │   └── LedgerConflictError             conflicts with other workers outlasted every retry
-    │   the errors of ledger.run and ledger.resume (ledger/_runs.py):
-    ├── RunExistsError (ValueError)         ledger.run with a run id the ledger knows
-    ├── UnknownRunError (LookupError)       ledger.resume with a run id the ledger does not know
-    ├── RunMismatchError (ValueError)       ledger.resume with another graph (name, version, topology)
-    │   └── RunAspectsMismatchError         ... or another aspect chain than the run started with
-    └── RunActiveError                      the run id is run by another execution of this process
+    ├── NotALedgerError (ValueError)           the path holds something else
+    │   ├── UnfinishedLedgerError              a ledger whose creation stopped before its first commit
+    │   └── MissingSchemaError                 a PostgreSQL URL's search_path names no schema that exists
+    ├── LedgerPathError (ValueError)           a new ledger's directory cannot be made at the path
+    ├── SchemaVersionError (ValueError)        written by another schema or codec version
+    ├── CorruptRecordError (ValueError)        a record fails its checksum or does not decode
+    │   └── MissingRecordError                 a record the ledger's other records or manifests name is
+    │                                          missing, or sits under another key or database name
+    ├── DamagedLedgerError (ValueError)        a ledger file is damaged (truncated) and is not mapped
+    ├── LedgerLockedError                      another process owns the ledger
+    ├── LedgerInUseError                       this process has the path open already
+    ├── LedgerReadOnlyError                    the ledger cannot be written (a read-only filesystem or file)
+    ├── LedgerClosedError                      the ledger was closed
+    ├── MapFullError                           the map could not grow to fit a write
+    ├── WriteFailedError                       LMDB refused a write transaction
+    ├── InvalidRunIdError (ValueError)         a run id is empty or too long for a ledger key
+    ├── UnattributedBudgetsError (ValueError)  a group change met budgets an older release keyed by a
+    │                                          digest that does not say their group
+    │   the errors of the PostgreSQL ledger's server:
+    ├── LedgerUnreachableError                 the server cannot be reached, refuses us, or stayed away
+    ├── OutcomeUnknownError                    the server went away while a commit was in flight
+    ├── LedgerServerError                      the server failed a statement (a full disk, a timeout, ...)
+    │   └── LedgerConflictError                conflicts with other workers outlasted every retry
+    ├── ServerUnavailableError (RuntimeError)  a private server: no PostgreSQL binaries, or it did not start
+    │   the errors of ledger.run and ledger.resume:
+    ├── RunExistsError (ValueError)            ledger.run with a run id the ledger knows
+    ├── UnknownRunError (LookupError)          ledger.resume with a run id the ledger does not know
+    ├── RunMismatchError (ValueError)          ledger.resume with another graph (name, version, topology)
+    │   └── RunAspectsMismatchError            ... or another aspect chain than the run started with
+    ├── RunActiveError                         the run id is run by another execution of this process
+    │   the errors of the command line's commands (python -m ledger):
+    ├── BackupDestinationError (ValueError)    a backup's destination exists, or cannot be written
+    ├── StreamNotFoundError (LookupError)      view or group names a stream the ledger does not hold
+    ├── GroupChangeError (ValueError)          group move to a sequence the stream cannot start the group at
+    ├── GraphsNotFoundError (ValueError)       worker --graphs names no mapping of graph names to graphs
+    ├── PostgresOnlyError (ValueError)         worker or migrate given an LMDB ledger's path
+    ├── DemoMismatchError (ValueError)         the ledger holds another demo (another --messages), or more
+    └── DemoWorkerError                        a worker process of the PostgreSQL demo stopped with an error
+
+    streams.CheckpointError
+    └── LeaseLostError                         this worker's lease on a run passed to another worker
 """
 
 from __future__ import annotations
+
+from streams import CheckpointError
 
 __all__ = [
     "BackupDestinationError",
     "CorruptRecordError",
     "DamagedLedgerError",
+    "DemoMismatchError",
+    "DemoWorkerError",
+    "GraphsNotFoundError",
+    "GroupChangeError",
     "InvalidRunIdError",
+    "LeaseLostError",
     "LedgerClosedError",
+    "LedgerConflictError",
     "LedgerError",
     "LedgerInUseError",
     "LedgerLockedError",
-    "LedgerReadOnlyError",
-    "MapFullError",
-    "MissingRecordError",
-    "NotALedgerError",
-    "SchemaVersionError",
-    "UnfinishedLedgerError",
-    "WriteFailedError",
     "LedgerPathError",
-    "LedgerConflictError",
+    "LedgerReadOnlyError",
     "LedgerServerError",
     "LedgerUnreachableError",
+    "MapFullError",
+    "MissingRecordError",
     "MissingSchemaError",
+    "NotALedgerError",
     "OutcomeUnknownError",
+    "PostgresOnlyError",
+    "RunActiveError",
+    "RunAspectsMismatchError",
+    "RunExistsError",
+    "RunMismatchError",
+    "SchemaVersionError",
+    "ServerUnavailableError",
+    "StreamNotFoundError",
+    "UnattributedBudgetsError",
+    "UnfinishedLedgerError",
+    "UnknownRunError",
+    "WriteFailedError",
 ]
 
 
 class LedgerError(Exception):
-    """Root of every error raised by the ledger."""
+    """Root of every error raised by the ledger, but :class:`LeaseLostError` (a ``CheckpointError``)."""
 
 
 class NotALedgerError(LedgerError, ValueError):
@@ -175,3 +209,59 @@ class InvalidRunIdError(LedgerError, ValueError):
 
 class BackupDestinationError(LedgerError, ValueError):
     """A backup's destination exists already, or the copy cannot be written there."""
+
+
+class ServerUnavailableError(LedgerError, RuntimeError):
+    """No PostgreSQL binaries on this machine, or the private server would not start."""
+
+
+class RunExistsError(LedgerError, ValueError):
+    """``run`` with a run id the ledger knows: resume it, or use a new id."""
+
+
+class UnknownRunError(LedgerError, LookupError):
+    """``resume`` with a run id the ledger does not know."""
+
+
+class RunMismatchError(LedgerError, ValueError):
+    """The graph given to ``resume`` is not the one the run started with (name, version or topology)."""
+
+
+class RunAspectsMismatchError(RunMismatchError):
+    """``resume`` was given another aspect chain than the run started with, which keys its Retry budgets."""
+
+
+class RunActiveError(LedgerError):
+    """The run id is being run by another execution of this process."""
+
+
+class StreamNotFoundError(LedgerError, LookupError):
+    """The ledger holds no stream by that reference."""
+
+
+class GroupChangeError(LedgerError, ValueError):
+    """The move asks for a sequence the stream cannot start the group at; nothing changed."""
+
+
+class GraphsNotFoundError(LedgerError, ValueError):
+    """``--graphs`` does not name a mapping of graph names to graphs."""
+
+
+class PostgresOnlyError(LedgerError, ValueError):
+    """A command of PostgreSQL ledgers only (``worker``, ``migrate``) was given an LMDB ledger's path."""
+
+
+class DemoMismatchError(LedgerError, ValueError):
+    """The ledger holds a demo of another number of messages, or more than the demo; nothing changed."""
+
+
+class DemoWorkerError(LedgerError):
+    """A worker process of the demo stopped with an error."""
+
+
+class LeaseLostError(CheckpointError):
+    """This worker's lease on a run expired and another worker took the run over; nothing was confirmed.
+
+    A :class:`streams.CheckpointError`, not a :class:`LedgerError`: the
+    engine stops the run as it does for any write the reliable layer refused.
+    """

@@ -16,14 +16,10 @@ from streams import CompactedHistoryError, SequenceError, UnknownStreamError, mo
 
 from ._arguments import positive_int
 from ._connect import connect, is_url
-from ._errors import LedgerError, UnattributedBudgetsError
-from ._view import StreamNotFoundError, parse_ref
+from ._errors import GroupChangeError, StreamNotFoundError, UnattributedBudgetsError
+from ._view import parse_ref
 
-__all__ = ["GroupChangeError", "add_group_command", "run_group_command"]
-
-
-class GroupChangeError(LedgerError, ValueError):
-    """The move asks for a sequence the stream cannot start the group at; nothing changed."""
+__all__ = ["add_group_command", "run_group_command"]
 
 
 def _target(text: str) -> Literal["earliest", "latest"] | int:

@@ -13,20 +13,14 @@ from streams import Graph
 
 from ._arguments import positive_float
 from ._connect import is_url
-from ._errors import LedgerError
+from ._errors import GraphsNotFoundError, PostgresOnlyError
 
 __all__ = [
-    "GraphsNotFoundError",
-    "PostgresOnlyError",
     "add_migrate_command",
     "add_worker_command",
     "run_migrate_command",
     "run_worker_command",
 ]
-
-
-class GraphsNotFoundError(LedgerError, ValueError):
-    """``--graphs`` does not name a mapping of graph names to graphs."""
 
 
 def add_worker_command(commands: Any) -> None:
@@ -75,10 +69,6 @@ def _graphs(spec: str) -> Mapping[str, Graph]:
     if not isinstance(graphs, Mapping) or not all(isinstance(g, Graph) for g in graphs.values()):
         raise GraphsNotFoundError(f"--graphs {spec!r} is not a mapping of graph names to Graphs")
     return graphs
-
-
-class PostgresOnlyError(LedgerError, ValueError):
-    """A command of PostgreSQL ledgers only (``worker``, ``migrate``) was given an LMDB ledger's path."""
 
 
 def _url(args: argparse.Namespace, why: str) -> str:

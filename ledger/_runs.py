@@ -52,19 +52,20 @@ from streams import (
 )
 from streams.store import codec_for
 
-from ._errors import LedgerError
+from ._errors import (
+    RunActiveError,
+    RunAspectsMismatchError,
+    RunExistsError,
+    RunMismatchError,
+    UnknownRunError,
+)
 from ._format import run_id_bytes
 
 __all__ = [
-    "RunActiveError",
-    "RunAspectsMismatchError",
     "RunBook",
-    "RunExistsError",
-    "RunMismatchError",
     "RunRecord",
     "RunResult",
     "Runs",
-    "UnknownRunError",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -94,26 +95,6 @@ class RunResult(msgspec.Struct, frozen=True):
     result: ExecutionResult
     resumed: bool = False
     already_finished: bool = False
-
-
-class RunExistsError(LedgerError, ValueError):
-    """``run`` with a run id the ledger knows: resume it, or use a new id."""
-
-
-class UnknownRunError(LedgerError, LookupError):
-    """``resume`` with a run id the ledger does not know."""
-
-
-class RunMismatchError(LedgerError, ValueError):
-    """The graph given to ``resume`` is not the one the run started with (name, version or topology)."""
-
-
-class RunAspectsMismatchError(RunMismatchError):
-    """``resume`` was given another aspect chain than the run started with, which keys its Retry budgets."""
-
-
-class RunActiveError(LedgerError):
-    """The run id is being run by another execution of this process."""
 
 
 def encode_inputs(graph: Graph, inputs: Mapping[Key[Any], Any]) -> tuple[CheckpointOutput, ...]:

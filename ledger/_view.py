@@ -16,14 +16,10 @@ from typing import Any
 
 from streams.store import RecordView, StreamRef, tail_problems, to_plain
 
-from ._errors import LedgerError, MissingRecordError
+from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import plain
 
-__all__ = ["StreamNotFoundError", "filtered", "group_rows", "messages_of", "parse_ref"]
-
-
-class StreamNotFoundError(LedgerError, LookupError):
-    """The ledger holds no stream by that reference."""
+__all__ = ["filtered", "group_rows", "messages_of", "parse_ref"]
 
 
 def parse_ref(text: str) -> StreamRef:

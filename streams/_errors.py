@@ -1,16 +1,21 @@
 """Errors raised by the stream engine.
 
-Every error derives from :class:`StreamsError`. Errors caused by what the
-caller passed mix in the matching built-in (``TypeError``, ``ValueError``);
-failures of the reliable layer underneath are :class:`CheckpointError`.
-Messages name the stream, group and sequence involved, never a payload.
+Every error derives from :class:`StreamsError`, but one: a store's
+:class:`CheckpointScopeFailure`, which the engine catches by its exact type
+and never lets reach the caller. Errors caused by what the caller passed
+mix in the matching built-in (``TypeError``, ``ValueError``); failures of
+the reliable layer underneath are :class:`CheckpointError`. Messages name
+the stream, group and sequence involved, never a payload.
 
 ::
 
     StreamsError
     ├── PayloadTypeError (TypeError)            a value of the wrong type for its key
+    ├── HandlerContractError (TypeError)        a handler that is not async, or reads a state never given
     ├── OutputLimitError (ValueError)           too many staged outputs, or a batch over capacity
     ├── StreamStateError                        an operation the endpoint's state forbids
+    │   ├── CompactedHistoryError               a group asked to start at messages compaction removed
+    │   ├── ScopeInUseError                     a second StreamScope of one scope on the same hooks
     │   ├── StreamClosedError                   the writer finished or failed; no more sends
     │   └── GroupBusyError                      another handler already consumes this group
     ├── StreamFailedError                       the writer failed; readers see the failure, not EOF
@@ -20,6 +25,9 @@ Messages name the stream, group and sequence involved, never a payload.
     ├── OutputError (ValueError)                a node set a key it does not provide, or set one twice
     ├── SkippedInputError (LookupError)         a node read an input that was skipped
     ├── ExecutionCancelledError                 the execution was cancelled before it finished
+    ├── StrayCancellationError                  a node's code raised a cancellation nothing had asked for
+    ├── ConfirmedFailureError                   a node's (or a Retry's) final failure was confirmed earlier
+    ├── RestorePlanError (ValueError)           a recovery plan that does not fit the graph; nothing installed
     └── CheckpointError                         the ledger refused or lost a reliable operation
         ├── StaleGenerationError                a record from an older generation
         ├── SequenceError                       a gap, a repeat or an unknown sequence number
@@ -27,6 +35,10 @@ Messages name the stream, group and sequence involved, never a payload.
         ├── StreamFinishedError                 a write to a stream the ledger knows finished
         ├── RecordDecodeError                   a stored payload or state no longer reads as its type
         └── StoreDamagedError                   the store's records contradict each other: one is missing
+
+    Exception
+    └── CheckpointScopeFailure                  a store's open_child: the scope's final failure is confirmed
+                                                (not a StreamsError: the engine catches exactly this type)
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ __all__ = [
     "PayloadTypeError",
     "RecordDecodeError",
     "RestorePlanError",
+    "ScopeInUseError",
     "SequenceError",
     "SkippedInputError",
     "SourceNotResumableError",

@@ -7,10 +7,10 @@ budgets that only advance on confirmed failures, terminals that do not
 regress, compaction) are written once here, as operations over a
 :class:`RecordView`: a store opens one transaction per call, wraps it in a
 view of its records, runs the operation of that call, and commits only if
-it returned. ``MemoryStore`` does so over dicts and the LMDB ledger over an
-LMDB write transaction, so the two cannot drift; a new store that does the
-same keeps the same ledger. Prove it with the conformance suite:
-:func:`streams.testing.check_stream_store`.
+it returned. ``MemoryStore`` does so over dicts, the LMDB ledger over an
+LMDB write transaction and the PostgreSQL ledger over a server transaction,
+so they cannot drift; a new store that does the same keeps the same ledger.
+Prove it with the conformance suite: :func:`streams.testing.check_stream_store`.
 
 The pieces:
 

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["streams", "streams.store", "ledger", "ledger.graphs"])
+@pytest.mark.parametrize("name", ["streams", "streams.store", "ledger", "ledger.graphs", "ledger.postgres"])
 def test_all_names_are_public_and_exist(name: str) -> None:
     module = importlib.import_module(name)
     assert sorted(module.__all__) == sorted(set(module.__all__))

@@ -27,15 +27,16 @@ async def run_demo(
     :class:`DemoProgress` once when the streams are open, then every
     ``progress_interval`` seconds, and once at the end; it reads endpoint
     snapshots and never touches the messages. If the ledger holds a finished
-    demo, nothing is opened or written and the summary has
-    ``already_finished=True``. ``max_map_size`` is the ledger's map limit
+    demo of ``messages`` orders, nothing is opened or written and the summary
+    has ``already_finished=True``. ``max_map_size`` is the ledger's map limit
     (:func:`~ledger.open_ledger`): a message whose write does not fit stops
     the run with a :class:`~streams.CheckpointError` caused by
     :class:`~ledger.MapFullError`, and the same call with a larger limit resumes.
 
-    Raises :class:`DemoMismatchError` if the ledger holds a demo of another
-    number of ``messages``, or anything but the demo (an application's
-    streams or runs: the demo never writes beside them), and the ledger's own errors
+    Raises :class:`~ledger.DemoMismatchError`, having changed nothing, if the
+    ledger holds a demo (finished or not) of another number of ``messages``,
+    or anything but the demo (an application's streams or runs: the demo
+    never writes beside them), and the ledger's own errors
     (:class:`~ledger.NotALedgerError`, :class:`~ledger.LedgerLockedError`, …)
     for a path that cannot be opened.
     """

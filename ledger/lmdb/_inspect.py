@@ -11,8 +11,9 @@ from typing import Any
 
 from streams.store import GroupFrontier, StreamRef
 
+from .._errors import StreamNotFoundError
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
-from .._view import StreamNotFoundError, messages_of
+from .._view import messages_of
 from ._backend import list_runs as list_node_runs
 from ._env import LedgerEnv
 from ._graph_runs import list_runs

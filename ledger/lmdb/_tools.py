@@ -65,7 +65,7 @@ async def _demo(
     interval: float,
     max_map_size: int,
 ) -> Any:
-    from .._demo import DemoMismatchError
+    from .._errors import DemoMismatchError
     from ._demo import run_demo
 
     if workers != 1:

@@ -9,8 +9,8 @@ for a directory.
 
 from streams.store import publish as _publish
 
+from .._errors import LeaseLostError as LeaseLostError
 from ._leases import Lease as Lease
-from ._leases import LeaseLostError as LeaseLostError
 from ._ledger import PgBackend as PgBackend
 from ._ledger import open_postgres as open_postgres
 from ._nodes import PgNodeHooks as PgNodeHooks

@@ -29,28 +29,23 @@ from .._demo import (
     MESSAGES,
     ORDERS,
     BillingState,
-    DemoMismatchError,
     DemoSummary,
     Order,
     add_billing_and_audit,
 )
-from .._errors import LedgerError
+from .._errors import DemoMismatchError, DemoWorkerError
 from .._ledger import Ledger
 from .._runs import decode_inputs
 from ._inspect import inspect_postgres
 from ._ledger import PgBackend, open_postgres
 from ._store import describe_url
 
-__all__ = ["GRAPHS", "SHARD_PREFIX", "DemoWorkerError", "run_demo_postgres", "shard_graph"]
+__all__ = ["GRAPHS", "SHARD_PREFIX", "run_demo_postgres", "shard_graph"]
 
 FIRST: Final = Key("first", int)
 SHARD_PREFIX: Final = "demo-shard-"
 #: How long a worker's lease lasts: a worker killed holding a shard delays it this long.
 LEASE_SECONDS: Final = 5.0
-
-
-class DemoWorkerError(LedgerError):
-    """A worker process of the demo stopped with an error."""
 
 
 def shard_graph(*, window: int = 1024) -> Graph:
@@ -124,7 +119,14 @@ async def _submitted(ledger: Ledger[PgBackend], messages: int, shards: int, wher
 
 
 async def run_demo_postgres(url: str, messages: int = 100_000, *, workers: int = 1) -> DemoSummary:
-    """Run (or resume) the demo on the PostgreSQL ledger at ``url`` with ``workers`` worker processes."""
+    """Run (or resume) the demo on the PostgreSQL ledger at ``url`` with ``workers`` worker processes.
+
+    A finished demo of ``messages`` orders runs nothing and its summary has
+    ``already_finished=True``. Raises :class:`~ledger.DemoMismatchError`,
+    having changed nothing, if the ledger holds a demo (finished or not) of
+    another number of ``messages``, or anything but the demo; and
+    :class:`~ledger.DemoWorkerError` if a worker process failed.
+    """
     if messages < 1 or workers < 1:
         raise ValueError("the demo needs at least one message and one worker")
     where = describe_url(url)

@@ -18,18 +18,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from streams import CheckpointError
-
+from .._errors import LeaseLostError
 from ._store import PgConnection
 from ._view import PgView
 
-__all__ = ["FencedConnection", "Lease", "LeaseLostError", "claim_due", "claim_run", "release", "renew"]
+__all__ = ["FencedConnection", "Lease", "claim_due", "claim_run", "release", "renew"]
 
 T = TypeVar("T")
-
-
-class LeaseLostError(CheckpointError):
-    """This worker's lease on a run expired and another worker took the run over; nothing was confirmed."""
 
 
 class Lease(msgspec.Struct, frozen=True):

@@ -11,12 +11,12 @@ import anyio
 
 from streams.store import single_error
 
+from .._errors import LeaseLostError, RunActiveError
 from .._format import run_id_bytes
 from .._ledger import Ledger
-from .._runs import RunActiveError
 from ._graph_runs import PgGraphRuns
 from ._leased import holding
-from ._leases import LeaseLostError, claim_run
+from ._leases import claim_run
 from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
 from ._store import RECONNECT_SECONDS, PgConnection

@@ -23,11 +23,11 @@ import msgspec
 
 from streams import Aspect, ConfirmedFailureError, Graph
 
-from .._errors import LedgerUnreachableError, OutcomeUnknownError
+from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from .._ledger import Ledger
 from ._faults import find_cause
 from ._leased import holding
-from ._leases import Lease, LeaseLostError, claim_due
+from ._leases import Lease, claim_due
 from ._ledger import PgBackend, open_postgres
 from ._store import RECONNECT_SECONDS
 

@@ -19,11 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._errors import ServerUnavailableError
+
 __all__ = ["PrivateServer", "ServerUnavailableError", "find_binaries", "private_server"]
-
-
-class ServerUnavailableError(RuntimeError):
-    """No PostgreSQL binaries on this machine, or the server would not start."""
 
 
 def find_binaries() -> Path | None:

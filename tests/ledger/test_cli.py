@@ -23,6 +23,7 @@ import pytest
 import streams
 from ledger import (
     CorruptRecordError,
+    DemoMismatchError,
     LedgerEnv,
     LedgerLockedError,
     LedgerPathError,
@@ -32,7 +33,7 @@ from ledger import (
     open_ledger,
 )
 from ledger._cli import _ProgressLine, main
-from ledger._demo import DemoMismatchError, DemoProgress, run_demo_pipeline
+from ledger._demo import DemoProgress, run_demo_pipeline
 from ledger._format import LedgerMeta
 from ledger.lmdb._demo import run_demo
 from ledger.lmdb._seal import seal
@@ -245,6 +246,28 @@ def test_cli_demo_prints_the_summary_then_a_rerun_says_finished_and_changes_noth
     assert table.returncode == 0
     assert f"appended {n}  finished" in table.stdout
     assert snapshot(path) == before
+
+
+def test_cli_demo_asking_a_finished_demo_for_another_size_is_a_typed_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger"
+    done = cli("demo", str(path), "--messages", "1000")
+    assert done.returncode == 0, done.stderr
+    before = snapshot(path)
+    for messages in (2000, 500):
+        with pytest.raises(DemoMismatchError) as caught:  # the same error, raised in this process
+            anyio.run(run_demo, path, messages)
+        assert str(caught.value) == (
+            f"ledger {path} holds a finished demo of 1000 orders, not {messages}; "
+            "run it again with --messages 1000 to see its figures, or use a new path"
+        )
+        again = cli("demo", str(path), "--messages", str(messages))
+        assert again.returncode == 2
+        assert again.stdout == ""
+        assert again.stderr.splitlines() == [f"error: {caught.value}"]
+        assert snapshot(path) == before
+    assert_demo_answer(before[1], 1000, generation=1)
 
 
 def test_cli_demo_runs_on_trio(tmp_path: Path) -> None:

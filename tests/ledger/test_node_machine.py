@@ -1,4 +1,4 @@
-"""The random-graph checkpoint machine on both stores and both event loops."""
+"""The random-graph checkpoint machine on MemoryStore and the LMDB ledger, on both event loops."""
 
 from __future__ import annotations
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ledger.postgres._demo import _shards
+import json
+
+import anyio
+import pytest
+
+from ledger import DemoMismatchError
+from ledger.postgres._demo import _shards, run_demo_postgres
+from ledger.postgres._store import describe_url
 
 from .test_cli import cli
 
@@ -24,6 +31,25 @@ def test_the_demo_on_a_url_with_two_workers_gives_the_uninterrupted_answer_once(
     assert "options=" not in again.stdout  # the ledger is named by database and host only
     other = cli("demo", postgres_url, "--messages", "10", timeout=300)
     assert other.returncode == 2 and "holds a demo of 3000 orders, not 10" in other.stderr
+
+
+def test_asking_a_finished_demo_for_another_size_is_a_typed_error_and_changes_nothing(
+    postgres_url: str,
+) -> None:
+    done = cli("demo", postgres_url, "--messages", "1000", timeout=300)
+    assert done.returncode == 0, done.stderr
+    before = [cli(command, postgres_url, "--json").stdout for command in ("inspect", "check")]
+    assert json.loads(before[1])["sound"]
+    with pytest.raises(DemoMismatchError) as caught:  # the same error, raised in this process
+        anyio.run(run_demo_postgres, postgres_url, 2000)
+    assert str(caught.value) == (
+        f"{describe_url(postgres_url)} holds a demo of 1000 orders, not 2000; "
+        "run it again with --messages 1000, or use another database"
+    )
+    again = cli("demo", postgres_url, "--messages", "2000", timeout=300)
+    assert again.returncode == 2 and again.stdout == ""
+    assert again.stderr.splitlines() == [f"error: {caught.value}"]
+    assert [cli(command, postgres_url, "--json").stdout for command in ("inspect", "check")] == before
 
 
 def test_workers_on_an_lmdb_path_are_a_usage_error(tmp_path: object) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 import ledger
 from ledger import (
+    LeaseLostError,
     LedgerConflictError,
     LedgerError,
     LedgerServerError,
@@ -27,7 +28,6 @@ from ledger import (
 )
 from ledger.postgres import open_postgres
 from ledger.postgres._faults import ReconnectBackoff, find_cause
-from ledger.postgres._leases import LeaseLostError
 from streams.store import AppendBatch, StreamOpen, StreamRef, single_error
 
 from ._mounts import remount, tmpfs

@@ -19,8 +19,15 @@ import lmdb
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ledger import CorruptRecordError, Ledger, LmdbBackend, LmdbStreamHooks, inspect_ledger, open_ledger
-from ledger._errors import UnattributedBudgetsError
+from ledger import (
+    CorruptRecordError,
+    Ledger,
+    LmdbBackend,
+    LmdbStreamHooks,
+    UnattributedBudgetsError,
+    inspect_ledger,
+    open_ledger,
+)
 from ledger.lmdb._layout import (
     CHUNK,
     MAX_KEY,

@@ -1,5 +1,5 @@
-"""The conformance suite runs every test against every store: MemoryStore, the LMDB ledger, and
-the example store of docs/stores.md (built from ``streams.store`` alone).
+"""The conformance suite runs every test against every store: MemoryStore, the LMDB ledger, the
+PostgreSQL ledger, and the example store of docs/stores.md (built from ``streams.store`` alone).
 
 A test gets a :class:`World`: ``world.session()`` is one process lifetime
 with the store's hooks; leaving it and entering a new one is a restart (for
