@@ -4,7 +4,7 @@ It runs the test suite's key-flip child (``tests/ledger/keyflip_child.py``):
 a demo killed mid-run, a finished demo and durable graph runs, and each key
 byte of their live pages (every database, leaf and branch keys, LMDB's main
 database and free list) flipped in a fresh copy, opened without ``check`` by
-``inspect``, ``view``, the resumed demo and the graph resumed. By default it
+``inspect``, ``messages``, the resumed demo and the graph resumed. By default it
 flips one bit of every key byte (a few seconds here); ``--every-bit`` flips
 each of the eight (half a minute), ``--sample N`` at most N bytes a database.
 Anything but the reference figures or a typed refusal that wrote nothing

@@ -28,7 +28,7 @@ def main() -> int:
     seen: collections.Counter[str] = collections.Counter()
     bad = []
     for i, case in enumerate(pg_keys.cases(url)):
-        for path in ("inspect", "view", *pg_keys.PATHS):
+        for path in ("inspect", "messages", *pg_keys.PATHS):
             found = pg_keys.outcome(url, answers, case, path, f"sweep_{i}")
             seen[found.split(" ")[0]] += 1
             if (

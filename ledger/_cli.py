@@ -1,4 +1,4 @@
-"""The command line, ``python -m ledger``: ``demo``, ``inspect``, ``view``, ``group``, ``check``, ``backup``.
+"""The command line, ``python -m ledger``: the demo, and the tools to inspect, read, check and copy a ledger.
 
 Errors are one line on stderr, with an exit code per kind of failure
 (:data:`_EXIT_CODES`; the table is in docs/reference.md); the ledger is left
@@ -43,6 +43,7 @@ from ._errors import (
     StreamNotFoundError,
 )
 from ._groups import add_group_command, run_group_command
+from ._messages import filtered, group_rows, parse_ref
 from ._postgres_cli import (
     add_migrate_command,
     add_worker_command,
@@ -50,7 +51,6 @@ from ._postgres_cli import (
     run_worker_command,
 )
 from ._tools import tools_for
-from ._view import filtered, group_rows, parse_ref
 
 __all__ = ["main"]
 
@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ledger",
         description=(
             "streamledger's ledger, in a directory (LMDB) or on a PostgreSQL server: run the demo, "
-            "inspect, view, check, back up and repair it"
+            "inspect, read messages, check, back up and repair it"
         ),
     )
     parser.add_argument("--version", action="version", version=f"streamledger {__version__}")
@@ -194,8 +194,8 @@ def _parser() -> argparse.ArgumentParser:
         help="show it again every SECONDS (default 2) until Ctrl-C",
     )
 
-    view = commands.add_parser(
-        "view",
+    messages = commands.add_parser(
+        "messages",
         help="print a stream's confirmed messages as JSON lines",
         description=(
             "Print the confirmed messages of STREAM (scope/node/key, as inspect shows it), one JSON "
@@ -204,12 +204,12 @@ def _parser() -> argparse.ArgumentParser:
             "compacted away. Reads beside a running owner; changes nothing."
         ),
     )
-    view.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-    view.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
-    view.add_argument(
+    messages.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    messages.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
+    messages.add_argument(
         "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
     )
-    view.add_argument("--limit", type=positive_int, metavar="N", help="at most N messages")
+    messages.add_argument("--limit", type=positive_int, metavar="N", help="at most N messages")
     add_group_command(commands)
     add_worker_command(commands)
     add_migrate_command(commands)
@@ -267,8 +267,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _check(args)
         if args.command == "backup":
             return _backup(args)
-        if args.command == "view":
-            return _view(args)
+        if args.command == "messages":
+            return _messages(args)
         if args.command == "worker":
             return run_worker_command(args)
         if args.command == "migrate":
@@ -521,9 +521,9 @@ def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = 
     return lines
 
 
-def _view(args: argparse.Namespace) -> int:
+def _messages(args: argparse.Namespace) -> int:
     ref = parse_ref(args.stream)
-    shown = tools_for(args.path).view(args.path, ref, args.start, args.limit)
+    shown = tools_for(args.path).messages(args.path, ref, args.start, args.limit)
     if args.start <= shown["compacted_through"]:
         print(
             f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "

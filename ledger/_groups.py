@@ -17,7 +17,7 @@ from streams import CompactedHistoryError, SequenceError, UnknownStreamError, mo
 from ._arguments import positive_int
 from ._connect import connect, is_url
 from ._errors import GroupChangeError, StreamNotFoundError, UnattributedBudgetsError
-from ._view import parse_ref
+from ._messages import parse_ref
 
 __all__ = ["add_group_command", "run_group_command"]
 

@@ -31,8 +31,8 @@ class Tools:
     describe: Callable[[str], str]
     #: ``inspect``'s report: streams with their groups, runs, graph runs (values only if asked).
     inspect: Callable[[str, bool], dict[str, Any]]
-    #: ``view``: a stream's kept messages from a sequence on, at most a limit.
-    view: Callable[[str, StreamRef, int, int | None], dict[str, Any]]
+    #: ``messages``: a stream's kept messages from a sequence on, at most a limit.
+    messages: Callable[[str, StreamRef, int, int | None], dict[str, Any]]
     #: ``check``: every record decoded and every reference followed.
     check: Callable[[str], LedgerCheck]
     #: ``backup``: a consistent copy into a new directory, and the check of what was copied.

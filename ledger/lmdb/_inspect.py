@@ -1,4 +1,4 @@
-"""``inspect`` and ``view`` of an LMDB ledger: the backend-neutral reports, from one read-only environment.
+"""``inspect`` and ``messages`` of an LMDB ledger: the neutral reports, from one read-only environment.
 
 Both read beside a running owner (the environment opened read-only) and
 write nothing.
@@ -13,7 +13,7 @@ from streams.store import GroupFrontier, StreamRef
 
 from .._errors import StreamNotFoundError
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
-from .._view import messages_of
+from .._messages import messages_of
 from ._backend import list_runs as list_node_runs
 from ._env import LedgerEnv
 from ._graph_runs import list_runs

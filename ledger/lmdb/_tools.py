@@ -36,7 +36,7 @@ def _inspect(path: str, values: bool) -> dict[str, Any]:
         return inspect_ledger(env, values=values)
 
 
-def _view(path: str, ref: StreamRef, start: int, limit: int | None) -> dict[str, Any]:
+def _messages(path: str, ref: StreamRef, start: int, limit: int | None) -> dict[str, Any]:
     with _read_only(path) as env:
         return view_messages(env, ref, start=start, limit=limit)
 
@@ -78,7 +78,7 @@ async def _demo(
 TOOLS = Tools(
     describe=str,
     inspect=_inspect,
-    view=_view,
+    messages=_messages,
     check=_check,
     backup=_backup,
     backup_note="",

@@ -21,7 +21,7 @@ and that stays small as history grows:
 * ``messages`` only where an open of each stream will read: from the
   lowest frontier of its groups to the last appended, every run present,
   contiguous and sound. Messages every group acknowledged are not read
-  (a stream's history), and ``view`` checks the ones it shows.
+  (a stream's history), and ``messages`` checks the ones it shows.
 
 The cost is proportional to the number of streams, groups, pending budgets,
 runs and unacknowledged messages, never to the messages ever appended.

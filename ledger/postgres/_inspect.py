@@ -31,15 +31,15 @@ from .._check import LedgerCheck
 from .._errors import BackupDestinationError, CorruptRecordError
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
+from .._messages import messages_of
 from .._runs import RunRecord
-from .._view import messages_of
 from ._faults import translated
 from ._schema import ensure_schema
 from ._store import connect, describe_url
 from ._verify import verify_streams
 from ._view import PgView, keyed, sound_digest
 
-__all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "view_postgres"]
+__all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "messages_postgres"]
 
 T = TypeVar("T")
 
@@ -142,8 +142,10 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
         }
 
 
-def view_postgres(url: str, ref: StreamRef, *, start: int = 1, limit: int | None = None) -> dict[str, Any]:
-    """The confirmed messages of ``ref``, as ``python -m ledger view`` prints them (:func:`messages_of`)."""
+def messages_postgres(
+    url: str, ref: StreamRef, *, start: int = 1, limit: int | None = None
+) -> dict[str, Any]:
+    """The confirmed messages of ``ref``, as ``python -m ledger messages`` prints them."""
     with _snapshot(url) as conn:
         return messages_of(PgView(conn, {}), ref, describe_url(url), start=start, limit=limit)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._tools import Tools
 from ._faults import translated
-from ._inspect import backup_postgres, check_postgres, inspect_postgres, view_postgres
+from ._inspect import backup_postgres, check_postgres, inspect_postgres, messages_postgres
 from ._schema import migrate
 from ._store import connect, describe_url
 
@@ -38,7 +38,7 @@ async def _demo(
 TOOLS = Tools(
     describe=describe_url,
     inspect=lambda url, values: inspect_postgres(url, values=values),
-    view=lambda url, ref, start, limit: view_postgres(url, ref, start=start, limit=limit),
+    messages=lambda url, ref, start, limit: messages_postgres(url, ref, start=start, limit=limit),
     check=check_postgres,
     backup=backup_postgres,
     backup_note="pg_dump's directory format: restore it with pg_restore",

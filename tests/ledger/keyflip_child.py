@@ -6,7 +6,7 @@ its run, a finished demo, and durable graph runs stopped at their third step
 their live pages (:func:`ledger.lmdb._files.key_bytes`: every leaf, the named
 databases' names in LMDB's main database, branch keys), and flips one bit of
 each chosen key byte in a fresh copy, which it opens, without running
-``check`` first, the way a user would: ``inspect`` and ``view`` (read-only),
+``check`` first, the way a user would: ``inspect`` and ``messages`` (read-only),
 the resumed demo (:func:`ledger._demo.run_demo`) or the graph resumed
 (``DurableGraph.run``). Each outcome is one JSON line:
 
@@ -140,7 +140,7 @@ def graph_resumed(path: Path) -> Any:
 
 
 PATHS: dict[str, dict[str, Callable[[Path], Any]]] = {
-    "killed demo": {"inspect": inspected, "view": viewed, "demo": demo_figures(KILLED)},
+    "killed demo": {"inspect": inspected, "messages": viewed, "demo": demo_figures(KILLED)},
     "finished demo": {"inspect": inspected, "demo": demo_figures(FINISHED)},
     "graph run": {"inspect": inspected, "graph": graph_resumed},
 }

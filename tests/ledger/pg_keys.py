@@ -180,8 +180,8 @@ def damage(url: str, case: Case) -> bool:
 def observe(url: str, path: str) -> Any:
     if path == "inspect":
         return _inspected(url)
-    if path == "view":  # what `python -m ledger view` prints of each stream
-        return [TOOLS.view(url, request.ref, 1, None) for request in STREAMS]
+    if path == "messages":  # what `python -m ledger messages` prints of each stream
+        return [TOOLS.messages(url, request.ref, 1, None) for request in STREAMS]
     return anyio.run(PATHS[path], url)
 
 
@@ -208,7 +208,7 @@ def outcome(reference: str, answers: dict[str, Any], case: Case, path: str, name
 
 def reference_answers(reference: str) -> dict[str, Any]:
     answers = {}
-    for path in ("inspect", "view", *PATHS):
+    for path in ("inspect", "messages", *PATHS):
         answers[path] = observe(copy(reference, "sweep_ref"), path)
     with psycopg.connect(reference, autocommit=True) as conn:
         conn.execute("DROP SCHEMA IF EXISTS sweep_ref CASCADE")

@@ -34,7 +34,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def viewed(target: str, *extra: str) -> list[Any]:
-    return [json.loads(line) for line in run("view", target, STREAM, *extra).stdout.splitlines()]
+    return [json.loads(line) for line in run("messages", target, STREAM, *extra).stdout.splitlines()]
 
 
 def groups(target: str) -> list[dict[str, Any]]:
@@ -108,8 +108,8 @@ def test_group_commands_on_a_url_refuse_what_they_refuse_on_a_path(tmp_path: Pat
     for args in (
         ("group", "move", "{}", "shop/intake/nothing", "billing", "--to", "1", "--keep-state"),
         ("group", "move", "{}", STREAM, "billing", "--to", "9", "--keep-state"),
-        ("view", "{}", "shop/intake/nothing"),
-        ("view", "{}", "not-a-reference"),
+        ("messages", "{}", "shop/intake/nothing"),
+        ("messages", "{}", "not-a-reference"),
     ):
         done = {t: cli(*(a.format(t) for a in args)) for t in (path, url)}
         assert done[path].returncode == done[url].returncode == 2, (args, done[url].stderr)

@@ -77,14 +77,14 @@ def test_inspect_filters_streams_and_groups_by_pattern(shop: Path) -> None:
 
 
 def test_view_prints_the_kept_messages_as_json_lines(shop: Path) -> None:
-    done = cli("view", str(shop), "shop/intake/orders", "--from", "2", "--limit", "2")
+    done = cli("messages", str(shop), "shop/intake/orders", "--from", "2", "--limit", "2")
     assert done.returncode == 0, done.stderr
     assert [json.loads(line) for line in done.stdout.splitlines()] == [
         {"seq": 2, "value": {"id": 2, "note": "AAE="}},
         {"seq": 3, "value": {"id": 3, "note": "AAE="}},
     ]
     assert done.stderr == ""
-    unknown = cli("view", str(shop), "shop/intake/refunds")
+    unknown = cli("messages", str(shop), "shop/intake/refunds")
     assert unknown.returncode == 2
     assert unknown.stderr.splitlines() == [f"error: the ledger at {shop} holds no stream shop/intake/refunds"]
 

@@ -4,7 +4,7 @@ The child (``tests/ledger/keyflip_child.py``) builds a demo killed mid-run, a
 finished demo and durable graph runs, flips a deterministic sample of the key
 bytes on their live pages (every database, leaf and branch keys, LMDB's own
 main database and free list), and opens each copy without ``check`` the way
-a user would: ``inspect``, ``view``, the resumed demo and the graph resumed.
+a user would: ``inspect``, ``messages``, the resumed demo and the graph resumed.
 ``python -m fuzz --only keyflips`` flips every bit of every key byte.
 """
 

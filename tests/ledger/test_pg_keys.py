@@ -31,7 +31,7 @@ def test_each_key_column_changed_gives_the_same_answer_or_a_typed_refusal(postgr
     # every table has a row to change (a scope has one only once a run failed for good)
     assert {case.table for case in sample} == set(pg_keys.KEYS) - {"streamledger_scopes"}
     for i, case in enumerate(sample):
-        for path in ("inspect", "view", *pg_keys.PATHS):
+        for path in ("inspect", "messages", *pg_keys.PATHS):
             found = pg_keys.outcome(postgres_url, answers, case, path, f"sweep_{i}")
             seen[found.split(" ")[0]] += 1
             if found.startswith(("OTHER", "UNTYPED", "WROTE")):

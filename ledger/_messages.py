@@ -35,7 +35,7 @@ def messages_of(
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` from sequence ``start`` on (at most ``limit``), as JSON values.
 
-    ``view`` is a read-only view of one snapshot of either backend.
+    ``view`` is one read-only snapshot of either backend.
     ``compacted_through`` says which messages every group acknowledged and
     the ledger removed: they cannot be shown.
     """
