@@ -31,8 +31,8 @@ from ledger import open_ledger
 from ledger.lmdb._env import write_mode
 from ledger.lmdb._layout import node_attempt_key, node_record_key
 from ledger.lmdb._seal import seal
-from streams import CheckpointOutput, Graph, Key, NodeCheckpoint, NodeContext, run_graph
-from streams.store import NodeAttemptRecord
+from streams import Graph, Key, NodeContext, run_graph
+from streams.store import CheckpointOutput, NodeAttemptRecord, NodeCheckpoint
 
 from ._shape import BenchError
 

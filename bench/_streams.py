@@ -26,26 +26,28 @@ import anyio
 from ledger import LedgerEnv, inspect_ledger, open_ledger
 from ledger._demo import AUDITED, BILLED, MESSAGES, demo_graph
 from streams import (
-    AppendBatch,
-    CheckpointHooks,
     ExecCheckpoint,
     Execution,
     HandleResult,
     MemoryStore,
-    MessageAttempt,
-    MessageCommit,
-    MessageFail,
-    MessageOpen,
     MessageTx,
-    StreamFinish,
     StreamHooks,
-    StreamOpen,
-    StreamOpened,
     StreamRef,
     handle_messages,
     open_scope,
 )
-from streams.store import StreamDescriptor
+from streams.store import (
+    AppendBatch,
+    CheckpointHooks,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    StreamDescriptor,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+)
 from streams.testing import PassThroughHooks, PassThroughNodeHooks
 
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total

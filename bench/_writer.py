@@ -29,13 +29,8 @@ import anyio.lowlevel
 import msgspec
 
 from ledger import Ledger, LmdbBackend, open_ledger
-from streams import (
-    ManagedStream,
-    MessageCommit,
-    MessageRef,
-    OutputBatch,
-    open_scope,
-)
+from streams import ManagedStream, open_scope
+from streams.store import MessageCommit, MessageRef, OutputBatch
 
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from streams import CheckpointHooks, StreamHooks
-from streams.store import NodeCheckpoint
+from streams import StreamHooks
+from streams.store import CheckpointHooks, NodeCheckpoint
 
 from ._graph_runs import GraphRunBook
 from ._runs import RunBook

@@ -26,7 +26,6 @@ import anyio
 import msgspec
 
 from streams import (
-    CheckpointHooks,
     ExecCheckpoint,
     Execution,
     ExecutionEvent,
@@ -40,7 +39,7 @@ from streams import (
     Running,
     Stream,
 )
-from streams.store import single_error
+from streams.store import CheckpointHooks, single_error
 
 from ._errors import DemoMismatchError
 from ._ledger import Ledger

@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from streams.store import GroupFrontier, NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, to_plain
+from streams import GroupFrontier
+from streams.store import NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, to_plain
 
 from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, GraphRunRecord

@@ -40,7 +40,7 @@ class Ledger(Generic[B]):
 
     @property
     def nodes(self) -> NodeStore:
-        """The node-checkpoint store on this ledger (:class:`~streams.CheckpointHooks`)."""
+        """The node-checkpoint store on this ledger (:class:`~streams.store.CheckpointHooks`)."""
         return self.backend.nodes
 
     @property

@@ -14,7 +14,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from streams.store import RecordView, StreamRef, tail_problems, to_plain
+from streams import StreamRef
+from streams.store import RecordView, tail_problems, to_plain
 
 from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import plain

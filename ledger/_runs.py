@@ -39,7 +39,6 @@ import msgspec
 
 from streams import (
     Aspect,
-    CheckpointOutput,
     ConfirmedFailureError,
     ExecCheckpoint,
     Execution,
@@ -50,7 +49,7 @@ from streams import (
     NoValue,
     describe_aspect,
 )
-from streams.store import codec_for
+from streams.store import CheckpointOutput, codec_for
 
 from ._errors import (
     RunActiveError,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.store import StreamRef
+from streams import StreamRef
 
 from ._check import LedgerCheck
 from ._connect import is_url

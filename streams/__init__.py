@@ -71,29 +71,9 @@ from ._keys import Stream as Stream
 from ._public import publish as _publish
 from ._scope import StreamScope as StreamScope
 from ._scope import open_scope as open_scope
-from ._store._hooks import CheckpointHooks as CheckpointHooks
-from ._store._hooks import GroupHooks as GroupHooks
 from ._store._hooks import StreamHooks as StreamHooks
 from ._store._memory import MemoryStore as MemoryStore
-from ._store._node_records import CheckpointAttempt as CheckpointAttempt
-from ._store._node_records import CheckpointAttemptRequest as CheckpointAttemptRequest
-from ._store._node_records import CheckpointChild as CheckpointChild
-from ._store._node_records import CheckpointChildOpened as CheckpointChildOpened
-from ._store._node_records import CheckpointCommit as CheckpointCommit
-from ._store._node_records import CheckpointOutput as CheckpointOutput
-from ._store._node_records import NodeCheckpoint as NodeCheckpoint
-from ._store._records import AppendBatch as AppendBatch
 from ._store._records import GroupFrontier as GroupFrontier
-from ._store._records import MessageAttempt as MessageAttempt
-from ._store._records import MessageCommit as MessageCommit
-from ._store._records import MessageFail as MessageFail
-from ._store._records import MessageOpen as MessageOpen
-from ._store._records import MessageRef as MessageRef
-from ._store._records import OutputBatch as OutputBatch
-from ._store._records import StoredMessage as StoredMessage
-from ._store._records import StreamFinish as StreamFinish
-from ._store._records import StreamOpen as StreamOpen
-from ._store._records import StreamOpened as StreamOpened
 from ._store._records import StreamRef as StreamRef
 from ._stream import GroupSnapshot as GroupSnapshot
 from ._stream import ManagedStream as ManagedStream
@@ -108,16 +88,8 @@ __all__ = [
     "DeadLetter",
     "CODEC_ID",
     "CODEC_VERSION",
-    "AppendBatch",
     "Aspect",
-    "CheckpointAttempt",
-    "CheckpointAttemptRequest",
-    "CheckpointChild",
-    "CheckpointChildOpened",
-    "CheckpointCommit",
     "CheckpointError",
-    "CheckpointHooks",
-    "CheckpointOutput",
     "CheckpointScopeFailure",
     "Child",
     "ConfirmedFailureError",
@@ -135,28 +107,20 @@ __all__ = [
     "GroupBusyError",
     "HandlerContractError",
     "GroupFrontier",
-    "GroupHooks",
     "GroupSnapshot",
     "HandleResult",
     "Key",
     "ManagedStream",
     "MemoryStore",
     "Message",
-    "MessageAttempt",
-    "MessageCommit",
     "MessageExhaustedError",
-    "MessageFail",
-    "MessageOpen",
-    "MessageRef",
     "MessageTx",
     "NoValue",
     "NoValueType",
-    "NodeCheckpoint",
     "NodeContext",
     "NodeSnapshot",
     "NodeSpec",
     "NodeStatus",
-    "OutputBatch",
     "OutputError",
     "OutputLimitError",
     "PayloadTypeError",
@@ -171,16 +135,12 @@ __all__ = [
     "SourceNotResumableError",
     "StaleGenerationError",
     "StoreDamagedError",
-    "StoredMessage",
     "StrayCancellationError",
     "Stream",
     "StreamClosedError",
     "StreamFailedError",
-    "StreamFinish",
     "StreamFinishedError",
     "StreamHooks",
-    "StreamOpen",
-    "StreamOpened",
     "StreamReader",
     "StreamRef",
     "StreamScope",

@@ -1,6 +1,6 @@
-"""For authors of stores: everything a :class:`StreamHooks` implementation is built from.
+"""For authors of stores: everything a :class:`~streams.StreamHooks` implementation is built from.
 
-A store answers the seven calls of :class:`StreamHooks`, each one atomic
+A store answers the seven calls of :class:`~streams.StreamHooks`, each one atomic
 record, or (``describe``) a read (see the protocol's docstrings). The rules
 every store must apply (contiguous sequences, generation fencing, frontiers that never move back,
 budgets that only advance on confirmed failures, terminals that do not
@@ -58,7 +58,6 @@ from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import GroupHooks as GroupHooks
-from ._store._hooks import StreamHooks as StreamHooks
 from ._store._integrity import checkpoint_problems as checkpoint_problems
 from ._store._integrity import group_problems as group_problems
 from ._store._integrity import node_problems as node_problems
@@ -67,7 +66,6 @@ from ._store._integrity import tail_floor as tail_floor
 from ._store._integrity import tail_problems as tail_problems
 from ._store._layouts import AttemptRecord as AttemptRecord
 from ._store._layouts import StreamDescriptor as StreamDescriptor
-from ._store._memory import MemoryStore as MemoryStore
 from ._store._node_records import COMPLETE_CHAIN as COMPLETE_CHAIN
 from ._store._node_records import CheckpointAttempt as CheckpointAttempt
 from ._store._node_records import CheckpointAttemptRequest as CheckpointAttemptRequest
@@ -98,7 +96,6 @@ from ._store._operations import open_message as open_message
 from ._store._operations import open_stream as open_stream
 from ._store._records import AppendBatch as AppendBatch
 from ._store._records import GroupChange as GroupChange
-from ._store._records import GroupFrontier as GroupFrontier
 from ._store._records import MessageAttempt as MessageAttempt
 from ._store._records import MessageCommit as MessageCommit
 from ._store._records import MessageFail as MessageFail
@@ -109,7 +106,6 @@ from ._store._records import StoredMessage as StoredMessage
 from ._store._records import StreamFinish as StreamFinish
 from ._store._records import StreamOpen as StreamOpen
 from ._store._records import StreamOpened as StreamOpened
-from ._store._records import StreamRef as StreamRef
 from ._store._rules import min_frontier as min_frontier
 from ._store._view import AttemptKey as AttemptKey
 from ._store._view import CachedView as CachedView
@@ -143,9 +139,7 @@ __all__ = [
     "CheckpointOutput",
     "Conclusion",
     "GroupChange",
-    "GroupFrontier",
     "GroupHooks",
-    "MemoryStore",
     "MessageAttempt",
     "MessageCommit",
     "MessageFail",
@@ -160,10 +154,8 @@ __all__ = [
     "StoredMessage",
     "StreamDescriptor",
     "StreamFinish",
-    "StreamHooks",
     "StreamOpen",
     "StreamOpened",
-    "StreamRef",
     "Terminal",
     "append",
     "change_group",

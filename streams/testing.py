@@ -19,7 +19,7 @@ A store of your own is proven by the conformance suite:
 :func:`check_stream_store` runs every check against it, and
 :func:`stream_store_checks` lists them for a test runner to run one by one
 (see ``docs/stores.md``). A store of node checkpoints
-(:class:`~streams.CheckpointHooks`) is proven the same way by
+(:class:`~streams.store.CheckpointHooks`) is proven the same way by
 :func:`check_node_store` and :func:`node_store_checks`, and its calls are
 failed on purpose by :class:`FaultyNodeHooks`.
 """
@@ -199,7 +199,7 @@ class FaultyHooks(PassThroughHooks):
 
 
 class PassThroughNodeHooks:
-    """A :class:`~streams.CheckpointHooks` that passes every call to ``inner``: a base for wrappers.
+    """A :class:`~streams.store.CheckpointHooks` that passes every call to ``inner``: a base for wrappers.
 
     Besides the four hooks it passes ``streams`` and the two reads a host
     resumes with, ``await node_records(scope)`` and ``await scope_failed(scope)``.
@@ -315,7 +315,7 @@ def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
     """Every check of the node-hook conformance suite, named; each wants a fresh world.
 
     A world has ``session()``, an async context manager yielding the store's
-    :class:`~streams.CheckpointHooks` (with ``node_records(scope)`` and
+    :class:`~streams.store.CheckpointHooks` (with ``node_records(scope)`` and
     ``scope_failed(scope)``, what a host reads to resume).
     """
     from ._conformance import contexts, failure_paths, host_streams, node_streams  # noqa: F401 - register checks

@@ -69,3 +69,22 @@ def test_public_objects_say_they_live_in_their_package(name: str) -> None:
         obj = getattr(module, attr)
         if isinstance(obj, type | types.FunctionType):  # type aliases keep the module they name
             assert obj.__module__ == name, f"{name}.{attr} says it lives in {obj.__module__}"
+
+
+def test_streams_and_streams_store_export_nothing_twice() -> None:
+    """Programs import from ``streams``, store authors from ``streams.store``: each name lives in one."""
+    engine, store = importlib.import_module("streams"), importlib.import_module("streams.store")
+    assert set(engine.__all__) & set(store.__all__) == set()
+    objects = {id(getattr(engine, name)): name for name in engine.__all__}
+    twice = [name for name in store.__all__ if id(getattr(store, name)) in objects]
+    assert twice == [], f"exported by streams under another name too: {twice}"
+
+
+@pytest.mark.parametrize("name", ["ledger.graphs", "ledger.lmdb", "ledger.postgres", "ledger.testing"])
+def test_ledger_subpackages_share_objects_only_as_ledger_names_them(name: str) -> None:
+    """A subpackage's object that ``ledger`` also exports is the same one, named after ``ledger``."""
+    root, sub = importlib.import_module("ledger"), importlib.import_module(name)
+    for attr in sub.__all__:
+        obj = getattr(sub, attr)
+        if isinstance(obj, type | types.FunctionType) and attr in root.__all__:
+            assert getattr(root, attr) is obj and obj.__module__ == "ledger", f"{name}.{attr}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from streams.store import GroupFrontier, StreamRef
+from streams import GroupFrontier, StreamRef
 
 from .._errors import StreamNotFoundError
 from .._inspect import graph_runs_report, node_runs_report, stream_entry

@@ -41,7 +41,8 @@ from typing import Final
 
 import msgspec
 
-from streams.store import AttemptKey, StreamRef
+from streams import StreamRef
+from streams.store import AttemptKey
 
 from .._format import CHUNK, MAX_RUN_ID_BYTES, run_id_bytes
 

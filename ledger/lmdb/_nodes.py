@@ -1,4 +1,4 @@
-"""The node hooks on LMDB: :class:`~streams.CheckpointHooks` over the ledger's ``nodes`` database.
+"""The node hooks on LMDB: :class:`~streams.store.CheckpointHooks` over the ledger's ``nodes`` database.
 
 Every call is one write of the group committer (``open_child`` too: it
 records the child's identity the first time), so node commits of concurrent
@@ -9,7 +9,7 @@ Keys of the ``nodes`` database (see :mod:`ledger.lmdb._layout`):
 
 * ``a`` + a boundary's ``(parent, node, position)``: its :class:`~streams.store.NodeAttemptRecord`;
 * ``s`` + a scope: its :class:`~streams.store.ScopeRecord`;
-* ``n`` + a scope + a node: the node's confirmed :class:`~streams.NodeCheckpoint`.
+* ``n`` + a scope + a node: the node's confirmed :class:`~streams.store.NodeCheckpoint`.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class LmdbNodeView:
 
 
 class LmdbNodeHooks:
-    """:class:`~streams.CheckpointHooks` on an open :class:`~ledger.LedgerEnv`: ``ledger.nodes``."""
+    """:class:`~streams.store.CheckpointHooks` on an open :class:`~ledger.LedgerEnv`: ``ledger.nodes``."""
 
     def __init__(self, env: LedgerEnv, streams: Any) -> None:
         self.env = env

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from streams import store
+from streams import GroupFrontier, StreamRef, store
 from streams.store import (
     ATTR,
     SPAN,
@@ -31,7 +31,6 @@ from streams.store import (
     AttemptRecord,
     CachedView,
     GroupChange,
-    GroupFrontier,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -41,7 +40,6 @@ from streams.store import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
-    StreamRef,
     span,
 )
 

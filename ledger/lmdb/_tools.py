@@ -9,7 +9,7 @@ from typing import Any
 
 import lmdb
 
-from streams.store import StreamRef
+from streams import StreamRef
 
 from .._check import LedgerCheck
 from .._errors import BackupDestinationError

@@ -41,9 +41,9 @@ from typing import Any, Final
 
 import msgspec
 
-from streams.store import (  # the rules between records, written once beside the store rules
+from streams import GroupFrontier
+from streams.store import (
     AttemptRecord,
-    GroupFrontier,
     NodeAttemptRecord,
     NodeCheckpoint,
     ScopeRecord,

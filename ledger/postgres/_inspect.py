@@ -16,14 +16,13 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 
+from streams import GroupFrontier, StreamRef
 from streams.store import (
     AttemptRecord,
-    GroupFrontier,
     NodeAttemptRecord,
     NodeCheckpoint,
     ScopeRecord,
     StreamDescriptor,
-    StreamRef,
     group_problems,
 )
 

@@ -1,4 +1,4 @@
-"""The node hooks on PostgreSQL: :class:`~streams.CheckpointHooks` over three tables of the ledger.
+"""The node hooks on PostgreSQL: :class:`~streams.store.CheckpointHooks` over three tables of the ledger.
 
 The rules are :mod:`streams.store`'s, over :class:`PgNodeView`; a node's
 record and its streams' successful ends are confirmed in one transaction.
@@ -110,7 +110,7 @@ class PgNodeView:
 
 
 class PgNodeHooks:
-    """:class:`~streams.CheckpointHooks` on a PostgreSQL ledger: ``ledger.nodes``."""
+    """:class:`~streams.store.CheckpointHooks` on a PostgreSQL ledger: ``ledger.nodes``."""
 
     def __init__(self, connection: Calls, streams: PgStreamHooks) -> None:
         self._connection = connection

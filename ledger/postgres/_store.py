@@ -31,7 +31,8 @@ import anyio
 import anyio.abc
 import psycopg
 
-from streams.store import ATTR, StreamRef
+from streams import StreamRef
+from streams.store import ATTR
 
 from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter
 from .._errors import LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streams import store
+from streams import GroupFrontier, StreamRef, store
 from streams.store import (
     AppendBatch,
     GroupChange,
-    GroupFrontier,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -17,7 +16,6 @@ from streams.store import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
-    StreamRef,
 )
 
 from ._store import Calls

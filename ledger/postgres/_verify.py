@@ -18,7 +18,8 @@ from typing import Any, Final
 
 import msgspec
 
-from streams.store import GroupFrontier, StreamDescriptor, StreamRef, group_problems
+from streams import GroupFrontier, StreamRef
+from streams.store import StreamDescriptor, group_problems
 
 from .._errors import CorruptRecordError
 from ._view import decode_row

@@ -13,15 +13,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from streams.store import (
-    AttemptKey,
-    AttemptRecord,
-    CachedView,
-    GroupFrontier,
-    StoredMessage,
-    StreamDescriptor,
-    StreamRef,
-)
+from streams import GroupFrontier, StreamRef
+from streams.store import AttemptKey, AttemptRecord, CachedView, StoredMessage, StreamDescriptor
 
 from .._errors import CorruptRecordError
 from .._format import CHUNK

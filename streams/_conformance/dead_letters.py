@@ -16,18 +16,16 @@ from .. import (
     Key,
     ManagedStream,
     MemoryStore,
-    MessageCommit,
-    MessageFail,
     MessageTx,
     Stream,
     StreamHooks,
-    StreamOpen,
     StreamRef,
     handle_messages,
     open_scope,
 )
 from .._keys import type_name
 from .._store._records import MessageAttempt
+from ..store import MessageCommit, MessageFail, StreamOpen
 from ..testing import InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import NUMBERS

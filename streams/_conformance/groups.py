@@ -8,18 +8,12 @@ from typing import Any, Final
 import msgspec
 
 from .. import (
-    AppendBatch,
     CheckpointError,
     CompactedHistoryError,
-    MessageCommit,
     MessageExhaustedError,
-    MessageFail,
-    MessageOpen,
-    MessageRef,
     MessageTx,
     SequenceError,
     StreamHooks,
-    StreamOpen,
     StreamRef,
     UnknownStreamError,
     handle_messages,
@@ -29,6 +23,7 @@ from .. import (
 )
 from .._keys import type_name
 from .._store._records import GroupFrontier, OutputBatch, StreamOpened
+from ..store import AppendBatch, MessageCommit, MessageFail, MessageOpen, MessageRef, StreamOpen
 from ._support import World, check, raises
 from .records import NUMBERS
 

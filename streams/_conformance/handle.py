@@ -13,7 +13,6 @@ from .. import (
     HandleResult,
     Key,
     ManagedStream,
-    MessageCommit,
     MessageExhaustedError,
     MessageTx,
     NoValue,
@@ -28,6 +27,7 @@ from .. import (
     handle_messages,
     open_scope,
 )
+from ..store import MessageCommit
 from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals

@@ -12,7 +12,6 @@ from .. import (
     GroupBusyError,
     Key,
     ManagedStream,
-    MessageCommit,
     MessageTx,
     PayloadTypeError,
     Stream,
@@ -20,6 +19,7 @@ from .. import (
     handle_messages,
     open_scope,
 )
+from ..store import MessageCommit
 from ..testing import FaultyHooks, PassThroughHooks
 from ._support import World, cases, check, raises
 from .records import NUMBERS

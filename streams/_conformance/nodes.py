@@ -1,4 +1,4 @@
-"""Node-hook conformance: what every :class:`~streams.CheckpointHooks` store must show, as checks.
+"""Node-hook conformance: what every :class:`~streams.store.CheckpointHooks` store must show, as checks.
 
 Each check gets a :class:`NodeWorld` and runs checkpoint-mode executions on
 the node store of one session: confirm before publishing, restore without

@@ -6,16 +6,8 @@ from typing import Any
 
 import msgspec
 
-from .. import (
-    AppendBatch,
-    MessageCommit,
-    MessageFail,
-    MessageRef,
-    SequenceError,
-    StreamHooks,
-    StreamOpen,
-    StreamRef,
-)
+from .. import SequenceError, StreamHooks, StreamRef
+from ..store import AppendBatch, MessageCommit, MessageFail, MessageRef, StreamOpen
 from ._support import World, cases, check, raises
 
 __all__ = ["INVOICES", "ORDERS", "commit_run", "read_records", "setup_streams"]

@@ -5,12 +5,9 @@ from __future__ import annotations
 import anyio
 
 from .. import (
-    AppendBatch,
     CheckpointError,
     CompactedHistoryError,
     Key,
-    MessageCommit,
-    MessageRef,
     PayloadTypeError,
     ScopeInUseError,
     SequenceError,
@@ -18,12 +15,11 @@ from .. import (
     StaleGenerationError,
     Stream,
     StreamFailedError,
-    StreamFinish,
-    StreamOpen,
     StreamRef,
     open_scope,
 )
 from .._keys import type_name
+from ..store import AppendBatch, MessageCommit, MessageRef, StreamFinish, StreamOpen
 from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import NUMBERS, ORDERS, Order

@@ -3,7 +3,7 @@
 Stores persist these as they are (the LMDB ledger as msgpack, see
 :mod:`ledger.lmdb._layout`); the rules read and write them through a
 :class:`~streams.store.RecordView`. Consumer-group frontiers are kept as the
-hooks' own :class:`~streams.store.GroupFrontier`.
+hooks' own :class:`~streams.GroupFrontier`.
 """
 
 from __future__ import annotations

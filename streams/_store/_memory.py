@@ -156,7 +156,7 @@ class MemoryStore:
     """An in-process store of streams and node checkpoints with the ledger's exact rules.
 
     It is its own :class:`~streams.StreamHooks` (``store.streams is store``)
-    and a :class:`~streams.CheckpointHooks`.
+    and a :class:`~streams.store.CheckpointHooks`.
     """
 
     def __init__(self) -> None:

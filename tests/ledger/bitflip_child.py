@@ -28,7 +28,8 @@ import anyio
 from ledger import LedgerEnv, LedgerError, inspect_ledger, open_ledger
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._demo import run_demo
-from streams import Key, MessageFail, MessageOpen, MessageRef, Stream, StreamsError, open_scope
+from streams import Key, Stream, StreamsError, open_scope
+from streams.store import MessageFail, MessageOpen, MessageRef
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 

@@ -80,11 +80,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ledger import Ledger, LmdbBackend, RunAspectsMismatchError, RunRecord, Runs, open_ledger
 from streams import (
     Aspect,
-    CheckpointAttempt,
-    CheckpointAttemptRequest,
-    CheckpointChild,
-    CheckpointChildOpened,
-    CheckpointCommit,
     CheckpointError,
     ConfirmedFailureError,
     ExecCheckpoint,
@@ -96,7 +91,6 @@ from streams import (
     Key,
     MemoryStore,
     MessageTx,
-    NodeCheckpoint,
     NodeContext,
     NoValue,
     Proceed,
@@ -106,6 +100,14 @@ from streams import (
 )
 from streams._store._node_records import COMPLETE_CHAIN
 from streams._store._nodes import attempt_scope
+from streams.store import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    NodeCheckpoint,
+)
 from streams.testing import InjectedFault, stray_cancellation
 
 SCOPE = "run"

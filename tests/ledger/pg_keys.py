@@ -25,8 +25,8 @@ import psycopg
 
 from ledger import LedgerError, connect
 from ledger.postgres import TOOLS
-from streams import Key, MessageFail, MessageOpen, MessageRef, Stream, StreamsError, open_scope
-from streams.store import StreamOpen, StreamRef
+from streams import Key, Stream, StreamRef, StreamsError, open_scope
+from streams.store import MessageFail, MessageOpen, MessageRef, StreamOpen
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 from .pool_graphs import summing

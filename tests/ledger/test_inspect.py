@@ -9,15 +9,8 @@ import msgspec
 import pytest
 
 from ledger import CorruptRecordError, inspect_ledger, open_ledger
-from streams import (
-    AppendBatch,
-    MessageCommit,
-    MessageFail,
-    MessageRef,
-    StreamFinish,
-    StreamOpen,
-    StreamRef,
-)
+from streams import StreamRef
+from streams.store import AppendBatch, MessageCommit, MessageFail, MessageRef, StreamFinish, StreamOpen
 
 ORDERS = StreamRef("run", "source", "orders")
 INVOICES = StreamRef("run", "billing", "invoices")

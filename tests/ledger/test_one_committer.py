@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ledger import Ledger, LmdbBackend, WriteFailedError
 from ledger._committer import GroupCommitter
 from ledger.lmdb._env import LedgerEnv
-from streams import StaleGenerationError
-from streams.store import ATTR, SPAN, AppendBatch, StreamOpen, StreamRef, single_error
+from streams import StaleGenerationError, StreamRef
+from streams.store import ATTR, SPAN, AppendBatch, StreamOpen, single_error
 
 pytestmark = pytest.mark.anyio
 

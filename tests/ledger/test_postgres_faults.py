@@ -28,7 +28,8 @@ from ledger import (
 )
 from ledger.postgres import open_postgres
 from ledger.postgres._faults import ReconnectBackoff, find_cause
-from streams.store import AppendBatch, StreamOpen, StreamRef, single_error
+from streams import StreamRef
+from streams.store import AppendBatch, StreamOpen, single_error
 
 from ._mounts import remount, tmpfs
 from .test_cli import cli

@@ -18,8 +18,7 @@ import psycopg
 import pytest
 
 from ledger import CorruptRecordError, LedgerError, connect
-from streams import StreamsError, open_scope
-from streams.store import GroupFrontier
+from streams import GroupFrontier, StreamsError, open_scope
 
 from .pool_graphs import N, summing
 from .test_cli import cli

@@ -28,7 +28,7 @@ from ledger import LedgerUnreachableError
 from ledger.postgres import open_postgres
 from ledger.postgres._inspect import check_postgres
 from ledger.postgres.server import PrivateServer, ServerUnavailableError, private_server
-from streams.store import StreamRef
+from streams import StreamRef
 
 from . import pg_fault_child
 from .pool_graphs import answer

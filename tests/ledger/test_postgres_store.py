@@ -34,11 +34,12 @@ from streams import (
     MessageTx,
     StaleGenerationError,
     Stream,
+    StreamRef,
     handle_messages,
     open_scope,
     store,
 )
-from streams.store import AppendBatch, MessageCommit, MessageOpen, MessageRef, StreamOpen, StreamRef
+from streams.store import AppendBatch, MessageCommit, MessageOpen, MessageRef, StreamOpen
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,8 @@ import pytest
 from ledger.postgres import Lease, LeaseLostError, open_postgres, work
 from ledger.postgres._leases import FencedConnection, claim_due
 from ledger.postgres._streams import PgStreamHooks
-from streams import Graph, NodeContext, StreamOpen, StreamRef
+from streams import Graph, NodeContext, StreamRef
+from streams.store import StreamOpen
 
 from . import pg_fault_child
 from .pool_graphs import ANSWER, GRAPHS, N, answer, summing

@@ -41,21 +41,12 @@ from ledger.lmdb._layout import (
 from ledger.lmdb._seal import seal, unseal
 from ledger.lmdb._streams import LmdbView, decode_run
 from streams import (
-    AppendBatch,
     Key,
-    MessageCommit,
-    MessageFail,
-    MessageOpen,
-    MessageRef,
     MessageTx,
-    OutputBatch,
     SequenceError,
     StaleGenerationError,
     Stream,
-    StreamFinish,
     StreamHooks,
-    StreamOpen,
-    StreamOpened,
     StreamRef,
     handle_messages,
     open_scope,
@@ -63,7 +54,18 @@ from streams import (
     store,
 )
 from streams._store._operations import COMPACT_CHUNK
-from streams.store import AttemptKey
+from streams.store import (
+    AppendBatch,
+    AttemptKey,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    MessageRef,
+    OutputBatch,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+)
 
 ORDERS = StreamRef("run", "source", "orders")
 INVOICES = StreamRef("run", "billing", "invoices")

@@ -44,7 +44,8 @@ from ledger.lmdb._layout import (
 )
 from ledger.lmdb._manifest import MANIFESTED, manifest_key
 from ledger.lmdb._seal import seal
-from streams import Key, MessageFail, MessageOpen, MessageRef, Stream, open_scope
+from streams import Key, Stream, open_scope
+from streams.store import MessageFail, MessageOpen, MessageRef
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 
@@ -131,7 +132,7 @@ def test_a_deleted_group_frontier_refuses_the_ledger(tmp_path: Path) -> None:
 
 def test_a_group_acknowledged_past_the_last_append_refuses_the_ledger(tmp_path: Path) -> None:
     """A frontier sealed as it should be, but ahead of its stream: the rule PostgreSQL's check had alone."""
-    from streams.store import GroupFrontier
+    from streams import GroupFrontier
 
     path = tmp_path / "l"
     anyio.run(run_demo, path, 600)

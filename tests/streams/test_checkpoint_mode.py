@@ -11,11 +11,6 @@ import pytest
 
 from ledger import open_ledger
 from streams import (
-    CheckpointAttempt,
-    CheckpointAttemptRequest,
-    CheckpointChild,
-    CheckpointChildOpened,
-    CheckpointCommit,
     ExecCheckpoint,
     Execution,
     Graph,
@@ -26,6 +21,13 @@ from streams import (
     RestorePlanError,
     Stream,
     run_graph,
+)
+from streams.store import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
 )
 from streams.testing import FaultyNodeHooks, PassThroughNodeHooks, node_store_checks
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from streams import SequenceError, StoreDamagedError, UnknownStreamError, store
+from streams import SequenceError, StoreDamagedError, StreamRef, UnknownStreamError, store
 from streams.testing import PassThroughHooks, check_stream_store
 
 from .conformance.conftest import example_store, example_view
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ORDERS = store.StreamRef("s", "src", "orders")
-INVOICES = store.StreamRef("s", "billing", "invoices")
+ORDERS = StreamRef("s", "src", "orders")
+INVOICES = StreamRef("s", "billing", "invoices")
 
 
 def test_the_code_blocks_of_docs_stores_md_run_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,13 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import open_ledger
-from streams import (
-    MemoryStore,
-    MessageCommit,
-    OutputBatch,
-    StreamHooks,
-)
+from streams import MemoryStore, StreamHooks
 from streams._conformance.runs import INVOICES, commit_run, read_records, setup_streams
+from streams.store import MessageCommit, OutputBatch
 
 # -- a run is its single commits ------------------------------------------------------------
 
