@@ -359,37 +359,11 @@ class StreamCore(Generic[T]):
         refused value or ``WouldBlock`` stages nothing. No checkpoint: the
         fast path, for a caller that yields when it is full.
         """
-        value, payload = self._accept(value)
+        if self._broken is not None or self._writer_mode != "direct" or self.finished or self.failed:
+            self._check_writable()
+        value, payload = self.codec.prepare(value, what=self.what)
         if self.next_seq - 1 - self.floor() >= self.capacity:
             raise anyio.WouldBlock
-        self._stage(value, payload, send_at)
-
-    async def send(self, value: T, send_at: int | None) -> None:
-        """The writer's ``send``: a checkpoint, then :meth:`send_nowait`'s work, waiting for room if full.
-
-        The checkpoint comes first, so a cancelled send has staged nothing,
-        and nothing is awaited between staging and returning, so a send that
-        staged its value is never cancelled after it.
-        """
-        await anyio.lowlevel.checkpoint()
-        value, payload = self._accept(value)
-        if self.next_seq - 1 - self.floor() >= self.capacity:
-            await self.wait_capacity(1)
-            self._check_writable()  # the stream may have ended or broken while it waited
-        self._stage(value, payload, send_at)
-
-    def _check_writable(self) -> None:
-        if self._broken is not None:
-            raise self._broken
-        if self._writer_mode != "direct" or self.finished or self.failed:
-            self._claim_writer("direct")
-
-    def _accept(self, value: T) -> tuple[T, bytes]:
-        """Check that the writer may send ``value`` now; the value to publish and its payload."""
-        self._check_writable()
-        return self.codec.prepare(value, what=self.what)
-
-    def _stage(self, value: T, payload: bytes, send_at: int | None) -> None:
         self.next_seq += 1
         self._pending_values.append(value)
         self._pending_payloads.append(payload)
@@ -398,6 +372,28 @@ class StreamCore(Generic[T]):
         if self._pending_context is None:  # the batch's first send: one copy a batch, not a message
             self._pending_context = contextvars.copy_context()
         self._appends.stage()
+
+    async def send(self, value: T, send_at: int | None) -> None:
+        """The writer's ``send``: a checkpoint, then :meth:`send_nowait`, waiting for room while it is full.
+
+        The checkpoint comes first, so a cancelled send has staged nothing,
+        and nothing is awaited between staging and returning, so a send that
+        staged its value is never cancelled after it. After a wait every
+        check is made again (the stream may have ended or broken meanwhile).
+        """
+        await anyio.lowlevel.checkpoint()
+        while True:
+            try:
+                self.send_nowait(value, send_at)
+            except anyio.WouldBlock:
+                await self.wait_capacity(1)
+            else:
+                return
+
+    def _check_writable(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+        self._claim_writer("direct")
 
     # the writer's appends: what was sent since the last cut leaves in one batch
 

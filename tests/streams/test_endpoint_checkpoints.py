@@ -217,6 +217,33 @@ async def test_a_pending_cancellation_stops_every_endpoint_operation_before_it_d
         await _cancelled(writer.finish)  # finished already
 
 
+async def test_a_send_waiting_for_room_is_cancelled_queuing_nothing_and_one_given_room_queues() -> None:
+    async with _stream(capacity=1) as stream:
+        writer, reader = stream.writer(), stream.reader("g")
+        writer.send_nowait(1)
+        waiting = anyio.CancelScope()
+
+        async def send_into_the_full_stream() -> None:
+            with waiting:
+                await writer.send(2)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_into_the_full_stream)
+            await anyio.wait_all_tasks_blocked()
+            waiting.cancel()
+        assert waiting.cancelled_caught
+        await writer.flush()
+        assert stream.snapshot().appended == 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.send, 2)
+            await anyio.wait_all_tasks_blocked()
+            assert stream.snapshot().appended == 1  # still waiting for room
+            await reader.ack(await reader.receive())
+        await writer.flush()
+        assert stream.snapshot().appended == 2
+
+
 # -- the fast paths -------------------------------------------------------------------------
 
 
