@@ -201,7 +201,10 @@ async def run_pipeline(hooks: StreamHooks, n: int, *, window: int = WINDOW) -> f
 
         async def source() -> None:
             for i in range(1, n + 1):
-                await orders_out.send(Order(i, i), send_at=i)
+                try:
+                    orders_out.send_nowait(Order(i, i), send_at=i)  # as the demo's source: yield when full
+                except anyio.WouldBlock:
+                    await orders_out.send(Order(i, i), send_at=i)
             await orders_out.finish()
 
         async def bill(tx: MessageTx[Totals], order: Order) -> None:

@@ -421,7 +421,11 @@ def demo_graph(*, window: int = 1024) -> Graph:
     async def source(ctx: NodeContext) -> None:
         writer = ctx.writer(ORDERS)
         for i in range((writer.position or 0) + 1, ctx[MESSAGES] + 1):
-            await writer.send(Order(id=i, amount=i), send_at=i)
+            order = Order(id=i, amount=i)
+            try:
+                writer.send_nowait(order, send_at=i)  # no checkpoint while the stream has room
+            except anyio.WouldBlock:
+                await writer.send(order, send_at=i)  # full: wait for room, and yield
 
     add_billing_and_audit(demo, window=window)
     return demo

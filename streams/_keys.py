@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Generic, TypeVar, final, get_args, get_origin, get_type_hints
+import sys
+from typing import Any, Final, Generic, NamedTuple, TypeVar, final, get_args, get_origin, get_type_hints
 
 __all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name", "type_name"]
 
@@ -91,42 +92,60 @@ def check_name(name: object, what: str) -> None:
         raise ValueError(f"{what} must be valid UTF-8 text, got {name!r}") from None
 
 
-#: Native channels, by the module and name of the class (or of a base class): local objects that
-#: no ledger can confirm. Declare a managed stream as ``Key(name, Stream[T])`` instead.
-_NATIVE_CHANNELS: Final = frozenset(
-    {
-        ("asyncio.queues", "Queue"),
-        ("queue", "Queue"),
-        ("queue", "SimpleQueue"),
-        ("multiprocessing.queues", "Queue"),
-        ("anyio.streams.memory", "MemoryObjectSendStream"),
-        ("anyio.streams.memory", "MemoryObjectReceiveStream"),
-        ("anyio.abc._streams", "UnreliableObjectReceiveStream"),
-        ("anyio.abc._streams", "UnreliableObjectSendStream"),
-        ("trio", "MemorySendChannel"),
-        ("trio", "MemoryReceiveChannel"),
-        ("trio._channel", "MemorySendChannel"),
-        ("trio._channel", "MemoryReceiveChannel"),
-        ("streams._stream", "ManagedStream"),
-        ("streams._stream", "StreamReader"),
-        ("streams._stream", "StreamWriter"),
-    }
+#: Native channels: local objects that no ledger can confirm, each named by the module it is
+#: imported from and its name there. A type is refused if it is one of them or a subclass, compared
+#: by identity, never by ``__module__``, which packages rewrite (``trio.MemorySendChannel`` says
+#: ``trio``, anyio's abstract streams ``anyio.abc``). They are looked up only in modules already
+#: imported: a class of a module nobody imported cannot be a key's type. Declare a managed stream as
+#: ``Key(name, Stream[T])`` instead.
+_NATIVE_CHANNELS: Final = (
+    ("asyncio", "Queue"),
+    ("queue", "Queue"),
+    ("queue", "SimpleQueue"),
+    ("multiprocessing.queues", "Queue"),
+    ("anyio.abc", "UnreliableObjectReceiveStream"),  # every anyio object stream, memory ones included
+    ("anyio.abc", "UnreliableObjectSendStream"),
+    ("trio", "MemorySendChannel"),
+    ("trio", "MemoryReceiveChannel"),
 )
 
 
+def _native_channels() -> tuple[type, ...]:
+    found = (getattr(sys.modules.get(module), name, None) for module, name in _NATIVE_CHANNELS)
+    return tuple(cls for cls in found if isinstance(cls, type))
+
+
+def _endpoint_types() -> tuple[type, ...]:
+    """This library's stream endpoints and the engine's side of them: handles of a running scope.
+
+    Compared by identity too: the package renames their ``__module__`` to ``streams``.
+    """
+    from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter  # it imports this module
+
+    return (ManagedStream, StreamCore, StreamReader, StreamWriter)
+
+
+class _Refused(NamedTuple):
+    """The classes a key's type may neither be nor hold, by kind."""
+
+    channels: tuple[type, ...]
+    endpoints: tuple[type, ...]
+
+
 def hidden_channel(tp: Any) -> str | None:
-    """Why ``tp`` cannot be a key's type, or None: a native channel, or a stream inside another type.
+    """Why ``tp`` cannot be a key's type, or None: a native channel, an endpoint, or a nested stream.
 
     Walks generic arguments and the fields of msgspec Structs and dataclasses,
     once per type (recursive types are fine).
     """
+    refused = _Refused(_native_channels(), _endpoint_types())
     if get_origin(tp) is Stream:
         args = get_args(tp)
-        return _channel_in(args[0], set(), "the message type") if args else None
-    return _channel_in(tp, set(), "the type")
+        return _channel_in(args[0], refused, set(), "the message type") if args else None
+    return _channel_in(tp, refused, set(), "the type")
 
 
-def _channel_in(tp: Any, seen: set[int], where: str) -> str | None:
+def _channel_in(tp: Any, refused: _Refused, seen: set[int], where: str) -> str | None:
     if id(tp) in seen:
         return None
     seen.add(id(tp))
@@ -139,15 +158,19 @@ def _channel_in(tp: Any, seen: set[int], where: str) -> str | None:
     cls = origin if isinstance(origin, type) else tp
     inner: list[Any] = list(get_args(tp))
     if isinstance(cls, type):
-        for base in cls.__mro__:
-            if (base.__module__, base.__qualname__) in _NATIVE_CHANNELS:
-                return (
-                    f"{where} is or holds {type_name(cls)}, a local channel no ledger can confirm: "
-                    "declare a managed stream as Key(name, Stream[T])"
-                )
+        if issubclass(cls, refused.endpoints):
+            return (
+                f"{where} is or holds {type_name(cls)}, a stream endpoint of a running scope: "
+                "declare the stream as Key(name, Stream[T]) and open its endpoints from the key"
+            )
+        if issubclass(cls, refused.channels):
+            return (
+                f"{where} is or holds {type_name(cls)}, a local channel no ledger can confirm: "
+                "declare a managed stream as Key(name, Stream[T])"
+            )
         inner.extend(_field_types(cls))
     for part in inner:
-        found = _channel_in(part, seen, where)
+        found = _channel_in(part, refused, seen, where)
         if found is not None:
             return found
     return None

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from ._codec import Codec
@@ -351,17 +352,19 @@ class StreamCore(Generic[T]):
         if notify:
             self.notify()
 
-    async def send(self, value: T, send_at: int | None) -> None:
-        if self._broken is not None:
-            raise self._broken
-        if self._writer_mode != "direct" or self.finished or self.failed:
-            self._claim_writer("direct")
+    def send_nowait(self, value: T, send_at: int | None) -> None:
+        """Stage ``value`` for the next group commit at once: :exc:`anyio.WouldBlock` if the stream is full.
+
+        Refused as :meth:`send` refuses, before the room is looked at; a
+        refused value or ``WouldBlock`` stages nothing. No checkpoint: the
+        fast path, for a caller that yields when it is full.
+        """
+        if self._broken is not None or self._writer_mode != "direct" or self.finished or self.failed:
+            self._check_writable()
         value, payload = self.codec.prepare(value, what=self.what)
-        seq = self.next_seq
-        if seq - 1 - self.floor() >= self.capacity:
-            await self.wait_capacity(1)
-            seq = self.next_seq
-        self.next_seq = seq + 1
+        if self.next_seq - 1 - self.floor() >= self.capacity:
+            raise anyio.WouldBlock
+        self.next_seq += 1
         self._pending_values.append(value)
         self._pending_payloads.append(payload)
         if send_at is not None:
@@ -369,6 +372,28 @@ class StreamCore(Generic[T]):
         if self._pending_context is None:  # the batch's first send: one copy a batch, not a message
             self._pending_context = contextvars.copy_context()
         self._appends.stage()
+
+    async def send(self, value: T, send_at: int | None) -> None:
+        """The writer's ``send``: a checkpoint, then :meth:`send_nowait`, waiting for room while it is full.
+
+        The checkpoint comes first, so a cancelled send has staged nothing,
+        and nothing is awaited between staging and returning, so a send that
+        staged its value is never cancelled after it. After a wait every
+        check is made again (the stream may have ended or broken meanwhile).
+        """
+        await anyio.lowlevel.checkpoint()
+        while True:
+            try:
+                self.send_nowait(value, send_at)
+            except anyio.WouldBlock:
+                await self.wait_capacity(1)
+            else:
+                return
+
+    def _check_writable(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+        self._claim_writer("direct")
 
     # the writer's appends: what was sent since the last cut leaves in one batch
 
@@ -568,7 +593,8 @@ class ManagedStream(Generic[T]):
         return self.core.done
 
     async def wait_done(self) -> None:
-        """Wait until the writer's terminal result is confirmed."""
+        """Wait until the writer's terminal result is confirmed (a checkpoint even if it is)."""
+        await anyio.lowlevel.checkpoint()
         await self.core.wait_done()
 
     def snapshot(self) -> StreamSnapshot:
@@ -585,7 +611,14 @@ class ManagedStream(Generic[T]):
 
 
 class StreamWriter(Generic[T_contra]):
-    """The send end of a managed stream."""
+    """The send end of a managed stream.
+
+    Its async operations are checkpoints, as anyio's and trio's are: each
+    yields to the scheduler and raises a pending cancellation before it does
+    anything, even when it could complete at once, so a loop of sends lets
+    other tasks run and can be cancelled at any message. :meth:`send_nowait`
+    is the fast path that never yields.
+    """
 
     __slots__ = ("_stream",)
 
@@ -611,20 +644,34 @@ class StreamWriter(Generic[T_contra]):
         ``send_at`` is the source's cursor after this message; once confirmed it
         becomes :attr:`position`. Readers see the message only after the ledger
         confirmed it; :meth:`flush` waits for that. Await it: ``await writer.send(v)``.
+        A checkpoint: a send cancelled raises before it queued anything, and
+        one that queued its value returns.
         """
         return self._stream.core.send(value, send_at)  # the endpoint's coroutine, not a wrapper
 
+    def send_nowait(self, value: T_contra, *, send_at: int | None = None) -> None:
+        """Queue ``value`` at once, as :meth:`send` does, without yielding.
+
+        Raises :exc:`anyio.WouldBlock`, queueing nothing, when the stream holds
+        ``capacity`` unacknowledged messages (``await send`` would wait); a
+        closed, broken or refused send raises what :meth:`send` raises.
+        """
+        self._stream.core.send_nowait(value, send_at)
+
     async def flush(self) -> None:
         """Wait until every message sent so far is confirmed."""
+        await anyio.lowlevel.checkpoint()
         await self._stream.core.flush()
 
     async def finish(self) -> None:
         """Confirm every sent message, then the stream's successful end (``Done``)."""
+        await anyio.lowlevel.checkpoint()
         self._check_not_node_owned("finish")
         await self._stream.core.end(failed=False)
 
     async def fail(self) -> None:
         """Confirm the writer's failure: readers get :class:`StreamFailedError` after the tail."""
+        await anyio.lowlevel.checkpoint()
         self._check_not_node_owned("fail")
         await self._stream.core.end(failed=True)
 
@@ -638,7 +685,11 @@ class StreamWriter(Generic[T_contra]):
 
 
 class StreamReader(Generic[T_co]):
-    """The receive end of a managed stream in one consumer group."""
+    """The receive end of a managed stream in one consumer group.
+
+    Its async operations are checkpoints, as :class:`StreamWriter`'s are;
+    :meth:`receive_nowait` is the fast path that never yields.
+    """
 
     __slots__ = ("_group", "_stream")
 
@@ -660,27 +711,56 @@ class StreamReader(Generic[T_co]):
         return self._group
 
     async def receive(self) -> Message[T_co]:
-        """The next message of the group; ``anyio.EndOfStream`` after the last one."""
-        stream, group = self._stream.core, self._group
-        while True:
-            if group.claimed:
-                raise GroupBusyError(
-                    f"group {group.name!r} of stream {stream.ref} is consumed by handle_messages"
-                )
-            if group.stopped:
-                raise StreamStateError(
-                    f"group {group.name!r} of stream {stream.ref} stopped handling it (a confirmed stop)"
-                )
-            stream.check_healthy()
-            seqs, values = stream.take_ready(group, 1)
-            if seqs:
-                return Message(seqs[0], values[0], group.name)
-            if stream.at_end(group):
-                stream.raise_end()
+        """The next message of the group; ``anyio.EndOfStream`` after the last one.
+
+        A checkpoint, then waits until a message is confirmed if none is. A
+        receive cancelled has taken no message: none is taken between its
+        last wait and its return.
+        """
+        await anyio.lowlevel.checkpoint()
+        stream = self._stream.core
+        while (message := self._take()) is None:
             await stream.wait_change()
+        return message
+
+    def receive_nowait(self) -> Message[T_co]:
+        """The group's next confirmed message, as :meth:`receive` returns it, without yielding.
+
+        Raises :exc:`anyio.WouldBlock` when no message is ready now (one sent
+        but not yet confirmed is not); at the end of the stream, or for a
+        group it may not read, it raises what :meth:`receive` raises.
+        """
+        message = self._take()
+        if message is None:
+            raise anyio.WouldBlock
+        return message
+
+    def _take(self) -> Message[T_co] | None:
+        """The next message, or None if none is ready yet; raises at the end and for a refused group."""
+        stream, group = self._stream.core, self._group
+        if group.claimed:
+            raise GroupBusyError(
+                f"group {group.name!r} of stream {stream.ref} is consumed by handle_messages"
+            )
+        if group.stopped:
+            raise StreamStateError(
+                f"group {group.name!r} of stream {stream.ref} stopped handling it (a confirmed stop)"
+            )
+        stream.check_healthy()
+        seqs, values = stream.take_ready(group, 1)
+        if seqs:
+            return Message(seqs[0], values[0], group.name)
+        if stream.at_end(group):
+            stream.raise_end()
+        return None
 
     async def ack(self, message: Message[Any] | int) -> None:
-        """Confirm that the group processed ``message``; the frontier advances contiguously."""
+        """Confirm that the group processed ``message``; the frontier advances contiguously.
+
+        A checkpoint before anything: once the store call started, it
+        completes (shielded) and the ack returns.
+        """
+        await anyio.lowlevel.checkpoint()
         if isinstance(message, Message):
             seq = message.seq
         elif isinstance(message, int) and not isinstance(message, bool):

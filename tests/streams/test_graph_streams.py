@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing.queues
 import queue
 import re
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 import pytest
-from anyio.streams.memory import MemoryObjectSendStream
+import trio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from streams import (
     DeadLetter,
@@ -20,6 +23,7 @@ from streams import (
     Graph,
     GraphError,
     Key,
+    ManagedStream,
     MemoryStore,
     MessageTx,
     NodeContext,
@@ -27,10 +31,13 @@ from streams import (
     PayloadTypeError,
     Retry,
     Stream,
+    StreamReader,
     StreamStateError,
+    StreamWriter,
     open_scope,
     run_graph,
 )
+from streams._stream import StreamCore
 
 N = Key("n", int)
 ORDERS = Key("orders", Stream[int])
@@ -159,6 +166,82 @@ def test_channels_and_streams_hidden_in_a_keys_type_are_refused_when_declared(tp
     with pytest.raises(TypeError, match="key 'k': ") as caught:
         Key("k", tp)
     assert message in str(caught.value)
+
+
+class _OwnWriter(StreamWriter[int]):
+    """A subclass of an endpoint, defined outside the library."""
+
+
+class _HoldsAReader(msgspec.Struct):
+    reader: StreamReader[int]
+
+
+@pytest.mark.parametrize(
+    "tp",
+    [
+        ManagedStream[int],
+        StreamWriter[int],
+        StreamReader[int],
+        StreamCore[int],
+        ManagedStream,  # unparametrized
+        _OwnWriter,
+        list[StreamReader[int]],
+        _HoldsAReader,
+        Stream[dict[str, StreamWriter[int]]],
+    ],
+)
+def test_every_stream_endpoint_type_is_refused_as_a_keys_type_whatever_its_module(tp: Any) -> None:
+    # publish() names the endpoints after the package (streams.ManagedStream), not their module
+    assert ManagedStream.__module__ == "streams"
+    with pytest.raises(TypeError, match="key 'k': ") as caught:
+        Key("k", tp)
+    assert "a stream endpoint of a running scope: declare the stream as Key(name, Stream[T])" in str(
+        caught.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        (trio.MemorySendChannel[int], "is or holds trio.MemorySendChannel"),  # its __module__ is trio's
+        (trio.MemoryReceiveChannel[int], "is or holds trio.MemoryReceiveChannel"),
+        (MemoryObjectReceiveStream[int], "is or holds anyio.streams.memory.MemoryObjectReceiveStream"),
+        # anyio renames a class of anyio.abc once it is looked up there: the module it says changes
+        (anyio.abc.UnreliableObjectSendStream[int], "is or holds anyio.abc.UnreliableObjectSendStream"),
+        (anyio.abc.ObjectReceiveStream[int], "is or holds anyio.abc.ObjectReceiveStream"),
+        (queue.SimpleQueue, "is or holds _queue.SimpleQueue"),  # defined in C, in _queue
+        (multiprocessing.queues.Queue, "is or holds multiprocessing.queues.Queue"),
+    ],
+)
+def test_native_channels_are_refused_by_class_whatever_module_they_say_they_are_from(
+    tp: Any, message: str
+) -> None:
+    with pytest.raises(TypeError, match="key 'k': ") as caught:
+        Key("k", tp)
+    assert f"{message}, a local channel no ledger can confirm" in str(caught.value)
+
+
+class ManagedStreamLookalike(msgspec.Struct):
+    """An ordinary value type that says it is the library's endpoint: only the class itself is refused."""
+
+    value: int
+
+
+ManagedStreamLookalike.__module__ = "streams._stream"
+ManagedStreamLookalike.__qualname__ = "ManagedStream"
+
+
+class Queue(msgspec.Struct):  # a user's class named like a channel
+    items: list[int]
+
+
+@pytest.mark.parametrize(
+    "tp",
+    [int, str, list[int], dict[str, tuple[int, ...]], Queue, ManagedStreamLookalike],
+)
+def test_ordinary_types_are_keys_types(tp: Any) -> None:
+    assert Key("k", tp).type is tp
+    assert Key("k", Stream[tp]).item_type is tp
 
 
 async def test_readers_get_messages_while_their_writer_still_runs() -> None:
