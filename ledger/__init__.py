@@ -42,7 +42,9 @@ from ._errors import UnattributedBudgetsError as UnattributedBudgetsError
 from ._errors import UnfinishedLedgerError as UnfinishedLedgerError
 from ._errors import UnknownRunError as UnknownRunError
 from ._errors import WriteFailedError as WriteFailedError
+from ._graph_runs import GraphRunBook as GraphRunBook
 from ._ledger import Ledger as Ledger
+from ._runs import RunBook as RunBook
 from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
 from ._runs import Runs as Runs
@@ -60,6 +62,7 @@ __all__ = [
     "DamagedLedgerError",
     "DemoMismatchError",
     "DemoWorkerError",
+    "GraphRunBook",
     "GraphsNotFoundError",
     "GroupChangeError",
     "InvalidRunIdError",
@@ -89,6 +92,7 @@ __all__ = [
     "RunAspectsMismatchError",
     "RunExistsError",
     "RunMismatchError",
+    "RunBook",
     "RunRecord",
     "RunResult",
     "Runs",

@@ -58,7 +58,7 @@ def stream_plans(root: Graph) -> dict[Alias, StreamPlan]:
             if key.is_stream:
                 keys[(path, key.name)] = key
                 find((path, key.name))
-        for member in graph.members:
+        for member in graph._members:
             if isinstance(member, NodeDef):
                 for key in member.requires:
                     if key.is_stream:
@@ -98,6 +98,6 @@ def _levels(graph: Graph, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ..
     from ._graph import SubDef
 
     yield path, graph
-    for member in graph.members:
+    for member in graph._members:
         if isinstance(member, SubDef):
             yield from _levels(member.graph, (*path, member.name))

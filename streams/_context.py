@@ -318,7 +318,7 @@ class NodeContext:
             for key in self._member.streams:
                 stream = self._level.slots[key].value
                 if isinstance(stream, ManagedStream):
-                    await stream.core.flush()
+                    await stream._core.flush()
 
     async def _within(self, scope: str, proceed: Callable[[], Awaitable[None]], *, index: int) -> None:
         """Run ``proceed`` as attempt ``scope`` (index ``index`` of its boundary): what it opens (inner

@@ -185,7 +185,7 @@ class ExecutionResult:
 
 
 def _slots_for(graph: Graph) -> dict[Key[Any], Slot]:
-    keys = [*graph.inputs, *(key for member in graph.members for key in member.provides)]
+    keys = [*graph.inputs, *(key for member in graph._members for key in member.provides)]
     return {key: Slot() for key in keys}
 
 
@@ -239,7 +239,7 @@ class _Level:
                     for key in self.graph.inputs:
                         if key.is_stream:
                             tg.start_soon(self._open_host_inlet, key)
-                for member in self.graph.members:
+                for member in self.graph._members:
                     self.execution._status_of[(*self.path, member.name)] = "waiting"
                     tg.start_soon(self._member, member)
         finally:
@@ -385,7 +385,7 @@ class _Level:
         if not attempt:
             try:
                 for stream in owned.values():
-                    await stream.core.end(failed=False)
+                    await stream._core.end(failed=False)
             except Exception as exc:
                 self._finish(member, "failed", settle=False)
                 self.fail(exc, (*self.path, member.name))
@@ -394,18 +394,18 @@ class _Level:
             return
         try:
             for stream in owned.values():
-                await stream.core.flush()
+                await stream._core.flush()
         except CheckpointError:
             self._finish(member, "failed", settle=False)
             return
         refs: dict[Key[Any], tuple[StreamRef, Terminal]] = {
-            key: (stream.core.ref, "finished")
+            key: (stream._core.ref, "finished")
             for key, stream in owned.items()  # ends with this record
         }
         for key in member.provides:  # a Sub's record names the source of each stream it exposes
             if key.is_stream and key not in refs:
                 await self.slots[key].arrived.wait()  # opened by its source, which may still be running
-                source = self.slots[key].value.core
+                source = self.slots[key].value._core
                 refs[key] = (source.ref, "failed" if source.failed else "finished" if source.finished else "")
         if (owned or any(key.is_stream for key in member.provides)) and interrupted():
             await self._interrupted(member)  # cancelled while its streams settled: no record is staged
@@ -413,9 +413,9 @@ class _Level:
         payloads = {key: payload for key, (_, payload) in staged.items()}
         record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
         ends = tuple(
-            StreamFinish(s.core.ref, s.core.generation, failed=False)
+            StreamFinish(s._core.ref, s._core.generation, failed=False)
             for s in owned.values()
-            if not s.core.done
+            if not s._core.done
         )
         commit = CheckpointCommit(self.scope, attempt, record, ends)
         values = {key: value for key, (value, _) in staged.items()}
@@ -429,7 +429,7 @@ class _Level:
     def landed(self, staged: StagedNode) -> None:
         """``staged``'s record is confirmed: its streams end, its outputs are published, it finishes."""
         for stream in staged.owned.values():
-            stream.core.confirmed_end(failed=False)
+            stream._core.confirmed_end(failed=False)
         self._publish(staged.member, staged.values)
         self._finish(staged.member, staged.reason)
 
@@ -477,7 +477,7 @@ class _Level:
                 self.slots[key].settle(self.execution._failed_endpoint(ref, plan, held.generation))
                 continue
             stream = await self.execution._endpoint(ref, plan, self.scope)
-            if reference.terminal == "finished" and not stream.core.finished:
+            if reference.terminal == "finished" and not stream._core.finished:
                 raise self.execution._latch(
                     CheckpointError(
                         f"stream {ref} was recorded finished by {'/'.join((*self.path, member.name))!r} but "
@@ -531,10 +531,10 @@ class _Level:
         if held.type_name != type_name(plan.key.item_type):
             raise refused(f"which holds {held.type_name} messages, not the {plan.key!r} of its wiring")
         endpoint = self.execution._streams.get(ref)
-        if endpoint is not None and held.generation < endpoint.core.generation:
+        if endpoint is not None and held.generation < endpoint._core.generation:
             raise refused(
                 f"which the store holds at generation {held.generation}, older than the "
-                f"{endpoint.core.generation} this execution has it open at"
+                f"{endpoint._core.generation} this execution has it open at"
             )
         state = "failed" if held.failed else "finished" if held.finished else "active"
         if (reference.terminal == "failed" and not held.failed) or (
@@ -680,7 +680,7 @@ def _restore_values(
         stream = slots[key].value if key.is_stream else None
         if not isinstance(stream, ManagedStream):
             continue
-        frontier = stream.core.group(group)
+        frontier = stream._core.group(group)
         if frontier.attempt != attempt:
             continue
         for name, payload in frontier.results.items():
@@ -706,7 +706,7 @@ def _leave_groups(groups: list[str]) -> Callable[[Any], None]:
     def leave(stream: Any) -> None:
         if isinstance(stream, ManagedStream):
             for group in groups:
-                stream.core.leave(group)
+                stream._core.leave(group)
 
     return leave
 
@@ -715,7 +715,7 @@ async def _fail_streams(owned: Mapping[Key[Any], ManagedStream[Any]]) -> None:
     """Confirm a failed writer's streams as failed (a failure to do so is latched by the stream)."""
     for stream in owned.values():
         with contextlib.suppress(CheckpointError):
-            await stream.core.end(failed=True)
+            await stream._core.end(failed=True)
 
 
 def _feed(slot: Slot) -> Callable[[Any], None]:

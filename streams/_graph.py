@@ -173,11 +173,6 @@ class Graph:
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, version={self.version!r}, nodes={len(self._members)})"
 
-    @property
-    def members(self) -> tuple[Member, ...]:
-        """The nodes and Sub mounts, in the order they were added."""
-        return tuple(self._members)
-
     @overload
     def node(self, fn: F, /) -> F: ...
     @overload
@@ -406,7 +401,7 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
         if key in producers:
             yield f"{at}input {key!r} is declared twice"
         producers[key] = "the graph's inputs"
-    for member in graph.members:
+    for member in graph._members:
         if member.name in names:
             yield f"{at}two nodes are named {member.name!r}"
         names.add(member.name)
@@ -425,7 +420,7 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
         if isinstance(member, SubDef):
             yield from _sub_problems(member, path)
     named = {key.name: key for key in producers}
-    for member in graph.members:
+    for member in graph._members:
         for key in member.requires:
             if key in producers:
                 continue
@@ -445,7 +440,7 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
 
 def _outlet_problems(graph: Graph) -> Iterator[str]:
     """A declared outlet is a stream a node of the graph (not a child) writes or a Sub exposes."""
-    provided = {key for member in graph.members for key in member.provides}
+    provided = {key for member in graph._members for key in member.provides}
     for key in graph.outlets:
         if not key.is_stream:
             yield f"outlet {key!r} of graph {graph.name!r} is not a stream: only streams have host readers"
@@ -459,7 +454,7 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
     at, child = _where(path), mount.graph
     inner = (*path, mount.name)
     child_inputs = set(child.inputs)
-    child_provided = {key for member in child.members for key in member.provides}
+    child_provided = {key for member in child._members for key in member.provides}
     wired: dict[Key[Any], str] = {}
     for key, parent in mount.inlets:
         if key not in child_inputs:
@@ -545,7 +540,7 @@ class _Waits:
         if found is not None:
             return found
         deps: dict[Key[Any], set[Key[Any]]] = {}
-        for member in graph.members:
+        for member in graph._members:
             if isinstance(member, NodeDef):
                 for key in member.provides:
                     deps.setdefault(key, set()).update(member.requires)
@@ -605,7 +600,7 @@ class _Waits:
             for needed in sorted(closure.get(key, {key} & inputs), key=lambda k: k.name):
                 waiting.setdefault(needed, who)
 
-        for member in child.members:
+        for member in child._members:
             if isinstance(member, NodeDef):
                 for key in member.requires:
                     wait_for(key, (mount.name, member.name))
@@ -623,7 +618,7 @@ class _Waits:
 
 def _loops(graph: Graph, deps: Mapping[Key[Any], set[Key[Any]]]) -> Iterator[list[Key[Any]]]:
     """Each cycle of ``deps`` (keys, each waiting for the next, back to the first), once per member set."""
-    producer = {key: member.name for member in graph.members for key in member.provides}
+    producer = {key: member.name for member in graph._members for key in member.provides}
     state: dict[Key[Any], int] = {}  # 1: on the current path, 2: done
     reported: set[frozenset[str]] = set()
 
@@ -648,7 +643,7 @@ def _loops(graph: Graph, deps: Mapping[Key[Any], set[Key[Any]]]) -> Iterator[lis
 
 
 def _cycles(graph: Graph, at: str) -> Iterator[str]:
-    producer = {key: member.name for member in graph.members for key in member.provides}
+    producer = {key: member.name for member in graph._members for key in member.provides}
     for loop in _loops(graph, _Waits(checkpoint=False).dependencies(graph)):
         steps = " <- ".join(f"{k.name} ({producer.get(k, 'input')})" for k in loop)
         yield f"{at}cycle: {steps}"
@@ -663,7 +658,7 @@ def _commit_cycles(graph: Graph, path: tuple[str, ...], waits: _Waits) -> Iterat
     published as the child sets it); checkpoint mode would wait forever.
     """
     at = _where(path)
-    producer = {key: member for member in graph.members for key in member.provides}
+    producer = {key: member for member in graph._members for key in member.provides}
     ordinary = _Waits(checkpoint=False).dependencies(graph)
 
     def why(key: Key[Any], dep: Key[Any]) -> str:
@@ -707,13 +702,13 @@ def _commit_cycles(graph: Graph, path: tuple[str, ...], waits: _Waits) -> Iterat
             f"the inlet from outside it, or split {mounts} so that what the cycle needs from it comes "
             "from another Sub"
         )
-    for member in graph.members:
+    for member in graph._members:
         if isinstance(member, SubDef):
             yield from _commit_cycles(member.graph, (*path, member.name), waits)
 
 
 def _ordered(graph: Graph) -> list[Member]:
-    producer = {key: member for member in graph.members for key in member.provides}
+    producer = {key: member for member in graph._members for key in member.provides}
     placed: list[Member] = []
     seen: set[str] = set()
 
@@ -727,13 +722,13 @@ def _ordered(graph: Graph) -> list[Member]:
                 place(before)
         placed.append(member)
 
-    for member in graph.members:
+    for member in graph._members:
         place(member)
     return placed
 
 
 def _topology(graph: Graph) -> Topology:
-    producer = {key: member.name for member in graph.members for key in member.provides}
+    producer = {key: member.name for member in graph._members for key in member.provides}
     nodes = tuple(
         TopologyNode(
             member.name,
@@ -758,7 +753,7 @@ def _shape(graph: Graph) -> dict[str, Any]:
         return sorted([k.name, type_name(k.type)] for k in keys)
 
     members: list[dict[str, Any]] = []
-    for member in graph.members:
+    for member in graph._members:
         shape: dict[str, Any] = {"name": member.name, "requires": ports(member.requires)}
         shape["provides"] = ports(member.provides)
         if isinstance(member, SubDef):
@@ -775,7 +770,7 @@ def _shape(graph: Graph) -> dict[str, Any]:
 
 
 def _node_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[NodeSpec]:
-    for member in graph.members:
+    for member in graph._members:
         kind: Literal["node", "sub"] = "node" if isinstance(member, NodeDef) else "sub"
         yield NodeSpec(
             path,
@@ -794,7 +789,7 @@ def _port_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[PortSpec]:
 
     for key in graph.inputs:
         yield port("", "input", key)
-    for member in graph.members:
+    for member in graph._members:
         if isinstance(member, NodeDef):
             for key in member.requires:
                 yield port(member.name, "requires", key)

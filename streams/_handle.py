@@ -134,7 +134,7 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
         if self._closed:
             self._check_open("send")
-        stream = writer.stream.core
+        stream = writer.stream._core
         outputs = self._outputs
         if outputs is None:
             outputs = self._outputs = []
@@ -216,11 +216,11 @@ class _Run(Generic[T, S]):
         dead_letter: StreamWriter[Any] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        self.stream: StreamCore[T] = reader.stream.core
+        self.stream: StreamCore[T] = reader.stream._core
         self.dead_letter = dead_letter
         self.backoff = backoff
         self.remaining = limit
-        self.group: _Group = reader.frontier
+        self.group: _Group = reader._frontier
         self.handler = handler
         self.state_codec = state_codec
         self.node = node
@@ -485,7 +485,7 @@ class _Run(Generic[T, S]):
             error_type=attempt.error_type,
             message=value,
         )
-        target = writer.stream.core
+        target = writer.stream._core
         read_back, payload = target.codec.prepare(letter, what=target.what)
         outputs: list[tuple[StreamCore[Any], Any, bytes]] = [(target, read_back, payload)]
         if not self._fits(seq, outputs):
@@ -777,8 +777,8 @@ async def handle_messages(
         raise ValueError(f"parent_attempt must be valid UTF-8 text, got {parent_attempt!r}") from None
     if attempts < 1 or max_outputs < 0 or window < 1 or (limit is not None and limit < 0):
         raise ValueError("attempts and window must be at least 1, max_outputs and limit at least 0")
-    group = reader.frontier
-    stream = reader.stream.core
+    group = reader._frontier
+    stream = reader.stream._core
     if dead_letter is not None:
         check_dead_letter_writer(dead_letter, stream)
     if backoff is not None and not isinstance(backoff, Backoff):

@@ -165,7 +165,7 @@ async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamS
     finally:
         _OPEN.discard(key)
         for stream in opened.streams() if opened is not None else ():
-            stream.core.close()
+            stream._core.close()
 
 
 #: (id of the hooks, scope) of every StreamScope open in this process: one endpoint per stream.

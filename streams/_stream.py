@@ -543,63 +543,63 @@ class StreamCore(Generic[T]):
 class ManagedStream(Generic[T]):
     """The shared endpoint of one stream. Obtain it from :meth:`StreamScope.open_stream`.
 
-    ``core`` is the engine's :class:`StreamCore` behind it.
+    ``_core`` is the engine's :class:`StreamCore` behind it, for the engine alone.
     """
 
-    __slots__ = ("core",)
+    __slots__ = ("_core",)
 
     def __init__(self, core: StreamCore[T]) -> None:
-        self.core = core
+        self._core = core
 
     def __repr__(self) -> str:
-        return f"ManagedStream({self.core.ref}, generation={self.core.generation})"
+        return f"ManagedStream({self._core.ref}, generation={self._core.generation})"
 
     @property
     def key(self) -> Key[Stream[T]]:
-        return self.core.key
+        return self._core.key
 
     @property
     def ref(self) -> StreamRef:
-        return self.core.ref
+        return self._core.ref
 
     @property
     def generation(self) -> int:
-        return self.core.generation
+        return self._core.generation
 
     @property
     def capacity(self) -> int:
-        return self.core.capacity
+        return self._core.capacity
 
     @property
     def resumable(self) -> bool:
-        return self.core.resumable
+        return self._core.resumable
 
     @property
     def position(self) -> int | None:
         """The ``send_at`` cursor of the last confirmed message."""
-        return self.core.position
+        return self._core.position
 
     @property
     def finished(self) -> bool:
-        return self.core.finished
+        return self._core.finished
 
     @property
     def failed(self) -> bool:
-        return self.core.failed
+        return self._core.failed
 
     @property
     def done(self) -> bool:
         """Whether the writer finished or failed (readers may still hold unread messages)."""
-        return self.core.done
+        return self._core.done
 
     async def wait_done(self) -> None:
         """Wait until the writer's terminal result is confirmed (a checkpoint even if it is)."""
         await anyio.lowlevel.checkpoint()
-        await self.core.wait_done()
+        await self._core.wait_done()
 
     def snapshot(self) -> StreamSnapshot:
         """A values-free view of the endpoint."""
-        return self.core.snapshot()
+        return self._core.snapshot()
 
     def writer(self) -> StreamWriter[T]:
         """The writer handle (the stream has one writer node; handles share its state)."""
@@ -647,7 +647,7 @@ class StreamWriter(Generic[T_contra]):
         A checkpoint: a send cancelled raises before it queued anything, and
         one that queued its value returns.
         """
-        return self._stream.core.send(value, send_at)  # the endpoint's coroutine, not a wrapper
+        return self._stream._core.send(value, send_at)  # the endpoint's coroutine, not a wrapper
 
     def send_nowait(self, value: T_contra, *, send_at: int | None = None) -> None:
         """Queue ``value`` at once, as :meth:`send` does, without yielding.
@@ -656,27 +656,27 @@ class StreamWriter(Generic[T_contra]):
         ``capacity`` unacknowledged messages (``await send`` would wait); a
         closed, broken or refused send raises what :meth:`send` raises.
         """
-        self._stream.core.send_nowait(value, send_at)
+        self._stream._core.send_nowait(value, send_at)
 
     async def flush(self) -> None:
         """Wait until every message sent so far is confirmed."""
         await anyio.lowlevel.checkpoint()
-        await self._stream.core.flush()
+        await self._stream._core.flush()
 
     async def finish(self) -> None:
         """Confirm every sent message, then the stream's successful end (``Done``)."""
         await anyio.lowlevel.checkpoint()
         self._check_not_node_owned("finish")
-        await self._stream.core.end(failed=False)
+        await self._stream._core.end(failed=False)
 
     async def fail(self) -> None:
         """Confirm the writer's failure: readers get :class:`StreamFailedError` after the tail."""
         await anyio.lowlevel.checkpoint()
         self._check_not_node_owned("fail")
-        await self._stream.core.end(failed=True)
+        await self._stream._core.end(failed=True)
 
     def _check_not_node_owned(self, what: str) -> None:
-        core = self._stream.core
+        core = self._stream._core
         if core.node_owned:
             raise StreamStateError(
                 f"stream {core.ref} is a graph node's output: it cannot {what} it; it ends with the node "
@@ -695,7 +695,7 @@ class StreamReader(Generic[T_co]):
 
     def __init__(self, stream: ManagedStream[Any], group: str) -> None:
         self._stream = stream
-        self._group = stream.core.group(group)
+        self._group = stream._core.group(group)
 
     @property
     def stream(self) -> ManagedStream[Any]:
@@ -706,7 +706,7 @@ class StreamReader(Generic[T_co]):
         return self._group.name
 
     @property
-    def frontier(self) -> _Group:
+    def _frontier(self) -> _Group:
         """The group's frontier draft, shared by every reader of the group (for the engine)."""
         return self._group
 
@@ -718,7 +718,7 @@ class StreamReader(Generic[T_co]):
         last wait and its return.
         """
         await anyio.lowlevel.checkpoint()
-        stream = self._stream.core
+        stream = self._stream._core
         while (message := self._take()) is None:
             await stream.wait_change()
         return message
@@ -737,7 +737,7 @@ class StreamReader(Generic[T_co]):
 
     def _take(self) -> Message[T_co] | None:
         """The next message, or None if none is ready yet; raises at the end and for a refused group."""
-        stream, group = self._stream.core, self._group
+        stream, group = self._stream._core, self._group
         if group.claimed:
             raise GroupBusyError(
                 f"group {group.name!r} of stream {stream.ref} is consumed by handle_messages"
@@ -770,7 +770,7 @@ class StreamReader(Generic[T_co]):
                 f"ack takes a Message this reader received or its sequence number (an int), "
                 f"got {type(message).__qualname__} {message!r}"
             )
-        await self._stream.core.ack(self._group, seq)
+        await self._stream._core.ack(self._group, seq)
 
     def __aiter__(self) -> AsyncIterator[Message[T_co]]:
         return self._iterate()

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import sys
 import types
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +92,79 @@ def test_ledger_subpackages_share_objects_only_as_ledger_names_them(name: str) -
         obj = getattr(sub, attr)
         if isinstance(obj, type | types.FunctionType) and attr in root.__all__:
             assert getattr(root, attr) is obj and obj.__module__ == "ledger", f"{name}.{attr}"
+
+
+PUBLIC = [
+    "streams",
+    "streams.store",
+    "streams.testing",
+    "ledger",
+    "ledger.graphs",
+    "ledger.postgres",
+    "ledger.testing",
+]
+
+
+def _private_classes(hint: Any, found: set[str]) -> None:
+    """The library's classes ``hint`` names that no public module exports (their module is private)."""
+    if isinstance(hint, type):
+        parts = hint.__module__.split(".")
+        if parts[0] in ("streams", "ledger") and any(part.startswith("_") for part in parts):
+            found.add(f"{hint.__module__}.{hint.__qualname__}")
+    origin = typing.get_origin(hint)
+    if isinstance(origin, type):
+        _private_classes(origin, found)
+    for arg in typing.get_args(hint):
+        _private_classes(arg, found)
+
+
+def _hints(fn: Any) -> dict[str, Any]:
+    """``fn``'s annotations, with names imported only for type checking found in the library's modules."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError:
+        names: dict[str, Any] = {}
+        for module_name, module in list(sys.modules.items()):
+            if module is not None and module_name.split(".")[0] in ("streams", "ledger"):
+                for key, value in vars(module).items():
+                    if isinstance(value, type | typing.TypeVar):
+                        names.setdefault(key, value)
+        return typing.get_type_hints(fn, localns=names)
+
+
+def test_public_attributes_show_no_object_of_a_private_module() -> None:
+    """What a public class's properties and attributes hand out is public too (``ManagedStream.core`` was
+    not: an engine object)."""
+    leaks: dict[str, set[str]] = {}
+    for name in PUBLIC:
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            cls = getattr(module, attr)
+            if not isinstance(cls, type) or issubclass(cls, BaseException):
+                continue
+            for member in dir(cls):
+                if member.startswith("_"):
+                    continue
+                raw = inspect.getattr_static(cls, member)
+                found: set[str] = set()
+                if isinstance(raw, property) and raw.fget is not None:
+                    _private_classes(_hints(raw.fget).get("return"), found)
+                elif isinstance(raw, types.MemberDescriptorType):  # a slot, typed by __init__'s parameter
+                    _private_classes(_hints(cls.__init__).get(member), found)
+                if found:
+                    leaks[f"{name}.{attr}.{member}"] = found
+    assert leaks == {}
+
+
+def test_the_private_attribute_check_finds_a_leak() -> None:
+    class Leaky:
+        @property
+        def core(self) -> Any:  # annotated below with an engine class no public module exports
+            return None
+
+    from streams._stream import StreamCore
+
+    Leaky.core.fget.__annotations__["return"] = StreamCore  # type: ignore[attr-defined]
+    found: set[str] = set()
+    _private_classes(_hints(Leaky.core.fget).get("return"), found)  # type: ignore[attr-defined]
+    assert found == {"streams._stream.StreamCore"}

@@ -14,6 +14,7 @@ import msgspec
 
 from streams.store import single_error
 
+from .._graph_runs import GraphRunBook
 from .._ledger import Ledger
 from .._runs import RunRecord, run_exists
 from ._env import LedgerEnv
@@ -101,7 +102,7 @@ class LmdbBackend:
         return self._nodes
 
     @property
-    def graph_runs(self) -> LmdbGraphRuns:
+    def graph_runs(self) -> GraphRunBook:
         return self._graph_runs
 
     @property

@@ -14,6 +14,7 @@ from ._leases import Lease as Lease
 from ._ledger import PgBackend as PgBackend
 from ._ledger import open_postgres as open_postgres
 from ._nodes import PgNodeHooks as PgNodeHooks
+from ._store import PgConnection as PgConnection
 from ._store import describe_url as describe_url
 from ._streams import PgStreamHooks as PgStreamHooks
 from ._tools import TOOLS as TOOLS
@@ -24,6 +25,7 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "PgBackend",
+    "PgConnection",
     "PgNodeHooks",
     "PgStreamHooks",
     "TOOLS",

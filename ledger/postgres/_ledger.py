@@ -13,7 +13,9 @@ from streams.store import single_error
 
 from .._errors import LeaseLostError, RunActiveError
 from .._format import run_id_bytes
+from .._graph_runs import GraphRunBook
 from .._ledger import Ledger
+from .._runs import RunBook
 from ._graph_runs import PgGraphRuns
 from ._leased import holding
 from ._leases import claim_run
@@ -61,11 +63,11 @@ class PgBackend:
         return self._nodes
 
     @property
-    def graph_runs(self) -> PgGraphRuns:
+    def graph_runs(self) -> GraphRunBook:
         return self._graph_runs
 
     @property
-    def run_book(self) -> PgRunBook:
+    def run_book(self) -> RunBook:
         return self._book
 
     @asynccontextmanager

@@ -388,7 +388,7 @@ async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain
     await _crash_once_confirmed(shop.graph(), store, shop.holding, "orders")
     seen: list[object] = []
     shop_graph = Graph("shop", version="1", inputs=[N])  # the same graph, whose billing now only returns
-    for member in shop.graph().members:
+    for member in shop.graph()._members:
         if member.name != "billing":
             assert isinstance(member, NodeDef)
             shop_graph.add_node(member.name, member.fn, requires=member.requires, provides=member.provides)

@@ -158,8 +158,8 @@ class Stack:
         self.portal.call(ack)
 
     def state(self) -> int:
-        group = self.numbers.core.group("adder")
-        state: int = 0 if group.state is None else self.numbers.core.codec.decode(group.state)
+        group = self.numbers._core.group("adder")
+        state: int = 0 if group.state is None else self.numbers._core.codec.decode(group.state)
         return state
 
     def view(self) -> tuple[Any, ...]:

@@ -200,7 +200,7 @@ async def _after_c(ctx: NodeContext) -> None:
 def fed_back(child: Graph) -> Graph:
     """A parent node computes b from the mount's own outlet c_out and feeds it back into the mount."""
     parent = Graph("parent", inputs=[A])
-    outlets = {C: C_OUT, D: D_OUT} if any(D in m.provides for m in child.members) else {C: C_OUT}
+    outlets = {C: C_OUT, D: D_OUT} if any(D in m.provides for m in child._members) else {C: C_OUT}
     parent.sub("mount", child, inlets={A_CHILD: A, B_CHILD: B}, outlets=outlets)
     parent.add_node("after_c", _after_c, requires=[C_OUT], provides=[B])
     return parent
