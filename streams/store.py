@@ -7,16 +7,18 @@ budgets that only advance on confirmed failures, terminals that do not
 regress, compaction) are written once here, as operations over a
 :class:`RecordView`: a store opens one transaction per call, wraps it in a
 view of its records, runs the operation of that call, and commits only if
-it returned. ``MemoryStore`` does so over dicts, the LMDB ledger over an
-LMDB write transaction and the PostgreSQL ledger over a server transaction,
-so they cannot drift; a new store that does the same keeps the same ledger.
+it returned. :class:`~streams.MemoryStore`, the in-process reference
+store, does so over dicts, the LMDB ledger over an LMDB write transaction
+and the PostgreSQL ledger over a server transaction, so they cannot drift;
+a new store that does the same keeps the same ledger.
 Prove it with the conformance suite: :func:`streams.testing.check_stream_store`.
 
 The pieces:
 
-* the hook protocol and its records: :class:`StreamHooks`,
-  :class:`StreamRef`, :class:`StreamOpen`, :class:`StreamOpened`,
-  :class:`GroupFrontier`, :class:`AppendBatch`, :class:`StoredMessage`,
+* the records of the hook protocol (:class:`~streams.StreamHooks`, whose
+  :class:`~streams.StreamRef` and :class:`~streams.GroupFrontier` are
+  :mod:`streams`'s, as programs use them too): :class:`StreamOpen`,
+  :class:`StreamOpened`, :class:`AppendBatch`, :class:`StoredMessage`,
   :class:`MessageRef`, :class:`MessageOpen`, :class:`MessageAttempt`,
   :class:`MessageFail`, :class:`MessageCommit`, :class:`OutputBatch`,
   :class:`StreamFinish`;
@@ -35,18 +37,23 @@ The pieces:
   (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`,
   :class:`CheckpointOutput`, :class:`NodeCheckpoint`,
   :class:`CheckpointChild`, :class:`CheckpointChildOpened`,
-  :class:`CheckpointCommit`), the records a store keeps
-  (:class:`NodeAttemptRecord`, :class:`ScopeRecord`), the view it supplies
+  :class:`CheckpointCommit`; :data:`COMPLETE_CHAIN`), the records a store
+  keeps (:class:`NodeAttemptRecord`, :class:`ScopeRecord`), the view it supplies
   (:class:`NodeView`), the operations :func:`open_attempt`,
   :func:`fail_attempt`, :func:`open_child`, :func:`commit_node`, and the
   shape of the scopes they give (:func:`child_scope`,
   :func:`enclosing_scope`, which the engine checks a restored Sub alias's
-  stream against);
-* :class:`MemoryStore`, the in-process reference store.
+  stream against), and :func:`check_confirmed`, which a store runs on the
+  records a resume reads;
+* the integrity rules a store applies to its decoded records when it opens
+  and in its check: :func:`stream_id_problems`, :func:`group_problems`,
+  :func:`tail_floor`, :func:`tail_problems`, :func:`min_frontier`,
+  :func:`node_problems`, :func:`checkpoint_problems`.
 
 This module also gives packages built on streams the library's tracing
-vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`ATTR`, :func:`span`,
-:func:`tracer`, :func:`failed`), :func:`single_error` (a task group's lone
+vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`METRIC`, :class:`ATTR`,
+:func:`span`, :func:`tracer`, :func:`failed`) and its metric instruments
+(:data:`INSTRUMENTS`), :func:`single_error` (a task group's lone
 error raised as itself), :func:`to_plain` (a stored value as plain data,
 for inspection), :func:`codec_for` (the codec of a type) and
 :func:`publish` (name exported objects after their package).
