@@ -110,6 +110,9 @@ _NATIVE_CHANNELS: Final = (
 )
 
 
+_CHANNEL_MODULES: Final = tuple(dict.fromkeys(module for module, _ in _NATIVE_CHANNELS))
+
+
 def _native_channels() -> tuple[type, ...]:
     found = (getattr(sys.modules.get(module), name, None) for module, name in _NATIVE_CHANNELS)
     return tuple(cls for cls in found if isinstance(cls, type))
@@ -136,9 +139,38 @@ def hidden_channel(tp: Any) -> str | None:
     """Why ``tp`` cannot be a key's type, or None: a native channel, an endpoint, or a nested stream.
 
     Walks generic arguments and the fields of msgspec Structs and dataclasses,
-    once per type (recursive types are fine).
+    once per type (recursive types are fine). The answer is kept per type
+    until a module of a native channel is imported (or unloaded): a graph
+    declares many keys of the same few types.
     """
-    refused = _Refused(_native_channels(), _endpoint_types())
+    imported = tuple(id(sys.modules.get(module)) for module in _CHANNEL_MODULES)
+    if imported != _answers.imported:
+        _answers.imported, _answers.refused, _answers.by_type = imported, None, {}
+    try:
+        return _answers.by_type[tp]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable annotation: asked each time
+        return _hidden_channel(tp)
+    answer = _answers.by_type[tp] = _hidden_channel(tp)
+    return answer
+
+
+class _Answers:
+    """:func:`hidden_channel`'s answers, for the native channel modules imported when they were given."""
+
+    imported: tuple[int, ...] = ()
+    refused: _Refused | None = None
+    by_type: dict[Any, str | None] = {}  # noqa: RUF012 - replaced whole, never shared
+
+
+_answers = _Answers()
+
+
+def _hidden_channel(tp: Any) -> str | None:
+    refused = _answers.refused
+    if refused is None:
+        refused = _answers.refused = _Refused(_native_channels(), _endpoint_types())
     if get_origin(tp) is Stream:
         args = get_args(tp)
         return _channel_in(args[0], refused, set(), "the message type") if args else None

@@ -465,3 +465,17 @@ async def test_a_sub_whose_child_writes_an_exposed_stream_is_not_run_again_after
     with pytest.raises(OutputError, match="retry the writer inside the Sub, not the Sub"):
         await run_graph(outer, {N: 1})
     assert runs == [1]  # the second attempt stopped before running anything
+
+
+def test_a_channel_module_imported_after_keys_were_declared_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Answers are kept per type, but only for the channel modules imported when they were given."""
+    import multiprocessing.queues
+    import sys
+
+    monkeypatch.delitem(sys.modules, "multiprocessing.queues")  # as if nobody had imported it yet
+    Key("before", int)  # an answer given while the module was not imported
+    monkeypatch.setitem(sys.modules, "multiprocessing.queues", multiprocessing.queues)
+    with pytest.raises(TypeError, match="local channel"):
+        Key("after", multiprocessing.queues.Queue)
