@@ -13,10 +13,16 @@ only after its commit). The raw baseline writes the same records (a sealed
 node checkpoint and its attempt record per node) with plain py-lmdb: for
 the wide graph in the batches the ledger made, for the chain one fsynced
 transaction per node.
+
+Each timed run starts right after a full collection: the wide graph holds
+thousands of tasks at once, and a full collection falling inside its run
+or not (which depends on what ran before, down to declaring the graph's
+keys) moved its figure by a third.
 """
 
 from __future__ import annotations
 
+import gc
 import tempfile
 import time
 from dataclasses import dataclass
@@ -84,6 +90,7 @@ def run_ordinary_nodes(shape: str, n: int) -> NodeFigure:
     graph = shaped(shape, n)
 
     async def main() -> float:
+        gc.collect()  # each run starts the collector's cycle afresh, whatever ran before it
         started = time.perf_counter()
         result = await run_graph(graph, {N_KEY: 1})
         seconds = time.perf_counter() - started
@@ -100,6 +107,7 @@ def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> Nod
     async def main(path: Path) -> float:
         async with open_ledger(path) as ledger:
             ledger.backend.env.batch_observer = lambda writes, _ok: batches.append(writes)
+            gc.collect()
             started = time.perf_counter()
             outcome = await ledger.run(graph, {N_KEY: 1}, run_id="bench")
             seconds = time.perf_counter() - started
@@ -123,6 +131,7 @@ def run_raw_nodes(n: int, batch: int, *, workdir: Path | None = None) -> NodeFig
         env = lmdb.open(tmp, map_size=1 << 30, max_dbs=2, **write_mode(True))
         try:
             db = env.open_db(b"nodes")
+            gc.collect()
             started = time.perf_counter()
             txns = 0
             for first in range(0, n, batch):
