@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench streams|recovery|writer|graphs [options]``.
+"""Command line: ``python -m bench streams|recovery|writer|graphs|nodes|latency|keyed [options]``.
 
 ``streams``   the demo pipeline on LMDB against raw py-lmdb and sqlite3 loops
 ``recovery``  opening a ledger of a million acknowledged messages vs. a thousand
@@ -6,6 +6,7 @@
 ``graphs``    DurableGraph's checkpointed steps against plain pydantic-graph, raw commits and peers
 ``nodes``     durable node commits, a wide graph and a chain, against ordinary mode and raw LMDB
 ``latency``   send to downstream delivery, paced at 1,000 and 50,000 orders a second and at saturation
+``keyed``     per-key totals over 10 to 10^6 keys, split among members, and on PostgreSQL workers
 
 Every run verifies its result; a run that does not verify prints no figure
 and exits with status 1.
@@ -24,6 +25,7 @@ from typing import Any
 
 from ._baselines import probe_fsync, run_raw_lmdb, run_sqlite
 from ._graphs import PEERS, GraphFigure, peer_missing, run_durable, run_peer, run_plain, run_raw_commits
+from ._keyed_command import bench_keyed, parse_counts, show_keyed
 from ._latency import bench_latency, parse_rates, show_latency
 from ._nodes import NodeFigure, run_durable_nodes, run_ordinary_nodes, run_raw_nodes
 from ._recovery import time_recovery
@@ -240,10 +242,16 @@ def psycopg_connect(url: str) -> Any:
 
 
 def _database_url(url: str) -> Callable[[str], str]:
-    """For a server's URL: the URL of another database on it."""
+    """For a server's URL: the URL of another database on it (a ``postgresql://`` URL stays one)."""
+    import urllib.parse
+
     import psycopg
 
     def make(name: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in ("postgres", "postgresql"):  # worker processes take URLs only
+            query = f"?{parts.query}" if parts.query else ""
+            return f"{parts.scheme}://{parts.netloc}/{name}{query}"
         params = psycopg.conninfo.conninfo_to_dict(url)
         params["dbname"] = name
         return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
@@ -747,6 +755,53 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("nodes", help="durable node commits (wide graph, chain) vs ordinary mode and raw LMDB")
     p.add_argument("--nodes", type=int, default=1_000, help="nodes of each graph")
     common(p, 3)
+
+    p = sub.add_parser(
+        "keyed", help="per-key totals over many keys, split among members, and PostgreSQL workers"
+    )
+    p.add_argument("--messages", type=int, default=20_000, help="orders of each LMDB configuration")
+    p.add_argument(
+        "--keys",
+        type=parse_counts,
+        metavar="K,K,...",
+        default=[10, 10_000, 1_000_000],
+        help="customers (default 10,10000,1000000)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help="time budget of each configuration's timed part; a slower one is cut short (default 10)",
+    )
+    p.add_argument(
+        "--members",
+        type=parse_counts,
+        metavar="K,K,...",
+        default=[1, 2, 4],
+        help="members sharing the work (default 1,2,4)",
+    )
+    p.add_argument(
+        "--members-keys", type=int, default=10, help="customers of the members figures (default 10)"
+    )
+    p.add_argument("--window", type=int, default=WINDOW, help="handle_messages window")
+    p.add_argument("--skip-postgres", action="store_true", help="leave out the PostgreSQL workers")
+    p.add_argument("--url", default=None, help="a PostgreSQL server to use (default: a private one)")
+    p.add_argument(
+        "--pg-messages",
+        type=int,
+        default=200_000,
+        help="orders of each PostgreSQL configuration (default 200000)",
+    )
+    p.add_argument("--pg-keys", type=int, default=10, help="customers of the PostgreSQL figures (default 10)")
+    p.add_argument("--pg-shards", type=int, default=8, help="runs the PostgreSQL workload is split into")
+    p.add_argument(
+        "--workers",
+        type=parse_counts,
+        metavar="K,K,...",
+        default=[1, 2, 4],
+        help="worker processes on PostgreSQL (default 1,2,4)",
+    )
+    common(p, 1)
     return parser
 
 
@@ -760,6 +815,7 @@ _COMMANDS: dict[str, tuple[Bench, Show]] = {
     "graphs": (bench_graphs, show_graphs),
     "nodes": (bench_nodes, show_nodes),
     "latency": (lambda args: bench_latency(args, partial(_progress, args.json)), show_latency),
+    "keyed": (lambda args: bench_keyed(args, partial(_progress, args.json)), show_keyed),
 }
 
 

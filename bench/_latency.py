@@ -47,7 +47,9 @@ from ._streams import CAPACITY, WINDOW, verify_ledger
 __all__ = [
     "LatencyRun",
     "Percentiles",
+    "PgTarget",
     "percentiles",
+    "postgres_target",
     "run_latency",
     "run_latency_lmdb",
     "time_ledger_writes",
@@ -424,8 +426,8 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     runs: dict[str, list[LatencyRun]] = {}
     raw: list[Percentiles] = []
     round_trips: list[Percentiles] = []
-    pg_url, pg_skipped, stack = _postgres(args, progress)
-    if pg_url is not None:
+    pg, pg_skipped, stack = postgres_target(args, progress)
+    if pg is not None:
         configs.append(("postgres", True))
     try:
         for k in range(args.repeat):
@@ -450,11 +452,11 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                             workdir=args.workdir,
                         )
                     else:
-                        assert pg_url is not None
+                        assert pg is not None
                         from ._postgres import new_database
 
                         run = run_latency_postgres(
-                            new_database(pg_url[0], pg_url[1]),
+                            new_database(pg.server_url, pg.make_url),
                             rate=rate,
                             seconds=args.seconds,
                             saturation_orders=args.saturation_orders,
@@ -513,8 +515,18 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
-def _postgres(args: Any, progress: Callable[[str], None]) -> tuple[Any, str | None, Any]:
-    """A PostgreSQL server for the run: (server URL, database URL maker), or why there is none."""
+@dataclass(frozen=True)
+class PgTarget:
+    """The PostgreSQL server a bench runs on: its URL, how to name another database of it, its data."""
+
+    server_url: str
+    make_url: Callable[[str], str]
+    #: The data directory of a private server (None for ``--url``'s).
+    data: Path | None = None
+
+
+def postgres_target(args: Any, progress: Callable[[str], None]) -> tuple[PgTarget | None, str | None, Any]:
+    """A PostgreSQL server for the run (``args.url``, or a private one), or why there is none; its stack."""
     from contextlib import ExitStack
 
     stack = ExitStack()
@@ -527,13 +539,13 @@ def _postgres(args: Any, progress: Callable[[str], None]) -> tuple[Any, str | No
     if args.url:
         from .__main__ import _database_url
 
-        return (args.url, _database_url(args.url)), None, stack
+        return PgTarget(args.url, _database_url(args.url)), None, stack
     try:
         server = stack.enter_context(private_server())
     except ServerUnavailableError as exc:
         progress(f"PostgreSQL skipped: {exc}")
         return None, str(exc), stack
-    return (server.url, server.url_for), None, stack
+    return PgTarget(server.url, server.url_for, server.data), None, stack
 
 
 def _shown_float(value: float | None) -> str:

@@ -266,3 +266,91 @@ def test_latency_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_
     text = capsys.readouterr().out
     assert "send to audit's delivery" in text
     assert "raw py-lmdb commit" in text
+
+
+KEYED_TINY = ("keyed", "--messages", "300", "--keys", "10,100", "--members", "1,2")
+
+
+def test_keyed_bench_reports_keys_members_and_goals(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_bench(
+        capsys, *KEYED_TINY, "--members-keys", "100", "--skip-postgres", "--workdir", str(tmp_path)
+    )
+    for name in ("keyed_10", "keyed_100", "members_1", "members_2"):
+        assert out[f"{name}_msgs_per_s"] > 0, name
+        assert out[f"{name}_messages"] == 299, name  # order 1 commits the seeded state, untimed
+        assert out[f"{name}_cut_short"] is False, name
+        assert out[f"{name}_loop_cpu_us_per_msg"] > 0, name
+    assert out["keyed_100_state_bytes"] > out["keyed_10_state_bytes"]
+    assert out["members_mode"] == "groups filtering by key hash (no partitions yet)"
+    assert out["ratio_keyed_100_to_10"] > 0 and out["ratio_members_2_to_1"] > 0
+    assert out["postgres_skipped"] == "--skip-postgres"
+    assert "pg_rollbacks_per_1k_txns" not in out
+    assert set(out["goals_met"]) == {
+        "keyed_100_at_least_0.8_of_keyed_10",
+        "members_2_at_least_0.9_of_members_1",
+    }
+
+
+def test_keyed_bench_cuts_a_configuration_short_at_its_budget(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ("keyed", "--messages", "300", "--keys", "100", "--members", "2", "--seconds", "0")
+    out = run_bench(capsys, *argv, "--skip-postgres", "--workdir", str(tmp_path))
+    for name in ("keyed_100", "members_2"):
+        assert out[f"{name}_cut_short"] is True, name
+        assert 1 <= out[f"{name}_messages"] < 299, name  # the totals verified over the orders handled
+
+
+def test_keyed_bench_reports_no_figure_when_a_total_is_wrong(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench._keyed
+
+    expected = bench._keyed.expected_totals
+
+    def one_off(last: int, keys: int, member: int = 0, members: int = 1) -> dict[str, int]:
+        totals = expected(last, keys, member, members)
+        totals["c0"] = totals.get("c0", 0) + 1
+        return totals
+
+    monkeypatch.setattr(bench._keyed, "expected_totals", one_off)
+    argv = [*KEYED_TINY, "--skip-postgres", "--json", "--workdir", str(tmp_path)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "verification failed" in captured.err
+
+
+def test_keyed_bench_runs_on_postgres_workers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, postgres_server: Any
+) -> None:
+    out = run_bench(
+        capsys,
+        *KEYED_TINY,
+        *("--pg-messages", "200", "--pg-keys", "20", "--pg-shards", "2", "--workers", "1,2"),
+        *("--url", postgres_server.url, "--workdir", str(tmp_path)),
+    )
+    for w in (1, 2):
+        assert out[f"pg_workers_{w}_msgs_per_s"] > 0
+        assert isinstance(out[f"pg_workers_{w}_cpu_us_per_msg"], float)  # net of start-up: may be noise
+        assert out[f"pg_workers_{w}_cpu_us_per_msg_with_startup"] > 0
+        assert out[f"pg_workers_{w}_txns"] > 0
+        assert out[f"pg_workers_{w}_rollbacks_per_1k_txns"] >= 0
+    assert out["pg_worker_startup_cpu_ms"] > 0
+    assert out["pg_rollbacks_per_1k_txns"] == out["pg_workers_2_rollbacks_per_1k_txns"]
+    assert out["pg_workers_1_server_cpu_us_per_msg"] is None  # a server of --url: its CPU is not read
+    assert {
+        "pg_workers_2_cpu_per_msg_at_most_1.1_of_1",
+        "pg_fewer_than_1_rollback_per_1k_txns",
+    } <= set(out["goals_met"])
+
+
+def test_keyed_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["keyed", "--messages", "100", "--keys", "10", "--members", "1", "--seconds", "0"]
+    assert main([*argv, "--skip-postgres", "--workdir", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "10 keys, one group (cut short at 0 s" in text
+    assert "groups filtering by key hash" in text
+    assert "PostgreSQL skipped: --skip-postgres" in text

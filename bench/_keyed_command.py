@@ -1,0 +1,308 @@
+"""The command ``python -m bench keyed``: per-key totals over many keys, members, and PostgreSQL workers.
+
+Three sets of figures, each configuration on a fresh store, medians of
+``--repeat`` rounds:
+
+* ``keyed_<K>``: one group keeping a total per customer as its explicit
+  state, over K customers (``--keys``), on a durable LMDB ledger
+  (:mod:`bench._keyed`);
+* ``members_<M>``: the same over ``--members-keys`` customers, split M ways
+  the one way a process can today: M consumer groups of the stream, each
+  adding only its customers' orders (``--members``);
+* ``pg_workers_<W>``: the workload in ``--pg-shards`` runs on the
+  PostgreSQL ledger, run by W worker processes on one server
+  (:mod:`bench._keyed_postgres`; ``--skip-postgres`` leaves it out).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from ._keyed import KeyedRun, keys_label, run_keyed
+from ._latency import postgres_target
+
+__all__ = ["MEMBERS_MODE", "bench_keyed", "parse_counts", "show_keyed"]
+
+#: What ``members_<M>`` measures today.
+MEMBERS_MODE: Final = "groups filtering by key hash (no partitions yet)"
+#: The goals of the issue "Keyed state and partitioned streams".
+GOAL_MOST_KEYS_TO_FEWEST = 0.8
+GOAL_MEMBERS_TO_ONE = 0.9
+GOAL_PG_CPU_TO_ONE_WORKER = 1.1
+GOAL_PG_ROLLBACKS_PER_1K = 1.0
+
+
+def parse_counts(text: str) -> list[int]:
+    """``10,10000,1000000`` as counts; ``_`` may group digits (``1_000_000``)."""
+    counts = [int(part.strip().replace("_", "")) for part in text.split(",")]
+    if not counts or any(c < 1 for c in counts):
+        raise ValueError(f"counts must be positive: {text!r}")
+    return counts
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _lmdb_figures(prefix: str, runs: Sequence[KeyedRun]) -> dict[str, Any]:
+    return {
+        f"{prefix}_msgs_per_s": _median([r.msgs_per_s for r in runs]),
+        f"{prefix}_messages": _median([r.messages for r in runs]),
+        f"{prefix}_seconds": _median([r.seconds for r in runs]),
+        f"{prefix}_cut_short": any(r.cut_short for r in runs),
+        f"{prefix}_loop_cpu_us_per_msg": _median([r.loop_cpu / r.messages * 1e6 for r in runs]),
+        f"{prefix}_state_bytes": runs[0].state_bytes,
+    }
+
+
+def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Every configuration, ``args.repeat`` rounds; the medians, ratios and goals."""
+    n: int = args.messages
+    keyed: dict[int, list[KeyedRun]] = {}
+    members: dict[int, list[KeyedRun]] = {}
+    pg_rounds: dict[int, list[dict[str, Any]]] = {}
+    startups: list[float] = []
+    pg, pg_skipped, stack = postgres_target(args, progress)
+    settings: dict[str, str] = {}
+    try:
+        if pg is not None:
+            import psycopg
+
+            with psycopg.connect(pg.server_url, autocommit=True) as conn:
+                for name in ("server_version", "synchronous_commit", "default_transaction_isolation"):
+                    row = conn.execute(f"SHOW {name}").fetchone()
+                    settings[name] = str(row[0]) if row is not None else "?"
+        for k in range(args.repeat):
+            progress(f"round {k + 1}/{args.repeat}: {n:,} orders, at most {args.seconds:g} s a configuration")
+            for keys in args.keys:
+                run = run_keyed(
+                    n, keys=keys, seconds=args.seconds, window=args.window, backend=args.backend,
+                    workdir=args.workdir,
+                )  # fmt: skip
+                keyed.setdefault(keys, []).append(run)
+                progress(f"  {keys:,} keys: {_said(run)}")
+            for m in args.members:
+                run = run_keyed(
+                    n, keys=args.members_keys, members=m, seconds=args.seconds, window=args.window,
+                    backend=args.backend, workdir=args.workdir,
+                )  # fmt: skip
+                members.setdefault(m, []).append(run)
+                progress(f"  {m} member(s) over {args.members_keys:,} keys: {_said(run)}")
+            if pg is not None:
+                from ._keyed_postgres import run_keyed_workers, worker_startup_cpu
+                from ._postgres import new_database
+
+                startup = worker_startup_cpu(new_database(pg.server_url, pg.make_url))
+                startups.append(startup)
+                progress(f"  PostgreSQL: one idle worker's start-up and exit {startup * 1000:,.0f} ms CPU")
+                for w in args.workers:
+                    pg_run = run_keyed_workers(
+                        pg.server_url,
+                        new_database(pg.server_url, pg.make_url),
+                        n=args.pg_messages,
+                        keys=args.pg_keys,
+                        shards=args.pg_shards,
+                        workers=w,
+                        data=pg.data,
+                    )
+                    figure = {
+                        "workers": w,
+                        "messages": pg_run.messages,
+                        "seconds": pg_run.seconds,
+                        "msgs_per_s": pg_run.msgs_per_s,
+                        "cpu_us_per_msg": (pg_run.worker_cpu - w * startup) / pg_run.messages * 1e6,
+                        "cpu_us_per_msg_with_startup": pg_run.worker_cpu / pg_run.messages * 1e6,
+                        "server_cpu_us_per_msg": None
+                        if pg_run.server_cpu is None
+                        else pg_run.server_cpu / pg_run.messages * 1e6,
+                        "txns": pg_run.commits + pg_run.rollbacks,
+                        "rollbacks": pg_run.rollbacks,
+                        "rollbacks_per_1k_txns": pg_run.rollbacks_per_1k_txns,
+                    }
+                    pg_rounds.setdefault(w, []).append(figure)
+                    progress(
+                        f"  PostgreSQL, {w} worker(s): {figure['msgs_per_s']:,.0f} msgs/s, "
+                        f"{figure['cpu_us_per_msg']:,.1f} µs worker CPU a message, "
+                        f"{pg_run.rollbacks} rollbacks in {figure['txns']:,} txns"
+                    )
+    finally:
+        stack.close()
+
+    out: dict[str, Any] = {
+        "bench": "keyed",
+        "messages": n,
+        "timed_messages": n - 1,
+        "keys": list(args.keys),
+        "seconds_budget": args.seconds,
+        "members": list(args.members),
+        "members_keys": args.members_keys,
+        "members_mode": MEMBERS_MODE,
+        "state": "explicit handler state: one dict[str, int] of every customer's total per group, "
+        "seeded with every customer at 0",
+        "repeat": args.repeat,
+        "backend": args.backend,
+        "window": args.window,
+        "store": "lmdb, durable",
+        "verified": True,
+        "postgres_skipped": pg_skipped,
+        "load_average_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
+    for keys, runs in keyed.items():
+        out.update(_lmdb_figures(f"keyed_{keys_label(keys)}", runs))
+    for m, runs in members.items():
+        out.update(_lmdb_figures(f"members_{m}", runs))
+    goals: dict[str, bool] = {}
+    fewest, most = min(args.keys), max(args.keys)
+    if most != fewest:
+        few, many = keys_label(fewest), keys_label(most)
+        ratio = out[f"keyed_{many}_msgs_per_s"] / out[f"keyed_{few}_msgs_per_s"]
+        out[f"ratio_keyed_{many}_to_{few}"] = ratio
+        goals[f"keyed_{many}_at_least_{GOAL_MOST_KEYS_TO_FEWEST}_of_keyed_{few}"] = (
+            ratio >= GOAL_MOST_KEYS_TO_FEWEST
+        )
+    widest = max(args.members)
+    if 1 in members and widest > 1:
+        ratio = out[f"members_{widest}_msgs_per_s"] / out["members_1_msgs_per_s"]
+        out[f"ratio_members_{widest}_to_1"] = ratio
+        goals[f"members_{widest}_at_least_{GOAL_MEMBERS_TO_ONE}_of_members_1"] = ratio >= GOAL_MEMBERS_TO_ONE
+    if pg_rounds:
+        out.update(_pg_figures(args, pg_rounds, startups, settings, goals))
+    out["goals_met"] = goals
+    out["runs"] = [
+        *(r.summary() for runs in keyed.values() for r in runs),
+        *({**r.summary(), "members_mode": MEMBERS_MODE} for runs in members.values() for r in runs),
+        *(fig for figs in pg_rounds.values() for fig in figs),
+    ]
+    return out
+
+
+def _pg_figures(
+    args: Any,
+    rounds: dict[int, list[dict[str, Any]]],
+    startups: list[float],
+    settings: dict[str, str],
+    goals: dict[str, bool],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "pg_messages": args.pg_messages,
+        "pg_keys": args.pg_keys,
+        "pg_shards": args.pg_shards,
+        "pg_workers": list(args.workers),
+        "pg_server": settings,
+        "pg_worker_startup_cpu_ms": _median(startups) * 1000,
+        "pg_rollbacks_counted": "xact_rollback / (xact_commit + xact_rollback) of the bench database "
+        "in pg_stat_database, across the workers' run",
+    }
+    for w, figs in rounds.items():
+        for name in ("msgs_per_s", "seconds", "cpu_us_per_msg", "cpu_us_per_msg_with_startup", "txns"):
+            out[f"pg_workers_{w}_{name}"] = _median([f[name] for f in figs])
+        out[f"pg_workers_{w}_rollbacks_per_1k_txns"] = _median([f["rollbacks_per_1k_txns"] for f in figs])
+        server = [f["server_cpu_us_per_msg"] for f in figs if f["server_cpu_us_per_msg"] is not None]
+        out[f"pg_workers_{w}_server_cpu_us_per_msg"] = _median(server) if server else None
+    most = max(rounds)
+    out["pg_rollbacks_per_1k_txns"] = out[f"pg_workers_{most}_rollbacks_per_1k_txns"]
+    if 1 in rounds and most > 1:
+        ratio = out[f"pg_workers_{most}_cpu_us_per_msg"] / out["pg_workers_1_cpu_us_per_msg"]
+        out[f"ratio_pg_workers_{most}_to_1_cpu_per_msg"] = ratio
+        goals[f"pg_workers_{most}_cpu_per_msg_at_most_{GOAL_PG_CPU_TO_ONE_WORKER}_of_1"] = (
+            ratio <= GOAL_PG_CPU_TO_ONE_WORKER
+        )
+    goals[f"pg_fewer_than_{GOAL_PG_ROLLBACKS_PER_1K:g}_rollback_per_1k_txns"] = (
+        out["pg_rollbacks_per_1k_txns"] < GOAL_PG_ROLLBACKS_PER_1K
+    )
+    return out
+
+
+def _said(run: KeyedRun) -> str:
+    cut = f" (cut short: {run.messages:,} orders)" if run.cut_short else ""
+    return (
+        f"{run.msgs_per_s:,.0f} msgs/s, {run.loop_cpu / run.messages * 1e6:,.1f} µs loop CPU a message{cut}"
+    )
+
+
+def _cell(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _lmdb_row(out: dict[str, Any], prefix: str, label: str) -> tuple[str, ...]:
+    cut = (
+        f" (cut short at {out['seconds_budget']:g} s: {out[f'{prefix}_messages']:,.0f} orders)"
+        if out[f"{prefix}_cut_short"]
+        else ""
+    )
+    return (
+        f"{label}{cut}",
+        _cell(out[f"{prefix}_msgs_per_s"]),
+        _cell(out[f"{prefix}_loop_cpu_us_per_msg"], "{:,.1f}"),
+        _cell(out[f"{prefix}_state_bytes"]),
+    )
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)])
+        for row in rows
+    ]
+
+
+def show_keyed(out: dict[str, Any]) -> str:
+    """The figures as tables: keys, members, PostgreSQL workers; then the goals."""
+    rows: list[tuple[str, ...]] = [
+        ("per-key totals on LMDB (durable)", "msgs/s", "loop CPU µs/msg", "state bytes")
+    ]
+    rows += [_lmdb_row(out, f"keyed_{keys_label(k)}", f"{k:,} keys, one group") for k in out["keys"]]
+    rows += [
+        _lmdb_row(out, f"members_{m}", f"{m} member(s) over {out['members_keys']:,} keys")
+        for m in out["members"]
+    ]
+    lines = [
+        f"keyed: {out['messages']:,} orders ({out['timed_messages']:,} timed), at most "
+        f"{out['seconds_budget']:g} s a configuration, median of {out['repeat']}, {out['backend']}, "
+        f"result verified; load average {out['load_average_1m']:.1f} on {out['cpus']} CPUs",
+        f"state: {out['state']}; members: {out['members_mode']}",
+        *_table(rows),
+    ]
+    if out.get("pg_workers"):
+        server = out["pg_server"]
+        isolation = server.get("default_transaction_isolation", "?")
+        lines.append(
+            f"PostgreSQL {server.get('server_version', '?')} ({isolation} by default; the ledger's calls "
+            f"are serializable): {out['pg_messages']:,} orders over "
+            f"{out['pg_keys']:,} keys in {out['pg_shards']} runs; one idle worker's start-up and exit "
+            f"{out['pg_worker_startup_cpu_ms']:,.0f} ms CPU"
+        )
+        pg_rows: list[tuple[str, ...]] = [
+            (
+                "worker processes",
+                "msgs/s",
+                "worker CPU µs/msg",
+                "with start-up",
+                "server CPU µs/msg",
+                "txns",
+                "rollbacks/1k txns",
+            )
+        ]
+        for w in out["pg_workers"]:
+            p = f"pg_workers_{w}"
+            pg_rows.append(
+                (
+                    str(w),
+                    _cell(out[f"{p}_msgs_per_s"]),
+                    _cell(out[f"{p}_cpu_us_per_msg"], "{:,.1f}"),
+                    _cell(out[f"{p}_cpu_us_per_msg_with_startup"], "{:,.1f}"),
+                    _cell(out[f"{p}_server_cpu_us_per_msg"], "{:,.1f}"),
+                    _cell(out[f"{p}_txns"]),
+                    _cell(out[f"{p}_rollbacks_per_1k_txns"], "{:,.2f}"),
+                )
+            )
+        lines += _table(pg_rows)
+    elif out.get("postgres_skipped"):
+        lines.append(f"PostgreSQL skipped: {out['postgres_skipped']}")
+    goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
+    lines.append(f"goals: {goals}")
+    return "\n".join(lines)
