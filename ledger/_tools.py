@@ -25,7 +25,7 @@ __all__ = ["Tools", "tools_for"]
 
 @dataclass(frozen=True)
 class Tools:
-    """A backend's read-only tools, each taking the ledger's path or URL first."""
+    """A backend's tools, each taking the ledger's path or URL first; only backup and demo write."""
 
     #: The ledger as messages name it (a URL without its password).
     describe: Callable[[str], str]

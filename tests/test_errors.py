@@ -34,7 +34,10 @@ ERRORS_MODULES: Mapping[str, str] = {
 }
 #: Modules of the testing kits: their exceptions are a test's own (a fault injected, a history
 #: broken), exported by the kit's public module, not by the package.
-TESTING_KITS = ("streams.testing", "streams._conformance", "ledger.testing")
+TESTING_KITS = (
+    *("streams.testing", "streams._testing", "streams._conformance"),
+    *("ledger.testing", "ledger._testing"),
+)
 #: Exceptions used as signals inside one module pair, never raised to a caller (by qualified name).
 INTERNAL_SIGNALS = {
     "ledger.graphs._values.NotWritable": "the runner catches it: the value is not written down",

@@ -16,7 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["streams", "streams.store", "ledger", "ledger.graphs", "ledger.postgres"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "streams",
+        "streams.store",
+        "streams.testing",
+        "ledger",
+        "ledger.graphs",
+        "ledger.postgres",
+        "ledger.testing",
+    ],
+)
 def test_all_names_are_public_and_exist(name: str) -> None:
     module = importlib.import_module(name)
     assert sorted(module.__all__) == sorted(set(module.__all__))

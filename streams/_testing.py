@@ -1,0 +1,310 @@
+"""The implementation of :mod:`streams.testing`, which documents and exports it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, Protocol, TypeVar
+
+import anyio
+
+from ._store._hooks import STREAM_HOOKS, StreamHooks
+from ._store._layouts import StreamDescriptor
+from ._store._node_records import (
+    CheckpointAttempt,
+    CheckpointAttemptRequest,
+    CheckpointChild,
+    CheckpointChildOpened,
+    CheckpointCommit,
+    NodeCheckpoint,
+)
+from ._store._records import (
+    AppendBatch,
+    MessageAttempt,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    StreamFinish,
+    StreamOpen,
+    StreamOpened,
+    StreamRef,
+)
+
+__all__ = [
+    "FaultyHooks",
+    "FaultyNodeHooks",
+    "InjectedFault",
+    "PassThroughHooks",
+    "PassThroughNodeHooks",
+    "StoreWorld",
+    "check_node_store",
+    "check_stream_store",
+    "node_store_checks",
+    "stray_cancellation",
+    "stream_store_checks",
+]
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class InjectedFault(Exception):
+    """Raised by :class:`FaultyHooks` in place of a store's answer."""
+
+
+class PassThroughHooks:
+    """A :class:`~streams.StreamHooks` that passes every call to ``inner``: a base for wrappers."""
+
+    def __init__(self, inner: StreamHooks) -> None:
+        self.inner = inner
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        return await self.inner.open(request)
+
+    async def append(self, batch: AppendBatch) -> None:
+        await self.inner.append(batch)
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        return await self.inner.open_message(request)
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        return await self.inner.fail_message(request)
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        await self.inner.commit(commits)
+
+    async def finish(self, request: StreamFinish) -> None:
+        await self.inner.finish(request)
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        return await self.inner.describe(ref)
+
+
+class _Faults:
+    """Which call of which hook fails, and how: counts calls and raises :class:`InjectedFault`."""
+
+    def __init__(
+        self,
+        fail: Mapping[str, int],
+        after: bool,
+        hooks: frozenset[str],
+        what: str,
+        error: Callable[[str], BaseException] | None,
+    ) -> None:
+        unknown = set(fail) - hooks
+        if unknown:
+            raise ValueError(f"no such {what}: {sorted(unknown)}")
+        self.fail = dict(fail)
+        self.after = after
+        self.error = error or InjectedFault
+        self.calls: dict[str, int] = {}
+
+    async def call(self, name: str, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        due = self.fail.get(name) == self.calls[name]
+        if due and not self.after:
+            raise self.error(f"injected failure of {name} call {self.calls[name]} (not confirmed)")
+        result = await fn(arg)
+        if due:
+            raise self.error(f"injected failure of {name} call {self.calls[name]} (answer lost)")
+        return result
+
+
+def stray_cancellation(what: str) -> BaseException:
+    """The running backend's cancellation exception, made by hand: what an async driver may raise
+    while nothing cancelled its caller (give it as ``error=`` to the faulty hooks)."""
+    cancelled = anyio.get_cancelled_exc_class()
+    try:
+        return cancelled(what)
+    except TypeError:  # trio's Cancelled has no public constructor
+        made: BaseException = cancelled._create()  # type: ignore[attr-defined]
+        return made
+
+
+_STREAM_HOOKS: Final = frozenset(STREAM_HOOKS)
+_NODE_HOOKS: Final = frozenset({"open_attempt", "fail_attempt", "open_child", "commit_nodes"})
+
+
+class FaultyHooks(PassThroughHooks):
+    """A :class:`~streams.StreamHooks` wrapper that fails chosen calls.
+
+    ``fail`` maps a hook name to the 1-based number of the call that fails
+    (``{"commit": 3}`` fails the third commit). ``after=True`` lets the store
+    confirm the call first, then loses the answer. ``error`` makes the
+    exception raised from its message (:class:`InjectedFault` by default;
+    :func:`stray_cancellation` raises a cancellation nothing asked for).
+    """
+
+    def __init__(
+        self,
+        inner: StreamHooks,
+        *,
+        fail: Mapping[str, int],
+        after: bool = False,
+        error: Callable[[str], BaseException] | None = None,
+    ) -> None:
+        self._faults = _Faults(fail, after, _STREAM_HOOKS, "hook", error)
+        super().__init__(inner)
+        self._call = self._faults.call
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """How many times each hook was called so far."""
+        return self._faults.calls
+
+    async def open(self, request: StreamOpen) -> StreamOpened:
+        return await self._call("open", self.inner.open, request)
+
+    async def append(self, batch: AppendBatch) -> None:
+        await self._call("append", self.inner.append, batch)
+
+    async def open_message(self, request: MessageOpen) -> MessageAttempt:
+        return await self._call("open_message", self.inner.open_message, request)
+
+    async def fail_message(self, request: MessageFail) -> MessageAttempt:
+        return await self._call("fail_message", self.inner.fail_message, request)
+
+    async def commit(self, commits: Sequence[MessageCommit]) -> None:
+        await self._call("commit", self.inner.commit, commits)
+
+    async def finish(self, request: StreamFinish) -> None:
+        await self._call("finish", self.inner.finish, request)
+
+    async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
+        return await self._call("describe", self.inner.describe, ref)
+
+
+class PassThroughNodeHooks:
+    """A :class:`~streams.store.CheckpointHooks` that passes every call to ``inner``: a base for wrappers.
+
+    Besides the four hooks it passes ``streams`` and the two reads a host
+    resumes with, ``await node_records(scope)`` and ``await scope_failed(scope)``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def streams(self) -> StreamHooks:
+        streams: StreamHooks = self.inner.streams
+        return streams
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        attempt: CheckpointAttempt = await self.inner.open_attempt(request)
+        return attempt
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        attempt: CheckpointAttempt = await self.inner.fail_attempt(scope)
+        return attempt
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        opened: CheckpointChildOpened = await self.inner.open_child(child)
+        return opened
+
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        await self.inner.commit_nodes(commits)
+
+    async def node_records(self, scope: str) -> tuple[NodeCheckpoint, ...]:
+        records: tuple[NodeCheckpoint, ...] = await self.inner.node_records(scope)
+        return records
+
+    async def scope_failed(self, scope: str) -> bool:
+        return bool(await self.inner.scope_failed(scope))
+
+
+class FaultyNodeHooks(PassThroughNodeHooks):
+    """A node-hook wrapper that fails chosen calls, as :class:`FaultyHooks` does for stream hooks.
+
+    ``fail`` maps ``open_attempt``, ``fail_attempt``, ``open_child`` or
+    ``commit_nodes`` to the 1-based number of the call that fails;
+    ``after=True`` lets the store confirm it first, then loses the answer;
+    ``error`` is :class:`FaultyHooks`'s.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        fail: Mapping[str, int],
+        after: bool = False,
+        error: Callable[[str], BaseException] | None = None,
+    ) -> None:
+        self._faults = _Faults(fail, after, _NODE_HOOKS, "node hook", error)
+        super().__init__(inner)
+        self._call = self._faults.call
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """How many times each node hook was called so far."""
+        return self._faults.calls
+
+    async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
+        return await self._call("open_attempt", super().open_attempt, request)
+
+    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+        return await self._call("fail_attempt", super().fail_attempt, scope)
+
+    async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
+        return await self._call("open_child", super().open_child, child)
+
+    async def commit_nodes(self, commits: Sequence[CheckpointCommit]) -> None:
+        await self._call("commit_nodes", super().commit_nodes, commits)
+
+
+class StoreWorld(Protocol):
+    """A store's storage reached through sessions; each session is one process lifetime.
+
+    ``session()`` is an async context manager giving the store's
+    :class:`~streams.StreamHooks`. Leaving a session and entering a new one is
+    a restart: a store that keeps its records elsewhere opens them again, an
+    in-process store gives the same object again.
+    """
+
+    def session(self) -> AbstractAsyncContextManager[StreamHooks]: ...
+
+
+def stream_store_checks() -> list[tuple[str, Callable[[StoreWorld], Awaitable[None]]]]:
+    """Every check of the conformance suite, named, to run one by one (one test each).
+
+    Each check wants a fresh world: storage that no check used before.
+    """
+    from ._conformance import CHECKS  # the checks use this module's wrappers
+
+    return [(c.name, c.run) for c in CHECKS]
+
+
+async def check_stream_store(new_world: Callable[[], StoreWorld]) -> None:
+    """Run the whole conformance suite against a store; raise at the first check that fails.
+
+    ``new_world()`` gives fresh storage for each check. The failure says
+    which check failed (as a note on the exception).
+    """
+    for name, run in stream_store_checks():
+        try:
+            await run(new_world())
+        except BaseException as exc:
+            exc.add_note(f"conformance check {name} failed")
+            raise
+
+
+def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
+    """Every check of the node-hook conformance suite, named; each wants a fresh world.
+
+    A world has ``session()``, an async context manager yielding the store's
+    :class:`~streams.store.CheckpointHooks` (with ``node_records(scope)`` and
+    ``scope_failed(scope)``, what a host reads to resume).
+    """
+    from ._conformance import contexts, failure_paths, host_streams, node_streams  # noqa: F401 - register checks
+    from ._conformance.nodes import NODE_CHECKS
+
+    return list(NODE_CHECKS)
+
+
+async def check_node_store(new_world: Callable[[], Any]) -> None:
+    """Run the node-hook conformance suite against a store; raise at the first check that fails."""
+    for name, run in node_store_checks():
+        try:
+            await run(new_world())
+        except BaseException as exc:
+            exc.add_note(f"node conformance check {name} failed")
+            raise
