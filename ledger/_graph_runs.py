@@ -123,9 +123,10 @@ class GraphRunBook(Protocol):
     @property
     def owner(self) -> object: ...
 
-    async def read_run(self, run_id: str) -> GraphRunRecord | None: ...
-
-    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None: ...
+    async def read(self, run_id: str) -> tuple[GraphRunRecord | None, GraphCheckpoint | str | None]:
+        """The run's record (None if the ledger never saw it) and its checkpoint (None if it has
+        none, ``"format"`` if it is not one of ours), both from one snapshot of the ledger."""
+        ...
 
     async def write_run(
         self,

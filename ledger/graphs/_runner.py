@@ -238,8 +238,7 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
         A finished run opens no attempt: its record stays as it is.
         """
         book = self.ledger.graph_runs
-        record = await book.read_run(run_id)
-        saved = await book.read_checkpoint(run_id)
+        record, saved = await book.read(run_id)  # one snapshot: another worker may write between two
         restore: Restore | None = None
         discarded = record.discarded if record is not None else None
         if saved is not None:
@@ -359,10 +358,9 @@ class DurableGraph(Generic[StateT, DepsT, InputT, OutputT]):
     async def status(self, run_id: str) -> GraphRunStatus | None:
         """The run as the ledger holds it, or None if the ledger has never seen it."""
         book = self.ledger.graph_runs
-        record = await book.read_run(run_id)
+        record, saved = await book.read(run_id)
         if record is None:
             return None
-        saved = await book.read_checkpoint(run_id)
         next_node = None
         if isinstance(saved, GraphCheckpoint) and saved.tasks:
             next_node = saved.tasks[0].node_id

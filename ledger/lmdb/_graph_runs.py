@@ -23,7 +23,6 @@ __all__ = [
     "checkpoint_key",
     "delete_run",
     "list_runs",
-    "read_checkpoint",
     "read_run",
     "run_key",
     "write_run",
@@ -34,19 +33,13 @@ _run_decoder: Final = msgspec.msgpack.Decoder(GraphRunRecord)
 _encoder: Final = msgspec.msgpack.Encoder()
 
 
-def read_run(env: LedgerEnv, run_id: str) -> GraphRunRecord | None:
-    key = run_key(run_id)
+def read_run(env: LedgerEnv, run_id: str) -> tuple[GraphRunRecord | None, GraphCheckpoint | str | None]:
+    """The run's record and checkpoint (``"format"`` if it is not one of ours), from one read."""
+    key, ckey = run_key(run_id), checkpoint_key(run_id)
     with env.read() as txn:
-        raw = txn.get(key, db=env.db(DB))
-    return None if raw is None else decode_record(bytes(raw), _run_decoder, db=DB, key=key)
-
-
-def read_checkpoint(env: LedgerEnv, run_id: str) -> GraphCheckpoint | str | None:
-    """The run's checkpoint, None if it has none, or ``"format"`` if it is not one of ours."""
-    key = checkpoint_key(run_id)
-    with env.read() as txn:
-        raw = txn.get(key, db=env.db(DB))
-    return None if raw is None else _decode_checkpoint(key, bytes(raw))
+        raw, raw_checkpoint = txn.get(key, db=env.db(DB)), txn.get(ckey, db=env.db(DB))
+    record = None if raw is None else decode_record(bytes(raw), _run_decoder, db=DB, key=key)
+    return record, None if raw_checkpoint is None else _decode_checkpoint(ckey, bytes(raw_checkpoint))
 
 
 def list_runs(env: LedgerEnv) -> Iterator[tuple[GraphRunRecord, GraphCheckpoint | str | None]]:
@@ -127,11 +120,8 @@ class LmdbGraphRuns:
         """What identifies the ledger: a run id runs once at a time per ledger and process."""
         return self.env
 
-    async def read_run(self, run_id: str) -> GraphRunRecord | None:
+    async def read(self, run_id: str) -> tuple[GraphRunRecord | None, GraphCheckpoint | str | None]:
         return read_run(self.env, run_id)
-
-    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
-        return read_checkpoint(self.env, run_id)
 
     async def write_run(
         self,

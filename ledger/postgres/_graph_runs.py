@@ -40,17 +40,14 @@ class PgGraphRuns:
 
         return await self._connection.read(read)
 
-    async def read_run(self, run_id: str) -> GraphRunRecord | None:
-        row = await self._row(run_id)
+    async def read(self, run_id: str) -> tuple[GraphRunRecord | None, GraphCheckpoint | str | None]:
+        row = await self._row(run_id)  # one row holds both: one statement, one snapshot
         if row is None:
-            return None
+            return None, None
         what = f"the record of graph run {run_id!r}"
         record = decode_row(_run_decoder, row[0], what)
-        return keyed(record, record.run_id, run_id, what)
-
-    async def read_checkpoint(self, run_id: str) -> GraphCheckpoint | str | None:
-        row = await self._row(run_id)
-        return None if row is None or row[1] is None else decode_checkpoint_body(row[1])
+        checkpoint = None if row[1] is None else decode_checkpoint_body(row[1])
+        return keyed(record, record.run_id, run_id, what), checkpoint
 
     async def write_run(
         self,

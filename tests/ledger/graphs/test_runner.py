@@ -148,3 +148,29 @@ async def test_a_resumed_run_is_given_the_original_graph_inputs(
     )
     assert trail.retry == ["two"]
     assert trail.result.output == 82
+
+
+async def test_a_runs_record_and_checkpoint_are_read_together_from_one_snapshot(opening: Opening) -> None:
+    """Resuming reads the record and the checkpoint in one read: on PostgreSQL one statement, so
+    another worker's write can never fall between them."""
+    async with opening() as ledger:
+        graph = durable(three_steps(), ledger)
+        with pytest.raises(Boom):
+            await graph.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"two"}))
+        record, saved = await ledger.graph_runs.read("r")
+        assert record is not None and record.run_id == "r"
+        assert saved is not None and not isinstance(saved, str)
+        assert await ledger.graph_runs.read("never") == (None, None)
+        backend = ledger.backend
+        if hasattr(backend, "connection"):  # PostgreSQL: count the statements a status takes
+            reads = 0
+            read = backend.connection.read
+
+            async def counted(op: object) -> object:
+                nonlocal reads
+                reads += 1
+                return await read(op)
+
+            backend.connection.read = counted
+            assert await graph.status("r") is not None
+            assert reads == 1
