@@ -81,6 +81,9 @@ class Message(Generic[T_co]):
 
 
 class GroupSnapshot(msgspec.Struct, frozen=True):
+    """One consumer group in a :class:`StreamSnapshot`: its contiguous frontier, the confirmed messages
+    it has not acknowledged yet, how many used their whole budget, and whether it stopped reading."""
+
     group: str
     acked_through: int
     pending: int

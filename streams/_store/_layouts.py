@@ -33,6 +33,9 @@ class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
 
 
 class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A message's budget in one group, kept while it has confirmed failures and is not acknowledged:
+    how many attempts failed, whether the budget is used up, and when and how the last one failed."""
+
     failures: int
     exhausted: bool
     failed_at: float = 0.0  # when the last failure was confirmed (Unix seconds)

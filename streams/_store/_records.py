@@ -72,6 +72,8 @@ class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One confirmed message of a stream: its sequence number and its encoded payload."""
+
     seq: int
     payload: bytes
 
@@ -143,6 +145,9 @@ class MessageOpen(msgspec.Struct, frozen=True, gc=False):
 
 
 class MessageAttempt(msgspec.Struct, frozen=True, gc=False):
+    """What ``open_message`` and ``fail_message`` confirm of a message in its group: the failed attempts
+    before this one, whether its budget is used up, and the group's state the attempt starts from."""
+
     index: int  # attempts already confirmed failed
     exhausted: bool
     state: bytes | None
