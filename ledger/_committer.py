@@ -53,18 +53,29 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 from opentelemetry.trace import Link, Span, SpanContext, get_current_span
 
-from streams.store import ATTR, INSTRUMENTS, SPAN, failed, tracer
+from streams.store import ATTR, INSTRUMENTS, SPAN, failed, single_error, tracer
 
 from ._errors import WriteFailedError
 
-__all__ = ["GATHER_STEPS", "Answer", "Batch", "BatchTimer", "BeforeCommit", "GroupCommitter", "WriteTicket"]
+__all__ = [
+    "GATHER_STEPS",
+    "Answer",
+    "Batch",
+    "BatchTimer",
+    "BeforeCommit",
+    "GroupCommitter",
+    "ServesWrites",
+    "WriteTicket",
+    "serving",
+]
 
 T = TypeVar("T")
 W = TypeVar("W")
@@ -321,6 +332,58 @@ class GroupCommitter(Generic[W]):
             return self._commit(batch)
         finally:
             timer(batch.handed, began, time.perf_counter())
+
+
+class ServesWrites(Generic[W]):
+    """What a backend's writes go through while it serves (``LedgerEnv``, ``PgConnection``): a committer.
+
+    A subclass says how its committer is made (:meth:`_new_committer`) and
+    submits to ``_committer`` while it is not None.
+    """
+
+    _committer: GroupCommitter[W] | None = None
+
+    def _new_committer(self, before_commit: BeforeCommit | None) -> GroupCommitter[W]:
+        raise NotImplementedError
+
+    async def serve(
+        self,
+        *,
+        before_commit: BeforeCommit | None = None,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Commit the writes submitted (a :class:`GroupCommitter`) until :meth:`stop_serving`.
+
+        Then commits what is pending and returns. It is shielded from
+        cancellation: code that unwinds after a cancellation can still write
+        until the owner of the ledger stops it. ``before_commit`` is a fault
+        hook for tests (:data:`BeforeCommit`).
+        """
+        committer = self._new_committer(before_commit)
+        self._committer = committer
+        task_status.started()
+        try:
+            await committer.run()
+        finally:
+            self._committer = None
+
+    def stop_serving(self) -> None:
+        """Let :meth:`serve` return once every write submitted so far is committed."""
+        if self._committer is not None:
+            self._committer.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving(part: ServesWrites[Any]) -> AsyncIterator[None]:
+    """Serve ``part``'s writes for the block; on its way out, every write it submitted is committed."""
+    with single_error():
+        async with anyio.create_task_group() as tg:
+            await tg.start(part.serve)
+            try:
+                yield
+            finally:
+                # serve() ignores cancellation: the block may still write while it unwinds
+                part.stop_serving()
 
 
 def _links(batch: list[WriteTicket[Any]]) -> list[Link]:

@@ -12,8 +12,7 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from streams.store import single_error
-
+from .._committer import serving
 from .._graph_runs import GraphRunBook
 from .._ledger import Ledger
 from .._runs import RunRecord, run_exists
@@ -136,13 +135,7 @@ async def open_ledger(
     with anyio.CancelScope(shield=True):  # an environment opened is always closed below
         env = await anyio.to_thread.run_sync(opening)  # files, locks and fsyncs: off the event loop
     try:
-        with single_error():
-            async with anyio.create_task_group() as tg:
-                await tg.start(env.serve)
-                try:
-                    yield Ledger(LmdbBackend(env))
-                finally:
-                    # serve() ignores cancellation: the block may still write while it unwinds
-                    env.stop_serving()
+        async with serving(env):
+            yield Ledger(LmdbBackend(env))
     finally:
         env.close()

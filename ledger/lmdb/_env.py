@@ -24,13 +24,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import anyio
 import lmdb
 import msgspec
 
 from streams.store import ATTR
 
-from .._committer import BeforeCommit, GroupCommitter, WriteTicket
+from .._committer import BeforeCommit, GroupCommitter, ServesWrites, WriteTicket
 from .._errors import (
     CorruptRecordError,
     DamagedLedgerError,
@@ -103,7 +102,7 @@ def write_mode(sync: bool) -> dict[str, bool]:
     return {"sync": sync, "metasync": sync, "readahead": False}
 
 
-class LedgerEnv:
+class LedgerEnv(ServesWrites[LmdbWrite]):
     """An open ledger environment. Create with :meth:`open`; serve writes inside :meth:`serving`."""
 
     def __init__(
@@ -122,7 +121,7 @@ class LedgerEnv:
         self.max_map_size = max_map_size
         self.readonly = readonly
         self._dbs = _open_databases(env)
-        self._committer: GroupCommitter[LmdbWrite] | None = None  # while serving writes
+        self._committer = None  # while serving writes
         self._map_lock = threading.Lock()
         self._closed = False
         #: Called on the writer thread after each committed batch with its writes and successes (bench).
@@ -341,37 +340,15 @@ class LedgerEnv:
         """Submit ``fn`` and wait until its batch is durable (withdrawn if cancelled before it left)."""
         return await self.submit(fn).wait()
 
-    async def serve(
-        self,
-        *,
-        before_commit: BeforeCommit | None = None,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Commit submitted writes (:class:`~ledger._committer.GroupCommitter`) until :meth:`stop_serving`.
-
-        Then commits what is pending and returns. The loop is shielded from
-        cancellation: code that unwinds after a cancellation can still write
-        until the owner of the ledger stops it. ``before_commit`` is a fault
-        hook for tests (:data:`~ledger._committer.BeforeCommit`).
-        """
-        committer: GroupCommitter[LmdbWrite] = GroupCommitter(
+    def _new_committer(self, before_commit: BeforeCommit | None) -> GroupCommitter[LmdbWrite]:
+        """The committer :meth:`serve` runs: LMDB batches (`ledger/lmdb/_commit.py`) on its writer thread."""
+        return GroupCommitter(
             LmdbBatches(self).commit,
             where=f"ledger {self.path}",
             attributes={ATTR.LEDGER: self.path.name},
             timer=lambda: self.batch_timer,
             before_commit=before_commit,
         )
-        self._committer = committer
-        task_status.started()
-        try:
-            await committer.run()
-        finally:
-            self._committer = None
-
-    def stop_serving(self) -> None:
-        """Let :meth:`serve` return once every write submitted so far is committed."""
-        if self._committer is not None:
-            self._committer.stop()
 
     # -- the committer's access to the environment (writer thread) -------------------------
 

@@ -9,8 +9,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from streams.store import single_error
-
+from .._committer import serving
 from .._errors import LeaseLostError, RunActiveError
 from .._format import run_id_bytes
 from .._graph_runs import GraphRunBook
@@ -111,14 +110,8 @@ async def open_postgres(
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(connection.connect)
     try:
-        with single_error():
-            async with anyio.create_task_group() as tg:
-                await tg.start(connection.serve)
-                try:
-                    yield Ledger(PgBackend(connection))
-                finally:
-                    # serve() ignores cancellation: the block may still write while it unwinds
-                    connection.stop_serving()
+        async with serving(connection):
+            yield Ledger(PgBackend(connection))
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(connection.close)

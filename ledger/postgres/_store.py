@@ -34,7 +34,7 @@ import psycopg
 from streams import StreamRef
 from streams.store import ATTR
 
-from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter
+from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter, ServesWrites
 from .._errors import LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import (
     CONFLICTS,
@@ -171,7 +171,7 @@ def _set_session_timeouts(conn: Any) -> None:
     ).fetchall()
 
 
-class PgConnection:
+class PgConnection(ServesWrites["_Call"]):
     """A ledger's connection, and its group commit.
 
     Calls made while a transaction is in flight wait and then share the next
@@ -193,7 +193,7 @@ class PgConnection:
         self._closing = threading.Event()  # set by close: a wait for the server stops at once
         self._outage: _Outage | None = None  # the server is away since, and tried so often
         self._ids: dict[StreamRef, int] = {}
-        self._committer: GroupCommitter[_Call] | None = None  # while serving
+        self._committer = None  # while serving
         #: Transactions committed and the calls they confirmed, for benchmarks and tests.
         self.transactions = 0
         self.calls = 0
@@ -297,36 +297,15 @@ class PgConnection:
         result: T = await committer.write(_Call(op, savepoint=not buffered, idempotent=idempotent))
         return result
 
-    async def serve(
-        self,
-        *,
-        before_commit: BeforeCommit | None = None,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Commit the calls made (:class:`~ledger._committer.GroupCommitter`) until :meth:`stop_serving`.
-
-        Then commits what is pending and returns; shielded from cancellation,
-        as an LMDB ledger's is. ``before_commit`` is a fault hook for tests
-        (:data:`~ledger._committer.BeforeCommit`).
-        """
-        committer: GroupCommitter[_Call] = GroupCommitter(
+    def _new_committer(self, before_commit: BeforeCommit | None) -> GroupCommitter[_Call]:
+        """The committer :meth:`serve` runs: one serializable transaction a batch, on its writer thread."""
+        return GroupCommitter(
             self._commit,
             where=self.where,
             attributes={ATTR.LEDGER: _database(self.url)},
             timer=lambda: self.batch_timer,
             before_commit=before_commit,
         )
-        self._committer = committer
-        task_status.started()
-        try:
-            await committer.run()
-        finally:
-            self._committer = None
-
-    def stop_serving(self) -> None:
-        """Let :meth:`serve` return once every call made so far is committed."""
-        if self._committer is not None:
-            self._committer.stop()
 
     def _commit(self, batch: Batch[_Call]) -> Answer:
         """The committer's writer thread: one transaction for the batch's calls, each answered."""
