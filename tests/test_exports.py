@@ -15,19 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "streams",
-        "streams.store",
-        "streams.testing",
-        "ledger",
-        "ledger.graphs",
-        "ledger.postgres",
-        "ledger.testing",
-    ],
+#: The public modules, each with ``__all__``.
+PUBLIC = (
+    *("streams", "streams.store", "streams.testing"),
+    *("ledger", "ledger.graphs", "ledger.postgres", "ledger.testing"),
 )
+
+
+@pytest.mark.parametrize("name", PUBLIC)
 def test_all_names_are_public_and_exist(name: str) -> None:
     module = importlib.import_module(name)
     assert sorted(module.__all__) == sorted(set(module.__all__))
@@ -103,17 +98,6 @@ def test_ledger_subpackages_share_objects_only_as_ledger_names_them(name: str) -
         obj = getattr(sub, attr)
         if isinstance(obj, type | types.FunctionType) and attr in root.__all__:
             assert getattr(root, attr) is obj and obj.__module__ == "ledger", f"{name}.{attr}"
-
-
-PUBLIC = [
-    "streams",
-    "streams.store",
-    "streams.testing",
-    "ledger",
-    "ledger.graphs",
-    "ledger.postgres",
-    "ledger.testing",
-]
 
 
 def _private_classes(hint: Any, found: set[str]) -> None:

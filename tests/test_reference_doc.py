@@ -19,19 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from .test_exports import PUBLIC
+
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference.md"
 
-#: The public modules, each with ``__all__``.
-MODULES = (
-    "streams",
-    "streams.store",
-    "streams.testing",
-    "ledger",
-    "ledger.graphs",
-    "ledger.postgres",
-    "ledger.testing",
-)
+MODULES = PUBLIC
 
 _FENCE = re.compile(r"^```")
 _HEADING = re.compile(r"^(#+) (.*)$")
