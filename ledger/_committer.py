@@ -48,6 +48,7 @@ the writer thread does no tracing work.
 
 from __future__ import annotations
 
+import abc
 import collections
 import contextlib
 import queue
@@ -334,7 +335,7 @@ class GroupCommitter(Generic[W]):
             timer(batch.handed, began, time.perf_counter())
 
 
-class ServesWrites(Generic[W]):
+class ServesWrites(abc.ABC, Generic[W]):
     """What a backend's writes go through while it serves (``LedgerEnv``, ``PgConnection``): a committer.
 
     A subclass says how its committer is made (:meth:`_new_committer`) and
@@ -343,8 +344,9 @@ class ServesWrites(Generic[W]):
 
     _committer: GroupCommitter[W] | None = None
 
+    @abc.abstractmethod
     def _new_committer(self, before_commit: BeforeCommit | None) -> GroupCommitter[W]:
-        raise NotImplementedError
+        """The committer :meth:`serve` runs, over this backend's batch commit."""
 
     async def serve(
         self,
