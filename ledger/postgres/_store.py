@@ -20,15 +20,14 @@ the ledger's (:func:`~ledger.postgres._faults.ledger_error`).
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
-import anyio.abc
+import anyio.to_thread
 import psycopg
 
 from streams import StreamRef
@@ -63,11 +62,6 @@ class Calls(Protocol):
     ) -> T: ...
 
     async def read(self, op: Callable[[PgView], T]) -> T: ...
-
-
-@contextlib.contextmanager
-def _no_savepoint() -> Iterator[None]:
-    yield
 
 
 T = TypeVar("T")
