@@ -765,7 +765,14 @@ def _parser() -> argparse.ArgumentParser:
         type=parse_counts,
         metavar="K,K,...",
         default=[10, 10_000, 1_000_000],
-        help="customers (default 10,10000,1000000)",
+        help="customers of the keyed-state figures (default 10,10000,1000000)",
+    )
+    p.add_argument(
+        "--explicit-keys",
+        type=parse_counts,
+        metavar="K,K,...",
+        default=[10, 10_000],
+        help="customers of the baseline kept in one explicit state (default 10,10000)",
     )
     p.add_argument(
         "--seconds",

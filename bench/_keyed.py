@@ -1,11 +1,14 @@
-"""Per-key totals with explicit handler state: one dict of every customer's total, per consumer group.
+"""Per-key totals: a running total per customer, in keyed state or in one explicit state.
 
 The shape of the issue "Keyed state and partitioned streams": orders
 ``(customer, amount)`` over K customers; a handler keeps a running total per
-customer. Explicit state (``tx.state``) is one value per group, so the
-handler's state is a ``dict[str, int]`` of every customer it has seen, and
-the engine decodes it for every message, and encodes and reads it back for
-every ``set_state``. What one message costs so grows with K.
+customer. With ``state="keyed"`` the group keeps them in keyed state
+(``handle_messages(..., keyed=KeyedState(str, int))``): the handler reads
+and writes one customer's total per order, and what an order costs does not
+depend on K. With ``state="explicit"`` (the baseline) the handler's state
+(``tx.state``) is one ``dict[str, int]`` of every customer it has seen,
+which the engine decodes for every message, and encodes and reads back for
+every ``set_state``: what one message costs grows with K.
 
 One configuration, on a fresh durable LMDB ledger:
 
@@ -14,8 +17,11 @@ One configuration, on a fresh durable LMDB ledger:
    runs: the figures are the handlers' alone.
 2. Each group handles order 1 (``limit=1``) starting from its seeded state,
    every customer it owns at total 0, and commits it: the group starts the
-   measured part with all its K customers in its committed state, as a
-   group that has seen them before does. Untimed.
+   measured part with all its K customers in its committed state (or keyed
+   state), as a group that has seen them before does. Untimed. The keyed
+   handler reads ahead (``prefetch``) the customers of each batch of
+   orders, and keeps at most ``KeyedState``'s default of 100,000 totals in
+   memory: over a million customers, most reads are the ledger's.
 3. Timed: each group handles orders 2..N from the committed state. A group
    still handling when ``seconds`` have passed stops (``tx.stop()``) after
    that message; the configuration is then *cut short*, and its rate is
@@ -28,10 +34,10 @@ today to split a keyed workload, since a group is one handler task and a
 stream has no partitions. Its rate counts the messages every group has
 handled.
 
-Each run is verified: every group's returned state and the state it
-committed (the closed ledger reopened and read back) must equal the totals
-recomputed from the orders it handled, and its frontier must be at its last
-handled message. A run that does not verify raises :class:`BenchError`.
+Each run is verified: every group's totals as committed (the closed ledger
+reopened and read back; with explicit state, its returned state too) must
+equal the totals recomputed from the orders it handled, and its frontier
+must be at its last handled message. A run that does not verify raises :class:`BenchError`.
 """
 
 from __future__ import annotations
@@ -48,7 +54,16 @@ import anyio
 import msgspec
 
 from ledger import LedgerEnv, inspect_ledger, open_ledger
-from streams import HandleResult, Key, MessageTx, Stream, handle_messages, open_scope
+from streams import (
+    HandleResult,
+    Key,
+    KeyedState,
+    MessageTx,
+    Stream,
+    StreamRef,
+    handle_messages,
+    open_scope,
+)
 
 from ._shape import BenchError
 
@@ -56,6 +71,7 @@ __all__ = [
     "CUSTOMER_ORDERS",
     "CustomerOrder",
     "KeyedRun",
+    "STATES",
     "Totals",
     "customer_order",
     "expected_totals",
@@ -69,6 +85,8 @@ __all__ = [
 SPREAD: Final = 2_654_435_761
 
 Totals = dict[str, int]
+#: Where the handler keeps its totals: keyed state (a total per key), or one explicit state (a dict).
+STATES: Final = ("keyed", "explicit")
 
 
 class CustomerOrder(msgspec.Struct, frozen=True, gc=False):
@@ -123,13 +141,14 @@ class KeyedRun:
 
     keys: int
     members: int
+    state: str
     #: Messages every group handled in the timed part (orders 2..N, or fewer if cut short).
     messages: int
     seconds: float
     cut_short: bool
     #: CPU seconds of the event-loop thread in the timed part.
     loop_cpu: float
-    #: Bytes of the largest group's committed state (its msgpack encoding).
+    #: Bytes of the largest group's committed totals (their msgpack encoding as one dict).
     state_bytes: int
 
     @property
@@ -140,6 +159,7 @@ class KeyedRun:
         return {
             "keys": self.keys,
             "members": self.members,
+            "state": self.state,
             "messages": self.messages,
             "seconds": self.seconds,
             "msgs_per_s": self.msgs_per_s,
@@ -168,7 +188,33 @@ def _handler(
     return add
 
 
-async def _run(path: Path, n: int, keys: int, members: int, seconds: float, window: int) -> KeyedRun:
+def _keyed_handler(
+    member: int, members: int, seed: Totals | None, *, deadline: list[float]
+) -> Callable[[MessageTx[None], CustomerOrder], Any]:
+    """The keyed handler of group ``m{member}``: ``seed`` puts every customer it owns at 0 first."""
+    clock = time.perf_counter
+
+    async def add(tx: MessageTx[None], order: CustomerOrder) -> None:
+        totals = tx.store
+        if seed is not None:
+            for customer, total in seed.items():
+                totals.put(customer, total)
+        if members == 1 or member_of(order.customer, members) == member:
+            customer = order.customer
+            totals.put(customer, (0 if seed is not None else await totals.get(customer, 0)) + order.amount)
+        if clock() > deadline[0]:
+            tx.stop()
+
+    return add
+
+
+def _keyed_state() -> KeyedState[str, int]:
+    return KeyedState(str, int, prefetch=lambda order: order.customer)
+
+
+async def _run(
+    path: Path, n: int, keys: int, members: int, seconds: float, window: int, state: str
+) -> KeyedRun:
     groups = tuple(f"m{m}" for m in range(members))
     async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="keyed") as scope:
         stream = await scope.open_stream(
@@ -186,30 +232,48 @@ async def _run(path: Path, n: int, keys: int, members: int, seconds: float, wind
         await writer.finish()
 
         never = [float("inf")]
+        keyed = state == "keyed"
         for m, group in enumerate(groups):  # order 1 commits the seeded state of every group
-            seeded = await handle_messages(
-                stream.reader(group),
-                _handler(m, members, always_set=True, deadline=never),
-                initial_state=seeded_totals(keys, m, members),
-                state_type=Totals,
-                window=window,
-                limit=1,
-            )
+            if keyed:
+                seeded: HandleResult[Any] = await handle_messages(
+                    stream.reader(group),
+                    _keyed_handler(m, members, seeded_totals(keys, m, members), deadline=never),
+                    keyed=_keyed_state(),
+                    window=window,
+                    limit=1,
+                )
+            else:
+                seeded = await handle_messages(
+                    stream.reader(group),
+                    _handler(m, members, always_set=True, deadline=never),
+                    initial_state=seeded_totals(keys, m, members),
+                    state_type=Totals,
+                    window=window,
+                    limit=1,
+                )
             if seeded.handled != 1:
                 raise BenchError(f"group {group} handled {seeded.handled} messages of its seed, not 1")
 
-        results: dict[int, HandleResult[Totals]] = {}
+        results: dict[int, HandleResult[Any]] = {}
         ended: dict[int, float] = {}
         deadline = [float("inf")]
 
         async def member(m: int) -> None:
-            results[m] = await handle_messages(
-                stream.reader(groups[m]),
-                _handler(m, members, always_set=False, deadline=deadline),
-                initial_state={},
-                state_type=Totals,
-                window=window,
-            )
+            if keyed:
+                results[m] = await handle_messages(
+                    stream.reader(groups[m]),
+                    _keyed_handler(m, members, None, deadline=deadline),
+                    keyed=_keyed_state(),
+                    window=window,
+                )
+            else:
+                results[m] = await handle_messages(
+                    stream.reader(groups[m]),
+                    _handler(m, members, always_set=False, deadline=deadline),
+                    initial_state={},
+                    state_type=Totals,
+                    window=window,
+                )
             ended[m] = time.perf_counter()
 
         cpu = time.thread_time()
@@ -227,15 +291,28 @@ async def _run(path: Path, n: int, keys: int, members: int, seconds: float, wind
         raise BenchError(f"the groups handled {handled} of the {n - 1} timed orders without stopping")
     expected = {m: expected_totals(1 + handled[m], keys, m, members) for m in range(members)}
     for m in range(members):
-        if results[m].state != expected[m]:
+        if not keyed and results[m].state != expected[m]:
             raise BenchError(f"group {groups[m]} returned totals that differ from its orders' ({keys} keys)")
-    _verify_ledger(path, groups, handled, expected)
+    _verify_ledger(path, groups, handled, expected, keyed=keyed)
+    if keyed:
+        await _verify_keyed(path, groups, expected)
     state_bytes = max(len(msgspec.msgpack.encode(totals)) for totals in expected.values())
-    return KeyedRun(keys, members, min(handled.values()), elapsed, cut_short, loop_cpu, state_bytes)
+    return KeyedRun(keys, members, state, min(handled.values()), elapsed, cut_short, loop_cpu, state_bytes)
+
+
+async def _verify_keyed(path: Path, groups: Sequence[str], expected: dict[int, Totals]) -> None:
+    """Reopen the closed ledger: every group's keyed totals, as the ledger holds them."""
+    spec = _keyed_state()
+    ref = StreamRef("keyed", "source", CUSTOMER_ORDERS.name)  # the stream _run opened
+    async with open_ledger(path) as ledger:
+        for m, group in enumerate(groups):
+            found = dict(await spec.items(ledger.streams, ref, group, limit=len(expected[m]) + 1))
+            if found != expected[m]:
+                raise BenchError(f"group {group} of the ledger at {path} committed keyed totals that differ")
 
 
 def _verify_ledger(
-    path: Path, groups: Sequence[str], handled: dict[int, int], expected: dict[int, Totals]
+    path: Path, groups: Sequence[str], handled: dict[int, int], expected: dict[int, Totals], *, keyed: bool
 ) -> None:
     """Reopen the closed ledger: every group's frontier and committed totals, as the ledger holds them."""
     env = LedgerEnv.open(path, create=False)
@@ -251,7 +328,7 @@ def _verify_ledger(
         frontier = frontiers.get(group)
         if frontier is None or frontier["acked_through"] != 1 + handled[m]:
             raise BenchError(f"group {group} of the ledger at {path} is not at order {1 + handled[m]}")
-        if frontier["state"] != expected[m]:
+        if not keyed and frontier["state"] != expected[m]:
             raise BenchError(f"group {group} of the ledger at {path} committed totals that differ")
 
 
@@ -260,6 +337,7 @@ def run_keyed(
     *,
     keys: int,
     members: int = 1,
+    state: str = "keyed",
     seconds: float = 10.0,
     window: int = 1024,
     backend: str = "asyncio",
@@ -268,6 +346,8 @@ def run_keyed(
     """One configuration on a fresh durable LMDB ledger in a temporary directory, verified."""
     if n < 2 or keys < 1 or members < 1:
         raise ValueError("the keyed bench needs at least 2 orders, 1 key and 1 member")
+    if state not in STATES:
+        raise ValueError(f"the keyed bench keeps its totals in {' or '.join(STATES)} state, not {state!r}")
     with tempfile.TemporaryDirectory(prefix="streamledger-keyed-", dir=workdir) as tmp:
         path = Path(tmp) / "ledger"
-        return anyio.run(_run, path, n, keys, members, seconds, window, backend=backend)
+        return anyio.run(_run, path, n, keys, members, seconds, window, state, backend=backend)

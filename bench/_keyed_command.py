@@ -3,12 +3,15 @@
 Three sets of figures, each configuration on a fresh store, medians of
 ``--repeat`` rounds:
 
-* ``keyed_<K>``: one group keeping a total per customer as its explicit
-  state, over K customers (``--keys``), on a durable LMDB ledger
-  (:mod:`bench._keyed`);
-* ``members_<M>``: the same over ``--members-keys`` customers, split M ways
-  the one way a process can today: M consumer groups of the stream, each
-  adding only its customers' orders (``--members``);
+* ``keyed_<K>``: one group keeping a total per customer in keyed state,
+  over K customers (``--keys``), on a durable LMDB ledger
+  (:mod:`bench._keyed`); ``explicit_<K>``, the baseline, the same with every
+  total in one explicit state (``--explicit-keys``);
+* ``raw_keyed_<K>``: the store's limit, a plain py-lmdb loop making the
+  same reads and writes (:mod:`bench._keyed_raw`), in the same run;
+* ``members_<M>``: the same over ``--members-keys`` customers, in keyed
+  state, on a stream of M partitions by customer handled by M handlers at
+  once in one process (:mod:`bench._keyed_members`, ``--members``);
 * ``pg_workers_<W>``: the workload in ``--pg-shards`` runs on the
   PostgreSQL ledger, run by W worker processes on one server
   (:mod:`bench._keyed_postgres`; ``--skip-postgres`` leaves it out).
@@ -22,12 +25,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ._keyed import KeyedRun, keys_label, run_keyed
+from ._keyed_members import run_members
+from ._keyed_raw import RawKeyedRun, run_raw_keyed
 from ._latency import postgres_target
 
 __all__ = ["MEMBERS_MODE", "bench_keyed", "parse_counts", "show_keyed"]
 
 #: What ``members_<M>`` measures today.
-MEMBERS_MODE: Final = "groups filtering by key hash (no partitions yet)"
+MEMBERS_MODE: Final = "a stream of M partitions by customer, one handler each, in one process"
 #: The goals of the issue "Keyed state and partitioned streams".
 GOAL_MOST_KEYS_TO_FEWEST = 0.8
 GOAL_MEMBERS_TO_ONE = 0.9
@@ -62,6 +67,8 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     """Every configuration, ``args.repeat`` rounds; the medians, ratios and goals."""
     n: int = args.messages
     keyed: dict[int, list[KeyedRun]] = {}
+    explicit: dict[int, list[KeyedRun]] = {}
+    raw: dict[int, list[RawKeyedRun]] = {}
     members: dict[int, list[KeyedRun]] = {}
     pg_rounds: dict[int, list[dict[str, Any]]] = {}
     startups: list[float] = []
@@ -84,8 +91,18 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 )  # fmt: skip
                 keyed.setdefault(keys, []).append(run)
                 progress(f"  {keys:,} keys: {_said(run)}")
-            for m in args.members:
+                baseline = run_raw_keyed(n, keys=keys, batch=args.window, workdir=args.workdir)
+                raw.setdefault(keys, []).append(baseline)
+                progress(f"  {keys:,} keys, raw py-lmdb: {baseline.msgs_per_s:,.0f} msgs/s")
+            for keys in args.explicit_keys:
                 run = run_keyed(
+                    n, keys=keys, state="explicit", seconds=args.seconds, window=args.window,
+                    backend=args.backend, workdir=args.workdir,
+                )  # fmt: skip
+                explicit.setdefault(keys, []).append(run)
+                progress(f"  {keys:,} keys in one explicit state: {_said(run)}")
+            for m in args.members:
+                run = run_members(
                     n, keys=args.members_keys, members=m, seconds=args.seconds, window=args.window,
                     backend=args.backend, workdir=args.workdir,
                 )  # fmt: skip
@@ -136,12 +153,14 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         "messages": n,
         "timed_messages": n - 1,
         "keys": list(args.keys),
+        "explicit_keys": list(args.explicit_keys),
         "seconds_budget": args.seconds,
         "members": list(args.members),
         "members_keys": args.members_keys,
         "members_mode": MEMBERS_MODE,
-        "state": "explicit handler state: one dict[str, int] of every customer's total per group, "
-        "seeded with every customer at 0",
+        "state": "keyed state: KeyedState(str, int, prefetch=customer), a total per customer, "
+        "seeded with every customer at 0; explicit_<K>: one dict[str, int] of every total as the "
+        "group's explicit state",
         "repeat": args.repeat,
         "backend": args.backend,
         "window": args.window,
@@ -153,6 +172,14 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     }
     for keys, runs in keyed.items():
         out.update(_lmdb_figures(f"keyed_{keys_label(keys)}", runs))
+    for keys, runs in explicit.items():
+        out.update(_lmdb_figures(f"explicit_{keys_label(keys)}", runs))
+    for keys, baselines in raw.items():
+        label = keys_label(keys)
+        out[f"raw_keyed_{label}_msgs_per_s"] = _median([b.msgs_per_s for b in baselines])
+        out[f"ratio_keyed_{label}_to_raw"] = (
+            out[f"keyed_{label}_msgs_per_s"] / out[f"raw_keyed_{label}_msgs_per_s"]
+        )
     for m, runs in members.items():
         out.update(_lmdb_figures(f"members_{m}", runs))
     goals: dict[str, bool] = {}
@@ -164,6 +191,10 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         goals[f"keyed_{many}_at_least_{GOAL_MOST_KEYS_TO_FEWEST}_of_keyed_{few}"] = (
             ratio >= GOAL_MOST_KEYS_TO_FEWEST
         )
+        # the same ratio for the store alone: what the disk and LMDB's pages allow
+        out[f"ratio_raw_keyed_{many}_to_{few}"] = (
+            out[f"raw_keyed_{many}_msgs_per_s"] / out[f"raw_keyed_{few}_msgs_per_s"]
+        )
     widest = max(args.members)
     if 1 in members and widest > 1:
         ratio = out[f"members_{widest}_msgs_per_s"] / out["members_1_msgs_per_s"]
@@ -174,6 +205,12 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     out["goals_met"] = goals
     out["runs"] = [
         *(r.summary() for runs in keyed.values() for r in runs),
+        *(r.summary() for runs in explicit.values() for r in runs),
+        *(
+            {"keys": b.keys, "state": "raw py-lmdb", "messages": b.messages, "msgs_per_s": b.msgs_per_s}
+            for baselines in raw.values()
+            for b in baselines
+        ),
         *({**r.summary(), "members_mode": MEMBERS_MODE} for runs in members.values() for r in runs),
         *(fig for figs in pg_rounds.values() for fig in figs),
     ]
@@ -228,6 +265,15 @@ def _cell(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _raw_row(out: dict[str, Any], keys: int) -> tuple[str, ...]:
+    return (
+        f"{keys:,} keys, raw py-lmdb loop",
+        _cell(out[f"raw_keyed_{keys_label(keys)}_msgs_per_s"]),
+        "-",
+        "-",
+    )
+
+
 def _lmdb_row(out: dict[str, Any], prefix: str, label: str) -> tuple[str, ...]:
     cut = (
         f" (cut short at {out['seconds_budget']:g} s: {out[f'{prefix}_messages']:,.0f} orders)"
@@ -256,6 +302,11 @@ def show_keyed(out: dict[str, Any]) -> str:
         ("per-key totals on LMDB (durable)", "msgs/s", "loop CPU µs/msg", "state bytes")
     ]
     rows += [_lmdb_row(out, f"keyed_{keys_label(k)}", f"{k:,} keys, one group") for k in out["keys"]]
+    rows += [_raw_row(out, k) for k in out["keys"]]
+    rows += [
+        _lmdb_row(out, f"explicit_{keys_label(k)}", f"{k:,} keys in one explicit state")
+        for k in out["explicit_keys"]
+    ]
     rows += [
         _lmdb_row(out, f"members_{m}", f"{m} member(s) over {out['members_keys']:,} keys")
         for m in out["members"]

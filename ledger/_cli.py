@@ -43,7 +43,7 @@ from ._errors import (
     StreamNotFoundError,
 )
 from ._groups import add_group_command, run_group_command
-from ._messages import filtered, group_rows, parse_ref
+from ._messages import filtered, group_rows, key_bytes, parse_ref
 from ._postgres_cli import (
     add_migrate_command,
     add_worker_command,
@@ -210,6 +210,25 @@ def _parser() -> argparse.ArgumentParser:
         "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
     )
     messages.add_argument("--limit", type=positive_int, metavar="N", help="at most N messages")
+
+    keys = commands.add_parser(
+        "keys",
+        help="print a consumer group's keyed state as JSON lines",
+        description=(
+            "Print the confirmed keyed state of GROUP on STREAM (scope/node/key), one JSON object per "
+            "line, in key order: the key and its value as their MessagePack reads. A KEY of --from "
+            'and --to is JSON when it reads as JSON (42, "42"), else a string. Reads beside a '
+            "running owner; changes nothing."
+        ),
+    )
+    keys.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    keys.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
+    keys.add_argument("group", metavar="GROUP", help="the consumer group")
+    keys.add_argument("--from", dest="start", metavar="KEY", help="the first key (included)")
+    keys.add_argument("--to", dest="stop", metavar="KEY", help="the key to stop before (excluded)")
+    keys.add_argument(
+        "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
+    )
     add_group_command(commands)
     add_worker_command(commands)
     add_migrate_command(commands)
@@ -269,6 +288,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _backup(args)
         if args.command == "messages":
             return _messages(args)
+        if args.command == "keys":
+            return _keys(args)
         if args.command == "worker":
             return run_worker_command(args)
         if args.command == "migrate":
@@ -532,6 +553,16 @@ def _messages(args: argparse.Namespace) -> int:
         )
     for message in shown["messages"]:
         print(json.dumps(message))
+    return EXIT_OK
+
+
+def _keys(args: argparse.Namespace) -> int:
+    ref = parse_ref(args.stream)
+    start = b"" if args.start is None else key_bytes(args.start)
+    stop = None if args.stop is None else key_bytes(args.stop)
+    shown = tools_for(args.path).keys(args.path, ref, args.group, start, stop, args.limit)
+    for entry in shown["keys"]:
+        print(json.dumps(entry))
     return EXIT_OK
 
 

@@ -1,4 +1,5 @@
-"""Looking at messages: a stream's confirmed messages as JSON values, and its groups as an operator sees them.
+"""Looking at messages: a stream's confirmed messages as JSON values, a group's keyed state, and its groups
+as an operator sees them.
 
 Both read one snapshot of a ledger opened read-only (beside its running
 owner) and write nothing. The messages shown must run from where they start
@@ -12,15 +13,16 @@ object, bytes are base64.
 from __future__ import annotations
 
 import fnmatch
+import json
 from typing import Any
 
-from streams import StreamRef
-from streams.store import RecordView, tail_problems, to_plain
+from streams import KeyedState, StreamRef, UnknownStreamError
+from streams.store import KeyedRange, RecordView, key_to_plain, list_keyed, tail_problems, to_plain
 
 from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import plain
 
-__all__ = ["filtered", "group_rows", "messages_of", "parse_ref"]
+__all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref"]
 
 
 def parse_ref(text: str) -> StreamRef:
@@ -60,6 +62,47 @@ def messages_of(
         "appended": desc.appended,
         "compacted_through": desc.compacted_through,
         "messages": messages,
+    }
+
+
+def key_bytes(text: str) -> bytes:
+    """A key as an operator types it, encoded as keyed state encodes it: JSON when it reads as JSON
+    (``42``, ``"42"``, ``[1, "a"]``), else the text itself as a string key."""
+    try:
+        key: Any = json.loads(text)
+    except ValueError:
+        key = text
+    kind: Any = str if isinstance(key, str) else int if type(key) is int else Any
+    return KeyedState(kind, Any).key_codec.encode(key)
+
+
+def keys_of(
+    view: RecordView,
+    ref: StreamRef,
+    group: str,
+    where: str,
+    *,
+    start: bytes = b"",
+    stop: bytes | None = None,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """The confirmed keyed state of ``group`` on ``ref``, in key order, as JSON values.
+
+    ``view`` is one read-only snapshot of either backend. Keys read as keyed
+    state encodes them (a string, an integer, bytes as base64, or the JSON
+    shape of their MessagePack); values as their MessagePack reads.
+    """
+    view.load(descriptors=(ref,))
+    if view.get_descriptor(ref) is None:
+        raise StreamNotFoundError(f"{where} holds no stream {ref}")
+    try:
+        entries = list_keyed(view, KeyedRange(ref, group, start, stop, limit))
+    except UnknownStreamError as exc:
+        raise StreamNotFoundError(f"{where}: {exc}") from None
+    return {
+        "stream": str(ref),
+        "group": group,
+        "keys": [{"key": plain(key_to_plain(e.key)), "value": plain(to_plain(e.value))} for e in entries],
     }
 
 

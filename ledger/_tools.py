@@ -33,6 +33,8 @@ class Tools:
     inspect: Callable[[str, bool], dict[str, Any]]
     #: ``messages``: a stream's kept messages from a sequence on, at most a limit.
     messages: Callable[[str, StreamRef, int, int | None], dict[str, Any]]
+    #: ``keys``: a group's confirmed keyed state from a key (included) to a key (excluded), at most a limit.
+    keys: Callable[[str, StreamRef, str, bytes, bytes | None, int], dict[str, Any]]
     #: ``check``: every record decoded and every reference followed.
     check: Callable[[str], LedgerCheck]
     #: ``backup``: a consistent copy into a new directory, and the check of what was copied.

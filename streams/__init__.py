@@ -22,9 +22,11 @@ from ._errors import ExecutionCancelledError as ExecutionCancelledError
 from ._errors import GraphError as GraphError
 from ._errors import GroupBusyError as GroupBusyError
 from ._errors import HandlerContractError as HandlerContractError
+from ._errors import KeyedStateError as KeyedStateError
 from ._errors import MessageExhaustedError as MessageExhaustedError
 from ._errors import OutputError as OutputError
 from ._errors import OutputLimitError as OutputLimitError
+from ._errors import PartitionError as PartitionError
 from ._errors import PayloadTypeError as PayloadTypeError
 from ._errors import RecordDecodeError as RecordDecodeError
 from ._errors import RestorePlanError as RestorePlanError
@@ -63,11 +65,18 @@ from ._groups import move_group as move_group
 from ._groups import remove_group as remove_group
 from ._handle import HandleResult as HandleResult
 from ._handle import MessageTx as MessageTx
+from ._handle import PartitionedResult as PartitionedResult
 from ._handle import handle_messages as handle_messages
+from ._keyed import KeyedState as KeyedState
+from ._keyed import KeyedTx as KeyedTx
 from ._keys import Key as Key
 from ._keys import NoValue as NoValue
 from ._keys import NoValueType as NoValueType
 from ._keys import Stream as Stream
+from ._partitions import MAX_PARTITIONS as MAX_PARTITIONS
+from ._partitions import PartitionedReader as PartitionedReader
+from ._partitions import PartitionedStream as PartitionedStream
+from ._partitions import PartitionedWriter as PartitionedWriter
 from ._public import publish as _publish
 from ._scope import StreamScope as StreamScope
 from ._scope import open_scope as open_scope
@@ -109,6 +118,13 @@ __all__ = [
     "GroupFrontier",
     "GroupSnapshot",
     "HandleResult",
+    "KeyedState",
+    "MAX_PARTITIONS",
+    "PartitionedReader",
+    "PartitionedResult",
+    "PartitionedStream",
+    "PartitionedWriter",
+    "KeyedTx",
     "Key",
     "ManagedStream",
     "MemoryStore",
@@ -134,6 +150,8 @@ __all__ = [
     "SkippedInputError",
     "SourceNotResumableError",
     "StaleGenerationError",
+    "KeyedStateError",
+    "PartitionError",
     "StoreDamagedError",
     "StrayCancellationError",
     "Stream",

@@ -31,7 +31,7 @@ class Codec(Generic[T]):
     so a run that was restarted sees exactly what an uninterrupted one saw.
     """
 
-    __slots__ = ("_decoder", "immutable", "name", "type")
+    __slots__ = ("_decoder", "atomic", "immutable", "name", "type")
 
     def __init__(self, tp: Any) -> None:
         self.type = tp
@@ -42,6 +42,8 @@ class Codec(Generic[T]):
             raise PayloadTypeError(f"type {self.name} cannot be stored: {exc}") from None
         #: Whether a decoded value can never change: copies of it need not be made.
         self.immutable = is_immutable(tp)
+        #: Whether a value of exactly this type reads back as itself, unchecked (str, int, ...).
+        self.atomic = tp in _ATOMIC
 
     def prepare(self, value: object, *, what: object) -> tuple[T, bytes]:
         """``value`` as it reads back, and its bytes; :class:`PayloadTypeError` if it is not a ``T``."""
@@ -57,6 +59,16 @@ class Codec(Generic[T]):
     def encode(self, value: T) -> bytes:
         return _encoder.encode(value)
 
+    def payload(self, value: object, *, what: object) -> bytes:
+        """The bytes of ``value``, checked as :meth:`prepare` checks it (a value of exactly an
+        atomic type is its own read-back)."""
+        if self.atomic and type(value) is self.type:
+            try:
+                return _encoder.encode(value)
+            except OverflowError:  # an int beyond 64 bits: prepare says so
+                pass
+        return self.prepare(value, what=what)[1]
+
     def decode(self, data: bytes, *, what: object = "a stored value") -> T:
         """Decode stored bytes; :class:`RecordDecodeError` if they no longer read as ``T``."""
         try:
@@ -67,6 +79,9 @@ class Codec(Generic[T]):
                 "written: keep the old type readable, or start a new scope"
             ) from None
 
+
+#: Types whose every value (of exactly that type) encodes and reads back as an equal value.
+_ATOMIC: Final = frozenset({str, int, float, bool, bytes})
 
 _codecs: dict[Any, Codec[Any]] = {}
 

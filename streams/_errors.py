@@ -21,6 +21,7 @@ the stream, group and sequence involved, never a payload.
     ├── StreamFailedError                       the writer failed; readers see the failure, not EOF
     ├── MessageExhaustedError                   a message used its whole attempt budget
     ├── SourceNotResumableError                 an active stream reopened without a continuation promise
+    ├── PartitionError (ValueError)             a stream opened with other partitions than it has
     ├── GraphError (ValueError)                 a graph that cannot run, or inputs it does not take
     ├── OutputError (ValueError)                a node set a key it does not provide, or set one twice
     ├── SkippedInputError (LookupError)         a node read an input that was skipped
@@ -34,6 +35,7 @@ the stream, group and sequence involved, never a payload.
         ├── UnknownStreamError                  a record for a stream never opened
         ├── StreamFinishedError                 a write to a stream the ledger knows finished
         ├── RecordDecodeError                   a stored payload or state no longer reads as its type
+        ├── KeyedStateError (ValueError)        a keyed-state key longer than the ledger keeps
         └── StoreDamagedError                   the store's records contradict each other: one is missing
 
     Exception
@@ -52,9 +54,11 @@ __all__ = [
     "GraphError",
     "GroupBusyError",
     "HandlerContractError",
+    "KeyedStateError",
     "MessageExhaustedError",
     "OutputError",
     "OutputLimitError",
+    "PartitionError",
     "PayloadTypeError",
     "RecordDecodeError",
     "RestorePlanError",
@@ -126,6 +130,11 @@ class SourceNotResumableError(StreamsError):
     """An active stream was reopened by a writer that did not promise to continue it."""
 
 
+class PartitionError(StreamsError, ValueError):
+    """A stream opened with another number of partitions than it was created with, or partitioned
+    twice over; nothing was opened."""
+
+
 class GraphError(StreamsError, ValueError):
     """A graph that cannot run, or inputs it does not take; ``problems`` lists each one found."""
 
@@ -168,6 +177,10 @@ class StreamFinishedError(CheckpointError):
 
 class RecordDecodeError(CheckpointError):
     """A stored payload, state or result no longer decodes as its type; recovery stops."""
+
+
+class KeyedStateError(CheckpointError, ValueError):
+    """A keyed-state key whose encoding is longer than a ledger keeps (``MAX_KEY_BYTES``)."""
 
 
 class StoreDamagedError(CheckpointError):

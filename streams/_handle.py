@@ -41,18 +41,20 @@ from ._errors import (
     StreamFailedError,
     StreamStateError,
 )
+from ._keyed import KeyedCache, KeyedState, KeyedTx
 from ._keys import Key, NoValue, NoValueType, check_name
 from ._metrics import INSTRUMENTS, group_attributes
 from ._outcome import accept, is_fault
+from ._partitions import PartitionedReader
 from ._pipeline import ConfirmPipeline
 from ._reservation import OutputReservation, StagedOutputs, notify, publish
-from ._staging import CommitStager
+from ._staging import CommitStager, writes_of
 from ._store._records import MessageAttempt, MessageCommit, MessageFail, MessageOpen, MessageRef
 from ._stream import StreamCore, StreamReader, StreamWriter, _Group
 from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error
 
-__all__ = ["HandleResult", "MessageTx", "handle_messages"]
+__all__ = ["HandleResult", "MessageTx", "PartitionedResult", "handle_messages"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -98,6 +100,25 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
     _results: dict[str, bytes] | None = None
     _stopped: bool = False
     _closed: bool = False  # its handler call returned: the tx takes nothing more
+    _keyed: dict[bytes, bytes | None] | None = None  # keyed writes, made on first use
+    _store: KeyedTx[Any, Any] | None = None
+
+    @property
+    def store(self) -> KeyedTx[Any, Any]:
+        """The group's keyed state (``handle_messages(..., keyed=KeyedState(K, V))``): ``await
+        tx.store.get(k)``, ``tx.store.put(k, v)``, ``tx.store.delete(k)``, confirmed with this
+        message's ack. ``KeyedState.of(tx)`` is the same, typed."""
+        store = self._store
+        if store is None:
+            run = self._run
+            if run.keyed is None or run.keyed_spec is None:
+                raise HandlerContractError(
+                    f"message {self.seq}: the handler uses tx.store, but handle_messages was given no "
+                    "keyed state; pass keyed=KeyedState(key_type, value_type) (nothing was confirmed, "
+                    "no attempt was spent)"
+                )
+            store = self._store = KeyedTx(self, run.keyed_spec, run.keyed)
+        return store
 
     def __repr__(self) -> str:
         return f"MessageTx(seq={self.seq}, attempt={self.attempt})"
@@ -197,6 +218,22 @@ class HandleResult(msgspec.Struct, Generic[S], frozen=True, repr_omit_defaults=T
         return f"HandleResult(handled={self.handled}, stopped={self.stopped})"
 
 
+class PartitionedResult(msgspec.Struct, Generic[S], frozen=True):
+    """What :func:`handle_messages` confirmed on a partitioned stream: each partition's result, in order."""
+
+    partitions: tuple[HandleResult[S], ...]
+
+    @property
+    def handled(self) -> int:
+        """The messages handled, over every partition."""
+        return sum(p.handled for p in self.partitions)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the handler stopped in every partition."""
+        return all(p.stopped for p in self.partitions)
+
+
 class _Run(Generic[T, S]):
     """One call of handle_messages."""
 
@@ -215,6 +252,7 @@ class _Run(Generic[T, S]):
         limit: int | None,
         dead_letter: StreamWriter[Any] | None = None,
         backoff: Backoff | None = None,
+        keyed: KeyedState[Any, Any] | None = None,
     ) -> None:
         self.stream: StreamCore[T] = reader.stream._core
         self.dead_letter = dead_letter
@@ -264,6 +302,13 @@ class _Run(Generic[T, S]):
         self.stopped = False
         #: No initial state was given and none was committed: reading tx.state is a contract error.
         self.state_missing = False
+        self.keyed_spec = keyed
+        self.keyed: KeyedCache | None = None
+        if keyed is not None:
+            self.keyed = KeyedCache(self.stream.hooks, self.ref, self.group_name, parent_attempt, keyed.cache)
+            if keyed.prefetch is not None:
+                key_of, encode = keyed.prefetch, keyed.key_codec.encode
+                self.keyed.key_of = lambda value: encode(key_of(value))
 
     def _decode_state(self) -> S:
         return self.state_codec.decode(self.state_payload, what=self.state_what)
@@ -308,11 +353,14 @@ class _Run(Generic[T, S]):
         batch, outputs, _ = cut
         stream, group = self.stream, self.group
         publish(outputs)
+        keyed = self.keyed
         for c in batch:
             if c.state is not None:
                 group.state = c.state
             if c.results:
                 group.results.update(c.results)
+            if c.keyed and keyed is not None:
+                keyed.landed(c.keyed, c.last_seq)
         if batch[-1].stop:  # a stop ends the handler's staging: it is always last
             group.stopped = True
         # ascending, as the handler took them: a range unless some were acked out of order
@@ -369,6 +417,8 @@ class _Run(Generic[T, S]):
                 else:
                     await stream.wait_change()
                 continue
+            if self.keyed is not None:
+                self.keyed.upcoming = values  # read along with the first key the cache misses
             failing, exhausted, handler = group.failing, group.exhausted, self.handler
             for seq, value in zip(seqs, values, strict=True):
                 index = 0
@@ -617,9 +667,12 @@ class _Run(Generic[T, S]):
         results = tx._results
         outputs = tx._outputs
         exhausted = self.group.exhausted
+        writes = tx._keyed
+        if writes and self.keyed is not None:
+            self.keyed.stage(writes, seq)
         if tx.attempt == 0 and not (exhausted and seq in exhausted):
             # a first attempt: it joins the run of first attempts that one commit confirms
-            self.stager.run_message(seq, state, results, tx._stopped)
+            self.stager.run_message(seq, state, results, tx._stopped, writes)
             if outputs:
                 self.outputs.reserve(outputs, self.stager)
         else:
@@ -635,6 +688,7 @@ class _Run(Generic[T, S]):
                     self.outputs.reserve(outputs, None) if outputs else (),
                     tx._stopped,
                     self.parent_attempt,
+                    keyed=writes_of(writes) if writes else (),
                 )
             )
         if self.batch_context is None:  # _count_staged, inline on the per-message path
@@ -699,6 +753,7 @@ async def handle_messages(
     limit: int | None = None,
     dead_letter: StreamWriter[DeadLetter[T]] | None = None,
     backoff: Backoff | None = None,
+    keyed: KeyedState[Any, Any] | None = None,
 ) -> HandleResult[None]: ...
 
 
@@ -717,11 +772,48 @@ async def handle_messages(
     limit: int | None = None,
     dead_letter: StreamWriter[DeadLetter[T]] | None = None,
     backoff: Backoff | None = None,
+    keyed: KeyedState[Any, Any] | None = None,
 ) -> HandleResult[S]: ...
 
 
+@overload
 async def handle_messages(
-    reader: StreamReader[Any],
+    reader: PartitionedReader[T],
+    handler: Handler[None, T],
+    *,
+    node: str | None = None,
+    attempts: int = 1,
+    max_outputs: int = 64,
+    window: int = 1024,
+    parent_attempt: str = "",
+    limit: int | None = None,
+    dead_letter: StreamWriter[DeadLetter[T]] | None = None,
+    backoff: Backoff | None = None,
+    keyed: KeyedState[Any, Any] | None = None,
+) -> PartitionedResult[None]: ...
+
+
+@overload
+async def handle_messages(
+    reader: PartitionedReader[T],
+    handler: Handler[S, T],
+    *,
+    initial_state: S,
+    state_type: Any = None,
+    node: str | None = None,
+    attempts: int = 1,
+    max_outputs: int = 64,
+    window: int = 1024,
+    parent_attempt: str = "",
+    limit: int | None = None,
+    dead_letter: StreamWriter[DeadLetter[T]] | None = None,
+    backoff: Backoff | None = None,
+    keyed: KeyedState[Any, Any] | None = None,
+) -> PartitionedResult[S]: ...
+
+
+async def handle_messages(
+    reader: StreamReader[Any] | PartitionedReader[Any],
     handler: Handler[Any, Any],
     *,
     initial_state: Any = _NO_STATE,
@@ -734,7 +826,8 @@ async def handle_messages(
     limit: int | None = None,
     dead_letter: StreamWriter[Any] | None = None,
     backoff: Backoff | None = None,
-) -> HandleResult[Any]:
+    keyed: KeyedState[Any, Any] | None = None,
+) -> HandleResult[Any] | PartitionedResult[Any]:
     """Handle every message of ``reader``'s group, one confirmed transaction each.
 
     ``handler(tx, value)`` reads ``tx.state``, may ``tx.set_state(...)``,
@@ -757,11 +850,44 @@ async def handle_messages(
     confirmed failure, counted from the failure's time in the ledger, so a
     restart does not retry sooner.
 
+    ``keyed`` (a :class:`KeyedState`) gives the group a value per key:
+    ``await tx.store.get(k)``, ``tx.store.put(k, v)`` and
+    ``tx.store.delete(k)``, confirmed with the message's ack, owned by the
+    parent attempt as the explicit state is, and read from the store only
+    for a key the handler never saw (the store must be a
+    :class:`~streams.store.KeyedHooks`).
+
+    ``reader`` may be a partitioned stream's (:class:`PartitionedReader`):
+    every partition is handled at once, each in order and with its own
+    state, keyed state and budgets, and the call returns a
+    :class:`PartitionedResult` once every partition returned (``limit``
+    counts per partition). A failure in one stops them all.
+
     Programming errors stop the call before they spend any attempt, with
     :class:`HandlerContractError`: a handler that is not async (it returns
     something that cannot be awaited), or one that reads ``tx.state`` when
     no ``initial_state`` was given and the group has none committed.
     """
+    if isinstance(reader, PartitionedReader):
+        if dead_letter is not None:
+            raise HandlerContractError(
+                f"{reader!r}: a dead-letter stream takes the letters of one partition's handler; handle "
+                "each partition (reader.partitions) with a dead-letter stream of its own"
+            )
+        return await _handle_partitions(
+            reader,
+            handler,
+            initial_state=initial_state,
+            state_type=state_type,
+            node=node,
+            attempts=attempts,
+            max_outputs=max_outputs,
+            window=window,
+            parent_attempt=parent_attempt,
+            limit=limit,
+            backoff=backoff,
+            keyed=keyed,
+        )
     if not callable(handler):
         raise HandlerContractError(f"handle_messages takes an async handler(tx, value), got {handler!r}")
     if not _is_async(handler):
@@ -783,6 +909,8 @@ async def handle_messages(
         check_dead_letter_writer(dead_letter, stream)
     if backoff is not None and not isinstance(backoff, Backoff):
         raise TypeError(f"backoff takes a Backoff, got {backoff!r}")
+    if keyed is not None and not isinstance(keyed, KeyedState):
+        raise TypeError(f"keyed takes a KeyedState, got {keyed!r}")
     if group.claimed:
         raise GroupBusyError(f"group {group.name!r} of stream {stream.ref} already has a handler")
     if state_type is None:
@@ -803,6 +931,7 @@ async def handle_messages(
         limit=limit,
         dead_letter=dead_letter,
         backoff=backoff,
+        keyed=keyed,
     )
     run.state_missing = not given_state and group.state is None
     group.claimed = True
@@ -832,3 +961,21 @@ async def handle_messages(
         group.cursor = group.acked_through
         run.outputs.release()
     return HandleResult(run.pipeline.landed, run.stopped, run.state, dict(group.results))
+
+
+async def _handle_partitions(
+    reader: PartitionedReader[Any], handler: Handler[Any, Any], **options: Any
+) -> PartitionedResult[Any]:
+    """Every partition of ``reader`` handled at once; their results in order, or the one failure."""
+    results: list[HandleResult[Any] | None] = [None] * len(reader.partitions)
+
+    async def partition(index: int, part: StreamReader[Any]) -> None:
+        result = await handle_messages(part, handler, **options)
+        assert isinstance(result, HandleResult)
+        results[index] = result
+
+    with single_error():
+        async with anyio.create_task_group() as tg:
+            for index, part in enumerate(reader.partitions):
+                tg.start_soon(partition, index, part)
+    return PartitionedResult(tuple(r for r in results if r is not None))

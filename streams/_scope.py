@@ -9,8 +9,9 @@ from typing import Any, Literal, TypeVar
 import anyio
 import anyio.abc
 
-from ._errors import ScopeInUseError, StreamStateError
+from ._errors import PartitionError, ScopeInUseError, StreamStateError
 from ._keys import Key, Stream, check_name, type_name
+from ._partitions import PartitionedStream, check_partitions, partition_name
 from ._store._hooks import StreamHooks, check_stream_hooks
 from ._store._records import StreamOpen, StreamRef
 from ._stream import ManagedStream, StreamCore
@@ -37,6 +38,7 @@ class StreamScope:
         self._tg = task_group
         self._streams: dict[StreamRef, ManagedStream[Any]] = {}
         self._opening: dict[StreamRef, anyio.Event] = {}
+        self._partitioned: dict[StreamRef, PartitionedStream[Any]] = {}
 
     async def open_stream(
         self,
@@ -95,10 +97,80 @@ class StreamScope:
             return existing
         done = self._opening[ref] = anyio.Event()
         try:
-            return await self._open(key, ref, groups, capacity, resumable, start, retain)
+            return await self._open(key, ref, groups, capacity, resumable, start, retain, 0)
         finally:
             del self._opening[ref]
             done.set()
+
+    async def open_partitioned(
+        self,
+        key: Key[Stream[T]],
+        *,
+        node: str,
+        partitions: int,
+        partition_key: Callable[[T], Any],
+        groups: Sequence[str] = ("default",),
+        capacity: int = 1024,
+        resumable: bool = False,
+        start: Literal["earliest", "latest"] | int = "earliest",
+        retain: int | None = None,
+    ) -> PartitionedStream[T]:
+        """Open (or recover) stream ``key`` as ``partitions`` partitions, each message on its key's.
+
+        ``partition_key(message)`` gives a message's key: messages of one key
+        go to one partition and keep their order. Each partition is a stream
+        of its own (``key#0`` to ``key#{partitions - 1}``), with the other
+        arguments as :meth:`open_stream` takes them (``capacity`` and
+        ``retain`` per partition). A stream keeps the number of partitions it
+        was created with: another is refused with :class:`PartitionError`.
+        """
+        count = check_partitions(partitions, partition_key)
+        if not key.is_stream:
+            raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
+        check_name(node, "a node name")
+        ref = StreamRef(scope=self.scope, node=node, key=key.name)
+        while (opening := self._opening.get(ref)) is not None:
+            await opening.wait()  # one open per stream: a concurrent caller shares its endpoint
+        existing = self._partitioned.get(ref)
+        if existing is not None:
+            if existing.key != key or len(existing.partitions) != count:
+                raise PartitionError(
+                    f"stream {ref} is already open with {existing.key!r} in {len(existing.partitions)} "
+                    "partitions"
+                )
+            return existing
+        if ref in self._streams:
+            raise PartitionError(f"stream {ref} is already open as a stream of its own, not partitioned")
+        done = self._opening[ref] = anyio.Event()
+        try:
+            return await self._open_partitions(
+                key, ref, count, partition_key, groups, capacity, resumable, start, retain
+            )
+        finally:
+            del self._opening[ref]
+            done.set()
+
+    async def _open_partitions(
+        self,
+        key: Key[Stream[T]],
+        ref: StreamRef,
+        count: int,
+        partition_key: Callable[[T], Any],
+        groups: Sequence[str],
+        capacity: int,
+        resumable: bool,
+        start: str | int,
+        retain: int | None,
+    ) -> PartitionedStream[T]:
+        opened: list[ManagedStream[T]] = []
+        for p in range(count):
+            part: Key[Stream[T]] = Key(partition_name(key.name, p), key.type)
+            part_ref = StreamRef(scope=self.scope, node=ref.node, key=part.name)
+            if part_ref in self._streams:
+                raise PartitionError(f"stream {part_ref} is already open as a stream of its own")
+            opened.append(await self._open(part, part_ref, groups, capacity, resumable, start, retain, count))
+        stream = self._partitioned[ref] = PartitionedStream(key, ref, tuple(opened), partition_key)
+        return stream
 
     async def _open(
         self,
@@ -109,6 +181,7 @@ class StreamScope:
         resumable: bool,
         start: str | int,
         retain: int | None,
+        partitions: int,
     ) -> ManagedStream[T]:
         request = StreamOpen(
             ref=ref,
@@ -118,6 +191,7 @@ class StreamScope:
             resumable=resumable,
             start=start,
             retain=retain,
+            partitions=partitions,
         )
         with span(SPAN.OPEN_STREAM, {ATTR.STREAM: str(ref)}) as current:
             opened = await self.hooks.open(request)

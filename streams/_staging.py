@@ -18,12 +18,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._store._records import MessageCommit, MessageRef, OutputBatch, StreamRef
+from ._store._records import KeyedWrite, MessageCommit, MessageRef, OutputBatch, StreamRef
 
-__all__ = ["CommitStager"]
+__all__ = ["CommitStager", "writes_of"]
 
 #: The results of a commit that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
+
+
+def writes_of(keyed: dict[bytes, bytes | None]) -> tuple[KeyedWrite, ...]:
+    """Keyed writes as a commit carries them: one per key, its last value (None deletes)."""
+    return tuple(KeyedWrite(key, value) for key, value in keyed.items())
 
 
 class _RunOutput:
@@ -45,6 +50,7 @@ class CommitStager:
         "_first",
         "_generation",
         "_group",
+        "_keyed",
         "_last",
         "_node",
         "_outputs",
@@ -70,12 +76,18 @@ class CommitStager:
         self._results: dict[str, bytes] | None = None
         self._stop = False
         self._outputs: dict[int, _RunOutput] = {}
+        self._keyed: dict[bytes, bytes | None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self._queue) or self._first != 0
 
     def run_message(
-        self, seq: int, state: bytes | None, results: dict[str, bytes] | None, stop: bool
+        self,
+        seq: int,
+        state: bytes | None,
+        results: dict[str, bytes] | None,
+        stop: bool,
+        keyed: dict[bytes, bytes | None] | None = None,
     ) -> None:
         """Stage a message handled at its first attempt: it joins the open run if it follows it.
 
@@ -93,6 +105,12 @@ class CommitStager:
             self._results.update(results)
         if stop:
             self._stop = True
+        if keyed:
+            # the run is confirmed all or nothing: only the last write of each key is kept
+            if self._keyed is None:
+                self._keyed = dict(keyed)
+            else:
+                self._keyed.update(keyed)
 
     def run_output(self, stream: Any, first: int, payloads: list[bytes] | tuple[bytes, ...]) -> None:
         """Outputs of the message last staged by :meth:`run_message`, for ``stream`` from ``first``."""
@@ -135,6 +153,7 @@ class CommitStager:
                 self._stop,
                 self._parent_attempt,
                 last if last != first else 0,
+                keyed=() if self._keyed is None else writes_of(self._keyed),
             )
         )
         self._first = self._last = 0
@@ -142,3 +161,4 @@ class CommitStager:
         self._results = None
         self._stop = False
         self._outputs = {}
+        self._keyed = None

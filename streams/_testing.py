@@ -8,7 +8,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
-from ._store._hooks import STREAM_HOOKS, StreamHooks
+from ._store._hooks import STREAM_HOOKS, KeyedHooks, StreamHooks
 from ._store._layouts import StreamDescriptor
 from ._store._node_records import (
     CheckpointAttempt,
@@ -20,6 +20,9 @@ from ._store._node_records import (
 )
 from ._store._records import (
     AppendBatch,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -79,6 +82,19 @@ class PassThroughHooks:
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         return await self.inner.describe(ref)
 
+    async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
+        """Keyed reads pass too (:class:`~streams.store.KeyedHooks`), to an inner store that has them."""
+        return await _keyed(self.inner).read_keyed(request)
+
+    async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+        return await _keyed(self.inner).list_keyed(request)
+
+
+def _keyed(hooks: StreamHooks) -> KeyedHooks:
+    if not isinstance(hooks, KeyedHooks):
+        raise TypeError(f"{type(hooks).__qualname__} keeps no keyed state (it is no KeyedHooks)")
+    return hooks
+
 
 class _Faults:
     """Which call of which hook fails, and how: counts calls and raises :class:`InjectedFault`."""
@@ -121,7 +137,7 @@ def stray_cancellation(what: str) -> BaseException:
         return made
 
 
-_STREAM_HOOKS: Final = frozenset(STREAM_HOOKS)
+_STREAM_HOOKS: Final = frozenset((*STREAM_HOOKS, "read_keyed", "list_keyed"))
 _NODE_HOOKS: Final = frozenset({"open_attempt", "fail_attempt", "open_child", "commit_nodes"})
 
 
@@ -172,6 +188,12 @@ class FaultyHooks(PassThroughHooks):
 
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         return await self._call("describe", self.inner.describe, ref)
+
+    async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
+        return await self._call("read_keyed", _keyed(self.inner).read_keyed, request)
+
+    async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+        return await self._call("list_keyed", _keyed(self.inner).list_keyed, request)
 
 
 class PassThroughNodeHooks:

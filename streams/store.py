@@ -32,7 +32,11 @@ The pieces:
   :func:`open_message`, :func:`fail_message`, :func:`commit`,
   :func:`finish`, :func:`describe`; and, for stores that let operators
   repair consumer groups (:class:`GroupHooks`), :func:`change_group` over
-  a :class:`GroupChange`;
+  a :class:`GroupChange`; for stores that keep state per key
+  (:class:`KeyedHooks`), :func:`read_keyed` over a :class:`KeyedRead` and
+  :func:`list_keyed` over a :class:`KeyedRange`, whose writes
+  (:class:`KeyedWrite`, keys of at most :data:`MAX_KEY_BYTES`) a
+  :class:`MessageCommit` carries, and the listing's :class:`KeyedEntry`;
 * the node hooks, the same way: :class:`CheckpointHooks` and its records
   (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`,
   :class:`CheckpointOutput`, :class:`NodeCheckpoint`,
@@ -55,16 +59,19 @@ vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`METRIC`, :class:`ATTR`,
 :func:`span`, :func:`tracer`, :func:`failed`) and its metric instruments
 (:data:`INSTRUMENTS`), :func:`single_error` (a task group's lone
 error raised as itself), :func:`to_plain` (a stored value as plain data,
-for inspection), :func:`codec_for` (the codec of a type) and
+for inspection), :func:`key_to_plain` (a stored keyed-state key, the same
+way), :func:`codec_for` (the codec of a type) and
 :func:`publish` (name exported objects after their package).
 """
 
 from ._codec import codec_for as codec_for
 from ._codec import to_plain as to_plain
+from ._keyed import key_to_plain as key_to_plain
 from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import GroupHooks as GroupHooks
+from ._store._hooks import KeyedHooks as KeyedHooks
 from ._store._integrity import checkpoint_problems as checkpoint_problems
 from ._store._integrity import group_problems as group_problems
 from ._store._integrity import node_problems as node_problems
@@ -99,10 +106,17 @@ from ._store._operations import commit as commit
 from ._store._operations import describe as describe
 from ._store._operations import fail_message as fail_message
 from ._store._operations import finish as finish
+from ._store._operations import list_keyed as list_keyed
 from ._store._operations import open_message as open_message
 from ._store._operations import open_stream as open_stream
+from ._store._operations import read_keyed as read_keyed
+from ._store._records import MAX_KEY_BYTES as MAX_KEY_BYTES
 from ._store._records import AppendBatch as AppendBatch
 from ._store._records import GroupChange as GroupChange
+from ._store._records import KeyedEntry as KeyedEntry
+from ._store._records import KeyedRange as KeyedRange
+from ._store._records import KeyedRead as KeyedRead
+from ._store._records import KeyedWrite as KeyedWrite
 from ._store._records import MessageAttempt as MessageAttempt
 from ._store._records import MessageCommit as MessageCommit
 from ._store._records import MessageFail as MessageFail
@@ -116,6 +130,7 @@ from ._store._records import StreamOpened as StreamOpened
 from ._store._rules import min_frontier as min_frontier
 from ._store._view import AttemptKey as AttemptKey
 from ._store._view import CachedView as CachedView
+from ._store._view import GroupKey as GroupKey
 from ._store._view import RecordView as RecordView
 from ._tracing import ATTR as ATTR
 from ._tracing import EVENT as EVENT
@@ -147,6 +162,13 @@ __all__ = [
     "Conclusion",
     "GroupChange",
     "GroupHooks",
+    "GroupKey",
+    "KeyedEntry",
+    "KeyedHooks",
+    "KeyedRange",
+    "KeyedRead",
+    "KeyedWrite",
+    "MAX_KEY_BYTES",
     "MessageAttempt",
     "MessageCommit",
     "MessageFail",
@@ -177,6 +199,7 @@ __all__ = [
     "fail_message",
     "failed",
     "finish",
+    "list_keyed",
     "min_frontier",
     "checkpoint_problems",
     "group_problems",
@@ -188,7 +211,9 @@ __all__ = [
     "open_child",
     "open_message",
     "open_stream",
+    "key_to_plain",
     "publish",
+    "read_keyed",
     "single_error",
     "span",
     "to_plain",

@@ -47,17 +47,19 @@ from .._errors import (
 from .._format import CODEC, CODEC_VERSION, LedgerMeta
 from ._commit import LmdbBatches, LmdbWrite
 from ._files import check_data_file, damaged, holds_no_commit, never_held_records
-from ._layout import DATABASES, META_KEY
+from ._layout import DATABASES, KEYED_SCHEMA, META_KEY, databases_of
 from ._manifest import MANIFESTED, Manifest, put_manifest
 from ._seal import decode_record, seal
 
 __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket", "write_mode"]
 
 FORMAT: Final = "streamledger"
-#: 2: messages stored as runs; 3: checksums cover database, key and value; 4: manifests (_manifest.py)
-SCHEMA_VERSION: Final = 4
-#: The schema versions this build opens: a ledger of schema 3 gets its manifests on its first write open.
-_UPGRADABLE: Final = 3
+#: 2: messages stored as runs; 3: checksums cover database, key and value; 4: manifests (_manifest.py);
+#: 5: the ``keyed`` database of groups' keyed state, with its manifest
+SCHEMA_VERSION: Final = 5
+#: The older schemas this build opens: its first write open upgrades one to SCHEMA_VERSION in one commit
+#: (schema 3 gets its manifests, both get the ``keyed`` database); read-only, it is read as it is.
+_UPGRADABLE: Final = (3, 4)
 
 
 T = TypeVar("T")
@@ -267,12 +269,15 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
         return dict(self._dbs)
 
     def _verify(self, *, upgrade: bool) -> None:
-        """Refuse a ledger whose records are missing, moved or damaged; give a schema 3 one its manifests.
+        """Refuse a ledger whose records are missing, moved or damaged; upgrade an older schema's.
 
         Reads one snapshot (:func:`~ledger.lmdb._verify.verify_open`); nothing is
         written unless it is sound and ``upgrade`` (opened for writing) finds
-        it without manifests: then they are computed from what it holds and
-        written with the schema record of version 4, in one commit.
+        it of an older schema: then, in one commit with the schema record of
+        :data:`SCHEMA_VERSION`, a schema 3 ledger gets its manifests, computed
+        from what it holds, and a schema 3 or 4 one the empty ``keyed``
+        database and its manifest. Read-only, an older ledger has no
+        ``keyed`` database and reads as holding no keyed state.
         """
         from ._verify import verify_open  # the record modules it reads import this one
 
@@ -281,16 +286,29 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
             if raw is None:
                 raise MissingRecordError(f"ledger {self.path} lost its schema record; restore it from a copy")
             meta = _decode_meta(bytes(raw), self.path)
-            tallies = verify_open(txn, self._dbs, path=self.path, manifests=meta.schema_version >= 4)
-        if meta.schema_version >= 4 or not upgrade:
+            tallies = verify_open(
+                txn,
+                self._dbs,
+                path=self.path,
+                manifests=meta.schema_version >= 4,
+                schema_version=meta.schema_version,
+            )
+        if meta.schema_version >= SCHEMA_VERSION or not upgrade:
             return
+        added: dict[str, Any] = {}
         with self._env.begin(write=True) as txn:
             meta_db = self._dbs["meta"]
-            for name in MANIFESTED:
-                found = tallies.get(name)
-                put_manifest(txn, meta_db, name, Manifest() if found is None else found.as_manifest())
+            if meta.schema_version < 4:
+                for name in (m for m in MANIFESTED if m != "keyed"):  # keyed's is written below
+                    found = tallies.get(name)
+                    put_manifest(txn, meta_db, name, Manifest() if found is None else found.as_manifest())
+            if meta.schema_version < KEYED_SCHEMA:
+                added["keyed"] = self._env.open_db(b"keyed", txn=txn)
+                found = tallies.get("keyed")  # None: the database is new
+                put_manifest(txn, meta_db, "keyed", Manifest() if found is None else found.as_manifest())
             record = msgspec.structs.replace(meta, schema_version=SCHEMA_VERSION)
             txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
+        self._dbs.update(added)  # their handles are valid once the commit is
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
@@ -555,7 +573,7 @@ def _read_schema(env: lmdb.Environment, path: Path) -> LedgerMeta | None:
     if meta.format != FORMAT:
         raise NotALedgerError(f"{path} holds a {meta.format!r} store, not a streamledger ledger")
     if (
-        meta.schema_version not in (_UPGRADABLE, SCHEMA_VERSION)
+        meta.schema_version not in (*_UPGRADABLE, SCHEMA_VERSION)
         or meta.codec != CODEC
         or meta.codec_version != CODEC_VERSION
     ):
@@ -579,8 +597,8 @@ def _ensure_schema(env: lmdb.Environment, path: Path, step: CreationStep | None)
     except lmdb.NotFoundError:
         pass
     else:
-        _read_schema(env, path)
-        _complete_interrupted_creation(env, path)
+        meta = _read_schema(env, path)
+        _complete_interrupted_creation(env, path, SCHEMA_VERSION if meta is None else meta.schema_version)
         return
     record = LedgerMeta(FORMAT, SCHEMA_VERSION, CODEC, CODEC_VERSION)
     _take_step(step, "schema")
@@ -594,25 +612,27 @@ def _ensure_schema(env: lmdb.Environment, path: Path, step: CreationStep | None)
     _take_step(step, "created")
 
 
-def _complete_interrupted_creation(env: lmdb.Environment, path: Path) -> None:
+def _complete_interrupted_creation(env: lmdb.Environment, path: Path, schema_version: int) -> None:
     """Make the databases a creation by an older build stopped before; refuse a damaged main database.
 
     Builds before creation was one commit made the databases one by one
     after the schema, so a ledger may lack the last few: it holds nothing in
     them yet. A database missing otherwise, or an entry that is no
     database's name, is damage (:func:`~ledger.lmdb._verify.missing_databases`):
-    refused before anything is written.
+    refused before anything is written. Only the databases of the ledger's
+    own schema are made: an older schema's ``keyed`` database comes with its
+    upgrade (:meth:`LedgerEnv._verify`), in the commit that raises its schema.
     """
     from ._verify import missing_databases  # the record modules it reads import this one
 
     names = _main_names(env)
-    problems = missing_databases(names)
+    problems = missing_databases(names, schema_version)
     if problems:
         raise MissingRecordError(
             f"ledger {path} is damaged: {problems[0]}. Nothing was written; see every problem with "
             "python -m ledger check and restore the ledger from a copy"
         )
-    missing = [name for name in DATABASES if name.encode() not in names]
+    missing = [name for name in databases_of(schema_version) if name.encode() not in names]
     if missing:
         with env.begin(write=True) as txn:
             for name in missing:

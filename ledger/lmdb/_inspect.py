@@ -13,7 +13,7 @@ from streams import GroupFrontier, StreamRef
 
 from .._errors import StreamNotFoundError
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
-from .._messages import messages_of
+from .._messages import keys_of, messages_of
 from ._backend import list_runs as list_node_runs
 from ._env import LedgerEnv
 from ._graph_runs import list_runs
@@ -90,3 +90,21 @@ def view_messages(
     dbs = {name: env.db(name) for name in ("streams", "messages")}
     with env.read() as txn:
         return messages_of(LmdbView(txn, dbs, {}), ref, f"the ledger at {env.path}", start=start, limit=limit)
+
+
+def view_keys(
+    env: LedgerEnv,
+    ref: StreamRef,
+    group: str,
+    *,
+    start: bytes = b"",
+    stop: bytes | None = None,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """The confirmed keyed state of ``group`` on ``ref`` in the LMDB ledger ``env`` (:func:`keys_of`)."""
+    if not (env.has_db("streams") and env.has_db("groups")):
+        raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
+    dbs = {name: env.db(name) for name in ("streams", "groups", "keyed") if env.has_db(name)}
+    with env.read() as txn:
+        view = LmdbView(txn, dbs, {})
+        return keys_of(view, ref, group, f"the ledger at {env.path}", start=start, stop=stop, limit=limit)

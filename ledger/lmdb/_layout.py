@@ -9,6 +9,7 @@ contiguous and in order::
     meta        b"schema"                                 LedgerMeta
     meta        b"manifest/" + db name                    Manifest of attempts, nodes, graph_runs
                                                           (ledger.lmdb._manifest; schema 4)
+                                                          and keyed (schema 5)
     streams     b"c"                                      last stream id (msgpack int)
     streams     b"r" + msgpack([scope, node, key])        stream id (msgpack int)
     streams     b"d" + id                                 StreamDescriptor
@@ -23,6 +24,10 @@ contiguous and in order::
     graph_runs  b"checkpoint/" + run id (utf-8)           GraphCheckpoint
     nodes       b"a" / b"s" / b"n" / b"r" + ...           boundaries, scopes, node records, runs
                                                           (ledger.lmdb._nodes)
+    keyed       id + len(group) (4 bytes) + group + key   the key's value bytes, as committed
+                or, when the group is longer than         (schema 5)
+                MAX_KEYED_GROUP bytes:
+                id + 0xff + digest(group) + key
 
 A key part that would make a ``streams``, ``groups`` or ``attempts`` key
 longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
@@ -31,6 +36,17 @@ digests its group apart from the rest, so a group's budgets are found by
 prefix (:func:`budget_prefixes`); ledgers written before 0.2 digested the
 two together (:func:`legacy_attempt_key`), and such a budget is still read. A run id is 1 to
 :data:`MAX_RUN_ID_BYTES` bytes of UTF-8, kept whole.
+
+A ``keyed`` key is a group's prefix (:func:`keyed_prefix`) and the key
+bytes, so a group's keyed state is one contiguous range, in the byte order
+of its keys. Whether the group is kept whole or digested depends on the
+group alone, never on the key, so each group has one prefix: the longest
+prefix and a key of ``MAX_KEY_BYTES`` stay under LMDB's 511 bytes. The value
+is the committed value bytes only; no name is repeated in it, since
+``check`` attributes a record by recomputing the prefixes of the groups its
+stream's descriptor lists (:func:`keyed_prefix_of` reads one back from a
+key). Ledgers of schema 4 and before have no ``keyed`` database: until the
+first open for writing adds it, they hold no keyed state.
 """
 
 from __future__ import annotations
@@ -42,7 +58,7 @@ from typing import Final
 import msgspec
 
 from streams import StreamRef
-from streams.store import AttemptKey
+from streams.store import MAX_KEY_BYTES, AttemptKey
 
 from .._format import CHUNK, MAX_RUN_ID_BYTES, run_id_bytes
 
@@ -53,6 +69,8 @@ __all__ = [
     "DATABASES",
     "DESCRIPTOR_PREFIX",
     "INDEX_PREFIX",
+    "KEYED_SCHEMA",
+    "MAX_KEYED_GROUP",
     "LEGACY_DIGEST",
     "LEGACY_KEY_LENGTH",
     "MAX_KEY",
@@ -63,9 +81,12 @@ __all__ = [
     "attempt_key",
     "budget_prefixes",
     "checkpoint_key",
+    "databases_of",
     "descriptor_key",
     "group_key",
     "index_key",
+    "keyed_prefix",
+    "keyed_prefix_of",
     "legacy_attempt_key",
     "message_key",
     "NODE_RUN_PREFIX",
@@ -86,7 +107,10 @@ DATABASES: Final = (
     "attempts",  # per-message failed-attempt counts
     "graph_runs",  # pydantic-graph runs and step checkpoints
     "nodes",  # complete-node checkpoints
+    "keyed",  # consumer groups' keyed state (schema 5)
 )
+#: The schema from which a ledger holds the ``keyed`` database.
+KEYED_SCHEMA: Final = 5
 
 META_KEY: Final = b"schema"
 
@@ -140,6 +164,37 @@ def message_key(stream_id: int, first_seq: int) -> bytes:
 def group_key(stream_id: int, group: str) -> bytes:
     """The ``groups`` key of a consumer group's frontier."""
     return _bounded(U64.pack(stream_id), group.encode())
+
+
+def databases_of(schema_version: int) -> tuple[str, ...]:
+    """The databases a ledger of ``schema_version`` holds: ``keyed`` from :data:`KEYED_SCHEMA` on."""
+    return DATABASES if schema_version >= KEYED_SCHEMA else DATABASES[:-1]
+
+
+#: Groups up to this many UTF-8 bytes are kept whole in ``keyed`` keys, longer ones digested:
+#: the longest key, 8 + 4 + 200 + MAX_KEY_BYTES = 468 bytes, fits LMDB's 511.
+MAX_KEYED_GROUP: Final = 200
+
+
+def keyed_prefix(stream_id: int, group: str) -> bytes:
+    """What every ``keyed`` key of a group's keyed state starts with; the key bytes follow."""
+    g = group.encode()
+    if len(g) <= MAX_KEYED_GROUP:
+        return U64.pack(stream_id) + _u32.pack(len(g)) + g
+    return U64.pack(stream_id) + _DIGESTED + _digest(g)
+
+
+def keyed_prefix_of(key: bytes) -> bytes | None:
+    """The group prefix a stored ``keyed`` key starts with; None for a key of no such layout."""
+    if len(key) < 9:
+        return None
+    if key[8:9] == _DIGESTED:
+        end = 8 + 1 + 32
+    elif len(key) >= 12 and (length := _u32.unpack_from(key, 8)[0]) <= MAX_KEYED_GROUP:
+        end = 12 + length
+    else:
+        return None
+    return key[:end] if len(key) >= end and len(key) - end <= MAX_KEY_BYTES else None
 
 
 def _digest(raw: bytes) -> bytes:

@@ -2,17 +2,21 @@
 
 The store logic lives once in :mod:`streams.store`; this module supplies its
 :class:`~streams.store.RecordView` over an LMDB transaction and runs every
-hook call as one write of the group committer (``open_message`` and ``describe``
-only read and run inline on a read transaction).
+hook call as one write of the group committer (``open_message``, ``describe``,
+``read_keyed`` and ``list_keyed`` only read and run inline on a read
+transaction).
 
-The record layout of the ``streams``, ``messages``, ``groups`` and
-``attempts`` databases is stated in :mod:`ledger.lmdb._layout`.
+The record layout of the ``streams``, ``messages``, ``groups``,
+``attempts`` and ``keyed`` databases is stated in :mod:`ledger.lmdb._layout`.
 Keys are big-endian, so a stream's messages are contiguous and appended in
 key order. A batch of messages is stored as runs of up to ``CHUNK``
 messages, one LMDB value each: the writer thread makes one put per run
 instead of one per message, and compaction deletes one key per run. A view caches every record it reads or
 writes and puts each changed descriptor and frontier once, when the call
 ends, so a commit of many messages on one group writes its frontier once.
+A group's keyed state is one range of ``keyed`` keys (its prefix and the
+key bytes): a takeover or a removal clears it with one cursor walk, and a
+listing reads it in key order.
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ import msgspec
 from streams import GroupFrontier, StreamRef, store
 from streams.store import (
     ATTR,
+    MAX_KEY_BYTES,
     SPAN,
     AppendBatch,
     AttemptKey,
     AttemptRecord,
     CachedView,
     GroupChange,
+    GroupKey,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -56,10 +65,11 @@ from ._layout import (
     descriptor_key,
     group_key,
     index_key,
+    keyed_prefix,
     legacy_attempt_key,
 )
 from ._manifest import KeyTally, write_tally
-from ._seal import decode_record, seal
+from ._seal import decode_record, seal, unseal
 
 __all__ = ["LmdbStreamHooks"]
 
@@ -286,6 +296,79 @@ class LmdbView(CachedView):
                     )
                 found = cursor.next()
 
+    # -- keyed state -----------------------------------------------------------------------
+    # A ledger of schema 4 or before opened read-only has no ``keyed`` database: no keyed state.
+
+    def _read_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        stream_id = self._id(ref)
+        db = self._dbs.get("keyed")
+        if stream_id is None or db is None:
+            return [None] * len(keys)
+        prefix = keyed_prefix(stream_id, group)
+        get = self._txn.get
+        found: list[bytes | None] = []
+        for key in keys:
+            if len(key) > MAX_KEY_BYTES:  # never stored: a commit refuses it
+                found.append(None)
+                continue
+            raw_key = prefix + key
+            raw = get(raw_key, db=db)
+            found.append(None if raw is None else unseal(bytes(raw), db="keyed", key=raw_key))
+        self.reads += len(keys)
+        return found
+
+    def _clear_keyed(self, groups: Sequence[GroupKey]) -> None:
+        db = self._dbs["keyed"]
+        tally = KeyTally()
+        for ref, group in groups:
+            stream_id = self._id(ref)
+            if stream_id is None:
+                continue
+            prefix = keyed_prefix(stream_id, group)
+            with self._txn.cursor(db=db) as cursor:
+                found = cursor.set_range(prefix)
+                while found and (key := bytes(cursor.key())).startswith(prefix):
+                    tally.removed(key)
+                    found = cursor.delete()
+        write_tally(self._txn, self._dbs["meta"], "keyed", tally)
+
+    def _write_keyed(self, writes: Mapping[GroupKey, Mapping[bytes, bytes | None]]) -> None:
+        txn, db = self._txn, self._dbs["keyed"]
+        tally = KeyTally()  # the keys added and removed, for the keyed state's manifest
+        for (ref, group), values in writes.items():
+            stream_id = self._require_id(ref)
+            prefix = keyed_prefix(stream_id, group)
+            for key, value in values.items():
+                raw_key = prefix + key
+                if value is None:
+                    if txn.delete(raw_key, db=db):
+                        tally.removed(raw_key)
+                elif txn.replace(raw_key, seal("keyed", raw_key, value), db=db) is None:
+                    tally.added(raw_key)
+        write_tally(txn, self._dbs["meta"], "keyed", tally)
+
+    def keyed_range(
+        self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
+    ) -> list[KeyedEntry]:
+        stream_id = self._id(ref)
+        db = self._dbs.get("keyed")
+        found: list[KeyedEntry] = []
+        if stream_id is None or db is None or limit <= 0:
+            return found
+        prefix = keyed_prefix(stream_id, group)
+        end = None if stop is None else prefix + stop
+        with self._txn.cursor(db=db) as cursor:
+            more = cursor.set_range(prefix + start)
+            while more and len(found) < limit:
+                raw_key = bytes(cursor.key())
+                if not raw_key.startswith(prefix) or (end is not None and raw_key >= end):
+                    break
+                value = unseal(bytes(cursor.value()), db="keyed", key=raw_key)
+                found.append(KeyedEntry(raw_key[len(prefix) :], value))
+                more = cursor.next()
+        self.reads += len(found)
+        return found
+
     # -- messages --------------------------------------------------------------------------
 
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None:
@@ -338,14 +421,15 @@ class LmdbView(CachedView):
 class LmdbStreamHooks:
     """:class:`~streams.StreamHooks` on an open :class:`~ledger.LedgerEnv`.
 
-    Every call but ``open_message`` and ``describe`` is one write of the group committer, so
-    it is atomic and shares an fsync with every concurrent write. Obtain it as
-    ``ledger.streams``.
+    Every call but ``open_message``, ``describe``, ``read_keyed`` and ``list_keyed`` is one
+    write of the group committer, so it is atomic and shares an fsync with every concurrent
+    write. Obtain it as ``ledger.streams``.
     """
 
     def __init__(self, env: LedgerEnv) -> None:
         self.env = env
-        self._dbs = {name: env.db(name) for name in ("streams", "messages", "groups", "attempts", "meta")}
+        names = ("streams", "messages", "groups", "attempts", "meta", "keyed")
+        self._dbs = {name: env.db(name) for name in names if name != "keyed" or env.has_db(name)}
         self._ids: dict[StreamRef, int] = {}
 
     def bind(self, txn: Any) -> LmdbView:
@@ -428,6 +512,14 @@ class LmdbStreamHooks:
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         """Read the stream's descriptor inline; never waits on the writer, raises no generation."""
         return self._read(lambda view: store.describe(view, ref))
+
+    async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
+        """Read keys of a group's keyed state inline; never waits on the writer."""
+        return self._read(lambda view: store.read_keyed(view, request))
+
+    async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+        """List a group's keyed state in key order inline; never waits on the writer."""
+        return self._read(lambda view: store.list_keyed(view, request))
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         """Remove or move a consumer group in one write (see :class:`~streams.store.GroupChange`)."""

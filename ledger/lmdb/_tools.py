@@ -16,7 +16,7 @@ from .._errors import BackupDestinationError
 from .._tools import Tools
 from ._check import check_ledger
 from ._env import LedgerEnv
-from ._inspect import inspect_ledger, view_messages
+from ._inspect import inspect_ledger, view_keys, view_messages
 
 __all__ = ["TOOLS"]
 
@@ -39,6 +39,13 @@ def _inspect(path: str, values: bool) -> dict[str, Any]:
 def _messages(path: str, ref: StreamRef, start: int, limit: int | None) -> dict[str, Any]:
     with _read_only(path) as env:
         return view_messages(env, ref, start=start, limit=limit)
+
+
+def _keys(
+    path: str, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
+) -> dict[str, Any]:
+    with _read_only(path) as env:
+        return view_keys(env, ref, group, start=start, stop=stop, limit=limit)
 
 
 def _check(path: str) -> LedgerCheck:
@@ -79,6 +86,7 @@ TOOLS = Tools(
     describe=str,
     inspect=_inspect,
     messages=_messages,
+    keys=_keys,
     check=_check,
     backup=_backup,
     backup_note="",

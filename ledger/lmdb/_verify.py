@@ -12,19 +12,23 @@ and that stays small as history grows:
   ever created in a ledger that exists, see :mod:`ledger.lmdb._env`);
 * ``meta`` holds the schema record and, from schema 4, the manifests
   (:mod:`ledger.lmdb._manifest`);
-* ``streams``, ``groups``, ``attempts``, ``nodes`` and ``graph_runs`` are
-  read whole: every record's checksum (it covers the database's name and
-  the key, so a record under a damaged key fails it), keys in strictly
-  increasing order, every key found again by a lookup (a damaged branch
-  page would send lookups elsewhere), the manifests' counts and digests,
-  and the references between records (``streams/_store/_integrity.py``);
+* ``streams``, ``groups``, ``attempts``, ``nodes``, ``graph_runs`` and
+  (from schema 5) ``keyed`` are read whole: every record's checksum (it
+  covers the database's name and the key, so a record under a damaged key
+  fails it), keys in strictly increasing order, every key found again by a
+  lookup (a damaged branch page would send lookups elsewhere), the
+  manifests' counts and digests, and the references between records
+  (``streams/_store/_integrity.py``; a keyed record belongs to a group its
+  stream's descriptor lists, since a group's keyed state goes in the
+  commit that removes it);
 * ``messages`` only where an open of each stream will read: from the
   lowest frontier of its groups to the last appended, every run present,
   contiguous and sound. Messages every group acknowledged are not read
   (a stream's history), and ``messages`` checks the ones it shows.
 
 The cost is proportional to the number of streams, groups, pending budgets,
-runs and unacknowledged messages, never to the messages ever appended.
+runs, keys of keyed state and unacknowledged messages, never to the
+messages ever appended.
 A problem refuses the ledger with :class:`~ledger.CorruptRecordError` (a
 checksum or decode failure) or :class:`~ledger.MissingRecordError` (a
 record missing, moved, or contradicting another), before anything is
@@ -60,6 +64,7 @@ from .._errors import CorruptRecordError, MissingRecordError
 from .._format import LedgerMeta
 from .._graph_runs import GraphRunRecord
 from .._runs import RunRecord
+from ._env import SCHEMA_VERSION
 from ._layout import (
     CHECKPOINT_PREFIX,
     COUNTER_KEY,
@@ -70,8 +75,11 @@ from ._layout import (
     NODE_ATTEMPT_PREFIX,
     RUN_PREFIX,
     U64,
+    databases_of,
     group_key,
     index_key,
+    keyed_prefix,
+    keyed_prefix_of,
     node_record_key,
 )
 from ._manifest import MANIFESTED, KeyTally, Manifest, manifest_key
@@ -92,17 +100,19 @@ def _decoder(tp: type[Any]) -> msgspec.msgpack.Decoder[Any]:
     return found
 
 
-def missing_databases(names: set[bytes]) -> list[str]:
+def missing_databases(names: set[bytes], schema_version: int) -> list[str]:
     """The databases a ledger's main database should hold and does not, or holds and should not.
 
     A ledger made by a build before creation was one commit may lack the
     databases after the last one it made (its creation was interrupted): it
-    holds nothing yet, and is not damaged. Anything else is.
+    holds nothing yet, and is not damaged. Anything else is. The databases
+    are those of the ledger's schema (:func:`databases_of`): one of schema 4
+    or before holds no ``keyed`` database until its upgrade.
     """
-    known = [name.encode() for name in DATABASES]
+    known = [name.encode() for name in databases_of(schema_version)]
     problems = [
         f"LMDB's main database holds {name!r}, which is no database of a ledger (a damaged name?)"
-        for name in sorted(names - set(known))
+        for name in sorted(names - {name.encode() for name in DATABASES})
     ]
     present = [name in names for name in known]
     if present != sorted(present, reverse=True):  # not a prefix of the creation order
@@ -114,14 +124,16 @@ def missing_databases(names: set[bytes]) -> list[str]:
     return problems
 
 
-def verify_open(txn: Any, dbs: Mapping[str, Any], *, path: object, manifests: bool) -> dict[str, KeyTally]:
+def verify_open(
+    txn: Any, dbs: Mapping[str, Any], *, path: object, manifests: bool, schema_version: int
+) -> dict[str, KeyTally]:
     """Refuse a ledger whose records contradict each other; the manifests as found (for an upgrade).
 
     ``manifests`` says whether the ledger keeps them (schema 4). Raises
     :class:`CorruptRecordError` at the first record that fails its checksum
     and :class:`MissingRecordError` for a record missing or moved.
     """
-    checker = _Checker(txn, dbs, problems=None, manifests=manifests)
+    checker = _Checker(txn, dbs, problems=None, manifests=manifests, schema_version=schema_version)
     checker.run(whole_messages=False)
     if checker.found:
         more = f" (and {len(checker.found) - 1} more problems)" if len(checker.found) > 1 else ""
@@ -136,11 +148,14 @@ def check_records(txn: Any, dbs: Mapping[str, Any], problems: list[str], records
     """Every record and reference of the ledger, messages included; each problem appended to ``problems``."""
     manifests = any(txn.get(manifest_key(db), db=dbs["meta"]) is not None for db in MANIFESTED)
     raw = txn.get(META_KEY, db=dbs["meta"])
-    with contextlib.suppress(CorruptRecordError):  # a damaged schema record is a problem of its own
-        manifests |= (
-            raw is not None and decode_record(bytes(raw), _meta, db="meta", key=META_KEY).schema_version >= 4
-        )
-    checker = _Checker(txn, dbs, problems=problems, manifests=manifests, records=records)
+    schema_version = SCHEMA_VERSION  # a damaged schema record is a problem of its own
+    with contextlib.suppress(CorruptRecordError):
+        if raw is not None:
+            schema_version = decode_record(bytes(raw), _meta, db="meta", key=META_KEY).schema_version
+            manifests |= schema_version >= 4
+    checker = _Checker(
+        txn, dbs, problems=problems, manifests=manifests, records=records, schema_version=schema_version
+    )
     checker.run(whole_messages=True)
 
 
@@ -154,9 +169,11 @@ class _Checker:
         *,
         problems: list[str] | None,
         manifests: bool,
+        schema_version: int,
         records: dict[str, int] | None = None,
     ) -> None:
         self.txn = txn
+        self.schema_version = schema_version
         self.dbs = dbs
         self.listing = problems
         self.found: list[str] = [] if problems is None else problems
@@ -212,13 +229,13 @@ class _Checker:
     def run(self, *, whole_messages: bool) -> None:
         with self.txn.cursor() as cursor:  # LMDB's main database: the names of the named ones
             names = {bytes(key) for key in cursor.iternext(keys=True, values=False)}
-        damaged = missing_databases(names)
+        damaged = missing_databases(names, self.schema_version)
         for text in damaged:
             self.problem(text)
         if damaged:
             return  # the databases under their names are not the ledger's: nothing else can be believed
         if self.listing is not None:  # check says what an interrupted creation lacks
-            for name in DATABASES:
+            for name in databases_of(self.schema_version):
                 if name.encode() not in names:
                     self.problem(f"database {name!r} is missing: the ledger's creation was interrupted")
         meta = self.meta()
@@ -226,6 +243,7 @@ class _Checker:
         frontiers = self.groups(descriptors)
         self.messages(descriptors, frontiers, whole=whole_messages)
         self.attempts(descriptors)
+        self.keyed(descriptors)
         self.nodes()
         self.graph_runs()
         for db in MANIFESTED:
@@ -246,7 +264,11 @@ class _Checker:
         return manifests
 
     def compare_manifest(self, db: str, manifest: Manifest | None) -> None:
-        if not self.manifests or db not in self.dbs:
+        if not self.manifests:
+            return
+        if db not in self.dbs:  # an older schema's keyed database, or an interrupted creation's
+            if manifest is not None and manifest.keys:
+                self.problem(f"database {db!r} is missing, its manifest says it holds {manifest.keys} keys")
             return
         if manifest is None:
             self.problem(f"the manifest of database {db!r} is missing")
@@ -362,6 +384,24 @@ class _Checker:
                 continue
             if len(key) < 8 or U64.unpack_from(key)[0] not in descriptors:
                 self.problem(f"budget {key.hex()} belongs to no stream")
+
+    def keyed(self, descriptors: dict[int, StreamDescriptor]) -> None:
+        """Each key well formed and of a group its stream lists (a removed group's keys went with it)."""
+        prefixes = {keyed_prefix(i, group) for i, desc in descriptors.items() for group in desc.groups}
+        for key, value in self.items("keyed"):
+            if not self.sealed("keyed", key, value):
+                continue
+            prefix = keyed_prefix_of(key)
+            if prefix is None:
+                self.problem(f"record {key.hex()} in database 'keyed' has no known layout")
+            elif prefix not in prefixes:
+                owner = descriptors.get(U64.unpack_from(key)[0])
+                if owner is None:
+                    self.problem(f"keyed state {key.hex()} belongs to no stream")
+                else:
+                    self.problem(
+                        f"keyed state {key.hex()} of stream {owner.ref} belongs to no group the stream lists"
+                    )
 
     def nodes(self) -> None:
         keys: set[bytes] = set()

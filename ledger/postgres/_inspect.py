@@ -30,13 +30,13 @@ from .._check import LedgerCheck
 from .._errors import BackupDestinationError, CorruptRecordError
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
-from .._messages import messages_of
+from .._messages import keys_of, messages_of
 from .._runs import RunRecord
 from ._faults import translated
 from ._schema import ensure_schema
 from ._store import connect, describe_url
-from ._verify import verify_streams
-from ._view import PgView, keyed, sound_digest
+from ._verify import keyed_owner_problem, verify_streams
+from ._view import PgView, keyed, sound_digest, unsealed_key
 
 __all__ = ["backup_postgres", "check_postgres", "inspect_postgres", "messages_postgres"]
 
@@ -149,6 +149,15 @@ def messages_postgres(
         return messages_of(PgView(conn, {}), ref, describe_url(url), start=start, limit=limit)
 
 
+def keys_postgres(
+    url: str, ref: StreamRef, group: str, *, start: bytes = b"", stop: bytes | None = None, limit: int = 100
+) -> dict[str, Any]:
+    """The confirmed keyed state of ``group`` on ``ref``, as ``python -m ledger keys`` prints it."""
+    with _snapshot(url) as conn:
+        view = PgView(conn, {})
+        return keys_of(view, ref, group, describe_url(url), start=start, stop=stop, limit=limit)
+
+
 def backup_postgres(url: str, destination: Path) -> LedgerCheck:
     """Dump the ledger's tables into the new directory ``destination``, as of one snapshot; its check.
 
@@ -239,6 +248,15 @@ def _check(conn: Any, where: str) -> LedgerCheck:
     for stream_id, desc in streams.items():
         problems.extend(group_problems(desc, frontiers[stream_id]))  # the rules LMDB's check applies
     _check_runs(each, streams, decoded, problems)
+    owners: set[tuple[int, str]] = set()  # of keyed state: each followed once
+    for stream_id, group, key, value, seal in each("streamledger_keyed", "stream_id, grp, key, value, seal"):
+        unsealed = unsealed_key(stream_id, group, key, value, seal)  # the handler's bytes: nothing to decode
+        if unsealed is not None:
+            problems.append(unsealed)
+        if (stream_id, group) not in owners:
+            owners.add((stream_id, group))
+            if group not in frontiers.get(stream_id, {}):
+                problems.append(keyed_owner_problem(streams.get(stream_id), stream_id, group))
     for stream_id, grp, seq, _node, _parent, raw in each(
         "streamledger_attempts", "stream_id, grp, seq, node, parent, record"
     ):

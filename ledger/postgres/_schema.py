@@ -10,6 +10,7 @@ index::
     streamledger_messages    (stream_id, first_seq), last_seq     msgpack list of payloads: a run
     streamledger_groups      (stream_id, name)                    GroupFrontier
     streamledger_attempts    (stream_id, grp, seq, node, parent)  AttemptRecord
+    streamledger_keyed       (stream_id, grp, key)                a group's value of a key, its seal
     streamledger_node_attempts (parent, node, position)           NodeAttemptRecord
     streamledger_scopes      scope                                ScopeRecord
     streamledger_nodes       (scope, node)                        NodeCheckpoint
@@ -39,9 +40,25 @@ __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "ensure_schema", 
 
 #: What the schema record of a PostgreSQL ledger names as its format.
 FORMAT: Final = "streamledger-postgres"
-SCHEMA_VERSION: Final = 2  # 2: runs and graph runs keep their id twice (id_digest)
+#: 2: runs and graph runs keep their id twice (id_digest); 3: consumer groups keep keyed state.
+SCHEMA_VERSION: Final = 3
 
-_TABLES: Final = """
+#: The table of keyed state (schema 3), made with the others and by the migration from 2.
+_KEYED: Final = """
+-- a group's keyed state: keyed as its group's row, then by the key's bytes (bytea compares
+-- bytewise), so a group's keys are one range of the primary key's index, in byte order; the
+-- value is the handler's bytes, naming nothing: seal is a checksum of the row (_view.keyed_seal)
+CREATE TABLE streamledger_keyed (
+    stream_id bigint NOT NULL,
+    grp text NOT NULL,
+    key bytea NOT NULL,
+    value bytea NOT NULL,
+    seal bigint NOT NULL,
+    PRIMARY KEY (stream_id, grp, key)
+);
+"""
+_TABLES: Final = (
+    """
 CREATE TABLE streamledger_meta (
     name text PRIMARY KEY,
     value bytea NOT NULL
@@ -76,6 +93,9 @@ CREATE TABLE streamledger_attempts (
     record bytea NOT NULL,
     PRIMARY KEY (stream_id, grp, seq, node, parent)
 );
+"""
+    + _KEYED
+    + """
 CREATE TABLE streamledger_node_attempts (
     parent text NOT NULL,
     node text NOT NULL,
@@ -114,6 +134,7 @@ CREATE TABLE streamledger_leases (
     expires_at timestamptz NOT NULL
 );
 """
+)
 
 #: Every table of a ledger, checked on open.
 TABLES: Final = (
@@ -122,6 +143,7 @@ TABLES: Final = (
     "streamledger_messages",
     "streamledger_groups",
     "streamledger_attempts",
+    "streamledger_keyed",
     "streamledger_node_attempts",
     "streamledger_scopes",
     "streamledger_nodes",
@@ -137,6 +159,7 @@ _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 #: ``python -m ledger migrate URL`` applies them, in one transaction; opening never does.
 #: 1 -> 2: a run's id is kept twice, as its key and as ``id_digest`` (``md5(run_id)``, unique), so
 #: that a lookup of an id finds a row whose ``run_id`` was rewritten (see ``_runs.py``).
+#: 2 -> 3: consumer groups keep keyed state, in a table of its own (empty: no group had any).
 MIGRATIONS: dict[int, str] = {
     1: """
 ALTER TABLE streamledger_runs ADD COLUMN id_digest text;
@@ -148,6 +171,7 @@ UPDATE streamledger_graph_runs SET id_digest = md5(run_id);
 ALTER TABLE streamledger_graph_runs ALTER COLUMN id_digest SET NOT NULL;
 ALTER TABLE streamledger_graph_runs ADD UNIQUE (id_digest);
 """,
+    2: _KEYED,
 }
 
 

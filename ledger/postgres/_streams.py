@@ -1,4 +1,4 @@
-"""``StreamHooks`` and ``GroupHooks`` on a PostgreSQL ledger: each call one transaction."""
+"""``StreamHooks``, ``GroupHooks`` and ``KeyedHooks`` on a PostgreSQL ledger: each call one transaction."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from streams import GroupFrontier, StreamRef, store
 from streams.store import (
     AppendBatch,
     GroupChange,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -24,7 +27,12 @@ __all__ = ["PgStreamHooks"]
 
 
 class PgStreamHooks:
-    """:class:`~streams.StreamHooks` on a PostgreSQL ledger; obtain it as ``ledger.streams``."""
+    """:class:`~streams.StreamHooks` on a PostgreSQL ledger; obtain it as ``ledger.streams``.
+
+    It is a :class:`~streams.store.GroupHooks` and a
+    :class:`~streams.store.KeyedHooks` too: the keyed reads run as
+    :meth:`describe` does, in the next transaction, and write nothing.
+    """
 
     def __init__(self, connection: Calls) -> None:
         self._connection = connection
@@ -53,3 +61,9 @@ class PgStreamHooks:
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         return await self._connection.call(lambda view: store.change_group(view, change))
+
+    async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
+        return await self._connection.call(lambda view: store.read_keyed(view, request), idempotent=True)
+
+    async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+        return await self._connection.call(lambda view: store.list_keyed(view, request), idempotent=True)

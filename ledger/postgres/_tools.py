@@ -7,7 +7,7 @@ from typing import Any
 
 from .._tools import Tools
 from ._faults import translated
-from ._inspect import backup_postgres, check_postgres, inspect_postgres, messages_postgres
+from ._inspect import backup_postgres, check_postgres, inspect_postgres, keys_postgres, messages_postgres
 from ._schema import migrate
 from ._store import connect, describe_url
 
@@ -39,6 +39,9 @@ TOOLS = Tools(
     describe=describe_url,
     inspect=lambda url, values: inspect_postgres(url, values=values),
     messages=lambda url, ref, start, limit: messages_postgres(url, ref, start=start, limit=limit),
+    keys=lambda url, ref, group, start, stop, limit: keys_postgres(
+        url, ref, group, start=start, stop=stop, limit=limit
+    ),
     check=check_postgres,
     backup=backup_postgres,
     backup_note="pg_dump's directory format: restore it with pg_restore",

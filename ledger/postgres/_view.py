@@ -4,22 +4,42 @@ The operations of :mod:`streams.store` call :meth:`load` first with every
 record their request names, so a call reads its descriptors, then its
 frontiers and budgets, in one round trip each; writes go out once, when the
 call ends, as one pipelined batch per table.
+
+A group's keyed state is read a batch of keys at a time (one statement for
+any number of them) and written once a call, as one upsert and one deletion
+per group; every statement on ``streamledger_keyed`` names its group, so it
+is a range of the primary key's index: a serializable transaction locks the
+index pages of the groups it touches, never the whole table, and calls for
+other groups do not conflict with it. A keyed value is the handler's own
+bytes, which cannot name their key as the other records do: each row keeps
+a checksum of its stream, group, key and value instead (:func:`keyed_seal`),
+checked on every read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+from zlib import crc32
 
 import msgspec
 
 from streams import GroupFrontier, StreamRef
-from streams.store import AttemptKey, AttemptRecord, CachedView, StoredMessage, StreamDescriptor
+from streams.store import (
+    AttemptKey,
+    AttemptRecord,
+    CachedView,
+    GroupKey,
+    KeyedEntry,
+    StoredMessage,
+    StreamDescriptor,
+)
 
 from .._errors import CorruptRecordError
 from .._format import CHUNK
 
-__all__ = ["PgView", "decode_row", "keyed", "run_row", "sound_digest"]
+__all__ = ["PgView", "decode_row", "keyed", "keyed_seal", "run_row", "sound_digest", "unsealed_key"]
 
 T = TypeVar("T")
 
@@ -53,6 +73,32 @@ def keyed(record: T, holds: object, key: object, what: str) -> T:
     return record
 
 
+#: Where every keyed row's checksum starts: the table's name.
+_KEYED_SEED: Final = crc32(b"streamledger_keyed\0")
+
+
+def keyed_seal(stream_id: int, group: str, key: bytes, value: bytes) -> int:
+    """The checksum a keyed row keeps (its ``seal``): CRC-32 over its stream, group, key and value."""
+    return crc32(value, crc32(_encoder.encode((stream_id, group, key)), _KEYED_SEED))
+
+
+def unsealed_key(stream_id: int, group: str, key: bytes, value: bytes, seal: int) -> str | None:
+    """What is wrong with a keyed row whose checksum does not match it (None: it matches)."""
+    if seal == keyed_seal(stream_id, group, key, value):
+        return None
+    return (
+        f"the keyed state of group {group!r} of stream id {stream_id} holds key {key.hex()} with "
+        "another row's checksum (its key, group, stream or value was damaged)"
+    )
+
+
+def _sealed(stream_id: int, group: str, key: bytes, value: bytes, seal: int) -> bytes:
+    problem = unsealed_key(stream_id, group, key, value, seal)
+    if problem is not None:
+        raise CorruptRecordError(f"{problem}; the ledger is damaged")
+    return value
+
+
 def run_row(conn: Any, table: str, columns: str, run_id: str) -> tuple[Any, ...] | None:
     """The ``columns`` of run ``run_id``'s row in ``table``, found by its id or by its digest.
 
@@ -82,6 +128,23 @@ def sound_digest(sound: bool, run_id: str, table: str) -> None:
         raise CorruptRecordError(
             f"the row of run {run_id!r} in {table} holds another id's digest; the ledger is damaged"
         )
+
+
+@contextmanager
+def _by_index(conn: Any) -> Iterator[None]:
+    """The block's statements planned without sequential scans, whatever the tables' sizes.
+
+    A serializable transaction that scans a table locks all of it: every
+    other transaction writing a row anywhere in it then conflicts with it,
+    and one of the two is aborted and run again. Scanning the primary key's
+    index locks only the pages it read, so the calls of other groups go on.
+    The planner would scan a small table (or a group holding much of it)
+    instead; this tells it not to. An error aborts the transaction (or its
+    savepoint), and the setting with it.
+    """
+    conn.execute("SET LOCAL enable_seqscan = off")
+    yield
+    conn.execute("SET LOCAL enable_seqscan TO DEFAULT")
 
 
 def _frontier(raw: bytes, ref: StreamRef, group: str) -> GroupFrontier:
@@ -246,6 +309,57 @@ class PgView(CachedView):
             with self._conn.cursor() as cur:
                 cur.executemany("DELETE FROM streamledger_attempts WHERE stream_id = %s AND grp = %s", params)
 
+    def _read_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Any number of keys in one statement (and one round trip)."""
+        self._resolve((ref,))
+        stream_id = self._known(ref)
+        if stream_id is None or not keys:
+            return [None] * len(keys)
+        with self._conn.pipeline(), _by_index(self._conn):
+            found = self._conn.execute(
+                "SELECT key, value, seal FROM streamledger_keyed WHERE stream_id = %s AND grp = %s"
+                " AND key = ANY(%s::bytea[])",
+                (stream_id, group, list(keys)),
+            )
+        stored = {key: _sealed(stream_id, group, key, value, seal) for key, value, seal in found.fetchall()}
+        return [stored.get(key) for key in keys]
+
+    def _clear_keyed(self, groups: Sequence[GroupKey]) -> None:
+        self._resolve(ref for ref, _ in groups)
+        params = [(self._known(ref), group) for ref, group in groups if self._known(ref) is not None]
+        if params:
+            with _by_index(self._conn), self._conn.cursor() as cur:
+                cur.executemany("DELETE FROM streamledger_keyed WHERE stream_id = %s AND grp = %s", params)
+
+    def _write_keyed(self, writes: Mapping[GroupKey, Mapping[bytes, bytes | None]]) -> None:
+        """Every group's values in one upsert, and each group's deleted keys in one statement."""
+        put: list[tuple[int, str, bytes, bytes, int]] = []
+        gone: list[tuple[int, str, list[bytes]]] = []
+        for (ref, group), values in writes.items():
+            stream_id = self._require_id(ref)
+            put.extend(
+                (stream_id, group, key, value, keyed_seal(stream_id, group, key, value))
+                for key, value in values.items()
+                if value is not None
+            )
+            if deleted := [key for key, value in values.items() if value is None]:
+                gone.append((stream_id, group, deleted))
+        with _by_index(self._conn), self._conn.cursor() as cur:
+            if gone:
+                cur.executemany(
+                    "DELETE FROM streamledger_keyed WHERE stream_id = %s AND grp = %s"
+                    " AND key = ANY(%s::bytea[])",
+                    gone,
+                )
+            if put:
+                cur.execute(
+                    "INSERT INTO streamledger_keyed (stream_id, grp, key, value, seal)"
+                    " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bytea[], %s::bytea[], %s::bigint[])"
+                    " ON CONFLICT (stream_id, grp, key)"
+                    " DO UPDATE SET value = EXCLUDED.value, seal = EXCLUDED.seal",
+                    [list(column) for column in zip(*put, strict=True)],  # one array a column
+                )
+
     def _write(
         self,
         descriptors: Mapping[StreamRef, StreamDescriptor],
@@ -295,6 +409,24 @@ class PgView(CachedView):
                     " WHERE stream_id = %s AND grp = %s AND seq = %s AND node = %s AND parent = %s",
                     forgotten,
                 )
+
+    def keyed_range(
+        self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
+    ) -> list[KeyedEntry]:
+        self._resolve((ref,))
+        stream_id = self._known(ref)
+        if stream_id is None:
+            return []
+        sql = (
+            "SELECT key, value, seal FROM streamledger_keyed WHERE stream_id = %s AND grp = %s AND key >= %s"
+        )
+        params: tuple[object, ...] = (stream_id, group, start)
+        if stop is not None:  # a bound the index scan stops at, not one it checks to the group's end
+            sql, params = f"{sql} AND key < %s", (*params, stop)
+        with self._conn.pipeline(), _by_index(self._conn):
+            found = self._conn.execute(f"{sql} ORDER BY key LIMIT %s", (*params, limit))
+        rows = found.fetchall()
+        return [KeyedEntry(key, _sealed(stream_id, group, key, value, seal)) for key, value, seal in rows]
 
     # -- messages --------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ commits). Importing this package registers them all.
 from . import dead_letters as dead_letters
 from . import groups as groups
 from . import handle as handle
+from . import keyed as keyed
 from . import lifecycle as lifecycle
+from . import partitions as partitions
 from . import runs as runs
 from . import streams as streams
 from . import values as values

@@ -17,6 +17,9 @@ from ._records import (
     AppendBatch,
     GroupChange,
     GroupFrontier,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -27,7 +30,14 @@ from ._records import (
     StreamRef,
 )
 
-__all__ = ["STREAM_HOOKS", "CheckpointHooks", "GroupHooks", "StreamHooks", "check_stream_hooks"]
+__all__ = [
+    "STREAM_HOOKS",
+    "CheckpointHooks",
+    "GroupHooks",
+    "KeyedHooks",
+    "StreamHooks",
+    "check_stream_hooks",
+]
 
 #: The calls a complete set of stream hooks has; checked before any stream is opened on it.
 STREAM_HOOKS = ("open", "append", "open_message", "fail_message", "commit", "finish", "describe")
@@ -110,6 +120,25 @@ class GroupHooks(Protocol):
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         """Apply ``change`` in one transaction; return the moved frontier (None for a removal)."""
+        ...
+
+
+@runtime_checkable
+class KeyedHooks(Protocol):
+    """What a store implements so handlers can keep state per key (``handle_messages(..., keyed=...)``).
+
+    A commit's :attr:`~streams.store.MessageCommit.keyed` writes are applied by
+    :func:`streams.store.commit` with the message's ack; these two calls read
+    them back. :func:`streams.store.read_keyed` and
+    :func:`streams.store.list_keyed` are the rules, written once. Both only read.
+    """
+
+    async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
+        """The group's values of ``request.keys`` as its parent attempt sees them, one per key."""
+        ...
+
+    async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+        """The group's confirmed keys in ``request``'s range, in byte order (an operator's listing)."""
         ...
 
 

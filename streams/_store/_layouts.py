@@ -30,6 +30,7 @@ class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
     compacted_through: int = 0  # every seq <= it was acknowledged by every group and removed
     format: int = 1
     retain: int = 0  # acknowledged messages kept for groups added later (the last ``retain`` appended)
+    partitions: int = 0  # one of this many partitions of a partitioned stream; 0: not partitioned
 
 
 class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -29,6 +29,9 @@ from ._records import (
     AppendBatch,
     GroupChange,
     GroupFrontier,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -39,7 +42,7 @@ from ._records import (
     StreamOpened,
     StreamRef,
 )
-from ._view import AttemptKey, CachedView
+from ._view import AttemptKey, CachedView, GroupKey
 
 __all__ = ["MemoryStore"]
 
@@ -63,6 +66,30 @@ class _Overlay(CachedView):
 
     def _read_attempts(self, keys: Sequence[AttemptKey]) -> list[AttemptRecord | None]:
         return [self._store._attempts.get(key) for key in keys]
+
+    def _read_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        stored = self._store._keyed.get((ref, group))
+        return [None] * len(keys) if stored is None else [stored.get(key) for key in keys]
+
+    def _clear_keyed(self, groups: Sequence[GroupKey]) -> None:
+        for owner in groups:
+            self._store._keyed.pop(owner, None)
+
+    def _write_keyed(self, writes: Mapping[GroupKey, Mapping[bytes, bytes | None]]) -> None:
+        for owner, keys in writes.items():
+            stored = self._store._keyed.setdefault(owner, {})
+            for key, value in keys.items():
+                if value is None:
+                    stored.pop(key, None)
+                else:
+                    stored[key] = value
+
+    def keyed_range(
+        self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
+    ) -> list[KeyedEntry]:
+        stored = self._store._keyed.get((ref, group), {})
+        keys = sorted(k for k in stored if k >= start and (stop is None or k < stop))
+        return [KeyedEntry(key, stored[key]) for key in keys[:limit]]
 
     def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
         attempts = self._store._attempts
@@ -155,8 +182,9 @@ class _NodeOverlay:
 class MemoryStore:
     """An in-process store of streams and node checkpoints with the ledger's exact rules.
 
-    It is its own :class:`~streams.StreamHooks` (``store.streams is store``)
-    and a :class:`~streams.store.CheckpointHooks`.
+    It is its own :class:`~streams.StreamHooks` (``store.streams is store``),
+    a :class:`~streams.store.CheckpointHooks`, a :class:`~streams.store.GroupHooks`
+    and a :class:`~streams.store.KeyedHooks`.
     """
 
     def __init__(self) -> None:
@@ -164,6 +192,7 @@ class MemoryStore:
         self._groups: dict[tuple[StreamRef, str], GroupFrontier] = {}
         self._attempts: dict[AttemptKey, AttemptRecord] = {}
         self._messages: dict[StreamRef, dict[int, bytes]] = {}
+        self._keyed: dict[GroupKey, dict[bytes, bytes]] = {}
         self._node_attempts: dict[tuple[str, str, int], NodeAttemptRecord] = {}
         self._scopes: dict[str, ScopeRecord] = {}
         self._nodes: dict[str, dict[str, NodeCheckpoint]] = {}
@@ -264,6 +293,16 @@ class MemoryStore:
         overlay.merge()
         await checkpoint()
         return moved
+
+    async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
+        values = _operations.read_keyed(_Overlay(self), request)
+        await checkpoint()
+        return values
+
+    async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+        entries = _operations.list_keyed(_Overlay(self), request)
+        await checkpoint()
+        return entries
 
     # -- inspection ------------------------------------------------------------------------
 

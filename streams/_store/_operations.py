@@ -16,6 +16,7 @@ import msgspec
 
 from .._errors import (
     CompactedHistoryError,
+    KeyedStateError,
     SequenceError,
     StoreDamagedError,
     StreamFinishedError,
@@ -23,9 +24,14 @@ from .._errors import (
 )
 from ._layouts import AttemptRecord, StreamDescriptor
 from ._records import (
+    MAX_KEY_BYTES,
     AppendBatch,
     GroupChange,
     GroupFrontier,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
+    KeyedWrite,
     MessageAttempt,
     MessageCommit,
     MessageFail,
@@ -56,8 +62,10 @@ __all__ = [
     "describe",
     "fail_message",
     "finish",
+    "list_keyed",
     "open_message",
     "open_stream",
+    "read_keyed",
 ]
 
 
@@ -320,7 +328,12 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         else:
             for seq in range(first, last + 1):
                 _ack(view, group, c, seq)
-        group.own(c.parent_attempt)
+        if c.parent_attempt != group.attempt:
+            # another parent attempt takes the group over: none of the last one's state reaches it
+            group.own(c.parent_attempt)
+            view.clear_keyed(message.ref, message.group)
+        if c.keyed:
+            _write_keyed(view, c, c.keyed)
         if c.state is not None:
             group.state = c.state
         if c.results:
@@ -353,6 +366,45 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
         view.put_group(ref, group.record())
     for ref in {ref for ref, _ in groups}:
         _maybe_compact(view, ref)
+
+
+def _write_keyed(view: RecordView, c: MessageCommit, writes: tuple[KeyedWrite, ...]) -> None:
+    ref, group = c.message.ref, c.message.group
+    for write in writes:
+        if len(write.key) > MAX_KEY_BYTES:
+            raise KeyedStateError(
+                f"commit of {c.message}: a keyed-state key of {len(write.key)} bytes; a ledger keeps keys "
+                f"of at most {MAX_KEY_BYTES} bytes (nothing was confirmed)"
+            )
+        view.put_keyed(ref, group, write.key, write.value)
+
+
+def read_keyed(view: RecordView, request: KeyedRead) -> tuple[bytes | None, ...]:
+    """The values of ``request.keys`` in the group's keyed state as its parent attempt sees it: reads only.
+
+    The keyed state belongs to the parent attempt that last committed for the
+    group (the frontier's ``attempt``); any other attempt sees no key.
+    """
+    ref, group = request.ref, request.group
+    what = f"keyed read of group {group!r}"
+    view.load(descriptors=(ref,), groups=((ref, group),))
+    frontier = _frontier(view, _descriptor(view, ref, what), group, what)
+    if frontier.attempt != request.parent_attempt or not request.keys:
+        return (None,) * len(request.keys)
+    return tuple(view.get_keyed(ref, group, request.keys))
+
+
+def list_keyed(view: RecordView, request: KeyedRange) -> tuple[KeyedEntry, ...]:
+    """Up to ``request.limit`` confirmed keys of a group's keyed state, in byte order: reads only."""
+    ref, group = request.ref, request.group
+    what = f"keyed listing of group {group!r}"
+    if request.limit < 0:
+        raise ValueError(f"{what}: a limit is at least 0, not {request.limit}")
+    view.load(descriptors=(ref,), groups=((ref, group),))
+    _frontier(view, _descriptor(view, ref, what), group, what)
+    if request.limit == 0 or (request.stop is not None and request.stop <= request.start):
+        return ()
+    return tuple(view.keyed_range(ref, group, request.start, request.stop, request.limit))
 
 
 def _load_message(view: RecordView, message: MessageRef, budget: AttemptKey) -> None:
@@ -414,10 +466,10 @@ def _ack(view: RecordView, group: FrontierDraft, c: MessageCommit, seq: int) -> 
 
 def _check_dead_letter(c: MessageCommit) -> None:
     """A dead-letter commit acknowledges its one message with its dead letter, and nothing else."""
-    if c.through or c.state is not None or c.results or c.stop:
+    if c.through or c.state is not None or c.results or c.stop or c.keyed:
         raise SequenceError(
             f"dead letter of {c.message}: a dead-letter commit acknowledges one message and sets "
-            "no state, results or stop"
+            "no state, keyed state, results or stop"
         )
     if len(c.outputs) != 1 or len(c.outputs[0].payloads) != 1:
         raise SequenceError(
@@ -457,7 +509,8 @@ def finish(view: RecordView, request: StreamFinish) -> None:
 def change_group(view: RecordView, change: GroupChange) -> GroupFrontier | None:
     """Remove or move a consumer group (an operator's repair); returns the moved frontier.
 
-    Every budget the group holds goes with it; the stream's generation is
+    Every budget the group holds goes with it, and its keyed state with a
+    removal or a move that does not keep state; the stream's generation is
     raised, so endpoints still open on the stream are fenced off. Removing
     frees what the group held back: compaction runs again without it.
     """
@@ -473,6 +526,8 @@ def change_group(view: RecordView, change: GroupChange) -> GroupFrontier | None:
         )
     frontier = _frontier(view, desc, name, what)
     moved: GroupFrontier | None = None
+    if change.remove or not change.keep_state:
+        view.clear_keyed(ref, name)
     if change.remove:
         view.delete_group(ref, name)
         groups = tuple(g for g in desc.groups if g != name)

@@ -7,12 +7,22 @@ Sequence numbers of a stream start at 1; ``0`` means "none yet".
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
+
+#: The longest encoded key a group's keyed state takes, in bytes (every store keeps at least this).
+MAX_KEY_BYTES: Final = 256
 
 __all__ = [
     "AppendBatch",
     "GroupChange",
+    "MAX_KEY_BYTES",
     "GroupFrontier",
+    "KeyedEntry",
+    "KeyedRange",
+    "KeyedRead",
+    "KeyedWrite",
     "MessageAttempt",
     "MessageCommit",
     "MessageFail",
@@ -53,6 +63,9 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     #: messages appended even when every group acknowledged them. None keeps the stream's setting
     #: (0 for a new stream).
     retain: int | None = None
+    #: A partition of a stream of this many partitions (0: a stream of its own). A stream keeps the
+    #: number it was created with: another is refused.
+    partitions: int = 0
 
 
 class GroupFrontier(msgspec.Struct, frozen=True, gc=False):
@@ -176,8 +189,45 @@ class OutputBatch(msgspec.Struct, frozen=True, gc=False):
     payloads: tuple[bytes, ...]
 
 
+class KeyedWrite(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One key of a group's keyed state set (``value``) or deleted (``value`` None) by a commit."""
+
+    key: bytes
+    value: bytes | None = None
+
+
+class KeyedEntry(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One confirmed key of a group's keyed state and its encoded value."""
+
+    key: bytes
+    value: bytes
+
+
+class KeyedRead(msgspec.Struct, frozen=True, gc=False):
+    """Read keys of a group's keyed state as parent attempt ``parent_attempt`` sees it.
+
+    An attempt other than the one that last committed for the group sees no
+    key at all, as it sees none of that attempt's explicit state.
+    """
+
+    ref: StreamRef
+    group: str
+    keys: tuple[bytes, ...]
+    parent_attempt: str = ""
+
+
+class KeyedRange(msgspec.Struct, frozen=True, gc=False):
+    """List a group's confirmed keys in byte order, from ``start`` (included) to ``stop`` (excluded)."""
+
+    ref: StreamRef
+    group: str
+    start: bytes = b""
+    stop: bytes | None = None  # None: to the last key
+    limit: int = 100
+
+
 class MessageCommit(msgspec.Struct, frozen=True, gc=False):
-    """Everything one handled message confirms: ack, state, results, outputs, stop.
+    """Everything one handled message confirms: ack, state, keyed state, results, outputs, stop.
 
     With ``through`` set it confirms a run of consecutive messages of the
     group, ``message.seq`` to ``through``, handled in order by one node:
@@ -201,6 +251,9 @@ class MessageCommit(msgspec.Struct, frozen=True, gc=False):
     #: With ``dead_letter``: the attempt limit the message used up (it may be lower than when its
     #: failures were confirmed); 0 trusts the budget's own exhausted mark only.
     limit: int = 0
+    #: The keys of the group's keyed state this commit sets or deletes, in the order made; in a run,
+    #: every message's writes in order (the last write of a key holds).
+    keyed: tuple[KeyedWrite, ...] = ()
 
     @property
     def last_seq(self) -> int:
@@ -219,7 +272,8 @@ class GroupChange(msgspec.Struct, frozen=True, gc=False):
     ``move`` sets where the group's next message is (``"earliest"``,
     ``"latest"`` or a sequence, as a new group's start) and forgets its
     failures, exhausted messages, dead budgets and stop; ``keep_state``
-    keeps its explicit state and results, else both are cleared. Either
+    keeps its explicit state, keyed state and results, else all three are
+    cleared. A removal deletes the group's keyed state with it. Either
     change raises the stream's generation: endpoints open on it are fenced
     off and must reopen.
     """

@@ -15,6 +15,7 @@ import bisect
 import msgspec
 
 from .._errors import (
+    PartitionError,
     SequenceError,
     SourceNotResumableError,
     StaleGenerationError,
@@ -43,6 +44,12 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
             generation=1,
             groups=request.groups,
             retain=request.retain or 0,
+            partitions=request.partitions,
+        )
+    if current.partitions != request.partitions:
+        raise PartitionError(
+            f"stream {request.ref} is {_partitioned(current.partitions)}, but was opened as "
+            f"{_partitioned(request.partitions)}; a stream keeps its partitions: use a new key or scope"
         )
     if current.type_name != request.type_name:
         raise SourceNotResumableError(
@@ -63,6 +70,10 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
         capacity=request.capacity,
         retain=current.retain if request.retain is None else request.retain,
     )
+
+
+def _partitioned(partitions: int) -> str:
+    return f"one of {partitions} partitions" if partitions else "a stream of its own"
 
 
 class Subject:

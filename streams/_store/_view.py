@@ -7,9 +7,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from ._layouts import AttemptRecord, StreamDescriptor
-from ._records import GroupFrontier, StoredMessage, StreamRef
+from ._records import GroupFrontier, KeyedEntry, StoredMessage, StreamRef
 
-__all__ = ["AttemptKey", "CachedView", "RecordView"]
+__all__ = ["AttemptKey", "CachedView", "GroupKey", "RecordView"]
+
+#: A consumer group of one stream: the owner of a frontier and of a keyed state.
+GroupKey = tuple[StreamRef, str]
 
 
 class AttemptKey(NamedTuple):
@@ -44,6 +47,24 @@ class RecordView(Protocol):
         """Delete every message budget of ``group`` on ``ref`` (of every node and parent attempt)."""
         ...
 
+    def get_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> Sequence[bytes | None]:
+        """The values of ``keys`` in the group's keyed state, one per key, None for a key it lacks."""
+        ...
+
+    def put_keyed(self, ref: StreamRef, group: str, key: bytes, value: bytes | None) -> None:
+        """Set ``key`` of the group's keyed state, or delete it (``value`` None)."""
+        ...
+
+    def clear_keyed(self, ref: StreamRef, group: str) -> None:
+        """Delete every key of the group's keyed state."""
+        ...
+
+    def keyed_range(
+        self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
+    ) -> Sequence[KeyedEntry]:
+        """Up to ``limit`` keys of the group's keyed state, ``start`` to ``stop`` (excluded), by bytes."""
+        ...
+
     def put_messages(self, ref: StreamRef, first_seq: int, payloads: Sequence[bytes]) -> None: ...
     def messages_after(self, ref: StreamRef, seq: int) -> Iterable[StoredMessage]: ...
     def compact(self, ref: StreamRef, through: int) -> None:
@@ -65,10 +86,12 @@ class CachedView(abc.ABC):
 
     A store subclasses it and supplies, for its own transaction, batched raw
     reads (:meth:`_read_descriptors`, :meth:`_read_groups`,
-    :meth:`_read_attempts`, one answer per key, None when absent), the raw
-    writes :meth:`_write` makes once when the call ends (after
-    :meth:`_delete_budgets`, for the groups an operator removed or moved),
-    and the message methods of :class:`RecordView`. The operations call :meth:`load` first,
+    :meth:`_read_attempts`, :meth:`_read_keyed`, one answer per key, None
+    when absent), the raw writes :meth:`_write` and :meth:`_write_keyed`
+    make once when the call ends (after :meth:`_delete_budgets` and
+    :meth:`_clear_keyed`, for the groups an operator removed or moved or
+    that a new parent attempt took over), and the message methods and
+    :meth:`keyed_range` of :class:`RecordView`. The operations call :meth:`load` first,
     with every record the call will touch that its request names, so a
     store across a network pays one or two round trips a call; whatever is
     read later (a retried message's budget, a stream's other groups before
@@ -78,12 +101,14 @@ class CachedView(abc.ABC):
 
     __slots__ = (
         "_attempts",
+        "_cleared_keyed",
         "_descriptors",
         "_dirty_attempts",
         "_dirty_descriptors",
         "_dirty_groups",
         "_dropped_budgets",
         "_groups",
+        "_keyed",
     )
 
     def __init__(self) -> None:
@@ -94,6 +119,9 @@ class CachedView(abc.ABC):
         self._dirty_groups: dict[tuple[StreamRef, str], None] = {}
         self._dirty_attempts: dict[AttemptKey, None] = {}
         self._dropped_budgets: dict[tuple[StreamRef, str], None] = {}
+        #: Keyed writes not yet made, per group (None deletes); and the groups whose stored keys go first.
+        self._keyed: dict[GroupKey, dict[bytes, bytes | None]] = {}
+        self._cleared_keyed: dict[GroupKey, None] = {}
 
     # -- what a store supplies ---------------------------------------------------------------
 
@@ -108,6 +136,18 @@ class CachedView(abc.ABC):
     @abc.abstractmethod
     def _read_attempts(self, keys: Sequence[AttemptKey]) -> Sequence[AttemptRecord | None]:
         """One answer per key, in order; None for a record the store does not hold."""
+
+    @abc.abstractmethod
+    def _read_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> Sequence[bytes | None]:
+        """The stored values of ``keys`` in the group's keyed state, in order; None for a key it lacks."""
+
+    @abc.abstractmethod
+    def _clear_keyed(self, groups: Sequence[GroupKey]) -> None:
+        """Delete every stored key of each group's keyed state."""
+
+    @abc.abstractmethod
+    def _write_keyed(self, writes: Mapping[GroupKey, Mapping[bytes, bytes | None]]) -> None:
+        """Set each key of each group's keyed state; a key mapped to None is deleted."""
 
     @abc.abstractmethod
     def _delete_budgets(self, groups: Sequence[tuple[StreamRef, str]]) -> None:
@@ -146,11 +186,18 @@ class CachedView(abc.ABC):
             self._attempts.update(zip(keys, self._read_attempts(keys), strict=True))
 
     def flush(self) -> None:
-        """Delete dropped groups' budgets, then write each changed descriptor, frontier and budget once."""
+        """Delete dropped groups' budgets and keyed states, then write each changed record once."""
         if self._dropped_budgets:
             dropped = list(self._dropped_budgets)
             self._dropped_budgets.clear()
             self._delete_budgets(dropped)
+        if self._cleared_keyed:
+            cleared = list(self._cleared_keyed)
+            self._cleared_keyed.clear()
+            self._clear_keyed(cleared)
+        if self._keyed:
+            keyed, self._keyed = self._keyed, {}
+            self._write_keyed(keyed)
         if not (self._dirty_descriptors or self._dirty_groups or self._dirty_attempts):
             return
         descriptors = {ref: self._descriptors[ref] for ref in self._dirty_descriptors}
@@ -207,6 +254,31 @@ class CachedView(abc.ABC):
     def delete_attempt(self, key: AttemptKey) -> None:
         self._attempts[key] = None
         self._dirty_attempts[key] = None
+
+    def get_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Its own writes first; nothing stored once this call cleared the group."""
+        owner = (ref, group)
+        written = self._keyed.get(owner)
+        if owner in self._cleared_keyed:
+            return [None if written is None else written.get(key) for key in keys]
+        if not written:
+            return list(self._read_keyed(ref, group, keys))
+        missing = [key for key in keys if key not in written]
+        stored = dict(zip(missing, self._read_keyed(ref, group, missing), strict=True)) if missing else {}
+        return [written[key] if key in written else stored[key] for key in keys]
+
+    def put_keyed(self, ref: StreamRef, group: str, key: bytes, value: bytes | None) -> None:
+        owner = (ref, group)
+        written = self._keyed.get(owner)
+        if written is None:
+            written = self._keyed[owner] = {}
+        written[key] = value
+
+    def clear_keyed(self, ref: StreamRef, group: str) -> None:
+        """Forget the group's keyed state: writes made in this call now, stored keys when it ends (first)."""
+        owner = (ref, group)
+        self._keyed.pop(owner, None)
+        self._cleared_keyed[owner] = None
 
     def delete_budgets(self, ref: StreamRef, group: str) -> None:
         """Forget the group's budgets: cached ones now, stored ones when the call ends (first)."""

@@ -31,25 +31,32 @@ def killed_until_landed(
     max_delay: float,
     check: Callable[[Path, int], None] | None = None,
     kills: int = 5,
+    after_kill: Callable[[Path], None] | None = None,
 ) -> int:
     """Kill ``command_for(ledger)`` at random moments until ``kills`` kills landed, over fresh ledgers.
 
     After each round the ledger is sound after every kill, nothing moved
     back, and one more call prints ``expected``; ``check(ledger, landed)``
-    looks further. A round whose run finished before its kills starts over
-    on a new ledger. Returns the kills that landed.
+    looks further, and ``after_kill(ledger)`` after each kill. A round whose
+    run finished before its kills starts over on a new ledger. Returns the kills that landed.
     """
     landed = 0
     for attempt in range(10):
         path = tmp_path / f"ledger-{attempt}"
         history = LedgerHistory(path)
         command = command_for(path)
+
+        def observe(path: Path = path, history: LedgerHistory = history) -> None:
+            history.observe()
+            if after_kill is not None:
+                after_kill(path)
+
         landed_here = kill_until_done(
             command,
             kills=kills,
             max_delay=max_delay,
             seed=20261130 + attempt,
-            after_kill=history.observe,
+            after_kill=observe,
             cwd=ROOT,
             env=dict(env),
         )

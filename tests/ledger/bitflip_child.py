@@ -3,12 +3,13 @@
 FLIPS ``all`` flips every bit of every page in turn (``python -m fuzz.bitflips``).
 
 It builds a ledger holding every kind of record (a finished demo; a stream
-with unacknowledged messages and a failed attempt's budget; a durable graph
-run's record and checkpoint), copies it compacted so that every page is in
-use, then for each of FLIPS seeded random bits flips it in a fresh copy and
-reads the copy as a user would, with no ``check`` first: ``inspect``, then
-the stream reopened and read back (a write: the reopen raises its
-generation); a refusal must be typed and write nothing. The demo refuses to run beside other records,
+with unacknowledged messages and a failed attempt's budget; a group's keyed
+state; a durable graph run's record and checkpoint), copies it compacted so
+that every page is in use, then for each of FLIPS seeded random bits flips
+it in a fresh copy and reads the copy as a user would, with no ``check``
+first: ``inspect``, then the stream reopened and read back with the keyed
+state (a write: the reopen raises its generation); a refusal must be typed
+and write nothing. The demo refuses to run beside other records,
 so the write is the application's. One JSON line per
 flip says what happened. A signal kills this process, and the test sees it.
 """
@@ -29,12 +30,15 @@ from ledger import LedgerEnv, LedgerError, inspect_ledger, open_ledger
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._demo import run_demo
 from streams import Key, Stream, StreamsError, open_scope
-from streams.store import MessageFail, MessageOpen, MessageRef
+from streams.store import KeyedRange, KeyedWrite, MessageCommit, MessageFail, MessageOpen, MessageRef
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 
 DEMO = 3000
 NUMBERS = Key("numbers", Stream[int])
+COUNTS = Key("counts", Stream[int])
+#: The keyed state group k of stream s/src/counts confirms with its first message.
+KEYED = {b"key-%03d" % i: b"value-%d" % (i * i) for i in range(200)}
 
 
 async def build(path: Path) -> None:
@@ -48,13 +52,22 @@ async def build(path: Path) -> None:
             ref = MessageRef(stream.ref, "g", stream.generation, 1)
             await ledger.streams.open_message(MessageOpen(ref, node="h", limit=3))
             await ledger.streams.fail_message(MessageFail(ref, node="h", limit=3, index=0))
+            counts = await scope.open_stream(COUNTS, node="src", groups=("k",))
+            for n in range(1, 3):
+                await counts.writer().send(n)
+            await counts.writer().flush()
+            writes = tuple(KeyedWrite(k, v) for k, v in KEYED.items())
+            first = MessageRef(counts.ref, "k", counts.generation, 1)
+            await ledger.streams.commit([MessageCommit(first, keyed=writes)])
         runner = durable(three_steps(), ledger)
         with contextlib.suppress(Boom):  # the run stops at step three: its record and checkpoint stay
             await runner.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"three"}))
 
 
 async def read_back(path: Path) -> bool:
-    """Reopen the stream (a write) and read its 300 unacknowledged messages: whether they are 1..300.
+    """Reopen the stream (a write) and read its 300 unacknowledged messages and group k's keyed state.
+
+    Whether the messages are 1..300 and the keyed state is :data:`KEYED`.
 
     Waiting longer than a minute for them is a failure (``TimeoutError``): a ledger taken for another,
     whose stream holds fewer messages, would wait forever.
@@ -67,7 +80,11 @@ async def _read_back(path: Path) -> bool:
     async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
         reader = stream.reader("g")
-        return [(await reader.receive()).value for _ in range(300)] == list(range(1, 301))
+        if [(await reader.receive()).value for _ in range(300)] != list(range(1, 301)):
+            return False
+        counts = await scope.open_stream(COUNTS, node="src", groups=("k",), resumable=True)
+        keyed = await ledger.backend.streams.list_keyed(KeyedRange(counts.ref, "k", limit=1000))
+        return {e.key: e.value for e in keyed} == KEYED
 
 
 def view(path: Path) -> dict[str, Any]:

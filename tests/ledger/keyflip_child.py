@@ -1,14 +1,16 @@
 """``python -m tests.ledger.keyflip_child WORKDIR SAMPLE [BITS]``: flip key bytes, read as users do.
 
-It builds three small ledgers: a demo killed with SIGKILL in the middle of
-its run, a finished demo, and durable graph runs stopped at their third step
-(their run records and checkpoints, enough for branch pages). It then finds the key of every node on
+It builds four small ledgers: a demo killed with SIGKILL in the middle of
+its run, a finished demo, durable graph runs stopped at their third step
+(their run records and checkpoints, enough for branch pages), and the keyed
+state of two groups of a stream (one group long enough to be digested in
+its keys; enough keys for branch pages). It then finds the key of every node on
 their live pages (:func:`ledger.lmdb._files.key_bytes`: every leaf, the named
 databases' names in LMDB's main database, branch keys), and flips one bit of
 each chosen key byte in a fresh copy, which it opens, without running
 ``check`` first, the way a user would: ``inspect`` and ``messages`` (read-only),
-the resumed demo (:func:`ledger._demo.run_demo`) or the graph resumed
-(``DurableGraph.run``). Each outcome is one JSON line:
+the resumed demo (:func:`ledger._demo.run_demo`), the graph resumed
+(``DurableGraph.run``) or the keyed state listed and read (a write open). Each outcome is one JSON line:
 
 * ``reference``: exactly the figures the undamaged copy gives;
 * the name of a typed error (a :class:`~ledger.LedgerError` or a
@@ -41,6 +43,15 @@ from ledger.lmdb._demo import run_demo
 from ledger.lmdb._files import KeyBytes, key_bytes
 from ledger.lmdb._inspect import view_messages
 from streams import StreamRef, StreamsError
+from streams.store import (
+    AppendBatch,
+    KeyedRange,
+    KeyedRead,
+    KeyedWrite,
+    MessageCommit,
+    MessageRef,
+    StreamOpen,
+)
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 
@@ -92,6 +103,28 @@ async def build_graph(path: Path) -> None:
                 await runner.run(f"run-{i:02}", state=Log(), inputs=5, deps=Calls(fail_at={"three"}))
 
 
+#: Stream k/src/counts: its groups' keyed state, confirmed with their first messages.
+COUNTS = StreamRef("k", "src", "counts")
+KEYED_GROUPS = ("g", "l" * 250)
+KEYS = 1500
+
+
+def counts_opening() -> StreamOpen:
+    return StreamOpen(COUNTS, "int", 64, KEYED_GROUPS, resumable=True)
+
+
+async def build_keyed(path: Path) -> None:
+    async with open_ledger(path) as ledger:
+        opened = await ledger.streams.open(counts_opening())
+        await ledger.backend.streams.append(
+            AppendBatch(COUNTS, opened.generation, 1, tuple(b"%d" % i for i in range(1, 4)))
+        )
+        for group in KEYED_GROUPS:
+            writes = tuple(KeyedWrite(b"key-%05d" % i, b"%d" % (i * 7)) for i in range(KEYS))
+            first = MessageRef(COUNTS, group, opened.generation, 1)
+            await ledger.streams.commit([MessageCommit(first, keyed=writes)])
+
+
 # -- the user paths ---------------------------------------------------------------------------
 
 
@@ -139,10 +172,33 @@ def graph_resumed(path: Path) -> Any:
     return anyio.run(resume)
 
 
+def keyed_read(path: Path) -> Any:
+    async def read() -> Any:
+        with anyio.fail_after(60):
+            async with open_ledger(path) as ledger:
+                await ledger.streams.open(counts_opening())
+                found = []
+                for group in KEYED_GROUPS:
+                    listed = await ledger.backend.streams.list_keyed(
+                        KeyedRange(COUNTS, group, limit=KEYS + 1)
+                    )
+                    keys = (b"key-00000", b"key-00750", b"key-99999")
+                    found.append(
+                        (
+                            [(e.key, e.value) for e in listed],
+                            await ledger.backend.streams.read_keyed(KeyedRead(COUNTS, group, keys)),
+                        )
+                    )
+                return found
+
+    return anyio.run(read)
+
+
 PATHS: dict[str, dict[str, Callable[[Path], Any]]] = {
     "killed demo": {"inspect": inspected, "messages": viewed, "demo": demo_figures(KILLED)},
     "finished demo": {"inspect": inspected, "demo": demo_figures(FINISHED)},
     "graph run": {"inspect": inspected, "graph": graph_resumed},
+    "keyed state": {"keyed": keyed_read},
 }
 
 
@@ -212,10 +268,18 @@ def sweep(workdir: Path, name: str, ledger: Path, sample: int | None, *, bits: i
 
 def main(workdir: Path, sample: int | None, bits: int) -> None:
     killed, finished, graph = workdir / "killed", workdir / "finished", workdir / "graph"
+    keyed = workdir / "keyed"
     build_killed(killed)
     anyio.run(run_demo, finished, FINISHED)
     anyio.run(build_graph, graph)
-    for name, ledger in (("killed demo", killed), ("finished demo", finished), ("graph run", graph)):
+    anyio.run(build_keyed, keyed)
+    ledgers = (
+        ("killed demo", killed),
+        ("finished demo", finished),
+        ("graph run", graph),
+        ("keyed state", keyed),
+    )
+    for name, ledger in ledgers:
         sweep(workdir, name, ledger, sample, bits=bits)
 
 

@@ -1,13 +1,14 @@
 """The key sweep of a PostgreSQL ledger: every key column of every row, changed in turn, read as a user would.
 
 A reference ledger holds every kind of row (a stream with two groups, one
-part-acknowledged; a stream with a failed attempt's budget; a completed run
+part-acknowledged; a stream with a failed attempt's budget; a group's keyed
+state; a completed run
 of ``ledger.run``; a durable graph run stopped at its third step, with its
 checkpoint). Each case copies it into a schema of its own, changes one key
 column of one row (a text gets one more character, a number one more) and
 reads the copy by each path on a fresh copy: ``inspect``, the streams
 reopened and their unacknowledged messages read, the run resumed, the graph
-run's status and its resume. Every outcome must be the reference's answer,
+run's status and its resume, the group's keyed state listed. Every outcome must be the reference's answer,
 or a typed error of the ledger after which the copy is unchanged; anything
 else (other figures, an untyped exception) is a failure the sweep names.
 """
@@ -26,7 +27,17 @@ import psycopg
 from ledger import LedgerError, connect
 from ledger.postgres import TOOLS
 from streams import Key, Stream, StreamRef, StreamsError, open_scope
-from streams.store import MessageFail, MessageOpen, MessageRef, StreamOpen
+from streams.store import (
+    AppendBatch,
+    KeyedHooks,
+    KeyedRange,
+    KeyedWrite,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    MessageRef,
+    StreamOpen,
+)
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 from .pool_graphs import summing
@@ -40,6 +51,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "streamledger_messages": ("stream_id", "first_seq", "last_seq"),
     "streamledger_groups": ("stream_id", "name"),
     "streamledger_attempts": ("stream_id", "grp", "seq", "node", "parent"),
+    "streamledger_keyed": ("stream_id", "grp", "key"),
     "streamledger_node_attempts": ("parent", "node", "position"),
     "streamledger_scopes": ("scope",),
     "streamledger_nodes": ("scope", "node"),
@@ -60,6 +72,10 @@ async def build(url: str) -> None:
             ref = MessageRef(stream.ref, "g", stream.generation, 1)
             await ledger.streams.open_message(MessageOpen(ref, node="h", limit=3))
             await ledger.streams.fail_message(MessageFail(ref, node="h", limit=3, index=0))
+        tallies = await ledger.streams.open(STREAMS[2])
+        await ledger.streams.append(AppendBatch(TALLIES, tallies.generation, 1, (b"\x01",)))
+        counted = MessageRef(TALLIES, "k", tallies.generation, 1)
+        await ledger.streams.commit([MessageCommit(counted, keyed=(KeyedWrite(b"alice", b"\x07"),))])
         with contextlib.suppress(Boom):  # the run stops at step three: its record and checkpoint stay
             await durable(three_steps(), ledger).run(
                 "r", state=Log(), inputs=5, deps=Calls(fail_at={"three"})
@@ -75,10 +91,13 @@ def _inspected(url: str) -> Any:
     return report
 
 
+#: The stream whose group keeps keyed state.
+TALLIES = StreamRef("s", "src", "tallies")
 #: The streams the reference holds, as a resumed program reopens them.
 STREAMS = (
     StreamOpen(StreamRef("shop", "intake", "orders"), "int", 16, ("billing", "audit"), resumable=True),
     StreamOpen(StreamRef("s", "src", "numbers"), "int", 16, ("g",), resumable=True),
+    StreamOpen(TALLIES, "int", 16, ("k",), resumable=True),
 )
 
 
@@ -107,11 +126,20 @@ async def _graph(url: str) -> Any:
         return status, result.output
 
 
+async def _keyed(url: str) -> Any:
+    """The group's keyed state, as an operator lists it."""
+    async with connect(url) as ledger:
+        hooks = ledger.streams
+        assert isinstance(hooks, KeyedHooks)
+        return await hooks.list_keyed(KeyedRange(TALLIES, "k"))
+
+
 #: The paths a user takes, each on a fresh copy.
 PATHS: dict[str, Callable[[str], Awaitable[Any]]] = {
     **{f"reopen {request.ref}": _tails(request) for request in STREAMS},
     "resume": _resumed,
     "graph": _graph,
+    "keyed": _keyed,
 }
 
 
@@ -160,13 +188,13 @@ def copy(reference: str, name: str) -> str:
 
 
 def damage(url: str, case: Case) -> bool:
-    """Change ``case``'s key column of its row: a text one character longer, a number one more.
+    """Change ``case``'s key column of its row: a text (or bytes) one character longer, a number one more.
 
     False if the server refused it: the changed key is another row's (its primary key holds).
     """
     row = dump(url)[case.table][case.row]
     value = row[case.column]
-    changed = value + 1 if isinstance(value, int) else f"{value}~"
+    changed = value + 1 if isinstance(value, int) else value + (b"~" if isinstance(value, bytes) else "~")
     where = " AND ".join(f"{c} = %s" for c in KEYS[case.table] if c in row)
     params = [row[c] for c in KEYS[case.table] if c in row]
     with psycopg.connect(url, autocommit=True) as conn:

@@ -5,8 +5,10 @@ stopping), acks another group's messages out of order, loses commits (before
 and after the store confirmed them) and crashes and reopens the ledger.
 After every step the store must agree with the model: contiguous sequences,
 a contiguous frontier, one transaction per message (the state is the sum of
-exactly the acknowledged messages and each produced one output), budgets
-that never refill and generations raised on every open.
+exactly the acknowledged messages, each produced one output, and the keyed
+state holds per key the sum of exactly those, with deletes), budgets that
+never refill and generations raised on every open. A failed attempt puts
+its keys before it raises: none of that may reach the ledger.
 
 :class:`LockstepMachine` drives ``MemoryStore``, the LMDB ledger and the
 PostgreSQL ledger with the same rules and, after every step, requires the
@@ -35,6 +37,7 @@ from ledger.postgres import open_postgres
 from streams import (
     CheckpointError,
     Key,
+    KeyedState,
     ManagedStream,
     MemoryStore,
     MessageExhaustedError,
@@ -44,6 +47,7 @@ from streams import (
     handle_messages,
     open_scope,
 )
+from streams.store import KeyedRange, key_to_plain
 from streams.testing import FaultyHooks
 
 from ..pg_server import new_ledger_url
@@ -55,6 +59,10 @@ ATTEMPTS = 2
 FAILING = 3
 #: A value that stops the handler after it is confirmed.
 STOP = 13
+#: The adder's keyed state: per key ``value % KEYS`` the sum of its values, deleted by a multiple of
+#: 11; a cache of two entries makes most reads go to the store, prefetched by the same key.
+KEYS = 5
+KEYED = KeyedState(int, int, cache=2, prefetch=lambda value: value % KEYS)
 
 
 def attempts_needed(value: int) -> int:
@@ -65,6 +73,11 @@ def adder(sums: ManagedStream[int]) -> Any:
     """The handler every machine runs: add the value to the state, send the running sum."""
 
     async def add(tx: MessageTx[int], value: int) -> None:
+        key = value % KEYS
+        if value and value % 11 == 0:
+            tx.store.delete(key)
+        else:
+            tx.store.put(key, await tx.store.get(key, 0) + value)
         if tx.attempt < attempts_needed(value):
             raise ValueError("a business failure")
         tx.set_state(tx.state + value)
@@ -73,6 +86,18 @@ def adder(sums: ManagedStream[int]) -> Any:
             tx.stop()
 
     return add
+
+
+def keyed_model(values: list[int]) -> dict[int, int]:
+    """The adder's keyed state after handling ``values``."""
+    totals: dict[int, int] = {}
+    for value in values:
+        key = value % KEYS
+        if value and value % 11 == 0:
+            totals.pop(key, None)
+        else:
+            totals[key] = totals.get(key, 0) + value
+    return totals
 
 
 async def open_streams(scope: Any) -> tuple[ManagedStream[int], ManagedStream[int]]:
@@ -141,6 +166,7 @@ class Stack:
                 initial_state=0,
                 attempts=ATTEMPTS,
                 limit=limit,
+                keyed=KEYED,
             )
 
         try:
@@ -162,9 +188,18 @@ class Stack:
         state: int = 0 if group.state is None else self.numbers._core.codec.decode(group.state)
         return state
 
+    def keyed(self) -> dict[int, int]:
+        """The adder's confirmed keyed state, as the store lists it."""
+
+        async def listed() -> dict[int, int]:
+            entries = await self.hooks.list_keyed(KeyedRange(self.numbers.ref, "adder", limit=1000))  # type: ignore[attr-defined]
+            return {key_to_plain(e.key): KEYED.value_codec.decode(e.value) for e in entries}
+
+        return self.portal.call(listed)
+
     def view(self) -> tuple[Any, ...]:
-        """Everything the endpoints show, values-free, and the adder's state."""
-        return (self.numbers.snapshot(), self.sums.snapshot(), self.state())
+        """Everything the endpoints show, values-free, the adder's state and its keyed state."""
+        return (self.numbers.snapshot(), self.sums.snapshot(), self.state(), self.keyed())
 
 
 class _Machine(RuleBasedStateMachine):
@@ -258,7 +293,12 @@ class LedgerMachine(_Machine):
             async with open_scope(faulty, scope="m") as scope:
                 numbers, sums = await open_streams(scope)
                 await handle_messages(
-                    numbers.reader("adder"), adder(sums), initial_state=0, attempts=ATTEMPTS, limit=remaining
+                    numbers.reader("adder"),
+                    adder(sums),
+                    initial_state=0,
+                    attempts=ATTEMPTS,
+                    limit=remaining,
+                    keyed=KEYED,
                 )
 
         # The faulty scope opens the streams again: one more generation.
@@ -315,6 +355,10 @@ class LedgerMachine(_Machine):
     @invariant()
     def state_is_the_sum_of_exactly_the_handled_messages(self) -> None:
         assert self.stack.state() == sum(self.values[: self.handled])
+
+    @invariant()
+    def keyed_state_holds_exactly_the_handled_messages(self) -> None:
+        assert self.stack.keyed() == keyed_model(self.values[: self.handled])
 
 
 class LockstepMachine(_Machine):

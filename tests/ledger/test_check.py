@@ -18,7 +18,7 @@ import pytest
 from ledger import LedgerEnv, open_ledger
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._demo import run_demo
-from ledger.lmdb._layout import CHECKPOINT_PREFIX, descriptor_key, group_key, message_key
+from ledger.lmdb._layout import CHECKPOINT_PREFIX, descriptor_key, group_key, keyed_prefix, message_key
 from streams import Key, Stream, open_scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,6 +109,14 @@ def _orphan_checkpoint(txn: Any) -> None:
     txn.put(key, seal("graph_runs", key, b"\x80"))
 
 
+def _orphan_keyed_state(txn: Any) -> None:
+    """A key of keyed state sealed where it sits, of a group stream 3 does not list."""
+    from ledger.lmdb._seal import seal
+
+    key = keyed_prefix(3, "gone") + b"k"
+    txn.put(key, seal("keyed", key, b"1"))
+
+
 @pytest.mark.parametrize(
     ("db", "change", "problem"),
     [
@@ -116,8 +124,9 @@ def _orphan_checkpoint(txn: Any) -> None:
         (b"groups", _move_frontier, "lists group 'billing', whose frontier is missing"),
         (b"messages", _drop_a_run, "stream s/src/numbers: messages jump from 200 to 401"),
         (b"graph_runs", _orphan_checkpoint, "graph run 'nobody' has a checkpoint but no run record"),
+        (b"keyed", _orphan_keyed_state, "of stream s/src/numbers belongs to no group the stream lists"),
     ],
-    ids=["flipped-value", "moved-frontier", "missing-run", "orphan-checkpoint"],
+    ids=["flipped-value", "moved-frontier", "missing-run", "orphan-checkpoint", "orphan-keyed-state"],
 )
 def test_each_kind_of_damage_is_named_and_check_exits_4(
     demo_ledger: Path, db: bytes, change: Callable[[Any], None], problem: str

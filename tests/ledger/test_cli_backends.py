@@ -37,6 +37,10 @@ def viewed(target: str, *extra: str) -> list[Any]:
     return [json.loads(line) for line in run("messages", target, STREAM, *extra).stdout.splitlines()]
 
 
+def keys(target: str, *extra: str) -> list[Any]:
+    return [json.loads(line) for line in run("keys", target, STREAM, "billing", *extra).stdout.splitlines()]
+
+
 def groups(target: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = json.loads(run("inspect", target, "--groups", "--json").stdout)
     for row in rows:
@@ -82,6 +86,10 @@ def test_every_command_answers_the_same_on_a_path_and_on_a_url(tmp_path: Path, p
     # view, whole and in part
     assert viewed(url) == viewed(path) == [{"seq": n, "value": n} for n in range(1, 6)]
     assert viewed(url, "--from", "2", "--limit", "2") == viewed(path, "--from", "2", "--limit", "2")
+    # keys, whole and by range
+    assert keys(url) == keys(path) == [{"key": "even", "value": 2}, {"key": "odd", "value": 3}]
+    assert keys(url, "--from", "f") == keys(path, "--from", "f") == [{"key": "odd", "value": 3}]
+    assert keys(url, "--to", "odd") == keys(path, "--limit", "1") == [{"key": "even", "value": 2}]
     # check
     checked = {t: json.loads(run("check", t, "--json").stdout) for t in (path, url)}
     assert checked[path]["sound"] and checked[url]["sound"]
@@ -110,6 +118,8 @@ def test_group_commands_on_a_url_refuse_what_they_refuse_on_a_path(tmp_path: Pat
         ("group", "move", "{}", STREAM, "billing", "--to", "9", "--keep-state"),
         ("messages", "{}", "shop/intake/nothing"),
         ("messages", "{}", "not-a-reference"),
+        ("keys", "{}", "shop/intake/nothing", "billing"),
+        ("keys", "{}", STREAM, "nobody"),
     ):
         done = {t: cli(*(a.format(t) for a in args)) for t in (path, url)}
         assert done[path].returncode == done[url].returncode == 2, (args, done[url].stderr)

@@ -169,7 +169,7 @@ def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_
     LedgerEnv.open(path).close()
     # as if killed before the named databases were made
     with raw_db(path, b"meta") as (raw, _), raw.begin(write=True) as txn:
-        for name in (b"streams", b"messages", b"groups", b"attempts", b"graph_runs", b"nodes"):
+        for name in (b"streams", b"messages", b"groups", b"attempts", b"graph_runs", b"nodes", b"keyed"):
             txn.drop(raw.open_db(name, txn=txn), delete=True)
     env = LedgerEnv.open_readonly(path)
     try:
@@ -181,6 +181,6 @@ def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_
     LedgerEnv.open(path).close()  # opened for writing: completed
     env = LedgerEnv.open_readonly(path)
     try:
-        assert env.has_db("streams") and env.has_db("graph_runs")
+        assert env.has_db("streams") and env.has_db("graph_runs") and env.has_db("keyed")
     finally:
         env.close()

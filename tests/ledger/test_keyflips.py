@@ -32,6 +32,7 @@ DATABASES = {
     "killed demo": {"(main)", "(free)", "meta", "streams", "messages", "groups", "nodes"},
     "finished demo": {"(main)", "(free)", "meta", "streams", "groups", "nodes"},
     "graph run": {"(main)", "(free)", "meta", "graph_runs"},
+    "keyed state": {"(main)", "(free)", "meta", "streams", "messages", "groups", "keyed"},
 }
 
 
@@ -56,8 +57,10 @@ def test_a_flipped_key_byte_anywhere_gives_the_reference_figures_or_a_typed_refu
         flipped = {line["database"] for line in lines if line["ledger"] == ledger}
         assert databases <= flipped, (ledger, flipped)
         paths = {line["path"] for line in lines if line["ledger"] == ledger}
-        assert paths >= ({"inspect", "graph"} if ledger == "graph run" else {"inspect", "demo"})
+        expected = {"graph run": {"inspect", "graph"}, "keyed state": {"keyed"}}
+        assert paths >= expected.get(ledger, {"inspect", "demo"})
     assert any(line["page"] == "branch" for line in lines)  # graph_runs spans several pages
+    assert any(line["database"] == "keyed" and line["page"] == "branch" for line in lines)
     # the flips did reach records: most are refused, and each kind of refusal is met
     assert (
         outcomes["MissingRecordError"] and outcomes["CorruptRecordError"] and outcomes["DamagedLedgerError"]

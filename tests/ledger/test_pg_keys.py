@@ -16,7 +16,8 @@ from . import pg_keys
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 #: What the PostgreSQL ledger does not detect, by table, key column and path: nothing (a run's id is
-#: kept twice since schema 2, so a rewritten one is found by the other; docs/guarantees.md).
+#: kept twice since schema 2, so a rewritten one is found by the other; a keyed row keeps a checksum
+#: of its stream, group, key and value since schema 3; docs/guarantees.md).
 UNDETECTED: set[tuple[str, str, str]] = set()
 
 

@@ -13,7 +13,7 @@ import psycopg
 
 from ledger import open_ledger
 from ledger.postgres import open_postgres
-from streams import Key, MessageTx, Stream, handle_messages, open_scope
+from streams import Key, KeyedState, MessageTx, Stream, handle_messages, open_scope
 
 from .pool_graphs import N, summing
 from .test_cli import cli
@@ -22,10 +22,11 @@ ORDERS = Key("orders", Stream[int])
 
 
 async def fill(opening: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
-    """Five orders, 'billing' handled three with a state; a run of the summing graph."""
+    """Five orders, 'billing' handled three with a state and keyed state; a run of the summing graph."""
 
     async def add(tx: MessageTx[int], value: int) -> None:
         tx.set_state(tx.state + value)
+        tx.store.put("odd" if value % 2 else "even", value)
 
     async with opening() as ledger:
         async with open_scope(ledger.streams, scope="shop") as scope:
@@ -34,7 +35,9 @@ async def fill(opening: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
             )
             for i in range(1, 6):
                 stream.writer().send_nowait(i)  # no checkpoint: the five leave in one append
-            await handle_messages(stream.reader("billing"), add, initial_state=0, limit=3)
+            await handle_messages(
+                stream.reader("billing"), add, initial_state=0, limit=3, keyed=KeyedState(str, int)
+            )
         await ledger.run(summing(), {N: 4}, run_id="sum-4")
 
 

@@ -29,6 +29,7 @@ TABLES = (
     "streamledger_groups",
     "streamledger_messages",
     "streamledger_attempts",
+    "streamledger_keyed",
     "streamledger_runs",
     "streamledger_nodes",
     "streamledger_node_attempts",

@@ -39,7 +39,17 @@ from streams import (
     open_scope,
     store,
 )
-from streams.store import AppendBatch, MessageCommit, MessageOpen, MessageRef, StreamOpen
+from streams.store import (
+    AppendBatch,
+    KeyedEntry,
+    KeyedRange,
+    KeyedRead,
+    KeyedWrite,
+    MessageCommit,
+    MessageOpen,
+    MessageRef,
+    StreamOpen,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -201,9 +211,9 @@ def test_migrate_makes_a_ledger_in_an_empty_database_then_has_nothing_to_do(post
     from .test_cli import cli
 
     made = cli("migrate", postgres_url)
-    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 2 in "), made.stderr
+    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 3 in "), made.stderr
     again = cli("migrate", postgres_url)
-    assert again.returncode == 0 and "is at schema 2: nothing to do" in again.stdout
+    assert again.returncode == 0 and "is at schema 3: nothing to do" in again.stdout
 
 
 async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
@@ -212,11 +222,11 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
     from ledger.postgres import _schema
 
     await three_messages(postgres_url)
-    # this build reads schema 3, whose migration from 2 adds a table
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(_schema, "MIGRATIONS", {2: "CREATE TABLE streamledger_extra (x integer)"})
+    # this build reads schema 4, whose migration from 3 adds a table
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {3: "CREATE TABLE streamledger_extra (x integer)"})
     with pytest.raises(
-        SchemaVersionError, match=r"holds schema 2; this build reads schema 3: .*ledger migrate"
+        SchemaVersionError, match=r"holds schema 3; this build reads schema 4: .*ledger migrate"
     ):
         async with open_postgres(postgres_url):
             pass
@@ -226,17 +236,17 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             return _schema.migrate(conn, "the ledger")
 
-    assert await anyio.to_thread.run_sync(migrate) == (2, 3)
+    assert await anyio.to_thread.run_sync(migrate) == (3, 4)
     async with open_postgres(postgres_url) as ledger:  # migrated: it opens, with its records
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
         assert opened.appended == 3
     # a step that fails leaves the schema as it was
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 4)
-    monkeypatch.setattr(_schema, "MIGRATIONS", {3: "CREATE TABLE streamledger_meta (x integer)"})
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 5)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {4: "CREATE TABLE streamledger_meta (x integer)"})
     with pytest.raises(psycopg.errors.DuplicateTable):
         await anyio.to_thread.run_sync(migrate)
     [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
-    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 3
+    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 4
 
 
 async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_url: str) -> None:
@@ -250,6 +260,7 @@ async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_
     meta = LedgerMeta(FORMAT, 1, "msgpack", 1)
     for table in ("streamledger_runs", "streamledger_graph_runs"):  # what schema 1 had
         execute(postgres_url, f"ALTER TABLE {table} DROP COLUMN id_digest")
+    execute(postgres_url, "DROP TABLE streamledger_keyed")  # schema 3's
     execute(
         postgres_url,
         "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
@@ -263,11 +274,52 @@ async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             return _schema.migrate(conn, "the ledger")
 
-    assert await anyio.to_thread.run_sync(migrate) == (1, 2)
+    assert await anyio.to_thread.run_sync(migrate) == (1, 3)  # through schema 2
     assert execute(postgres_url, "SELECT id_digest = md5(run_id) FROM streamledger_runs") == [(True,)]
     async with open_postgres(postgres_url) as ledger:
         again = await ledger.resume("sum-4", summing())
         assert again.already_finished and again.result[Key("answer", int)] == 21
+
+
+async def test_a_schema_2_ledger_is_refused_then_migrated_and_keeps_keyed_state(postgres_url: str) -> None:
+    """Schema 3 adds the table of the groups' keyed state: a schema 2 ledger is migrated to it, empty."""
+    from ledger.postgres import _schema
+
+    await three_messages(postgres_url)
+    execute(postgres_url, "DROP TABLE streamledger_keyed")  # what schema 2 had
+    execute(
+        postgres_url,
+        "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
+        (msgspec.msgpack.encode(LedgerMeta(FORMAT, 2, "msgpack", 1)),),
+    )
+    with pytest.raises(SchemaVersionError, match=r"holds schema 2; this build reads schema 3: .*migrate"):
+        async with open_postgres(postgres_url):
+            pass
+    assert execute(postgres_url, "SELECT to_regclass('streamledger_keyed') IS NULL") == [(True,)]
+
+    def migrate() -> tuple[int, int]:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            return _schema.migrate(conn, "the ledger")
+
+    assert await anyio.to_thread.run_sync(migrate) == (2, 3)
+    assert await anyio.to_thread.run_sync(migrate) == (3, 3)  # nothing more to do
+    values = (KeyedWrite(b"alice", b"\x01"), KeyedWrite(b"bob", b"\x02"))
+    async with open_postgres(postgres_url) as ledger:
+        opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
+        assert opened.appended == 3  # its records, as they were
+        message = MessageRef(REF, "a", opened.generation, 1)
+        await ledger.streams.commit([MessageCommit(message, keyed=values)])
+    async with open_postgres(postgres_url) as ledger:
+        hooks = ledger.streams
+        assert isinstance(hooks, store.KeyedHooks)
+        assert await hooks.read_keyed(KeyedRead(REF, "a", (b"bob", b"carol", b"alice"))) == (
+            b"\x02",
+            None,
+            b"\x01",
+        )
+        listed = await hooks.list_keyed(KeyedRange(REF, "a"))
+        assert listed == (KeyedEntry(b"alice", b"\x01"), KeyedEntry(b"bob", b"\x02"))
+        assert await hooks.list_keyed(KeyedRange(REF, "b")) == ()
 
 
 async def test_a_call_the_server_fails_in_a_shared_transaction_takes_no_other_call_with_it(

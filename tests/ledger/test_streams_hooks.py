@@ -22,12 +22,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ledger import (
     CorruptRecordError,
     Ledger,
+    LedgerEnv,
     LmdbBackend,
     LmdbStreamHooks,
     UnattributedBudgetsError,
     inspect_ledger,
     open_ledger,
 )
+from ledger.lmdb._check import check_ledger
 from ledger.lmdb._layout import (
     CHUNK,
     MAX_KEY,
@@ -35,9 +37,12 @@ from ledger.lmdb._layout import (
     descriptor_key,
     group_key,
     index_key,
+    keyed_prefix,
+    keyed_prefix_of,
     legacy_attempt_key,
     message_key,
 )
+from ledger.lmdb._manifest import read_manifest
 from ledger.lmdb._seal import seal, unseal
 from ledger.lmdb._streams import LmdbView, decode_run
 from streams import (
@@ -55,8 +60,12 @@ from streams import (
 )
 from streams._store._operations import COMPACT_CHUNK
 from streams.store import (
+    MAX_KEY_BYTES,
     AppendBatch,
     AttemptKey,
+    GroupChange,
+    KeyedRange,
+    KeyedWrite,
     MessageCommit,
     MessageFail,
     MessageOpen,
@@ -105,7 +114,7 @@ def dump(ledger: Ledger[LmdbBackend]) -> dict[str, list[tuple[bytes, bytes]]]:
     with ledger.backend.env.read() as txn:
         return {
             name: [(bytes(k), bytes(v)) for k, v in txn.cursor(db=ledger.backend.env.db(name))]
-            for name in ("streams", "messages", "groups", "attempts")
+            for name in ("streams", "messages", "groups", "attempts", "keyed")
         }
 
 
@@ -523,6 +532,58 @@ async def test_a_commit_of_256_messages_writes_each_frontier_and_descriptor_once
         assert puts == {"groups": 1, "streams": 1, "messages": 1}  # the 256 invoices are one run
         again = await ledger.streams.open(opening(INVOICES, "audit"))
         assert again.appended == 256
+
+
+# -- keyed state ---------------------------------------------------------------------------------
+
+
+async def test_a_groups_keyed_state_is_one_range_of_keys_under_its_prefix_and_a_long_group_is_digested(
+    tmp_path: Path,
+) -> None:
+    long_group = "g" * 300
+    async with ledger_at(tmp_path / "l") as ledger:
+        opened = await ledger.streams.open(opening(ORDERS, "billing", long_group, "audit"))
+        await append(ledger.backend.streams, opened, 2)
+        longest = b"k" * MAX_KEY_BYTES
+        writes = (KeyedWrite(b"b", b"2"), KeyedWrite(b"a", b"1"), KeyedWrite(longest, b""))
+        await ledger.streams.commit(
+            [
+                MessageCommit(MessageRef(ORDERS, group, opened.generation, 1), keyed=writes)
+                for group in ("billing", long_group, "audit")
+            ]
+        )
+        stored = {k: unseal(v, db="keyed", key=k) for k, v in dump(ledger)["keyed"]}
+        whole, digested = keyed_prefix(1, "billing"), keyed_prefix(1, long_group)
+        assert whole == _u64.pack(1) + struct.pack(">I", 7) + b"billing"
+        assert len(digested) == 8 + 1 + 32 and digested[8] == 0xFF
+        assert {k: v for k, v in stored.items() if k.startswith(whole)} == {
+            whole + b"a": b"1",  # the value bytes only: the prefix says whose it is
+            whole + b"b": b"2",
+            whole + longest: b"",
+        }
+        assert max(len(k) for k in stored) == len(digested) + MAX_KEY_BYTES
+        assert all(keyed_prefix_of(k) in (whole, digested, keyed_prefix(1, "audit")) for k in stored)
+        listed = await ledger.backend.streams.list_keyed(KeyedRange(ORDERS, long_group))
+        assert [e.key for e in listed] == [b"a", b"b", longest]
+        with ledger.backend.env.read() as txn:
+            manifest = read_manifest(txn, ledger.backend.env.db("meta"), "keyed")
+        assert manifest is not None and manifest.keys == 9
+        # a removal deletes the group's range and nothing else; an overwrite adds no key
+        await ledger.backend.streams.change_group(GroupChange(ORDERS, "billing", remove=True))
+        again = await ledger.streams.open(opening(ORDERS, long_group, "audit"))
+        await ledger.streams.commit(
+            [MessageCommit(MessageRef(ORDERS, "audit", again.generation, 2), keyed=(KeyedWrite(b"a", b"3"),))]
+        )
+        remaining = [k for k, _ in dump(ledger)["keyed"]]
+        assert not any(k.startswith(whole) for k in remaining) and len(remaining) == 6
+        with ledger.backend.env.read() as txn:
+            manifest = read_manifest(txn, ledger.backend.env.db("meta"), "keyed")
+        assert manifest is not None and manifest.keys == 6
+    env = LedgerEnv.open_readonly(tmp_path / "l")  # and the manifest agrees with what is held
+    try:
+        assert check_ledger(env).sound
+    finally:
+        env.close()
 
 
 # -- damaged records ---------------------------------------------------------------------------

@@ -32,20 +32,30 @@ from ledger import (
 from ledger._format import CODEC, CODEC_VERSION, LedgerMeta
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._demo import run_demo
-from ledger.lmdb._env import FORMAT
+from ledger.lmdb._env import FORMAT, SCHEMA_VERSION
 from ledger.lmdb._files import key_bytes
 from ledger.lmdb._layout import (
     COUNTER_KEY,
     NODE_RECORD_PREFIX,
     NODE_RUN_PREFIX,
     group_key,
+    keyed_prefix,
     message_key,
     run_key,
 )
-from ledger.lmdb._manifest import MANIFESTED, manifest_key
+from ledger.lmdb._manifest import MANIFESTED, Manifest, key_digest, manifest_key
 from ledger.lmdb._seal import seal
-from streams import Key, Stream, open_scope
-from streams.store import MessageFail, MessageOpen, MessageRef
+from ledger.lmdb._streams import LmdbStreamHooks
+from streams import Key, Stream, StreamRef, open_scope
+from streams.store import (
+    KeyedRange,
+    KeyedRead,
+    KeyedWrite,
+    MessageCommit,
+    MessageFail,
+    MessageOpen,
+    MessageRef,
+)
 
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 
@@ -220,13 +230,26 @@ def test_a_deleted_manifest_refuses_the_ledger(tmp_path: Path) -> None:
     assert_refused(path, MissingRecordError, "the manifest of database 'graph_runs' is missing")
 
 
+def as_schema(path: Path, version: int) -> None:
+    """The ledger as an older release wrote it: schema 4 has no ``keyed`` database, 3 no manifests either."""
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        with env.begin(write=True) as txn:
+            keyed = env.open_db(b"keyed", txn=txn, create=False)
+            assert txn.stat(keyed)["entries"] == 0  # an older release kept no keyed state
+            txn.drop(keyed, delete=True)
+            meta = env.open_db(b"meta", txn=txn, create=False)
+            for db in MANIFESTED if version < 4 else ("keyed",):
+                assert txn.delete(manifest_key(db), db=meta)
+            record = LedgerMeta(FORMAT, version, CODEC, CODEC_VERSION)
+            txn.put(b"schema", seal("meta", b"schema", msgspec.msgpack.encode(record)), db=meta)
+    finally:
+        env.close()
+
+
 def as_schema_3(path: Path) -> None:
     """The ledger as release 0.x wrote it: schema 3, no manifests."""
-    with raw(path, b"meta") as txn:
-        for db in MANIFESTED:
-            assert txn.delete(manifest_key(db))
-        record = LedgerMeta(FORMAT, 3, CODEC, CODEC_VERSION)
-        txn.put(b"schema", seal("meta", b"schema", msgspec.msgpack.encode(record)))
+    as_schema(path, 3)
 
 
 def schema_of(path: Path) -> tuple[int, list[bytes]]:
@@ -254,9 +277,11 @@ def test_a_schema_3_ledger_is_read_as_it_is_and_gets_its_manifests_on_its_first_
         env.close()
     assert (path / "data.mdb").read_bytes() == before
     assert schema_of(path) == (3, [b"schema"])
-    LedgerEnv.open(path).close()  # the first write open computes them, with schema 4, in one commit
+    LedgerEnv.open(path).close()  # the first write open computes them, with schema 5, in one commit
     version, meta_keys = schema_of(path)
-    assert version == 4 and meta_keys == sorted([b"schema", *(manifest_key(db) for db in MANIFESTED)])
+    assert version == SCHEMA_VERSION == 5
+    assert meta_keys == sorted([b"schema", *(manifest_key(db) for db in MANIFESTED)])
+    assert b"keyed" in database_names(path)
     env = LedgerEnv.open_readonly(path)
     try:
         assert inspect_ledger(env) == report and check_ledger(env).sound
@@ -267,6 +292,145 @@ def test_a_schema_3_ledger_is_read_as_it_is_and_gets_its_manifests_on_its_first_
         txn.delete(budget)
     with pytest.raises(MissingRecordError, match="'attempts' holds 0 keys"):
         LedgerEnv.open_readonly(path)
+
+
+def database_names(path: Path) -> list[bytes]:
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return [bytes(k) for k, _ in txn.cursor()]
+    finally:
+        env.close()
+
+
+def last_transaction(path: Path) -> int:
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    try:
+        return int(env.info()["last_txnid"])
+    finally:
+        env.close()
+
+
+def test_a_schema_4_ledger_reads_without_keyed_state_then_upgrades_in_one_commit_and_keeps_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    as_schema(path, 4)
+    ref = StreamRef("s", "src", "numbers")
+    before = (path / "data.mdb").read_bytes()
+    env = LedgerEnv.open_readonly(path)  # read as it is: no keyed database, so no keyed state
+    try:
+        assert not env.has_db("keyed") and check_ledger(env).sound
+        hooks = LmdbStreamHooks(env)
+        assert anyio.run(hooks.list_keyed, KeyedRange(ref, "g")) == ()
+        assert anyio.run(hooks.read_keyed, KeyedRead(ref, "g", (b"x",))) == (None,)
+    finally:
+        env.close()
+    assert (path / "data.mdb").read_bytes() == before
+    assert b"keyed" not in database_names(path) and schema_of(path)[0] == 4
+    transaction = last_transaction(path)
+    LedgerEnv.open(path).close()  # the first write open: the keyed database and schema 5, one commit
+    assert last_transaction(path) == transaction + 1
+    version, meta_keys = schema_of(path)
+    assert version == SCHEMA_VERSION and manifest_key("keyed") in meta_keys
+    assert b"keyed" in database_names(path)
+
+    async def resume_and_keep_state() -> None:
+        async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+            assert (await stream.reader("g").receive()).value == 1  # the failed message is pending still
+            message = MessageRef(stream.ref, "g", stream.generation, 1)
+            writes = (KeyedWrite(b"x", b"one"), KeyedWrite(b"y", b"two"))
+            await ledger.streams.commit([MessageCommit(message, node="h", keyed=writes)])
+        async with open_ledger(path) as ledger:
+            assert await ledger.backend.streams.read_keyed(KeyedRead(ref, "g", (b"x", b"y", b"z"))) == (
+                b"one",
+                b"two",
+                None,
+            )
+
+    anyio.run(resume_and_keep_state)
+    env = LedgerEnv.open_readonly(path)
+    try:
+        assert check_ledger(env).sound
+    finally:
+        env.close()
+    assert len(keys(path, b"keyed")) == 2
+
+
+#: A group long enough that its keyed keys digest it.
+LONG_GROUP = "l" * 250
+
+
+async def a_keyed_state(path: Path) -> None:
+    """Stream s/src/numbers, groups g and a long one, each with keys a and b confirmed with message 1."""
+    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g", LONG_GROUP))
+        for n in range(1, 4):
+            await stream.writer().send(n)
+        await stream.writer().flush()
+        writes = (KeyedWrite(b"a", b"1"), KeyedWrite(b"b", b"2"))
+        await ledger.streams.commit(
+            [
+                MessageCommit(MessageRef(stream.ref, g, stream.generation, 1), keyed=writes)
+                for g in ("g", LONG_GROUP)
+            ]
+        )
+
+
+def test_a_deleted_keyed_record_refuses_the_ledger_not_a_key_never_set(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_keyed_state, path)
+    assert keys(path, b"keyed") == sorted(
+        keyed_prefix(1, group) + key for group in ("g", LONG_GROUP) for key in (b"a", b"b")
+    )
+    with raw(path, b"keyed") as txn:
+        assert txn.delete(keyed_prefix(1, LONG_GROUP) + b"b")
+    assert_refused(path, MissingRecordError, "database 'keyed' holds 3 keys, its manifest says 4")
+
+
+def test_a_keyed_value_damaged_or_moved_to_another_key_fails_its_checksum(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_keyed_state, path)
+    key = keyed_prefix(1, "g") + b"a"
+    with raw(path, b"keyed") as txn:  # under the other key of the group: sealed for "a", stored as "c"
+        value = bytes(txn.get(key))
+        assert txn.delete(key)
+        txn.put(keyed_prefix(1, "g") + b"c", value)
+    assert_refused(path, CorruptRecordError, "in database 'keyed' of the ledger fails its checksum")
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        (keyed_prefix(1, "gone") + b"a", "of stream s/src/numbers belongs to no group the stream lists"),
+        (keyed_prefix(9, "g") + b"a", "belongs to no stream"),
+        (b"\x00" * 8 + b"\x00\x00\x01\x00" + b"g", "in database 'keyed' has no known layout"),
+        (keyed_prefix(1, "g") + b"k" * 257, "in database 'keyed' has no known layout"),
+    ],
+    ids=["removed group", "no stream", "group past its key", "key too long"],
+)
+def test_a_keyed_record_of_no_group_the_stream_lists_refuses_the_ledger(
+    tmp_path: Path, key: bytes, problem: str
+) -> None:
+    """Sealed for where it sits and counted by the manifest: only whose it is gives it away."""
+    path = tmp_path / "l"
+    anyio.run(a_keyed_state, path)
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(key, seal("keyed", key, b"1"), db=env.open_db(b"keyed", txn=txn, create=False))
+            meta = env.open_db(b"meta", txn=txn, create=False)
+            found = msgspec.msgpack.decode(
+                bytes(txn.get(manifest_key("keyed"), db=meta) or b"")[4:], type=Manifest
+            )
+            digest = int.from_bytes(found.digest, "big") ^ key_digest(key)
+            body = msgspec.msgpack.encode(Manifest(found.keys + 1, digest.to_bytes(16, "big")))
+            txn.put(manifest_key("keyed"), seal("meta", manifest_key("keyed"), body), db=meta)
+    finally:
+        env.close()
+    assert_refused(path, MissingRecordError, problem)
 
 
 def test_a_damaged_schema_3_ledger_is_refused_and_gets_no_manifests(tmp_path: Path) -> None:

@@ -1,0 +1,372 @@
+"""Keyed state: a consumer group's values per key, confirmed with each message's ack.
+
+A handler given ``keyed=KeyedState(K, V)`` reads and writes single keys
+through ``tx.store``. Its writes stay in the message's transaction until the
+handler returns; they are then staged with the message and confirmed by
+the same commit as its ack, so a message's keys change exactly when it is
+acknowledged. The group is its keyed state's only writer, so what the
+engine read or wrote stays true: :class:`KeyedCache` answers from the
+writes staged but not yet confirmed, then from a bounded cache of
+confirmed values, and reads the store only for a key it never saw. Cost
+per message is a few dict operations, whatever the number of keys held.
+
+Keys are encoded so that byte order is the key's own order within a type
+(an operator lists and ranges them): a ``str`` as ``b"s"`` and its UTF-8,
+an ``int`` (64-bit) as ``b"i"`` and 8 bytes big-endian offset by 2**63, a
+``bytes`` as ``b"b"`` and itself, anything else as ``b"m"`` and its
+msgpack. :func:`key_to_plain` reads any of them back for inspection.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
+
+import msgspec
+
+from ._codec import Codec, codec_for
+from ._errors import HandlerContractError, KeyedStateError, PayloadTypeError
+from ._store._hooks import KeyedHooks
+from ._store._records import MAX_KEY_BYTES, KeyedRange, KeyedRead, KeyedWrite, StreamRef
+
+if TYPE_CHECKING:
+    from ._handle import MessageTx
+
+__all__ = ["KeyCodec", "KeyedCache", "KeyedState", "KeyedTx", "key_to_plain"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+D = TypeVar("D")
+
+_I64: Final = struct.Struct(">Q")
+_OFFSET: Final = 1 << 63
+_encoder = msgspec.msgpack.Encoder()
+_plain = msgspec.msgpack.Decoder()
+#: What a value's error message calls it (never the key: keys may hold what messages must not show).
+_VALUE: Final = "a keyed-state value"
+
+
+class KeyCodec(Generic[K]):
+    """Encodes keys of one type to bytes that sort as the keys do, and back."""
+
+    __slots__ = ("_codec", "_kind", "encode", "name")
+
+    def __init__(self, tp: Any) -> None:
+        self._kind = "s" if tp is str else "i" if tp is int else "b" if tp is bytes else "m"
+        self._codec: Codec[K] = codec_for(tp)
+        self.name = self._codec.name
+        #: ``encode(key)``: the bytes of ``key``; :class:`PayloadTypeError` for a key of another
+        #: type, :class:`KeyedStateError` for one longer than a ledger keeps. Made once per kind.
+        self.encode: Callable[[object], bytes] = self._encoder()
+
+    def _encoder(self) -> Callable[[object], bytes]:
+        refuse, too_long = self._refuse, _too_long
+        if self._kind == "s":
+
+            def encode_str(key: object) -> bytes:
+                if type(key) is not str:
+                    refuse(key)
+                raw = b"s" + key.encode()  # type: ignore[attr-defined]
+                return raw if len(raw) <= MAX_KEY_BYTES else too_long(raw)
+
+            return encode_str
+        if self._kind == "i":
+
+            def encode_int(key: object) -> bytes:
+                if type(key) is not int:
+                    refuse(key)
+                if not -_OFFSET <= key < _OFFSET:  # type: ignore[operator]
+                    raise KeyedStateError(f"keyed state takes int keys of 64 bits, got {key}")
+                return b"i" + _I64.pack(key + _OFFSET)  # type: ignore[operator]
+
+            return encode_int
+        if self._kind == "b":
+
+            def encode_bytes(key: object) -> bytes:
+                if type(key) is not bytes:
+                    refuse(key)
+                raw = b"b" + key  # type: ignore[operator]
+                return raw if len(raw) <= MAX_KEY_BYTES else too_long(raw)
+
+            return encode_bytes
+        prepare = self._codec.prepare
+
+        def encode_msgpack(key: object) -> bytes:
+            raw = b"m" + prepare(key, what="a keyed-state key")[1]
+            return raw if len(raw) <= MAX_KEY_BYTES else too_long(raw)
+
+        return encode_msgpack
+
+    def _refuse(self, key: object) -> None:
+        raise PayloadTypeError(
+            f"keyed state takes {self.name} keys, got a {type(key).__qualname__}; nothing was staged"
+        )
+
+    def decode(self, raw: bytes) -> K:
+        """The key ``raw`` encodes."""
+        if self._kind == "m":
+            return self._codec.decode(raw[1:], what="a keyed-state key")
+        decoded: K = key_to_plain(raw)
+        return decoded
+
+
+def _too_long(raw: bytes) -> bytes:
+    raise KeyedStateError(
+        f"a keyed-state key of {len(raw)} bytes encoded; a ledger keeps keys of at most "
+        f"{MAX_KEY_BYTES} bytes (nothing was staged)"
+    )
+
+
+def key_to_plain(raw: bytes) -> Any:
+    """A stored keyed-state key as plain data (str, int, bytes, or msgpack's plain values)."""
+    tag, body = raw[:1], raw[1:]
+    if tag == b"s":
+        return body.decode()
+    if tag == b"i" and len(body) == 8:
+        return _I64.unpack(body)[0] - _OFFSET
+    if tag == b"b":
+        return body
+    if tag == b"m":
+        return _plain.decode(body)
+    raise ValueError(f"{raw!r} is not a keyed-state key of streamledger's encoding")
+
+
+class KeyedState(Generic[K, V]):
+    """Declares a consumer group's keyed state: ``KeyedState(str, int)``, values per key.
+
+    ``key`` and ``value`` are the types (any type msgspec encodes; ``str``,
+    ``int`` and ``bytes`` keys sort naturally). ``prefetch``, a function of a
+    message's value giving the key its handler will read, lets the engine
+    read the keys of many messages at once before handling them: one store
+    round trip per batch instead of one per key, which matters on
+    PostgreSQL. ``cache`` bounds the confirmed values kept in memory.
+    """
+
+    __slots__ = ("cache", "key_codec", "key_type", "prefetch", "value_codec", "value_type")
+
+    def __init__(
+        self,
+        key: type[K],
+        value: type[V],
+        *,
+        prefetch: Callable[[Any], K] | None = None,
+        cache: int = 100_000,
+    ) -> None:
+        if cache < 0:
+            raise ValueError(f"cache takes a number of entries of at least 0, not {cache}")
+        if prefetch is not None and not callable(prefetch):
+            raise TypeError(f"prefetch takes a function of a message's value, got {prefetch!r}")
+        self.key_type = key
+        self.value_type = value
+        self.key_codec: KeyCodec[K] = KeyCodec(key)
+        self.value_codec: Codec[V] = codec_for(value)
+        self.prefetch = prefetch
+        self.cache = cache
+
+    def of(self, tx: MessageTx[Any]) -> KeyedTx[K, V]:
+        """``tx.store``, typed by this declaration: ``TOTALS.of(tx).get(customer)`` is a ``V | None``."""
+        store: KeyedTx[K, V] = tx.store
+        if store._spec is not self:
+            raise HandlerContractError(
+                f"message {tx.seq}: {self!r} is not the keyed state its handle_messages was given "
+                f"({store._spec!r})"
+            )
+        return store
+
+    async def items(
+        self,
+        hooks: object,
+        stream: StreamRef,
+        group: str,
+        *,
+        start: K | None = None,
+        stop: K | None = None,
+        limit: int = 1000,
+    ) -> list[tuple[K, V]]:
+        """The confirmed keys and values of ``group``'s keyed state on ``stream``, in key order.
+
+        From ``start`` (included) to ``stop`` (excluded), at most ``limit``;
+        a read beside the running handler, which changes nothing. ``hooks``
+        is the store (a :class:`~streams.store.KeyedHooks`).
+        """
+        if not isinstance(hooks, KeyedHooks):
+            raise TypeError(f"{type(hooks).__qualname__} keeps no keyed state (it is no KeyedHooks)")
+        request = KeyedRange(
+            stream,
+            group,
+            b"" if start is None else self.key_codec.encode(start),
+            None if stop is None else self.key_codec.encode(stop),
+            limit,
+        )
+        decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
+        return [
+            (decode_key(e.key), decode_value(e.value, what=f"the keyed state of group {group!r}"))
+            for e in await hooks.list_keyed(request)
+        ]
+
+    def __repr__(self) -> str:
+        return f"KeyedState({self.key_codec.name}, {self.value_codec.name})"
+
+
+class KeyedCache:
+    """What one handler knows of its group's keyed state: staged writes, then confirmed values.
+
+    ``pending`` maps a key to its last staged write (None deletes) and the
+    sequence of the message that staged it; a confirmed batch moves its
+    writes to ``clean`` (:meth:`landed`). ``clean`` holds confirmed values,
+    None for a key known absent, up to ``limit`` entries (the oldest go
+    first). The store is read only for a key in neither.
+    """
+
+    __slots__ = (
+        "_hooks",
+        "_limit",
+        "clean",
+        "group",
+        "key_of",
+        "parent_attempt",
+        "pending",
+        "reads",
+        "ref",
+        "upcoming",
+    )
+
+    def __init__(self, hooks: object, ref: StreamRef, group: str, parent_attempt: str, limit: int) -> None:
+        if not isinstance(hooks, KeyedHooks):
+            raise HandlerContractError(
+                f"handle_messages was given keyed state, but the store {type(hooks).__qualname__} "
+                "keeps none (it implements no read_keyed and list_keyed: streams.store.KeyedHooks)"
+            )
+        self._hooks = hooks
+        self._limit = limit
+        self.ref = ref
+        self.group = group
+        self.parent_attempt = parent_attempt
+        self.pending: dict[bytes, tuple[bytes | None, int]] = {}
+        self.clean: dict[bytes, bytes | None] = {}
+        self.reads = 0  # store reads made, for tests and benchmarks
+        #: With ``prefetch``: the key of a message's value, and the values of the messages taken
+        #: but not yet handled, whose keys the first read that misses the cache reads along.
+        self.key_of: Callable[[Any], bytes] | None = None
+        self.upcoming: Sequence[Any] | None = None
+
+    def known(self, key: bytes) -> tuple[bool, bytes | None]:
+        """Whether the value of ``key`` is known without the store, and that value."""
+        entry = self.pending.get(key)
+        if entry is not None:
+            return True, entry[0]
+        clean = self.clean
+        if key in clean:
+            return True, clean[key]
+        return False, None
+
+    async def read(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Read ``keys`` the cache does not know from the store, in one call; remember what it said."""
+        self.reads += 1
+        values = await self._hooks.read_keyed(
+            KeyedRead(self.ref, self.group, tuple(keys), self.parent_attempt)
+        )
+        for key, value in zip(keys, values, strict=True):
+            # no write of key can have been staged meanwhile: the handler was waiting for this read
+            self._remember(key, value)
+        return list(values)
+
+    async def miss(self, key: bytes) -> bytes | None:
+        """Read ``key``, which the cache does not know, from the store; with ``prefetch``, the keys
+        of the messages taken but not yet handled too, in the same call."""
+        upcoming, key_of = self.upcoming, self.key_of
+        if upcoming is None or key_of is None:
+            return (await self.read((key,)))[0]
+        self.upcoming = None
+        pending, clean = self.pending, self.clean
+        wanted = {key: None}
+        for value in upcoming:
+            try:
+                ahead = key_of(value)
+            except Exception:
+                continue
+            if ahead not in pending and ahead not in clean:
+                wanted[ahead] = None
+        keys = list(wanted)
+        return (await self.read(keys))[0]
+
+    def stage(self, writes: dict[bytes, bytes | None], seq: int) -> None:
+        """The writes of message ``seq``, staged: later reads see them before they are confirmed."""
+        pending = self.pending
+        for key, value in writes.items():
+            pending[key] = (value, seq)
+
+    def landed(self, writes: tuple[KeyedWrite, ...], last_seq: int) -> None:
+        """Writes of messages through ``last_seq`` were confirmed: they are clean now, in order."""
+        pending = self.pending
+        for write in writes:
+            key = write.key
+            entry = pending.get(key)
+            if entry is not None and entry[1] <= last_seq:
+                del pending[key]
+            self._remember(key, write.value)
+
+    def _remember(self, key: bytes, value: bytes | None) -> None:
+        clean = self.clean
+        if self._limit == 0:
+            return
+        if key not in clean and len(clean) >= self._limit:
+            del clean[next(iter(clean))]
+        clean[key] = value
+
+
+class KeyedTx(Generic[K, V]):
+    """``tx.store``: a message's reads and writes of its group's keyed state.
+
+    ``put`` and ``delete`` stage a key's change in the message's transaction;
+    it is confirmed with the message's ack, or dropped with a failed attempt.
+    ``get`` sees this message's own changes, then every earlier message's.
+    """
+
+    __slots__ = ("_cache", "_spec", "_tx")
+
+    def __init__(self, tx: MessageTx[Any], spec: KeyedState[K, V], cache: KeyedCache) -> None:
+        self._tx = tx
+        self._spec = spec
+        self._cache = cache
+
+    @overload
+    async def get(self, key: K) -> V | None: ...
+    @overload
+    async def get(self, key: K, default: D) -> V | D: ...
+    async def get(self, key: K, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` when the group's keyed state holds none."""
+        self._tx._check_open("tx.store.get")
+        raw = self._spec.key_codec.encode(key)
+        writes = self._tx._keyed
+        if writes is not None and raw in writes:
+            value = writes[raw]
+        else:
+            found, value = self._cache.known(raw)
+            if not found:
+                value = await self._cache.miss(raw)
+        if value is None:
+            return default
+        return self._spec.value_codec.decode(value, what=_VALUE)
+
+    def put(self, key: K, value: V) -> None:
+        """Set ``key`` to ``value``, confirmed with this message's ack."""
+        self._tx._check_open("tx.store.put")
+        raw = self._spec.key_codec.encode(key)
+        payload = self._spec.value_codec.payload(value, what=_VALUE)
+        self._writes()[raw] = payload
+
+    def delete(self, key: K) -> None:
+        """Delete ``key``, confirmed with this message's ack; a key it lacks is no error."""
+        self._tx._check_open("tx.store.delete")
+        self._writes()[self._spec.key_codec.encode(key)] = None
+
+    def _writes(self) -> dict[bytes, bytes | None]:
+        writes = self._tx._keyed
+        if writes is None:
+            writes = self._tx._keyed = {}
+        return writes
+
+    def __repr__(self) -> str:
+        return f"KeyedTx({self._spec!r}, seq={self._tx.seq})"

@@ -1,0 +1,195 @@
+"""Partitioned streams: one logical stream split by a key of its messages into N streams of their own.
+
+Partition ``p`` of stream ``key`` is the stream ``key#p`` of the same scope
+and writer node, with everything a stream has: its own contiguous
+sequence, a frontier, budgets, state and keyed state per group, and
+compaction. An append goes to its key's partition (a CRC-32 of the key's
+MessagePack, the same in every process), so messages of one key keep
+their order and messages of different keys need not. Each partition's
+descriptor records how many partitions the stream has, and a store refuses
+to open it with another number (:class:`~streams.PartitionError`).
+
+A writer continues a resumable partitioned stream from :attr:`PartitionedWriter.position`,
+the lowest cursor any partition confirmed; a message it sends again whose
+partition already confirmed a cursor at or past its ``send_at`` is skipped,
+so a resumed source appends each message exactly once.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Generic, TypeVar
+
+import anyio
+import anyio.lowlevel
+import msgspec
+
+from ._errors import PartitionError, PayloadTypeError
+from ._keys import Key, Stream
+from ._store._records import StreamRef
+from ._stream import ManagedStream, StreamReader, StreamSnapshot, StreamWriter
+
+__all__ = ["MAX_PARTITIONS", "PartitionedReader", "PartitionedStream", "PartitionedWriter", "partition_name"]
+
+T = TypeVar("T")
+
+#: The most partitions a stream may have.
+MAX_PARTITIONS: Final = 4096
+_encoder = msgspec.msgpack.Encoder()
+
+
+def partition_name(key: str, partition: int) -> str:
+    """The key of partition ``partition`` of stream ``key``: ``key#partition``."""
+    return f"{key}#{partition}"
+
+
+class PartitionedStream(Generic[T]):
+    """A stream of ``len(partitions)`` partitions. Obtain it from :meth:`StreamScope.open_partitioned`."""
+
+    __slots__ = ("_resumed", "key", "partition_key", "partitions", "ref")
+
+    def __init__(
+        self,
+        key: Key[Stream[T]],
+        ref: StreamRef,
+        partitions: tuple[ManagedStream[T], ...],
+        partition_key: Callable[[T], Any],
+    ) -> None:
+        self.key = key
+        #: The logical stream: its partitions are ``ref`` with the key ``key#p``.
+        self.ref = ref
+        self.partitions = partitions
+        self.partition_key = partition_key
+        # what each partition confirmed when it was opened: a resumed send at or below it is skipped
+        self._resumed = tuple(p.position for p in partitions)
+
+    def __repr__(self) -> str:
+        return f"PartitionedStream({self.ref}, partitions={len(self.partitions)})"
+
+    def partition_of(self, value: T) -> int:
+        """The partition ``value`` goes to: its key's CRC-32, modulo the partitions."""
+        try:
+            key = self.partition_key(value)
+            raw = _encoder.encode(key)
+        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+            raise PayloadTypeError(
+                f"the partition key of a message of stream {self.ref} cannot be encoded ({exc}); "
+                "nothing was sent"
+            ) from None
+        return zlib.crc32(raw) % len(self.partitions)
+
+    @property
+    def done(self) -> bool:
+        """Whether every partition's writer finished or failed."""
+        return all(p.done for p in self.partitions)
+
+    @property
+    def finished(self) -> bool:
+        return all(p.finished for p in self.partitions)
+
+    @property
+    def failed(self) -> bool:
+        return any(p.failed for p in self.partitions)
+
+    def snapshot(self) -> tuple[StreamSnapshot, ...]:
+        """A values-free view of every partition, in order."""
+        return tuple(p.snapshot() for p in self.partitions)
+
+    def writer(self) -> PartitionedWriter[T]:
+        """The writer handle: each send goes to its key's partition."""
+        return PartitionedWriter(self)
+
+    def reader(self, group: str) -> PartitionedReader[T]:
+        """The readers of consumer ``group``, one per partition: give it to :func:`handle_messages`."""
+        return PartitionedReader(self, group)
+
+
+class PartitionedWriter(Generic[T]):
+    """The send end of a partitioned stream: each message goes to its key's partition."""
+
+    __slots__ = ("_stream", "_writers")
+
+    def __init__(self, stream: PartitionedStream[T]) -> None:
+        self._stream = stream
+        self._writers: tuple[StreamWriter[T], ...] = tuple(p.writer() for p in stream.partitions)
+
+    @property
+    def stream(self) -> PartitionedStream[T]:
+        return self._stream
+
+    @property
+    def position(self) -> int | None:
+        """Where a resumed source continues: the lowest ``send_at`` cursor a partition confirmed.
+
+        None while some partition confirmed none. Messages sent again from
+        there that a partition already confirmed are skipped.
+        """
+        positions = self._stream._resumed
+        return None if any(p is None for p in positions) else min(p for p in positions if p is not None)
+
+    @property
+    def done(self) -> bool:
+        return self._stream.done
+
+    def _skip(self, partition: int, send_at: int | None) -> bool:
+        confirmed = self._stream._resumed[partition]
+        return send_at is not None and confirmed is not None and send_at <= confirmed
+
+    def send(self, value: T, *, send_at: int | None = None) -> Coroutine[Any, Any, None]:
+        """Queue ``value`` on its key's partition (:meth:`StreamWriter.send`); a checkpoint."""
+        partition = self._stream.partition_of(value)
+        if self._skip(partition, send_at):
+            return anyio.lowlevel.checkpoint()  # confirmed before the restart
+        return self._writers[partition].send(value, send_at=send_at)
+
+    def send_nowait(self, value: T, *, send_at: int | None = None) -> None:
+        """Queue ``value`` on its key's partition without yielding (:meth:`StreamWriter.send_nowait`)."""
+        partition = self._stream.partition_of(value)
+        if not self._skip(partition, send_at):
+            self._writers[partition].send_nowait(value, send_at=send_at)
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far, to every partition, is confirmed."""
+        for writer in self._writers:
+            await writer.flush()
+
+    async def finish(self) -> None:
+        """Confirm every partition's successful end."""
+        for writer in self._writers:
+            await writer.finish()
+
+    async def fail(self) -> None:
+        """Confirm every partition's failure."""
+        for writer in self._writers:
+            await writer.fail()
+
+
+class PartitionedReader(Generic[T]):
+    """A consumer group of a partitioned stream: a :class:`StreamReader` per partition."""
+
+    __slots__ = ("group", "partitions", "stream")
+
+    def __init__(self, stream: PartitionedStream[T], group: str) -> None:
+        self.stream = stream
+        self.group = group
+        self.partitions: tuple[StreamReader[T], ...] = tuple(p.reader(group) for p in stream.partitions)
+
+    def __repr__(self) -> str:
+        return f"PartitionedReader({self.stream.ref}, group={self.group!r})"
+
+
+def check_partitions(partitions: object, partition_key: object) -> int:
+    """The number of partitions asked for, refused unless it is 1 to MAX_PARTITIONS with a key function."""
+    if (
+        not isinstance(partitions, int)
+        or isinstance(partitions, bool)
+        or not 1 <= partitions <= MAX_PARTITIONS
+    ):
+        raise PartitionError(f"a stream has 1 to {MAX_PARTITIONS} partitions, not {partitions!r}")
+    if not callable(partition_key):
+        raise PartitionError(
+            "a partitioned stream takes partition_key, a function of a message giving its key, "
+            f"not {partition_key!r}"
+        )
+    return partitions

@@ -1,0 +1,191 @@
+"""Partitioned streams on MemoryStore: routing by key, order per key, a resumed source, handlers.
+
+What every store must keep (a partition's count, refused when another is
+asked; totals across restarts) is in the conformance suite
+(``streams/_conformance/partitions.py``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import msgspec
+import pytest
+
+from streams import (
+    HandlerContractError,
+    Key,
+    KeyedState,
+    ManagedStream,
+    MemoryStore,
+    MessageExhaustedError,
+    MessageTx,
+    PartitionedResult,
+    PartitionedStream,
+    PartitionError,
+    PayloadTypeError,
+    Stream,
+    StreamRef,
+    handle_messages,
+    open_scope,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class Order(msgspec.Struct, frozen=True):
+    customer: str
+    amount: int
+
+
+ORDERS = Key("orders", Stream[Order])
+TOTALS = KeyedState(str, int)
+
+
+def _order(i: int) -> Order:
+    return Order(f"c{i % 5}", i)
+
+
+def _by_customer(order: Order) -> str:
+    return order.customer
+
+
+@pytest.fixture
+async def scopes() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as stack:
+        yield stack
+
+
+async def _orders(
+    scopes: AsyncExitStack, store: Any, *, partitions: int = 3, scope: str = "p", **options: Any
+) -> PartitionedStream[Order]:
+    opened = await scopes.enter_async_context(open_scope(store, scope=scope))
+    return await opened.open_partitioned(
+        ORDERS,
+        node="checkout",
+        partitions=partitions,
+        partition_key=_by_customer,
+        groups=("totals",),
+        resumable=True,
+        **options,
+    )
+
+
+async def test_a_message_goes_to_its_keys_partition_and_keeps_its_order_there(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    orders = await _orders(scopes, store)
+    writer = orders.writer()
+    for i in range(1, 101):
+        await writer.send(_order(i), send_at=i)
+    await writer.finish()
+    assert [p.ref for p in orders.partitions] == [StreamRef("p", "checkout", f"orders#{p}") for p in range(3)]
+    seen: dict[int, list[Order]] = {}
+    for index, part in enumerate(orders.partitions):
+        seen[index] = [
+            msgspec.msgpack.decode(payload, type=Order)
+            for _, payload in sorted(store.stored_messages(part.ref).items())
+        ]
+    for index, kept in seen.items():
+        # every message of a customer is in the partition its key's CRC-32 names, in the order sent
+        assert all(zlib.crc32(msgspec.msgpack.encode(o.customer)) % 3 == index for o in kept)
+        for customer in {o.customer for o in kept}:
+            mine = [o.amount for o in kept if o.customer == customer]
+            assert mine == sorted(mine) == [i for i in range(1, 101) if _order(i).customer == customer]
+    assert sum(len(kept) for kept in seen.values()) == 100
+    assert [s.appended for s in orders.snapshot()] == [len(seen[p]) for p in range(3)]
+    assert orders.finished and orders.done and not orders.failed
+
+
+async def test_a_resumed_source_appends_each_message_once_across_partitions(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    orders = await _orders(scopes, store, scope="resume")
+    writer = orders.writer()
+    assert writer.position is None
+    for i in range(1, 41):
+        await writer.send(_order(i), send_at=i)
+    await writer.flush()
+    await scopes.aclose()  # the process ends: nothing more is sent
+    async with AsyncExitStack() as again:
+        orders = await _orders(again, store, scope="resume")
+        writer = orders.writer()
+        position = writer.position
+        assert position is not None and position <= 40
+        for i in range(1, 61):  # from the very start: what was confirmed is skipped
+            await writer.send(_order(i), send_at=i)
+        await writer.finish()
+        appended = sum(s.appended for s in orders.snapshot())
+        assert appended == 60
+        assert all(p.position == max(i for i in range(1, 61) if orders.partition_of(_order(i)) == n)
+                   for n, p in enumerate(orders.partitions))  # fmt: skip
+
+
+async def test_handlers_run_per_partition_with_keyed_state_split_by_partition(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    orders = await _orders(scopes, store, partitions=4, scope="totals")
+    writer = orders.writer()
+    for i in range(1, 201):
+        writer.send_nowait(_order(i), send_at=i)
+    await writer.finish()
+
+    async def add(tx: MessageTx[int], order: Order) -> None:
+        totals = TOTALS.of(tx)
+        totals.put(order.customer, await totals.get(order.customer, 0) + order.amount)
+        tx.set_state(tx.state + 1)
+
+    result = await handle_messages(orders.reader("totals"), add, initial_state=0, keyed=TOTALS)
+    assert isinstance(result, PartitionedResult)
+    assert result.handled == 200 and not result.stopped
+    assert [r.state for r in result.partitions] == [s.appended for s in orders.snapshot()]
+    totals: dict[str, int] = {}
+    for part in orders.partitions:
+        for customer, total in await TOTALS.items(store, part.ref, "totals"):
+            assert customer not in totals  # a key's state lives in its partition alone
+            totals[customer] = total
+    assert totals == {f"c{c}": sum(i for i in range(1, 201) if i % 5 == c) for c in range(5)}
+
+
+async def test_a_failure_in_one_partition_stops_them_all_with_that_error(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    orders = await _orders(scopes, store, scope="failing")
+    writer = orders.writer()
+    for i in range(1, 31):
+        await writer.send(_order(i), send_at=i)
+    await writer.finish()
+
+    async def fail_on_seven(tx: MessageTx[None], order: Order) -> None:
+        if order.amount == 7:
+            raise ValueError("a business failure")
+
+    with pytest.raises(MessageExhaustedError):
+        await handle_messages(orders.reader("totals"), fail_on_seven)
+
+
+async def test_partitions_are_refused_when_they_do_not_fit(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    opened = await scopes.enter_async_context(open_scope(store, scope="refusals"))
+    for bad in (0, -1, 4097, True, "3"):
+        with pytest.raises(PartitionError, match="1 to 4096 partitions"):
+            await opened.open_partitioned(ORDERS, node="n", partitions=bad, partition_key=_by_customer)  # type: ignore[arg-type]
+    with pytest.raises(PartitionError, match="partition_key"):
+        await opened.open_partitioned(ORDERS, node="n", partitions=2, partition_key=None)  # type: ignore[arg-type]
+    orders = await opened.open_partitioned(
+        ORDERS, node="n", partitions=2, partition_key=_by_customer, resumable=True
+    )
+    assert await opened.open_partitioned(ORDERS, node="n", partitions=2, partition_key=_by_customer) is orders
+    with pytest.raises(PartitionError, match=r"already open .* in 2 partitions"):
+        await opened.open_partitioned(ORDERS, node="n", partitions=3, partition_key=_by_customer)
+    plain: ManagedStream[Order] = await opened.open_stream(ORDERS, node="plain", resumable=True)
+    with pytest.raises(PartitionError, match="already open as a stream of its own"):
+        await opened.open_partitioned(ORDERS, node="plain", partitions=2, partition_key=_by_customer)
+    assert plain.snapshot().appended == 0
+    with pytest.raises(PayloadTypeError, match="partition key"):
+        orders.partition_of(Order(object(), 1))  # type: ignore[arg-type]
+    with pytest.raises(HandlerContractError, match="dead-letter stream"):
+        await handle_messages(orders.reader("default"), _noop, dead_letter=object())  # type: ignore[call-overload]
+
+
+async def _noop(tx: MessageTx[None], order: Order) -> None:
+    return None
