@@ -509,7 +509,18 @@ def _inspection(args: argparse.Namespace) -> str:
 
 
 def _groups_table(rows: list[dict[str, Any]]) -> str:
-    header = ("GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "DEAD", "STOPPED", "LAST-ACTIVITY")
+    header = (
+        "GROUP",
+        "STREAM",
+        "ACKED",
+        "APPENDED",
+        "LAG",
+        "EXHAUSTED",
+        "DEAD",
+        "STOPPED",
+        "LAST-ACTIVITY",
+        "PARTITION",
+    )
     cells = [header] + [
         (
             r["group"],
@@ -521,6 +532,7 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
             str(r["dead_lettered"]),
             "yes" if r["stopped"] else "no",
             r["last_activity"] or "-",
+            r["partition"] or "-",
         )
         for r in rows
     ]

@@ -12,7 +12,15 @@ from typing import Any, Literal
 
 import anyio
 
-from streams import CompactedHistoryError, SequenceError, UnknownStreamError, move_group, remove_group
+from streams import (
+    CompactedHistoryError,
+    SequenceError,
+    StreamHooks,
+    StreamRef,
+    UnknownStreamError,
+    move_group,
+    remove_group,
+)
 
 from ._arguments import positive_int
 from ._connect import connect, is_url
@@ -31,6 +39,12 @@ def _target(text: str) -> Literal["earliest", "latest"] | int:
         return positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"{text} is not a sequence (they start at 1)") from None
+
+
+def _partition(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a partition (they are numbered from 0)")
+    return int(text)
 
 
 def add_group_command(commands: Any) -> None:
@@ -65,8 +79,18 @@ def add_group_command(commands: Any) -> None:
     )
     for parser in (remove, move):
         parser.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-        parser.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
+        parser.add_argument(
+            "stream",
+            metavar="STREAM",
+            help="the stream: scope/node/key; a partitioned stream's key alone changes every partition",
+        )
         parser.add_argument("group", metavar="GROUP", help="the consumer group")
+        parser.add_argument(
+            "--partition",
+            type=_partition,
+            metavar="P",
+            help="of a partitioned stream, change partition P only (the same as STREAM key#P)",
+        )
     move.add_argument(
         "--to", required=True, type=_target, metavar="WHERE", help="earliest, latest, or a sequence"
     )
@@ -81,6 +105,9 @@ def run_group_command(args: argparse.Namespace) -> str:
 
     async def change() -> str:
         async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
+            refs = await _streams(ledger.streams, ref, args.partition)
+            if len(refs) > 1 or refs[0] != ref:
+                return await _change_partitions(ledger.streams, ref, refs, args)
             if args.action == "remove":
                 await remove_group(ledger.streams, ref, args.group)
                 return f"removed group {args.group!r} of {ref}"
@@ -96,3 +123,66 @@ def run_group_command(args: argparse.Namespace) -> str:
         raise StreamNotFoundError(str(exc)) from None
     except (CompactedHistoryError, SequenceError, UnattributedBudgetsError) as exc:
         raise GroupChangeError(str(exc)) from None
+
+
+def _partition_ref(ref: StreamRef, partition: int) -> StreamRef:
+    return StreamRef(ref.scope, ref.node, f"{ref.key}#{partition}")
+
+
+async def _streams(hooks: StreamHooks, ref: StreamRef, partition: int | None) -> list[StreamRef]:
+    """The streams a change of ``ref`` means: itself, or the partitions of a partitioned stream."""
+    if partition is None and await hooks.describe(ref) is not None:
+        return [ref]
+    first = await hooks.describe(_partition_ref(ref, 0))
+    if first is None or not first.partitions:
+        if partition is not None:
+            raise StreamNotFoundError(f"the ledger holds no partitioned stream {ref}")
+        return [ref]  # the change names what the ledger lacks: the rule says so
+    if partition is not None:
+        if partition >= first.partitions:
+            raise GroupChangeError(
+                f"stream {ref} has {first.partitions} partitions: 0 to {first.partitions - 1}"
+            )
+        return [_partition_ref(ref, partition)]
+    return [_partition_ref(ref, p) for p in range(first.partitions)]
+
+
+async def _change_partitions(
+    hooks: StreamHooks, ref: StreamRef, refs: list[StreamRef], args: argparse.Namespace
+) -> str:
+    """The change on each partition named, each in a transaction of its own, once every one is checked.
+
+    A partition's sequences are its own, so a move of every partition goes to
+    ``earliest`` or ``latest``; what the rule would refuse on one partition
+    (a group it lacks, messages compaction removed) is refused before any
+    partition changes.
+    """
+    many = len(refs) > 1
+    if many and args.action == "move" and isinstance(args.to, int):
+        raise GroupChangeError(
+            f"stream {ref} is partitioned and each partition has its own sequences: move every partition "
+            "to 'earliest' or 'latest', or one with --partition P to a sequence"
+        )
+    for part in refs:
+        desc = await hooks.describe(part)
+        if desc is None or args.group not in desc.groups:
+            raise StreamNotFoundError(
+                f"partition {part} has no consumer group {args.group!r} (nothing was changed)"
+            )
+        if args.action == "move" and args.to == "earliest" and desc.compacted_through:
+            raise GroupChangeError(
+                f"group {args.group!r} cannot start at sequence 1 of {part}: messages 1 to "
+                f"{desc.compacted_through} were compacted away (nothing was changed)"
+            )
+    where = f"{len(refs)} partitions of {ref}" if many else str(refs[0])
+    if args.action == "remove":
+        for part in refs:
+            await remove_group(hooks, part, args.group)
+        return f"removed group {args.group!r} of {where}"
+    nexts = []
+    for part in refs:
+        moved = await move_group(hooks, part, args.group, to=args.to, keep_state=args.keep_state)
+        nexts.append(str(moved.acked_through + 1))
+    kept = "kept" if args.keep_state else "cleared"
+    said = "next messages " + ", ".join(nexts) if many else f"next message {nexts[0]}"
+    return f"moved group {args.group!r} of {where}: {said}, state {kept}"

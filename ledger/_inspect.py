@@ -46,6 +46,7 @@ def stream_entry(desc: StreamDescriptor, frontiers: list[tuple[GroupFrontier, st
         "capacity": desc.capacity,
         "compacted_through": desc.compacted_through,
         "retain": desc.retain,
+        "partitions": desc.partitions,
         "groups": groups,
     }
 

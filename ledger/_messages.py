@@ -124,6 +124,12 @@ def filtered(report: dict[str, Any], *, stream: str | None, group: str | None) -
     return {**report, "streams": streams}
 
 
+def _partition(stream: dict[str, Any]) -> str:
+    """``p/N`` for partition ``p`` of a stream of N partitions (its key is ``key#p``), else empty."""
+    count = stream.get("partitions", 0)
+    return f"{stream['key'].rpartition('#')[2]}/{count}" if count else ""
+
+
 def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per consumer group, in the shape of ``kafka-consumer-groups --describe``."""
     rows = []
@@ -140,6 +146,7 @@ def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "dead_lettered": g["dead_lettered"],
                     "last_activity": g["active_at"],
                     "stopped": g["stopped"],
+                    "partition": _partition(s),
                 }
             )
     return sorted(rows, key=lambda r: (r["group"], r["stream"]))

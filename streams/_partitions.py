@@ -3,9 +3,11 @@
 Partition ``p`` of stream ``key`` is the stream ``key#p`` of the same scope
 and writer node, with everything a stream has: its own contiguous
 sequence, a frontier, budgets, state and keyed state per group, and
-compaction. An append goes to its key's partition (a CRC-32 of the key's
-MessagePack, the same in every process), so messages of one key keep
-their order and messages of different keys need not. Each partition's
+compaction. An append goes to its key's partition (the first 8 bytes of
+the BLAKE2b digest of the key's MessagePack, modulo the partitions: the
+same in every process and spread evenly whatever the keys look like), so
+messages of one key keep their order and messages of different keys need
+not. Each partition's
 descriptor records how many partitions the stream has, and a store refuses
 to open it with another number (:class:`~streams.PartitionError`).
 
@@ -17,8 +19,8 @@ so a resumed source appends each message exactly once.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Coroutine
+from hashlib import blake2b
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
@@ -68,7 +70,7 @@ class PartitionedStream(Generic[T]):
         return f"PartitionedStream({self.ref}, partitions={len(self.partitions)})"
 
     def partition_of(self, value: T) -> int:
-        """The partition ``value`` goes to: its key's CRC-32, modulo the partitions."""
+        """The partition ``value`` goes to: its key's digest, modulo the partitions."""
         try:
             key = self.partition_key(value)
             raw = _encoder.encode(key)
@@ -77,7 +79,7 @@ class PartitionedStream(Generic[T]):
                 f"the partition key of a message of stream {self.ref} cannot be encoded ({exc}); "
                 "nothing was sent"
             ) from None
-        return zlib.crc32(raw) % len(self.partitions)
+        return int.from_bytes(blake2b(raw, digest_size=8).digest(), "big") % len(self.partitions)
 
     @property
     def done(self) -> bool:
