@@ -13,13 +13,15 @@ to open it with another number (:class:`~streams.PartitionError`).
 
 A writer continues a resumable partitioned stream from :attr:`PartitionedWriter.position`,
 the lowest cursor any partition confirmed; a message it sends again whose
-partition already confirmed a cursor at or past its ``send_at`` is skipped,
-so a resumed source appends each message exactly once.
+partition already confirmed (or, in this process, queued) a cursor at or
+past its ``send_at`` is skipped, so a resumed source appends each message
+exactly once. ``send_at`` must grow from message to message, as the cursor
+of a source does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from hashlib import blake2b
 from typing import Any, Final, Generic, TypeVar
 
@@ -49,7 +51,7 @@ def partition_name(key: str, partition: int) -> str:
 class PartitionedStream(Generic[T]):
     """A stream of ``len(partitions)`` partitions. Obtain it from :meth:`StreamScope.open_partitioned`."""
 
-    __slots__ = ("_resumed", "key", "partition_key", "partitions", "ref")
+    __slots__ = ("_sent", "key", "partition_key", "partitions", "ref")
 
     def __init__(
         self,
@@ -63,8 +65,9 @@ class PartitionedStream(Generic[T]):
         self.ref = ref
         self.partitions = partitions
         self.partition_key = partition_key
-        # what each partition confirmed when it was opened: a resumed send at or below it is skipped
-        self._resumed = tuple(p.position for p in partitions)
+        # the highest cursor each partition confirmed when it was opened, or was queued since: a
+        # send at or below it is skipped (it is appended, or queued to be)
+        self._sent: list[int] = [p.position or 0 for p in partitions]
 
     def __repr__(self) -> str:
         return f"PartitionedStream({self.ref}, partitions={len(self.partitions)})"
@@ -125,31 +128,39 @@ class PartitionedWriter(Generic[T]):
         """Where a resumed source continues: the lowest ``send_at`` cursor a partition confirmed.
 
         None while some partition confirmed none. Messages sent again from
-        there that a partition already confirmed are skipped.
+        there that a partition already confirmed (or queued) are skipped.
         """
-        positions = self._stream._resumed
+        positions = [p.position for p in self._stream.partitions]
         return None if any(p is None for p in positions) else min(p for p in positions if p is not None)
 
     @property
     def done(self) -> bool:
         return self._stream.done
 
-    def _skip(self, partition: int, send_at: int | None) -> bool:
-        confirmed = self._stream._resumed[partition]
-        return send_at is not None and confirmed is not None and send_at <= confirmed
+    async def send(self, value: T, *, send_at: int | None = None) -> None:
+        """Queue ``value`` on its key's partition (:meth:`StreamWriter.send`); a checkpoint.
 
-    def send(self, value: T, *, send_at: int | None = None) -> Coroutine[Any, Any, None]:
-        """Queue ``value`` on its key's partition (:meth:`StreamWriter.send`); a checkpoint."""
+        With ``send_at`` at or below the cursor its partition confirmed or
+        queued, the message was sent before: it is skipped.
+        """
         partition = self._stream.partition_of(value)
-        if self._skip(partition, send_at):
-            return anyio.lowlevel.checkpoint()  # confirmed before the restart
-        return self._writers[partition].send(value, send_at=send_at)
+        sent = self._stream._sent
+        if send_at is not None and send_at <= sent[partition]:
+            await anyio.lowlevel.checkpoint()
+            return
+        await self._writers[partition].send(value, send_at=send_at)
+        if send_at is not None:
+            sent[partition] = send_at
 
     def send_nowait(self, value: T, *, send_at: int | None = None) -> None:
         """Queue ``value`` on its key's partition without yielding (:meth:`StreamWriter.send_nowait`)."""
         partition = self._stream.partition_of(value)
-        if not self._skip(partition, send_at):
-            self._writers[partition].send_nowait(value, send_at=send_at)
+        sent = self._stream._sent
+        if send_at is not None and send_at <= sent[partition]:
+            return
+        self._writers[partition].send_nowait(value, send_at=send_at)
+        if send_at is not None:
+            sent[partition] = send_at
 
     async def flush(self) -> None:
         """Wait until every message sent so far, to every partition, is confirmed."""

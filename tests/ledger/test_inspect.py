@@ -66,6 +66,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
             "capacity": 64,
             "compacted_through": 0,
             "retain": 0,
+            "partitions": 0,
             "groups": [
                 {
                     "group": "audit",
@@ -103,6 +104,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
             "capacity": 16,
             "compacted_through": 1,  # finished and acknowledged by every group
             "retain": 0,
+            "partitions": 0,
             "groups": [
                 {
                     "group": "audit",
