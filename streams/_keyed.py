@@ -210,26 +210,28 @@ class KeyedState(Generic[K, V]):
 
 
 class KeyedCache:
-    """What one handler knows of its group's keyed state: staged writes, then confirmed values.
+    """What one handler knows of its group's keyed state: the values it staged, then confirmed ones.
 
-    ``pending`` maps a key to its last staged write (None deletes) and the
-    sequence of the message that staged it; a confirmed batch moves its
-    writes to ``clean`` (:meth:`landed`). ``clean`` holds confirmed values,
-    None for a key known absent, up to ``limit`` entries (the oldest go
-    first). The store is read only for a key in neither.
+    ``values`` maps a key to its last value known (None for a key known
+    absent): staged by a message and not yet confirmed, or confirmed. A key
+    whose last write is not confirmed yet is in ``staged``, with the sequence
+    of the message that wrote it; a confirmed batch takes its keys out
+    (:meth:`landed`). Keys not staged are kept up to ``limit`` (the oldest
+    go first); staged ones always, until confirmed. The store is read only
+    for a key not in ``values``.
     """
 
     __slots__ = (
         "_hooks",
         "_limit",
-        "clean",
         "group",
         "key_of",
         "parent_attempt",
-        "pending",
         "reads",
         "ref",
+        "staged",
         "upcoming",
+        "values",
     )
 
     def __init__(self, hooks: object, ref: StreamRef, group: str, parent_attempt: str, limit: int) -> None:
@@ -243,8 +245,8 @@ class KeyedCache:
         self.ref = ref
         self.group = group
         self.parent_attempt = parent_attempt
-        self.pending: dict[bytes, tuple[bytes | None, int]] = {}
-        self.clean: dict[bytes, bytes | None] = {}
+        self.values: dict[bytes, bytes | None] = {}
+        self.staged: dict[bytes, int] = {}
         self.reads = 0  # store reads made, for tests and benchmarks
         #: With ``prefetch``: the key of a message's value, and the values of the messages taken
         #: but not yet handled, whose keys the first read that misses the cache reads along.
@@ -253,13 +255,10 @@ class KeyedCache:
 
     def known(self, key: bytes) -> tuple[bool, bytes | None]:
         """Whether the value of ``key`` is known without the store, and that value."""
-        entry = self.pending.get(key)
-        if entry is not None:
-            return True, entry[0]
-        clean = self.clean
-        if key in clean:
-            return True, clean[key]
-        return False, None
+        value = self.values.get(key, _UNKNOWN)
+        if value is _UNKNOWN:
+            return False, None
+        return True, value  # a value, or None: known absent
 
     async def read(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Read ``keys`` the cache does not know from the store, in one call; remember what it said."""
@@ -267,9 +266,12 @@ class KeyedCache:
         values = await self._hooks.read_keyed(
             KeyedRead(self.ref, self.group, tuple(keys), self.parent_attempt)
         )
+        known = self.values
         for key, value in zip(keys, values, strict=True):
             # no write of key can have been staged meanwhile: the handler was waiting for this read
-            self._remember(key, value)
+            if key not in known:
+                self._make_room()
+            known[key] = value
         return list(values)
 
     async def miss(self, key: bytes) -> bytes | None:
@@ -279,41 +281,52 @@ class KeyedCache:
         if upcoming is None or key_of is None:
             return (await self.read((key,)))[0]
         self.upcoming = None
-        pending, clean = self.pending, self.clean
+        known = self.values
         wanted = {key: None}
         for value in upcoming:
             try:
                 ahead = key_of(value)
             except Exception:
                 continue
-            if ahead not in pending and ahead not in clean:
+            if ahead not in known:
                 wanted[ahead] = None
-        keys = list(wanted)
-        return (await self.read(keys))[0]
+        return (await self.read(list(wanted)))[0]
 
     def stage(self, writes: dict[bytes, bytes | None], seq: int) -> None:
         """The writes of message ``seq``, staged: later reads see them before they are confirmed."""
-        pending = self.pending
+        known, staged = self.values, self.staged
         for key, value in writes.items():
-            pending[key] = (value, seq)
+            if key not in known:
+                self._make_room()
+            known[key] = value
+            staged[key] = seq
 
     def landed(self, writes: tuple[KeyedWrite, ...], last_seq: int) -> None:
-        """Writes of messages through ``last_seq`` were confirmed: they are clean now, in order."""
-        pending = self.pending
-        for write in writes:
-            key = write.key
-            entry = pending.get(key)
-            if entry is not None and entry[1] <= last_seq:
-                del pending[key]
-            self._remember(key, write.value)
+        """Writes of messages through ``last_seq`` were confirmed: their keys are no longer staged.
 
-    def _remember(self, key: bytes, value: bytes | None) -> None:
-        clean = self.clean
-        if self._limit == 0:
+        ``values`` already holds each key's last value, this write's or a later
+        message's, still staged.
+        """
+        staged = self.staged
+        for write in writes:
+            seq = staged.get(write.key)
+            if seq is not None and seq <= last_seq:
+                del staged[write.key]
+
+    def _make_room(self) -> None:
+        """Before a key is added: let the oldest key not staged go while ``limit`` keys are held."""
+        known = self.values
+        if len(known) < self._limit:
             return
-        if key not in clean and len(clean) >= self._limit:
-            del clean[next(iter(clean))]
-        clean[key] = value
+        staged = self.staged
+        for key in known:
+            if key not in staged:
+                del known[key]
+                return
+
+
+#: What ``values`` gives for a key it does not hold (None is a value: a key known absent).
+_UNKNOWN: Final[Any] = object()
 
 
 class KeyedTx(Generic[K, V]):
