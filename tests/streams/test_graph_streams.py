@@ -23,6 +23,7 @@ from streams import (
     Graph,
     GraphError,
     Key,
+    KeyedState,
     ManagedStream,
     MemoryStore,
     MessageTx,
@@ -283,6 +284,34 @@ async def test_a_handlers_results_are_the_nodes_outputs() -> None:
         assert result.handled == 4
 
     assert (await run_graph(g, {N: 4}))[TOTAL] == 10
+
+
+async def test_a_nodes_handler_keeps_keyed_state_under_the_nodes_attempt() -> None:
+    totals = KeyedState(str, int)
+    seen: list[tuple[int, int, int | None]] = []
+    g = Graph("keyed", inputs=[N])
+    g.add_node("orders", _write, requires=[N], provides=[ORDERS])
+
+    @g.node(requires=[ORDERS], provides=[TOTAL], aspects=[Retry(2)])
+    async def billing(ctx: NodeContext) -> None:
+        attempt = ctx.attempt
+
+        async def bill(tx: MessageTx[None], order: int) -> None:
+            store = totals.of(tx)
+            before = await store.get("total")
+            seen.append((attempt, order, before))
+            store.put("total", (before or 0) + order)
+
+        await ctx.handle_messages(ORDERS, bill, keyed=totals, limit=2 if attempt == 0 else None)
+        if attempt == 0:
+            raise ConnectionError("the node fails after two messages were confirmed")
+        _, order, before = seen[-1]
+        ctx.set(TOTAL, (before or 0) + order)
+
+    result = await run_graph(g, {N: 4})
+    # the failed attempt's messages stay acknowledged; its keyed state never reaches the retry
+    assert seen == [(0, 1, None), (0, 2, 1), (1, 3, None), (1, 4, 3)]
+    assert result[TOTAL] == 7
 
 
 async def test_a_node_routes_exhausted_messages_to_a_dead_letter_stream_it_provides() -> None:
