@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
 
 import msgspec
@@ -210,28 +211,27 @@ class KeyedState(Generic[K, V]):
 
 
 class KeyedCache:
-    """What one handler knows of its group's keyed state: the values it staged, then confirmed ones.
+    """What one handler knows of its group's keyed state: staged writes, then confirmed values.
 
-    ``values`` maps a key to its last value known (None for a key known
-    absent): staged by a message and not yet confirmed, or confirmed. A key
-    whose last write is not confirmed yet is in ``staged``, with the sequence
-    of the message that wrote it; a confirmed batch takes its keys out
-    (:meth:`landed`). Keys not staged are kept up to ``limit`` (the oldest
-    go first); staged ones always, until confirmed. The store is read only
-    for a key not in ``values``.
+    ``pending`` maps a key to its last staged write (None deletes) and the
+    sequence of the message that staged it; a confirmed batch moves its
+    writes to ``clean`` (:meth:`landed`). ``clean`` holds confirmed values,
+    None for a key known absent: ``limit`` entries, and up to a quarter more
+    before the oldest go, all at once. The store is read only for a key in
+    neither.
     """
 
     __slots__ = (
         "_hooks",
         "_limit",
+        "clean",
         "group",
         "key_of",
         "parent_attempt",
+        "pending",
         "reads",
         "ref",
-        "staged",
         "upcoming",
-        "values",
     )
 
     def __init__(self, hooks: object, ref: StreamRef, group: str, parent_attempt: str, limit: int) -> None:
@@ -245,8 +245,8 @@ class KeyedCache:
         self.ref = ref
         self.group = group
         self.parent_attempt = parent_attempt
-        self.values: dict[bytes, bytes | None] = {}
-        self.staged: dict[bytes, int] = {}
+        self.pending: dict[bytes, tuple[bytes | None, int]] = {}
+        self.clean: dict[bytes, bytes | None] = {}
         self.reads = 0  # store reads made, for tests and benchmarks
         #: With ``prefetch``: the key of a message's value, and the values of the messages taken
         #: but not yet handled, whose keys the first read that misses the cache reads along.
@@ -255,10 +255,13 @@ class KeyedCache:
 
     def known(self, key: bytes) -> tuple[bool, bytes | None]:
         """Whether the value of ``key`` is known without the store, and that value."""
-        value = self.values.get(key, _UNKNOWN)
-        if value is _UNKNOWN:
-            return False, None
-        return True, value  # a value, or None: known absent
+        entry = self.pending.get(key)
+        if entry is not None:
+            return True, entry[0]
+        clean = self.clean
+        if key in clean:
+            return True, clean[key]
+        return False, None
 
     async def read(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Read ``keys`` the cache does not know from the store, in one call; remember what it said."""
@@ -266,12 +269,9 @@ class KeyedCache:
         values = await self._hooks.read_keyed(
             KeyedRead(self.ref, self.group, tuple(keys), self.parent_attempt)
         )
-        known = self.values
         for key, value in zip(keys, values, strict=True):
             # no write of key can have been staged meanwhile: the handler was waiting for this read
-            if key not in known:
-                self._make_room()
-            known[key] = value
+            self._remember(key, value)
         return list(values)
 
     async def miss(self, key: bytes) -> bytes | None:
@@ -281,52 +281,44 @@ class KeyedCache:
         if upcoming is None or key_of is None:
             return (await self.read((key,)))[0]
         self.upcoming = None
-        known = self.values
+        pending, clean = self.pending, self.clean
         wanted = {key: None}
         for value in upcoming:
             try:
                 ahead = key_of(value)
             except Exception:
                 continue
-            if ahead not in known:
+            if ahead not in pending and ahead not in clean:
                 wanted[ahead] = None
-        return (await self.read(list(wanted)))[0]
+        keys = list(wanted)
+        return (await self.read(keys))[0]
 
     def stage(self, writes: dict[bytes, bytes | None], seq: int) -> None:
         """The writes of message ``seq``, staged: later reads see them before they are confirmed."""
-        known, staged = self.values, self.staged
+        pending = self.pending
         for key, value in writes.items():
-            if key not in known:
-                self._make_room()
-            known[key] = value
-            staged[key] = seq
+            pending[key] = (value, seq)
 
     def landed(self, writes: tuple[KeyedWrite, ...], last_seq: int) -> None:
-        """Writes of messages through ``last_seq`` were confirmed: their keys are no longer staged.
-
-        ``values`` already holds each key's last value, this write's or a later
-        message's, still staged.
-        """
-        staged = self.staged
+        """Writes of messages through ``last_seq`` were confirmed: they are clean now, in order."""
+        pending = self.pending
         for write in writes:
-            seq = staged.get(write.key)
-            if seq is not None and seq <= last_seq:
-                del staged[write.key]
+            key = write.key
+            entry = pending.get(key)
+            if entry is not None and entry[1] <= last_seq:
+                del pending[key]
+            self._remember(key, write.value)
 
-    def _make_room(self) -> None:
-        """Before a key is added: let the oldest key not staged go while ``limit`` keys are held."""
-        known = self.values
-        if len(known) < self._limit:
+    def _remember(self, key: bytes, value: bytes | None) -> None:
+        limit = self._limit
+        if limit == 0:
             return
-        staged = self.staged
-        for key in known:
-            if key not in staged:
-                del known[key]
-                return
-
-
-#: What ``values`` gives for a key it does not hold (None is a value: a key known absent).
-_UNKNOWN: Final[Any] = object()
+        clean = self.clean
+        clean[key] = value
+        if len(clean) >= limit + max(limit >> 2, 64):
+            # the oldest go, a quarter of the bound at a time: one pass over the table, where taking
+            # the first key one at a time rescans every slot freed before it
+            self.clean = dict(islice(clean.items(), len(clean) - limit, None))
 
 
 class KeyedTx(Generic[K, V]):

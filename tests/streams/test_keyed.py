@@ -352,3 +352,21 @@ async def test_items_lists_the_confirmed_keys_in_key_order_by_range(scopes: Asyn
         await spec.items(_SevenCalls(store), stream.ref, "g")
     with pytest.raises(TypeError, match="keeps no keyed state"):
         await spec.items(PassThroughHooks(_SevenCalls(store)), stream.ref, "g")
+
+
+async def test_a_message_may_stage_more_keys_than_the_cache_holds(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    stream = await _numbers(scopes, store, [1, 2])
+    spec = KeyedState(int, int, cache=4)
+    seen: list[list[int | None]] = []
+
+    async def many(tx: MessageTx[None], value: int) -> None:
+        store_ = spec.of(tx)
+        if value == 1:
+            for k in range(5000):  # staged, unconfirmed: kept whatever the cache's bound
+                store_.put(k, k)
+        seen.append([await store_.get(k) for k in (0, 2500, 4999)])
+
+    await handle_messages(stream.reader("g"), many, keyed=spec, limit=2, window=10)
+    assert seen == [[0, 2500, 4999], [0, 2500, 4999]]
+    assert len(await spec.items(store, stream.ref, "g", limit=10_000)) == 5000
