@@ -111,13 +111,13 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
         store = self._store
         if store is None:
             run = self._run
-            if run.keyed is None or run.keyed_spec is None:
+            if run.keyed is None:
                 raise HandlerContractError(
                     f"message {self.seq}: the handler uses tx.store, but handle_messages was given no "
                     "keyed state; pass keyed=KeyedState(key_type, value_type) (nothing was confirmed, "
                     "no attempt was spent)"
                 )
-            store = self._store = KeyedTx(self, run.keyed_spec, run.keyed)
+            store = self._store = KeyedTx(self, run.keyed.spec, run.keyed)
         return store
 
     def __repr__(self) -> str:
@@ -237,6 +237,40 @@ class PartitionedResult(msgspec.Struct, Generic[S], frozen=True):
 class _Run(Generic[T, S]):
     """One call of handle_messages."""
 
+    #: Slots, not an instance dict: every message reads a dozen of these, and CPython 3.11 keeps an
+    #: instance's attributes on its fast path only while its class's instances share at most 30 keys.
+    __slots__ = (
+        "attempts",
+        "backoff",
+        "batch_context",
+        "commit_attributes",
+        "dead_letter",
+        "generation",
+        "group",
+        "group_attributes",
+        "group_name",
+        "handler",
+        "keyed",
+        "max_outputs",
+        "node",
+        "outputs",
+        "parent_attempt",
+        "pipeline",
+        "ref",
+        "remaining",
+        "share_state",
+        "stager",
+        "state",
+        "state_codec",
+        "state_missing",
+        "state_payload",
+        "state_what",
+        "stopped",
+        "stream",
+        "task_group",
+        "window",
+    )
+
     def __init__(
         self,
         reader: StreamReader[T],
@@ -302,10 +336,9 @@ class _Run(Generic[T, S]):
         self.stopped = False
         #: No initial state was given and none was committed: reading tx.state is a contract error.
         self.state_missing = False
-        self.keyed_spec = keyed
         self.keyed: KeyedCache | None = None
         if keyed is not None:
-            self.keyed = KeyedCache(self.stream.hooks, self.ref, self.group_name, parent_attempt, keyed.cache)
+            self.keyed = KeyedCache(self.stream.hooks, keyed, self.ref, self.group_name, parent_attempt)
             if keyed.prefetch is not None:
                 key_of, encode = keyed.prefetch, keyed.key_codec.encode
                 self.keyed.key_of = lambda value: encode(key_of(value))

@@ -231,17 +231,21 @@ class KeyedCache:
         "pending",
         "reads",
         "ref",
+        "spec",
         "upcoming",
     )
 
-    def __init__(self, hooks: object, ref: StreamRef, group: str, parent_attempt: str, limit: int) -> None:
+    def __init__(
+        self, hooks: object, spec: KeyedState[Any, Any], ref: StreamRef, group: str, parent_attempt: str
+    ) -> None:
         if not isinstance(hooks, KeyedHooks):
             raise HandlerContractError(
                 f"handle_messages was given keyed state, but the store {type(hooks).__qualname__} "
                 "keeps none (it implements no read_keyed and list_keyed: streams.store.KeyedHooks)"
             )
         self._hooks = hooks
-        self._limit = limit
+        self.spec = spec
+        self._limit = spec.cache
         self.ref = ref
         self.group = group
         self.parent_attempt = parent_attempt
