@@ -229,7 +229,6 @@ class KeyedCache:
         "key_of",
         "parent_attempt",
         "pending",
-        "reads",
         "ref",
         "spec",
         "upcoming",
@@ -251,7 +250,6 @@ class KeyedCache:
         self.parent_attempt = parent_attempt
         self.pending: dict[bytes, tuple[bytes | None, int]] = {}
         self.clean: dict[bytes, bytes | None] = {}
-        self.reads = 0  # store reads made, for tests and benchmarks
         #: With ``prefetch``: the key of a message's value, and the values of the messages taken
         #: but not yet handled, whose keys the first read that misses the cache reads along.
         self.key_of: Callable[[Any], bytes] | None = None
@@ -269,7 +267,6 @@ class KeyedCache:
 
     async def read(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Read ``keys`` the cache does not know from the store, in one call; remember what it said."""
-        self.reads += 1
         values = await self._hooks.read_keyed(
             KeyedRead(self.ref, self.group, tuple(keys), self.parent_attempt)
         )

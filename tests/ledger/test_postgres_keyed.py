@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from ledger import CorruptRecordError
-from ledger.postgres import open_postgres
+from ledger.postgres import migrate_url, open_postgres
 from ledger.postgres._inspect import check_postgres
 from ledger.postgres._view import PgView
 from streams import StreamRef, move_group, remove_group
@@ -54,7 +54,7 @@ def test_two_groups_writing_their_keyed_state_at_once_both_commit(postgres_url: 
     commits; the planner would scan the table for a clear of a group holding
     half of it, and then one of the two would be aborted.
     """
-    anyio.run(_made, postgres_url)
+    migrate_url(postgres_url)  # the ledger's tables, in the empty database
     a, b = StreamRef("s", "src", "a"), StreamRef("s", "src", "b")
     _fill(postgres_url, a, 1, 2000)
     _fill(postgres_url, StreamRef("s", "src", "c"), 3, 400)  # between the two in the heap: no shared page
@@ -81,11 +81,6 @@ def test_two_groups_writing_their_keyed_state_at_once_both_commit(postgres_url: 
         second.close()
     counts = execute(postgres_url, "SELECT stream_id, count(*) FROM streamledger_keyed GROUP BY 1 ORDER BY 1")
     assert counts == [(1, 1), (2, 1), (3, 400)]
-
-
-async def _made(url: str) -> None:
-    async with open_postgres(url):
-        pass  # its tables
 
 
 async def _two_groups_with_keys(url: str) -> None:
