@@ -56,6 +56,7 @@ from ._execution import NodeStatus as NodeStatus
 from ._execution import Running as Running
 from ._execution import Waiting as Waiting
 from ._execution import run_graph as run_graph
+from ._follow import follow_stream as follow_stream
 from ._graph import Graph as Graph
 from ._graph import NodeSpec as NodeSpec
 from ._graph import PortSpec as PortSpec
@@ -175,6 +176,7 @@ __all__ = [
     "describe_aspect",
     "handle_messages",
     "move_group",
+    "follow_stream",
     "open_scope",
     "remove_group",
     "run_graph",

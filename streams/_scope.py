@@ -199,7 +199,16 @@ class StreamScope:
             current.set_attribute(ATTR.TAIL, len(opened.tail))
             if not opened.created:
                 current.add_event(EVENT.STREAM_RECOVERED)
-        core = StreamCore(self._spawn, self.hooks, key, ref, opened, capacity=capacity, resumable=resumable)
+        core = StreamCore(
+            self._spawn,
+            self.hooks,
+            key,
+            ref,
+            opened,
+            capacity=capacity,
+            resumable=resumable,
+            partitions=partitions,
+        )
         stream: ManagedStream[T] = ManagedStream(core)
         self._streams[ref] = stream
         return stream

@@ -30,7 +30,7 @@ from ._keys import Key, Stream
 from ._metrics import INSTRUMENTS, forget_stream, group_attributes, observe_stream, stream_attributes
 from ._outcome import is_fault
 from ._pipeline import ConfirmPipeline
-from ._store._hooks import StreamHooks
+from ._store._hooks import FollowHooks, StreamHooks
 from ._store._records import (
     AppendBatch,
     GroupFrontier,
@@ -38,6 +38,7 @@ from ._store._records import (
     MessageRef,
     StreamFinish,
     StreamOpened,
+    StreamRead,
     StreamRef,
 )
 from ._store._rules import FrontierDraft, min_frontier
@@ -55,6 +56,9 @@ __all__ = [
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
+
+#: How often a full writer reads its groups' frontiers from the store (seconds).
+FRONTIER_POLL_SECONDS: Final = 0.2
 
 #: Holds the place of a recovered message that every group reading acknowledged already.
 _GAP: Final = object()
@@ -150,6 +154,7 @@ class StreamCore(Generic[T]):
         resumable: bool,
         on_latch: Callable[[CheckpointError], object] | None = None,
         node_owned: bool = False,
+        partitions: int = 0,
     ) -> None:
         self._spawn = spawn  # runs the background flush in the scope's task group
         self._on_latch = on_latch  # an execution's failure latch, which this stream's failures trip too
@@ -163,6 +168,10 @@ class StreamCore(Generic[T]):
         self.what = f"stream {ref}"
         self.capacity = capacity
         self.resumable = resumable
+        self.partitions = partitions  # of the partitioned stream it is a partition of (0: none)
+        # The lowest frontier the store confirmed for the groups reading here, read by a full
+        # writer: groups read in another process (following the stream) ack there, not here.
+        self._remote_floor = 0
         self.generation = opened.generation
         self.finished = opened.finished
         self.failed = opened.failed
@@ -205,6 +214,11 @@ class StreamCore(Generic[T]):
         observe_stream(self)
 
     # -- shared state -----------------------------------------------------------------------
+
+    @property
+    def confirmed(self) -> int:
+        """The last sequence the store confirmed: the last a reader can be handed."""
+        return self._confirmed
 
     def notify(self) -> None:
         self._changed.set()
@@ -250,8 +264,12 @@ class StreamCore(Generic[T]):
         groups = self._group_list
         if len(groups) == 1:
             group = groups[0]
-            return self._confirmed if group.stopped or group.left else group.acked_through
-        return min((g.acked_through for g in groups if not (g.stopped or g.left)), default=self._confirmed)
+            local = self._confirmed if group.stopped or group.left else group.acked_through
+        else:
+            local = min(
+                (g.acked_through for g in groups if not (g.stopped or g.left)), default=self._confirmed
+            )
+        return local if local >= self._remote_floor else min(self._remote_floor, self._confirmed)
 
     def leave(self, name: str) -> None:
         """Group ``name``'s reader concluded: the writer no longer waits for it to make room."""
@@ -266,9 +284,40 @@ class StreamCore(Generic[T]):
         return self.next_seq - 1 - self.floor()
 
     async def wait_capacity(self, n: int) -> None:
+        """Wait for room for ``n`` messages; a full stream looks at the store's frontiers too.
+
+        Its groups may be handled in other processes (:func:`streams.follow_stream`),
+        whose acks this endpoint only sees in the store: while full, it reads
+        them every :data:`FRONTIER_POLL_SECONDS` (a store that can, a
+        :class:`~streams.store.FollowHooks`).
+        """
         while self._unacked() + n > self.capacity and self._unacked() > 0:
             self.check_healthy()
-            await self.wait_change()
+            if not isinstance(self.hooks, FollowHooks):
+                await self.wait_change()
+                continue
+            with anyio.move_on_after(FRONTIER_POLL_SECONDS):
+                await self.wait_change()
+            if self._unacked() + n > self.capacity and self._unacked() > 0:
+                await self._read_frontiers()
+
+    async def _read_frontiers(self) -> None:
+        request = StreamRead(
+            self.ref,
+            self.codec.name,
+            tuple(g.name for g in self._group_list),
+            self.partitions,
+            self._confirmed,
+        )
+        assert isinstance(self.hooks, FollowHooks)
+        latest = await self.hooks.read_stream(request)  # a read: a failure confirms and changes nothing
+        if latest is not None:
+            reading = [f for f in latest.groups if not f.stopped]
+            floor = min((f.acked_through for f in reading), default=self._confirmed)
+            if floor > self._remote_floor:
+                self._remote_floor = floor
+                self._evict()
+                self.notify()
 
     @property
     def done(self) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
-from ._store._hooks import STREAM_HOOKS, KeyedHooks, StreamHooks
+from ._store._hooks import STREAM_HOOKS, FollowHooks, KeyedHooks, StreamHooks
 from ._store._layouts import StreamDescriptor
 from ._store._node_records import (
     CheckpointAttempt,
@@ -30,6 +30,7 @@ from ._store._records import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRead,
     StreamRef,
 )
 
@@ -82,12 +83,24 @@ class PassThroughHooks:
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         return await self.inner.describe(ref)
 
+    async def read_stream(self, request: StreamRead) -> StreamOpened | None:
+        """Stream reads pass too (:class:`~streams.store.FollowHooks`), to an inner store that has them."""
+        return await _follow(self.inner).read_stream(request)
+
     async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
         """Keyed reads pass too (:class:`~streams.store.KeyedHooks`), to an inner store that has them."""
         return await _keyed(self.inner).read_keyed(request)
 
     async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
         return await _keyed(self.inner).list_keyed(request)
+
+
+def _follow(hooks: StreamHooks) -> FollowHooks:
+    if not isinstance(hooks, FollowHooks):
+        raise TypeError(
+            f"{type(hooks).__qualname__} cannot read a stream it did not open (it is no FollowHooks)"
+        )
+    return hooks
 
 
 def _keyed(hooks: StreamHooks) -> KeyedHooks:
@@ -188,6 +201,9 @@ class FaultyHooks(PassThroughHooks):
 
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         return await self._call("describe", self.inner.describe, ref)
+
+    async def read_stream(self, request: StreamRead) -> StreamOpened | None:
+        return await self._call("read_stream", _follow(self.inner).read_stream, request)
 
     async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
         return await self._call("read_keyed", _keyed(self.inner).read_keyed, request)

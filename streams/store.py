@@ -70,6 +70,7 @@ from ._keyed import key_to_plain as key_to_plain
 from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
+from ._store._hooks import FollowHooks as FollowHooks
 from ._store._hooks import GroupHooks as GroupHooks
 from ._store._hooks import KeyedHooks as KeyedHooks
 from ._store._integrity import checkpoint_problems as checkpoint_problems
@@ -110,6 +111,7 @@ from ._store._operations import list_keyed as list_keyed
 from ._store._operations import open_message as open_message
 from ._store._operations import open_stream as open_stream
 from ._store._operations import read_keyed as read_keyed
+from ._store._operations import read_stream as read_stream
 from ._store._records import MAX_KEY_BYTES as MAX_KEY_BYTES
 from ._store._records import AppendBatch as AppendBatch
 from ._store._records import GroupChange as GroupChange
@@ -127,6 +129,7 @@ from ._store._records import StoredMessage as StoredMessage
 from ._store._records import StreamFinish as StreamFinish
 from ._store._records import StreamOpen as StreamOpen
 from ._store._records import StreamOpened as StreamOpened
+from ._store._records import StreamRead as StreamRead
 from ._store._rules import min_frontier as min_frontier
 from ._store._view import AttemptKey as AttemptKey
 from ._store._view import CachedView as CachedView
@@ -164,6 +167,7 @@ __all__ = [
     "GroupHooks",
     "GroupKey",
     "KeyedEntry",
+    "FollowHooks",
     "KeyedHooks",
     "KeyedRange",
     "KeyedRead",
@@ -185,6 +189,7 @@ __all__ = [
     "StreamFinish",
     "StreamOpen",
     "StreamOpened",
+    "StreamRead",
     "Terminal",
     "append",
     "change_group",
@@ -214,6 +219,7 @@ __all__ = [
     "key_to_plain",
     "publish",
     "read_keyed",
+    "read_stream",
     "single_error",
     "span",
     "to_plain",

@@ -49,6 +49,7 @@ from streams.store import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRead,
     span,
 )
 
@@ -512,6 +513,10 @@ class LmdbStreamHooks:
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         """Read the stream's descriptor inline; never waits on the writer, raises no generation."""
         return self._read(lambda view: store.describe(view, ref))
+
+    async def read_stream(self, request: StreamRead) -> StreamOpened | None:
+        """Read a stream and its groups' frontiers inline; never waits on the writer, raises no generation."""
+        return self._read(lambda view: store.read_stream(view, request))
 
     async def read_keyed(self, request: KeyedRead) -> tuple[bytes | None, ...]:
         """Read keys of a group's keyed state inline; never waits on the writer."""

@@ -13,6 +13,9 @@ from .._errors import LeaseLostError as LeaseLostError
 from ._leases import Lease as Lease
 from ._ledger import PgBackend as PgBackend
 from ._ledger import open_postgres as open_postgres
+from ._members import MemberReport as MemberReport
+from ._members import PartitionLease as PartitionLease
+from ._members import consume as consume
 from ._nodes import PgNodeHooks as PgNodeHooks
 from ._store import PgConnection as PgConnection
 from ._store import describe_url as describe_url
@@ -24,11 +27,14 @@ from ._worker import work as work
 __all__ = [
     "Lease",
     "LeaseLostError",
+    "MemberReport",
+    "PartitionLease",
     "PgBackend",
     "PgConnection",
     "PgNodeHooks",
     "PgStreamHooks",
     "TOOLS",
+    "consume",
     "describe_url",
     "migrate_url",
     "open_postgres",

@@ -14,7 +14,7 @@ the row lock: the write commits first, or sees the new token.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -22,7 +22,7 @@ from .._errors import LeaseLostError
 from ._store import PgConnection
 from ._view import PgView
 
-__all__ = ["FencedConnection", "Lease", "claim_due", "claim_run", "release", "renew"]
+__all__ = ["Fence", "FencedConnection", "Lease", "claim_due", "claim_run", "release", "renew"]
 
 T = TypeVar("T")
 
@@ -34,24 +34,31 @@ class Lease(msgspec.Struct, frozen=True):
     owner: str
     token: int
 
+    def check(self, conn: Any) -> None:
+        """Refuse to go on unless this lease still holds its run (locks the row until the transaction end)."""
+        row = conn.execute(
+            "SELECT owner, token FROM streamledger_leases WHERE run_id = %s FOR SHARE", (self.run_id,)
+        ).fetchone()
+        if row is None or row[1] != self.token:
+            holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
+            raise LeaseLostError(
+                f"worker {self.owner!r} lost its lease on run {self.run_id!r} (claim {self.token}); "
+                f"{holder} holds it now: nothing was confirmed"
+            )
 
-def check(conn: Any, lease: Lease) -> None:
-    """Refuse to go on unless ``lease`` still holds its run (locks the row until the transaction ends)."""
-    row = conn.execute(
-        "SELECT owner, token FROM streamledger_leases WHERE run_id = %s FOR SHARE", (lease.run_id,)
-    ).fetchone()
-    if row is None or row[1] != lease.token:
-        holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
-        raise LeaseLostError(
-            f"worker {lease.owner!r} lost its lease on run {lease.run_id!r} (claim {lease.token}); "
-            f"{holder} holds it now: nothing was confirmed"
-        )
+
+class Fence(Protocol):
+    """A lease whose holder's every write checks it first (a run's, or a group member's partition's)."""
+
+    def check(self, conn: Any) -> None:
+        """Raise :class:`~ledger.LeaseLostError` unless the lease still holds (in the write's transaction)."""
+        ...
 
 
 class FencedConnection:
-    """A ledger connection whose every call for a run first checks the worker's lease on it."""
+    """A ledger connection whose every call first checks a lease: the worker's on its run, or a member's."""
 
-    def __init__(self, connection: PgConnection, lease: Lease) -> None:
+    def __init__(self, connection: PgConnection, lease: Fence) -> None:
         self._connection = connection
         self.lease = lease
 
@@ -63,7 +70,7 @@ class FencedConnection:
         lease = self.lease
 
         def fenced(view: PgView) -> T:
-            check(view.connection, lease)
+            lease.check(view.connection)
             return op(view)
 
         return await self._connection.call(fenced, buffered=buffered, idempotent=idempotent)

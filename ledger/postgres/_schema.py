@@ -23,6 +23,8 @@ A database (or a schema of it, through ``search_path``) holds one ledger.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import msgspec
@@ -40,8 +42,9 @@ __all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "ensure_schema", 
 
 #: What the schema record of a PostgreSQL ledger names as its format.
 FORMAT: Final = "streamledger-postgres"
-#: 2: runs and graph runs keep their id twice (id_digest); 3: consumer groups keep keyed state.
-SCHEMA_VERSION: Final = 3
+#: 2: runs and graph runs keep their id twice (id_digest); 3: consumer groups keep keyed state;
+#: 4: the members of a consumer group and their leases on partitions.
+SCHEMA_VERSION: Final = 4
 
 #: The table of keyed state (schema 3), made with the others and by the migration from 2.
 _KEYED: Final = """
@@ -55,6 +58,28 @@ CREATE TABLE streamledger_keyed (
     value bytea NOT NULL,
     seal bigint NOT NULL,
     PRIMARY KEY (stream_id, grp, key)
+);
+"""
+#: Group members and their partition leases (schema 4), made with the others and by the migration
+#: from 3 (see _members.py). ``stream`` names the partitioned stream as ``scope/node/key``.
+_MEMBERS: Final = """
+-- a member of a group, alive while its heartbeat has not expired
+CREATE TABLE streamledger_members (
+    stream text NOT NULL,
+    grp text NOT NULL,
+    member text NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (stream, grp, member)
+);
+-- a member's claim on one partition of a group: its commits there check owner and token
+CREATE TABLE streamledger_partition_leases (
+    stream text NOT NULL,
+    grp text NOT NULL,
+    partition integer NOT NULL,
+    owner text NOT NULL,
+    token bigint NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (stream, grp, partition)
 );
 """
 _TABLES: Final = (
@@ -134,6 +159,7 @@ CREATE TABLE streamledger_leases (
     expires_at timestamptz NOT NULL
 );
 """
+    + _MEMBERS
 )
 
 #: Every table of a ledger, checked on open.
@@ -150,6 +176,8 @@ TABLES: Final = (
     "streamledger_runs",
     "streamledger_graph_runs",
     "streamledger_leases",
+    "streamledger_members",
+    "streamledger_partition_leases",
 )
 
 _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
@@ -160,6 +188,7 @@ _meta_decoder = msgspec.msgpack.Decoder(LedgerMeta)
 #: 1 -> 2: a run's id is kept twice, as its key and as ``id_digest`` (``md5(run_id)``, unique), so
 #: that a lookup of an id finds a row whose ``run_id`` was rewritten (see ``_runs.py``).
 #: 2 -> 3: consumer groups keep keyed state, in a table of its own (empty: no group had any).
+#: 3 -> 4: group members and their partition leases, in two tables (empty: no group had members).
 MIGRATIONS: dict[int, str] = {
     1: """
 ALTER TABLE streamledger_runs ADD COLUMN id_digest text;
@@ -172,11 +201,28 @@ ALTER TABLE streamledger_graph_runs ALTER COLUMN id_digest SET NOT NULL;
 ALTER TABLE streamledger_graph_runs ADD UNIQUE (id_digest);
 """,
     2: _KEYED,
+    3: _MEMBERS,
 }
 
 
+@contextmanager
+def _locked(conn: Any) -> Iterator[None]:
+    """Hold the schema lock (one opener or migrator at a time) around a transaction of ``conn``.
+
+    The lock is the session's, taken before the transaction begins: a
+    serializable transaction reads as of its first statement, so one that
+    waited for the lock inside would not see the ledger its holder made.
+    """
+    conn.execute("SELECT pg_advisory_lock(hashtext('streamledger schema'))")
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('streamledger schema'))")
+
+
 def _lock(conn: Any, where: str) -> bool:
-    """Take the schema lock for this transaction (one opener or migrator at a time); is a ledger here?
+    """Whether a ledger is here (call it holding the schema lock, in the transaction).
 
     A ``search_path`` naming no schema that exists is :class:`~ledger.MissingSchemaError`: the
     ledger's tables would have nowhere to be (and PostgreSQL would refuse to make them).
@@ -187,7 +233,6 @@ def _lock(conn: Any, where: str) -> bool:
             f"{where}: its search_path ({path}) names no schema that exists; create the schema "
             "(CREATE SCHEMA ...) or fix the URL's options (nothing was changed)"
         )
-    conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
     return bool(conn.execute("SELECT to_regclass('streamledger_meta') IS NOT NULL").fetchone()[0])
 
 
@@ -228,8 +273,8 @@ def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
     :class:`~ledger.NotALedgerError`, one missing a table with
     :class:`~ledger.DamagedLedgerError`; changes nothing then.
     """
-    with conn.transaction():
-        # one opener makes the tables; the others wait here and then find them
+    with _locked(conn), conn.transaction():
+        # one opener makes the tables; the others wait for the lock and then find them
         found = _lock(conn, where)
         if not found and not create:
             raise NotALedgerError(f"{where} holds no ledger (and this command does not create one)")
@@ -260,7 +305,7 @@ def migrate(conn: Any, where: str) -> tuple[int, int]:
     All of it is one transaction: a migration that fails leaves the schema
     as it was. ``from`` is 0 for a database that held no ledger.
     """
-    with conn.transaction():
+    with _locked(conn), conn.transaction():
         if not _lock(conn, where):
             _create(conn)
             return 0, SCHEMA_VERSION

@@ -19,6 +19,7 @@ from streams.store import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRead,
 )
 
 from ._store import Calls
@@ -58,6 +59,9 @@ class PgStreamHooks:
 
     async def describe(self, ref: StreamRef) -> StreamDescriptor | None:
         return await self._connection.call(lambda view: store.describe(view, ref), idempotent=True)
+
+    async def read_stream(self, request: StreamRead) -> StreamOpened | None:
+        return await self._connection.call(lambda view: store.read_stream(view, request), idempotent=True)
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         return await self._connection.call(lambda view: store.change_group(view, change))

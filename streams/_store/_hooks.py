@@ -27,12 +27,14 @@ from ._records import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRead,
     StreamRef,
 )
 
 __all__ = [
     "STREAM_HOOKS",
     "CheckpointHooks",
+    "FollowHooks",
     "GroupHooks",
     "KeyedHooks",
     "StreamHooks",
@@ -139,6 +141,21 @@ class KeyedHooks(Protocol):
 
     async def list_keyed(self, request: KeyedRange) -> tuple[KeyedEntry, ...]:
         """The group's confirmed keys in ``request``'s range, in byte order (an operator's listing)."""
+        ...
+
+
+@runtime_checkable
+class FollowHooks(Protocol):
+    """What a store implements so a process that did not open a stream can read it as it grows.
+
+    Optional beside :class:`StreamHooks`; :func:`streams.store.read_stream`
+    is the rule, written once. A group member in another process than the
+    stream's writer reads it with this (:func:`streams.follow_stream`): no
+    generation is raised, so the writer is not fenced by its readers.
+    """
+
+    async def read_stream(self, request: StreamRead) -> StreamOpened | None:
+        """The stream as confirmed, the groups' frontiers, the messages above ``request.after``."""
         ...
 
 

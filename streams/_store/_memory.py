@@ -40,6 +40,7 @@ from ._records import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRead,
     StreamRef,
 )
 from ._view import AttemptKey, CachedView, GroupKey
@@ -286,6 +287,11 @@ class MemoryStore:
         desc = _operations.describe(_Overlay(self), ref)
         await checkpoint()
         return desc
+
+    async def read_stream(self, request: StreamRead) -> StreamOpened | None:
+        opened = _operations.read_stream(_Overlay(self), request)
+        await checkpoint()
+        return opened
 
     async def change_group(self, change: GroupChange) -> GroupFrontier | None:
         overlay = _Overlay(self)

@@ -17,6 +17,8 @@ import msgspec
 from .._errors import (
     CompactedHistoryError,
     KeyedStateError,
+    PartitionError,
+    PayloadTypeError,
     SequenceError,
     StoreDamagedError,
     StreamFinishedError,
@@ -41,6 +43,7 @@ from ._records import (
     StreamFinish,
     StreamOpen,
     StreamOpened,
+    StreamRead,
     StreamRef,
 )
 from ._rules import (
@@ -50,6 +53,7 @@ from ._rules import (
     check_generation,
     is_acked,
     min_frontier,
+    partitioned,
     reopen,
     state_for,
 )
@@ -66,6 +70,7 @@ __all__ = [
     "open_message",
     "open_stream",
     "read_keyed",
+    "read_stream",
 ]
 
 
@@ -154,6 +159,54 @@ def describe(view: RecordView, ref: StreamRef) -> StreamDescriptor | None:
     """
     view.load(descriptors=(ref,))
     return view.get_descriptor(ref)
+
+
+def read_stream(view: RecordView, request: StreamRead) -> StreamOpened | None:
+    """Stream ``request.ref`` as confirmed, with its groups' frontiers and the messages a reader lacks.
+
+    A read, as :func:`describe` is: it raises no generation, so the writer
+    of the stream, in another process, goes on writing. None if the store
+    never had the stream. A stream of another type or another number of
+    partitions than the request names is refused (:class:`PayloadTypeError`,
+    :class:`PartitionError`), and a group it does not have
+    (:class:`UnknownStreamError`). The messages are those above
+    ``request.after`` (or above the groups' lowest frontier), through the
+    last appended; messages compaction removed there are
+    :class:`CompactedHistoryError`, never a silent gap.
+    """
+    ref = request.ref
+    view.load(descriptors=(ref,), groups=[(ref, g) for g in request.groups])
+    desc = view.get_descriptor(ref)
+    if desc is None:
+        return None
+    if desc.type_name != request.type_name:
+        raise PayloadTypeError(f"stream {ref} holds {desc.type_name} messages, not {request.type_name}")
+    if desc.partitions != request.partitions:
+        raise PartitionError(
+            f"stream {ref} is {partitioned(desc.partitions)}, "
+            f"but was read as {partitioned(request.partitions)}"
+        )
+    frontiers = tuple(_frontier(view, desc, g, "read") for g in request.groups)
+    floor = min_frontier(list(frontiers), desc.appended) if request.after is None else request.after
+    if floor < desc.compacted_through:
+        raise CompactedHistoryError(
+            f"read of stream {ref} after {floor}: messages through {desc.compacted_through} were compacted"
+        )
+    if floor > desc.appended:
+        raise SequenceError(f"read of stream {ref} after {floor}: only {desc.appended} were appended")
+    stored = list(view.messages_after(ref, floor)) if floor < desc.appended else []
+    _check_stored(desc, floor, stored)
+    return StreamOpened(
+        ref=ref,
+        generation=desc.generation,
+        appended=desc.appended,
+        position=desc.position,
+        finished=desc.finished,
+        failed=desc.failed,
+        groups=frontiers,
+        tail=tuple(stored),
+        created=False,
+    )
 
 
 def start_of(desc: StreamDescriptor, group: str, start: str | int) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "StreamFinish",
     "StreamOpen",
     "StreamOpened",
+    "StreamRead",
     "StreamRef",
 ]
 
@@ -66,6 +67,23 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     #: A partition of a stream of this many partitions (0: a stream of its own). A stream keeps the
     #: number it was created with: another is refused.
     partitions: int = 0
+
+
+class StreamRead(msgspec.Struct, frozen=True, gc=False):
+    """Read a stream as it was confirmed, for a process that did not open it: raises no generation.
+
+    ``type_name`` and ``partitions`` are what the reader expects the stream
+    to hold and be, as an open names them. ``groups`` are the consumer groups
+    whose frontiers are read. ``after`` is the last sequence the reader
+    holds: the messages above it are read (None: those above the groups'
+    lowest frontier, as an open reads them).
+    """
+
+    ref: StreamRef
+    type_name: str
+    groups: tuple[str, ...]
+    partitions: int = 0
+    after: int | None = None
 
 
 class GroupFrontier(msgspec.Struct, frozen=True, gc=False):

@@ -30,6 +30,7 @@ __all__ = [
     "check_appendable",
     "check_generation",
     "is_acked",
+    "partitioned",
     "reopen",
 ]
 
@@ -48,8 +49,8 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
         )
     if current.partitions != request.partitions:
         raise PartitionError(
-            f"stream {request.ref} is {_partitioned(current.partitions)}, but was opened as "
-            f"{_partitioned(request.partitions)}; a stream keeps its partitions: use a new key or scope"
+            f"stream {request.ref} is {partitioned(current.partitions)}, but was opened as "
+            f"{partitioned(request.partitions)}; a stream keeps its partitions: use a new key or scope"
         )
     if current.type_name != request.type_name:
         raise SourceNotResumableError(
@@ -72,7 +73,8 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
     )
 
 
-def _partitioned(partitions: int) -> str:
+def partitioned(partitions: int) -> str:
+    """How an error names a stream's partitioning."""
     return f"one of {partitions} partitions" if partitions else "a stream of its own"
 
 

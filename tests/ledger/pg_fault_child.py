@@ -86,17 +86,17 @@ def _install(directory: Path, point: str) -> None:
     elif point == "transaction":
         from ledger.postgres import _leases
 
-        check = _leases.check
+        check = _leases.Lease.check
         checks: list[int] = []
 
-        def check_then_stop(conn: Any, lease: Any) -> None:
-            check(conn, lease)  # holds the lease row FOR SHARE until the transaction ends
+        def check_then_stop(lease: Any, conn: Any) -> None:
+            check(lease, conn)  # holds the lease row FOR SHARE until the transaction ends
             checks.append(1)
             if len(checks) == 3 and once():
                 (directory / "paused").write_text(str(os.getpid()))
                 os.kill(os.getpid(), signal.SIGSTOP)
 
-        _leases.check = check_then_stop
+        _leases.Lease.check = check_then_stop  # type: ignore[method-assign, assignment]
     elif point != "none":
         raise SystemExit(f"no pause point {point!r}")
 

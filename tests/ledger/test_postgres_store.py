@@ -211,9 +211,9 @@ def test_migrate_makes_a_ledger_in_an_empty_database_then_has_nothing_to_do(post
     from .test_cli import cli
 
     made = cli("migrate", postgres_url)
-    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 3 in "), made.stderr
+    assert made.returncode == 0 and made.stdout.startswith("made a ledger of schema 4 in "), made.stderr
     again = cli("migrate", postgres_url)
-    assert again.returncode == 0 and "is at schema 3: nothing to do" in again.stdout
+    assert again.returncode == 0 and "is at schema 4: nothing to do" in again.stdout
 
 
 async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
@@ -222,11 +222,11 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
     from ledger.postgres import _schema
 
     await three_messages(postgres_url)
-    # this build reads schema 4, whose migration from 3 adds a table
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 4)
-    monkeypatch.setattr(_schema, "MIGRATIONS", {3: "CREATE TABLE streamledger_extra (x integer)"})
+    # this build reads schema 5, whose migration from 4 adds a table
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 5)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {4: "CREATE TABLE streamledger_extra (x integer)"})
     with pytest.raises(
-        SchemaVersionError, match=r"holds schema 3; this build reads schema 4: .*ledger migrate"
+        SchemaVersionError, match=r"holds schema 4; this build reads schema 5: .*ledger migrate"
     ):
         async with open_postgres(postgres_url):
             pass
@@ -236,17 +236,17 @@ async def test_an_older_schema_is_refused_on_open_and_migrated_explicitly(
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             return _schema.migrate(conn, "the ledger")
 
-    assert await anyio.to_thread.run_sync(migrate) == (3, 4)
+    assert await anyio.to_thread.run_sync(migrate) == (4, 5)
     async with open_postgres(postgres_url) as ledger:  # migrated: it opens, with its records
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))
         assert opened.appended == 3
     # a step that fails leaves the schema as it was
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 5)
-    monkeypatch.setattr(_schema, "MIGRATIONS", {4: "CREATE TABLE streamledger_meta (x integer)"})
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 6)
+    monkeypatch.setattr(_schema, "MIGRATIONS", {5: "CREATE TABLE streamledger_meta (x integer)"})
     with pytest.raises(psycopg.errors.DuplicateTable):
         await anyio.to_thread.run_sync(migrate)
     [(raw,)] = execute(postgres_url, "SELECT value FROM streamledger_meta WHERE name = 'schema'")
-    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 4
+    assert msgspec.msgpack.decode(raw, type=LedgerMeta).schema_version == 5
 
 
 async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_url: str) -> None:
@@ -261,6 +261,7 @@ async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_
     for table in ("streamledger_runs", "streamledger_graph_runs"):  # what schema 1 had
         execute(postgres_url, f"ALTER TABLE {table} DROP COLUMN id_digest")
     execute(postgres_url, "DROP TABLE streamledger_keyed")  # schema 3's
+    execute(postgres_url, "DROP TABLE streamledger_members, streamledger_partition_leases")  # schema 4's
     execute(
         postgres_url,
         "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
@@ -274,7 +275,7 @@ async def test_a_schema_1_ledger_is_migrated_to_keep_each_run_id_twice(postgres_
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             return _schema.migrate(conn, "the ledger")
 
-    assert await anyio.to_thread.run_sync(migrate) == (1, 3)  # through schema 2
+    assert await anyio.to_thread.run_sync(migrate) == (1, 4)  # through schemas 2 and 3
     assert execute(postgres_url, "SELECT id_digest = md5(run_id) FROM streamledger_runs") == [(True,)]
     async with open_postgres(postgres_url) as ledger:
         again = await ledger.resume("sum-4", summing())
@@ -287,12 +288,13 @@ async def test_a_schema_2_ledger_is_refused_then_migrated_and_keeps_keyed_state(
 
     await three_messages(postgres_url)
     execute(postgres_url, "DROP TABLE streamledger_keyed")  # what schema 2 had
+    execute(postgres_url, "DROP TABLE streamledger_members, streamledger_partition_leases")
     execute(
         postgres_url,
         "UPDATE streamledger_meta SET value = %s WHERE name = 'schema'",
         (msgspec.msgpack.encode(LedgerMeta(FORMAT, 2, "msgpack", 1)),),
     )
-    with pytest.raises(SchemaVersionError, match=r"holds schema 2; this build reads schema 3: .*migrate"):
+    with pytest.raises(SchemaVersionError, match=r"holds schema 2; this build reads schema 4: .*migrate"):
         async with open_postgres(postgres_url):
             pass
     assert execute(postgres_url, "SELECT to_regclass('streamledger_keyed') IS NULL") == [(True,)]
@@ -301,8 +303,8 @@ async def test_a_schema_2_ledger_is_refused_then_migrated_and_keeps_keyed_state(
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             return _schema.migrate(conn, "the ledger")
 
-    assert await anyio.to_thread.run_sync(migrate) == (2, 3)
-    assert await anyio.to_thread.run_sync(migrate) == (3, 3)  # nothing more to do
+    assert await anyio.to_thread.run_sync(migrate) == (2, 4)  # keyed state, then the members' tables
+    assert await anyio.to_thread.run_sync(migrate) == (4, 4)  # nothing more to do
     values = (KeyedWrite(b"alice", b"\x01"), KeyedWrite(b"bob", b"\x02"))
     async with open_postgres(postgres_url) as ledger:
         opened = await ledger.streams.open(StreamOpen(REF, "int", 16, ("a", "b"), resumable=True))

@@ -1,0 +1,452 @@
+"""Group members: processes, on any machines, that share one consumer group of a partitioned stream.
+
+``await consume(url, key, handler, scope=, node=, partitions=, group=)`` is
+one member. It joins the group (a row of ``streamledger_members`` it keeps
+alive), and claims the partitions that are its share under leases (rows of
+``streamledger_partition_leases``): partition ``p`` is the share of the
+``p % M``-th of the ``M`` live members, in the order of their names. It
+follows each partition it holds (:func:`streams.follow_stream`: the writer
+may be any other process) and handles it with ``handle_messages``, as a
+process handling its own stream would: each message's ack, state, keyed
+state and budgets confirmed in one transaction.
+
+Every transaction a member makes for a partition first reads its lease
+row ``FOR SHARE`` and refuses to go on unless the token is still its own
+(:class:`~ledger.LeaseLostError`), as a worker's writes for its run do
+(:mod:`ledger.postgres._leases`): a member paused or cut off past its
+lease (a zombie) can confirm nothing once another took the partition over,
+so nothing is applied twice. Members of different partitions write
+different rows: they do not conflict.
+
+Every third of the lease, a member renews its row and its leases in one
+transaction, reads who is alive, gives up the partitions no longer its
+share (it stops handling them first) and claims the free ones that are
+(whose lease was given up or ran out). So when a member joins, the others
+hand it its share; when one dies or stops renewing, its rows run out and
+the others take its partitions over within a lease and a third.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.abc
+import msgspec
+
+from streams import (
+    Backoff,
+    Key,
+    KeyedState,
+    Stream,
+    StreamReader,
+    StreamRef,
+    follow_stream,
+    handle_messages,
+)
+from streams._errors import StaleGenerationError, UnknownStreamError
+from streams._keys import check_name, type_name
+from streams._partitions import check_partitions, partition_name
+from streams.store import StreamRead, single_error
+
+from .._errors import LeaseLostError
+from ._faults import find_cause
+from ._leases import FencedConnection
+from ._ledger import open_postgres
+from ._store import RECONNECT_SECONDS, PgConnection
+from ._streams import PgStreamHooks
+from ._view import PgView
+
+__all__ = ["MemberReport", "PartitionLease", "consume", "print_member_report"]
+
+T = TypeVar("T")
+
+DEFAULT_LEASE_SECONDS: Final = 10.0
+
+#: A member's report of what it did with a partition: (partition, event), the event one of
+#: "claimed", "released" (its share changed), "lost" (its lease was taken over) or "done" (the
+#: writer's end is confirmed and the group handled every message of the partition).
+MemberReport = Callable[[int, str], None]
+
+
+def print_member_report(partition: int, event: str) -> None:
+    """A report as one line on standard output: ``partition P: EVENT``."""
+    print(f"partition {partition}: {event}", flush=True)
+
+
+class PartitionLease(msgspec.Struct, frozen=True):
+    """A member's claim on one partition of a group: valid while its lease row holds this token."""
+
+    stream: str
+    group: str
+    partition: int
+    owner: str
+    token: int
+
+    def check(self, conn: Any) -> None:
+        """Refuse to go on unless this lease still holds its partition (locks the row until the end)."""
+        row = conn.execute(
+            "SELECT owner, token FROM streamledger_partition_leases"
+            " WHERE stream = %s AND grp = %s AND partition = %s FOR SHARE",
+            (self.stream, self.group, self.partition),
+        ).fetchone()
+        if row is None or row[1] != self.token:
+            holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
+            raise LeaseLostError(
+                f"member {self.owner!r} lost its lease on partition {self.partition} of {self.stream} for "
+                f"group {self.group!r} (claim {self.token}); {holder} holds it now: nothing was confirmed"
+            )
+
+
+class _Tick(msgspec.Struct, frozen=True):
+    """What a member learns renewing: who is alive, which of its leases held, who holds the rest."""
+
+    live: tuple[str, ...]
+    renewed: frozenset[int]
+    held_by_others: frozenset[int]
+
+
+def _renew(
+    view: PgView, *, stream: str, group: str, owner: str, held: dict[int, PartitionLease], seconds: float
+) -> _Tick:
+    conn = view.connection
+    conn.execute(
+        "INSERT INTO streamledger_members (stream, grp, member, expires_at)"
+        " VALUES (%s, %s, %s, now() + make_interval(secs => %s))"
+        " ON CONFLICT (stream, grp, member) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+        (stream, group, owner, seconds),
+    )
+    leases = list(held.values())
+    renewed = conn.execute(
+        "UPDATE streamledger_partition_leases SET expires_at = now() + make_interval(secs => %s)"
+        " WHERE stream = %s AND grp = %s AND owner = %s"
+        " AND (partition, token) IN (SELECT * FROM unnest(%s::integer[], %s::bigint[]))"
+        " RETURNING partition",
+        (seconds, stream, group, owner, [x.partition for x in leases], [x.token for x in leases]),
+    ).fetchall()
+    live = conn.execute(
+        "SELECT member FROM streamledger_members WHERE stream = %s AND grp = %s AND expires_at > now()"
+        " ORDER BY member",
+        (stream, group),
+    ).fetchall()
+    others = conn.execute(
+        "SELECT partition FROM streamledger_partition_leases"
+        " WHERE stream = %s AND grp = %s AND owner <> %s AND expires_at > now()",
+        (stream, group, owner),
+    ).fetchall()
+    return _Tick(
+        tuple(row[0] for row in live),
+        frozenset(row[0] for row in renewed),
+        frozenset(row[0] for row in others),
+    )
+
+
+def _claim(
+    view: PgView, *, stream: str, group: str, owner: str, partitions: list[int], seconds: float
+) -> list[PartitionLease]:
+    """Claim each of ``partitions`` that no live lease holds; the leases won."""
+    conn = view.connection
+    won: list[PartitionLease] = []
+    for partition in partitions:
+        row = conn.execute(
+            "INSERT INTO streamledger_partition_leases (stream, grp, partition, owner, token, expires_at)"
+            " VALUES (%(stream)s, %(grp)s, %(partition)s, %(owner)s, 1, now() + make_interval(secs => %(s)s))"
+            " ON CONFLICT (stream, grp, partition) DO UPDATE SET owner = EXCLUDED.owner,"
+            " token = streamledger_partition_leases.token + 1, expires_at = EXCLUDED.expires_at"
+            " WHERE streamledger_partition_leases.expires_at < now()"
+            " RETURNING token",
+            {"stream": stream, "grp": group, "partition": partition, "owner": owner, "s": seconds},
+        ).fetchone()
+        if row is not None:
+            won.append(PartitionLease(stream, group, partition, owner, row[0]))
+    return won
+
+
+def _release(view: PgView, *, leases: list[PartitionLease]) -> None:
+    for lease in leases:
+        view.connection.execute(
+            "DELETE FROM streamledger_partition_leases"
+            " WHERE stream = %s AND grp = %s AND partition = %s AND token = %s",
+            (lease.stream, lease.group, lease.partition, lease.token),
+        )
+
+
+def _leave(view: PgView, *, stream: str, group: str, owner: str) -> None:
+    view.connection.execute(
+        "DELETE FROM streamledger_members WHERE stream = %s AND grp = %s AND member = %s",
+        (stream, group, owner),
+    )
+
+
+def share_of(owner: str, live: tuple[str, ...], partitions: int) -> frozenset[int]:
+    """The partitions that are ``owner``'s share when ``live`` (in name order) are the live members."""
+    if owner not in live:
+        return frozenset()
+    index, count = live.index(owner), len(live)
+    return frozenset(p for p in range(partitions) if p % count == index)
+
+
+class _Held:
+    """A partition this member handles: its lease, the scope that stops its handling, how it ended."""
+
+    def __init__(self, lease: PartitionLease) -> None:
+        self.lease = lease
+        self.scope = anyio.CancelScope()
+        self.stopped = anyio.Event()
+        self.outcome = ""  # "done" or "lost" once its handling returned by itself
+
+
+class _Member:
+    """One member's partitions, and the rounds in which it renews, gives up and claims them."""
+
+    def __init__(
+        self,
+        connection: PgConnection,
+        streams: PgStreamHooks,
+        key: Key[Stream[Any]],
+        handler: Callable[..., Any],
+        options: dict[str, Any],
+        *,
+        scope: str,
+        node: str,
+        partitions: int,
+        group: str,
+        owner: str,
+        lease_seconds: float,
+        poll_seconds: float,
+        report: MemberReport,
+    ) -> None:
+        self.connection = connection
+        self.streams = streams  # unfenced: the member's reads of what is done
+        self.key = key
+        self.handler = handler
+        self.options = options  # handle_messages' own
+        self.scope = scope
+        self.node = node
+        self.partitions = partitions
+        self.group = group
+        self.owner = owner
+        self.stream = str(StreamRef(scope=scope, node=node, key=key.name))
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.report = report
+        self.handled = 0
+        self.held: dict[int, _Held] = {}
+        self.done: set[int] = set()
+
+    async def run(self, until_done: bool) -> None:
+        with single_error():
+            async with anyio.create_task_group() as tg:
+                while not (await self.round(tg) and until_done):
+                    with anyio.move_on_after(self.lease_seconds / 3):
+                        await _any_stopped(self.held)
+                tg.cancel_scope.cancel()
+
+    async def round(self, tg: anyio.abc.TaskGroup) -> bool:
+        """Renew, give up what is no longer this member's, claim its share; whether all is done."""
+        leases = {p: part.lease for p, part in self.held.items()}
+        tick = await self.connection.call(
+            partial(
+                _renew,
+                stream=self.stream,
+                group=self.group,
+                owner=self.owner,
+                held=leases,
+                seconds=self.lease_seconds,
+            ),
+            idempotent=True,
+        )
+        ended = [part for part in self.held.values() if part.stopped.is_set()]
+        finished = [part for part in ended if part.outcome == "done"]
+        self.done.update(part.lease.partition for part in finished)
+        await self.give_up(finished, "done")
+        for part in ended:
+            if part.outcome != "done":  # lost: its lease is another member's
+                self.forget(part, "lost")
+        lost = [part for p, part in self.held.items() if p not in tick.renewed]
+        await _stop(lost)  # they could confirm nothing more: their leases are gone
+        for part in lost:
+            self.forget(part, "lost")
+        share = share_of(self.owner, tick.live, self.partitions)
+        surplus = [part for p, part in self.held.items() if p not in share]
+        await _stop(surplus)
+        await self.give_up(surplus, "released")
+        taken = self.held.keys() | self.done | tick.held_by_others
+        wanted = sorted(share - taken)
+        if wanted:
+            won = await self.connection.call(
+                partial(
+                    _claim,
+                    stream=self.stream,
+                    group=self.group,
+                    owner=self.owner,
+                    partitions=wanted,
+                    seconds=self.lease_seconds,
+                )
+            )
+            for lease in won:
+                part = self.held[lease.partition] = _Held(lease)
+                self.report(lease.partition, "claimed")
+                tg.start_soon(self.handle, part)
+        return len(self.done) == self.partitions or (not self.held and await self.all_done())
+
+    def forget(self, part: _Held, event: str) -> None:
+        del self.held[part.lease.partition]
+        self.report(part.lease.partition, event)
+
+    async def give_up(self, parts: list[_Held], event: str) -> None:
+        if parts:
+            given = [part.lease for part in parts]
+            await self.connection.call(partial(_release, leases=given), idempotent=True)
+            for part in parts:
+                self.forget(part, event)
+
+    async def leave(self) -> None:
+        """Give up every lease and the member's row (shielded: the block may be cancelled)."""
+        with anyio.CancelScope(shield=True):
+            mine = [part.lease for part in self.held.values()]
+            try:
+                await self.connection.call(partial(_release, leases=mine), idempotent=True)
+                await self.connection.call(
+                    partial(_leave, stream=self.stream, group=self.group, owner=self.owner), idempotent=True
+                )
+            except Exception:  # the server is away: the rows run out there
+                pass
+
+    async def handle(self, part: _Held) -> None:
+        """Handle one partition under its lease until it is done, the lease is lost or it is stopped."""
+        hooks = PgStreamHooks(FencedConnection(self.connection, part.lease))
+        index = part.lease.partition
+        try:
+            with part.scope:
+                while True:
+                    try:
+                        async with follow_stream(
+                            hooks,
+                            self.key,
+                            scope=self.scope,
+                            node=self.node,
+                            group=self.group,
+                            partition=(index, self.partitions),
+                            poll_seconds=self.poll_seconds,
+                        ) as reader:
+                            start = _acked(reader)
+                            try:
+                                await handle_messages(reader, self.handler, **self.options)
+                            finally:  # what it confirmed, however it stopped
+                                self.handled += _acked(reader) - start
+                        part.outcome = "done"
+                        return
+                    except Exception as exc:
+                        if find_cause(exc, LeaseLostError) is not None:
+                            part.outcome = "lost"  # another member's now: this one confirmed nothing
+                            return
+                        if find_cause(exc, StaleGenerationError) is None and not isinstance(
+                            exc, UnknownStreamError
+                        ):
+                            raise
+                        # the writer reopened the stream, or has not opened it yet: follow it again
+                        await anyio.sleep(self.poll_seconds)
+        finally:
+            part.stopped.set()
+
+    async def all_done(self) -> bool:
+        """Whether every partition's end is confirmed and the group handled all of it."""
+        for p in range(self.partitions):
+            ref = StreamRef(scope=self.scope, node=self.node, key=partition_name(self.key.name, p))
+            request = StreamRead(ref, type_name(self.key.item_type), (self.group,), self.partitions)
+            read = await self.streams.read_stream(request)
+            if read is None or not read.finished or read.groups[0].acked_through < read.appended:
+                return False
+        return True
+
+
+async def consume(
+    url: str,
+    key: Key[Stream[T]],
+    handler: Callable[..., Any],
+    *,
+    scope: str,
+    node: str,
+    partitions: int,
+    group: str,
+    keyed: KeyedState[Any, Any] | None = None,
+    attempts: int = 1,
+    backoff: Backoff | None = None,
+    owner: str | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    poll_seconds: float = 0.2,
+    until_done: bool = True,
+    report: MemberReport = print_member_report,
+    reconnect_seconds: float = RECONNECT_SECONDS,
+) -> int:
+    """Be a member of ``group`` on the partitioned stream ``key`` until it is done; the messages it handled.
+
+    The stream is the one a writer opened with ``scope.open_partitioned(key,
+    node=node, partitions=partitions, groups=(..., group, ...))`` in scope
+    ``scope``, in any process. ``handler(tx, value)``, ``keyed``,
+    ``attempts`` and ``backoff`` are ``handle_messages``' own. ``owner``
+    names the member (default host and pid); members of one group need
+    distinct names. With ``until_done`` (the default) it returns once the
+    writer's end is confirmed on every partition and the group handled them
+    all; else it runs until cancelled. A handler's error that exhausts a
+    message's budget is raised, as ``handle_messages`` raises it.
+    """
+    if lease_seconds <= 0 or poll_seconds <= 0:
+        raise ValueError("lease_seconds and poll_seconds must be positive")
+    check_partitions(partitions, lambda value: value)
+    check_name(group, "a group name")
+    async with open_postgres(url, reconnect_seconds=reconnect_seconds) as ledger:
+        member = _Member(
+            ledger.backend.connection,
+            ledger.backend.streams,
+            key,
+            handler,
+            {"keyed": keyed, "attempts": attempts, "backoff": backoff},
+            scope=scope,
+            node=node,
+            partitions=partitions,
+            group=group,
+            owner=owner or f"{socket.gethostname()}:{os.getpid()}",
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            report=report,
+        )
+        try:
+            await member.run(until_done)
+        finally:
+            await member.leave()
+    return member.handled
+
+
+def _acked(reader: StreamReader[Any]) -> int:
+    """How many messages of the stream ``reader``'s group has acknowledged, as this process knows."""
+    [group] = reader.stream.snapshot().groups
+    return group.acked_through + (reader.stream.snapshot().appended - group.acked_through - group.pending)
+
+
+async def _stop(parts: list[_Held]) -> None:
+    for part in parts:
+        part.scope.cancel()
+    for part in parts:
+        await part.stopped.wait()
+
+
+async def _any_stopped(held: dict[int, _Held]) -> None:
+    """Until a partition's handling stopped (it is done, or lost): the member looks again then."""
+    parts = list(held.values())
+    if not parts:
+        await anyio.sleep(math.inf)
+    async with anyio.create_task_group() as tg:
+
+        async def wait(part: _Held) -> None:
+            await part.stopped.wait()
+            tg.cancel_scope.cancel()
+
+        for part in parts:
+            tg.start_soon(wait, part)

@@ -1,0 +1,107 @@
+"""Three member processes share a group on PostgreSQL; one is SIGKILLed, one SIGSTOPped past its lease.
+
+They run ``examples/customer_members.py``, the tutorial's example, with
+leases of two seconds, while its producer appends the orders. Whatever
+moment the signals land at, every customer's total is exact: nothing the
+killed member confirmed is lost, nothing the paused one did after its
+partitions were taken over is confirmed, and no partition is left
+unowned (the steady member ends only once every order is handled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from .test_postgres_workers import _lines
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "customer_members.py")
+N = 60_000
+CUSTOMERS = 1_000
+
+
+def _run(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, EXAMPLE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _expected() -> dict[str, int]:
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import customer_members as shop
+    finally:
+        sys.path.pop(0)
+    totals: Counter[str] = Counter()
+    for i in range(1, N + 1):
+        order = shop.order(i, CUSTOMERS)
+        totals[order.customer] += order.amount
+    return dict(totals)
+
+
+def _until_claimed(lines: queue.Queue[str], deadline: float) -> list[str]:
+    """The lines of a member until it claimed a partition (it is handling it then)."""
+    seen: list[str] = []
+    while not seen or not seen[-1].endswith(": claimed\n"):
+        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        assert line, f"the member ended without claiming a partition: {seen}"
+        seen.append(line)
+    return seen
+
+
+def _rest(lines: queue.Queue[str]) -> str:
+    """What a member that ended printed after the lines already read."""
+    out: list[str] = []
+    while line := lines.get(timeout=60):
+        out.append(line)
+    return "".join(out)
+
+
+def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(postgres_url: str) -> None:
+    members = {name: _run("member", postgres_url, name, "2") for name in ("killed", "paused", "steady")}
+    producer = _run("produce", postgres_url, str(N), str(CUSTOMERS))
+    lines = {name: _lines(process) for name, process in members.items()}
+    killed, paused, steady = members.values()
+    try:
+        deadline = time.monotonic() + 120
+        _until_claimed(lines["killed"], deadline)
+        killed.send_signal(signal.SIGKILL)  # dies while handling: its leases run out, the others take over
+        killed.wait()
+        _until_claimed(lines["paused"], deadline)
+        paused.send_signal(signal.SIGSTOP)  # a zombie: alive, but silent past its lease
+        assert producer.wait(timeout=120) == 0
+        assert steady.wait(timeout=120) == 0  # it ends once every partition is handled to its end
+        paused.send_signal(signal.SIGCONT)
+        assert paused.wait(timeout=120) == 0
+    finally:
+        for process in (*members.values(), producer):
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+        errors = {
+            name: process.communicate()[1] for name, process in (*members.items(), ("producer", producer))
+        }
+    assert (steady.returncode, paused.returncode, producer.returncode) == (0, 0, 0), errors
+    out_paused = _rest(lines["paused"])
+    assert ": lost\n" in out_paused, out_paused  # what it did once its partition was taken over was refused
+    totals = subprocess.run(
+        [sys.executable, EXAMPLE, "totals", postgres_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(totals.stdout) == _expected()
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:  # the members that ended gave their rows up
+        left = conn.execute("SELECT member FROM streamledger_members WHERE member <> 'killed'").fetchall()
+        assert left == []

@@ -1,0 +1,178 @@
+"""Group members on PostgreSQL: processes sharing one consumer group of a partitioned stream.
+
+The members of these tests run as tasks of the test, each with a ledger
+connection of its own, as processes would; tests/ledger/test_members_crash.py
+kills and pauses real processes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ledger import LeaseLostError
+from ledger.postgres import PartitionLease, consume, open_postgres
+from ledger.postgres._leases import FencedConnection
+from ledger.postgres._members import _claim, share_of
+from ledger.postgres._streams import PgStreamHooks
+from streams import StreamRef, open_scope
+from streams.store import KeyedWrite, MessageCommit, MessageRef, StreamRead
+
+from .test_postgres_store import execute
+
+pytestmark = pytest.mark.anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import customer_members as shop  # noqa: E402
+
+N = 400
+CUSTOMERS = 37
+
+
+def expected(n: int = N) -> dict[str, int]:
+    totals: Counter[str] = Counter()
+    for i in range(1, n + 1):
+        o = shop.order(i, CUSTOMERS)
+        totals[o.customer] += o.amount
+    return dict(totals)
+
+
+class Events:
+    """Each member's reports, and an event set when one arrives that a test waits for."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str]] = []
+        self._waiting: list[tuple[Any, anyio.Event]] = []
+
+    def report(self, member: str) -> Any:
+        def report(partition: int, event: str) -> None:
+            self.seen.append((member, partition, event))
+            for condition, ready in self._waiting:
+                if condition(self.seen):
+                    ready.set()
+
+        return report
+
+    async def until(self, condition: Any) -> None:
+        if condition(self.seen):
+            return
+        ready = anyio.Event()
+        self._waiting.append((condition, ready))
+        with anyio.fail_after(60):
+            await ready.wait()
+
+
+def member(url: str, name: str, events: Events, **options: Any) -> Any:
+    async def run() -> int:
+        return await consume(
+            url,
+            shop.ORDERS,
+            shop.add,
+            scope="shop",
+            node="checkout",
+            partitions=shop.PARTITIONS,
+            group="totals",
+            keyed=shop.TOTALS,
+            owner=name,
+            poll_seconds=0.05,
+            report=events.report(name),
+            **{"lease_seconds": 3.0, **options},
+        )
+
+    return run
+
+
+def test_the_share_of_a_member_is_every_mth_partition_in_the_order_of_their_names() -> None:
+    assert share_of("b", ("a", "b", "c"), 4) == {1}
+    assert share_of("a", ("a", "b", "c"), 4) == {0, 3}
+    assert share_of("a", ("a",), 4) == {0, 1, 2, 3}
+    assert share_of("z", ("a", "b"), 4) == frozenset()  # not (yet) alive: no share
+
+
+async def produce_in_two(url: str, between: Any) -> None:
+    """The orders of ``shop.produce``, the second half sent once ``between()`` returned."""
+    async with open_postgres(url) as ledger, open_scope(ledger.streams, scope="shop") as scope:
+        orders = await scope.open_partitioned(
+            shop.ORDERS,
+            node="checkout",
+            partitions=shop.PARTITIONS,
+            partition_key=shop.customer_of,
+            groups=("totals",),
+            resumable=True,
+        )
+        writer = orders.writer()
+        for i in range(1, N // 2 + 1):
+            await writer.send(shop.order(i, CUSTOMERS), send_at=i)
+        await writer.flush()
+        await between()
+        for i in range(N // 2 + 1, N + 1):
+            await writer.send(shop.order(i, CUSTOMERS), send_at=i)
+        await writer.finish()
+
+
+def claimed_by(name: str) -> Any:
+    return lambda seen: any(m == name and e == "claimed" for m, _, e in seen)
+
+
+async def test_a_member_that_joins_gets_its_share_and_every_total_is_exact(postgres_url: str) -> None:
+    events = Events()
+    counts: dict[str, int] = {}
+
+    async def run(name: str) -> None:
+        counts[name] = await member(postgres_url, name, events)()
+
+    async def second_member() -> None:  # a holds every partition, then b joins: a hands b its share
+        await events.until(lambda seen: len([e for m, _, e in seen if m == "a" and e == "claimed"]) == 4)
+        tg.start_soon(run, "b")
+        await events.until(claimed_by("b"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "a")
+        await produce_in_two(postgres_url, second_member)
+    assert await shop.totals(postgres_url) == expected()
+    assert sum(counts.values()) == N and counts["b"] > 0  # every order once; b handled its share
+    released = {p for m, p, e in events.seen if m == "a" and e == "released"}
+    assert released == share_of("b", ("a", "b"), shop.PARTITIONS) == {1, 3}
+
+
+async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_url: str) -> None:
+    await shop.produce(postgres_url, 40, CUSTOMERS)
+    stream = "shop/checkout/orders"
+    ref = StreamRef("shop", "checkout", "orders#0")
+    async with open_postgres(postgres_url) as ledger:
+        connection = ledger.backend.connection
+        claim = partial(_claim, stream=stream, group="totals", partitions=[0], seconds=60.0)
+        [old] = await connection.call(partial(claim, owner="old"))
+        assert old == PartitionLease(stream, "totals", 0, "old", 1)
+        assert await connection.call(partial(claim, owner="new")) == []  # held: no claim
+        execute(postgres_url, "UPDATE streamledger_partition_leases SET expires_at = now() - interval '1 s'")
+        [new] = await connection.call(partial(claim, owner="new"))
+        assert new.token == 2
+        zombie = PgStreamHooks(FencedConnection(connection, old))
+        read = await ledger.backend.streams.read_stream(
+            StreamRead(ref, "customer_members.Order", ("totals",), 4)
+        )
+        assert read is not None and read.appended > 0
+        message = MessageRef(ref, "totals", read.generation, 1)
+        commit = MessageCommit(message=message, keyed=(KeyedWrite(b"s" + b"customer-0", b"\x07"),))
+        with pytest.raises(LeaseLostError, match="'new' \\(claim 2\\) holds it now: nothing was confirmed"):
+            await zombie.commit([commit])
+        again = await ledger.backend.streams.read_stream(
+            StreamRead(ref, "customer_members.Order", ("totals",), 4)
+        )
+        assert again is not None and again.groups[0].acked_through == 0  # nothing changed
+        await PgStreamHooks(FencedConnection(connection, new)).commit([commit])  # the holder's is taken
+
+
+async def test_a_member_started_after_the_writer_finished_handles_everything(postgres_url: str) -> None:
+    await shop.produce(postgres_url, N, CUSTOMERS)
+    events = Events()
+    assert await member(postgres_url, "late", events)() == N
+    assert await shop.totals(postgres_url) == expected()
+    assert await member(postgres_url, "again", events)() == 0  # nothing left: nothing twice
