@@ -787,6 +787,7 @@ async def handle_messages(
     dead_letter: StreamWriter[DeadLetter[T]] | None = None,
     backoff: Backoff | None = None,
     keyed: KeyedState[Any, Any] | None = None,
+    concurrency: int | None = None,
 ) -> HandleResult[None]: ...
 
 
@@ -806,6 +807,7 @@ async def handle_messages(
     dead_letter: StreamWriter[DeadLetter[T]] | None = None,
     backoff: Backoff | None = None,
     keyed: KeyedState[Any, Any] | None = None,
+    concurrency: int | None = None,
 ) -> HandleResult[S]: ...
 
 
@@ -823,6 +825,7 @@ async def handle_messages(
     dead_letter: StreamWriter[DeadLetter[T]] | None = None,
     backoff: Backoff | None = None,
     keyed: KeyedState[Any, Any] | None = None,
+    concurrency: int | None = None,
 ) -> PartitionedResult[None]: ...
 
 
@@ -842,6 +845,7 @@ async def handle_messages(
     dead_letter: StreamWriter[DeadLetter[T]] | None = None,
     backoff: Backoff | None = None,
     keyed: KeyedState[Any, Any] | None = None,
+    concurrency: int | None = None,
 ) -> PartitionedResult[S]: ...
 
 
@@ -860,6 +864,7 @@ async def handle_messages(
     dead_letter: StreamWriter[Any] | None = None,
     backoff: Backoff | None = None,
     keyed: KeyedState[Any, Any] | None = None,
+    concurrency: int | None = None,
 ) -> HandleResult[Any] | PartitionedResult[Any]:
     """Handle every message of ``reader``'s group, one confirmed transaction each.
 
@@ -895,12 +900,21 @@ async def handle_messages(
     state, keyed state and budgets, and the call returns a
     :class:`PartitionedResult` once every partition returned (``limit``
     counts per partition). A failure in one stops them all.
+    ``concurrency=K`` makes K group members of this process: member ``m``
+    owns the partitions ``p`` with ``p % K == m`` and runs the handler for
+    one message at a time across them, so at most K handler calls run at
+    once while every partition keeps its own loop, frontier and commits
+    (K above the number of partitions N is N members: the others own
+    nothing). The default, None, is a member per partition. A plain
+    :class:`StreamReader` takes only None or 1, its single handler.
 
     Programming errors stop the call before they spend any attempt, with
     :class:`HandlerContractError`: a handler that is not async (it returns
     something that cannot be awaited), or one that reads ``tx.state`` when
     no ``initial_state`` was given and the group has none committed.
     """
+    if concurrency is not None:
+        _check_concurrency(reader, concurrency)
     if isinstance(reader, PartitionedReader):
         if dead_letter is not None:
             raise HandlerContractError(
@@ -910,6 +924,7 @@ async def handle_messages(
         return await _handle_partitions(
             reader,
             handler,
+            concurrency,
             initial_state=initial_state,
             state_type=state_type,
             node=node,
@@ -996,19 +1011,55 @@ async def handle_messages(
     return HandleResult(run.pipeline.landed, run.stopped, run.state, dict(group.results))
 
 
+def _check_concurrency(reader: StreamReader[Any] | PartitionedReader[Any], concurrency: object) -> None:
+    """Refuse a ``concurrency`` that is not a count of members, or more than one member of a plain stream."""
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise ValueError(f"concurrency takes a number of members, at least 1, or None; got {concurrency!r}")
+    if concurrency > 1 and not isinstance(reader, PartitionedReader):
+        raise ValueError(
+            f"concurrency={concurrency} takes a partitioned stream's reader: group {reader.group!r} of "
+            f"stream {reader.stream.ref} has one handler"
+        )
+
+
+def _one_at_a_time(handler: Handler[Any, Any]) -> Handler[Any, Any]:
+    """``handler`` for one member: one call at a time, whichever of the member's partitions makes it."""
+    # fast_acquire: an uncontended call takes no extra checkpoint; each partition's loop yields anyway
+    lock = anyio.Lock(fast_acquire=True)
+
+    async def member(tx: MessageTx[Any], value: Any) -> None:
+        async with lock:
+            await handler(tx, value)
+
+    return member
+
+
 async def _handle_partitions(
-    reader: PartitionedReader[Any], handler: Handler[Any, Any], **options: Any
+    reader: PartitionedReader[Any], handler: Handler[Any, Any], concurrency: int | None, **options: Any
 ) -> PartitionedResult[Any]:
-    """Every partition of ``reader`` handled at once; their results in order, or the one failure."""
-    results: list[HandleResult[Any] | None] = [None] * len(reader.partitions)
+    """Every partition of ``reader`` handled at once; their results in order, or the one failure.
+
+    With ``concurrency`` below the number of partitions, partition ``p`` calls
+    the handler of member ``p % concurrency``, which makes one call at a time.
+    """
+    parts = reader.partitions
+    handlers: list[Handler[Any, Any]] = [handler] * len(parts)
+    if concurrency is not None and concurrency < len(parts):
+        # the contract checks first: the wrapper is async whatever it wraps, and would hide a sync handler
+        if not callable(handler):
+            raise HandlerContractError(f"handle_messages takes an async handler(tx, value), got {handler!r}")
+        checked = handler if _is_async(handler) else _awaitable_checked(handler)
+        members = [_one_at_a_time(checked) for _ in range(concurrency)]
+        handlers = [members[p % concurrency] for p in range(len(parts))]
+    results: list[HandleResult[Any] | None] = [None] * len(parts)
 
     async def partition(index: int, part: StreamReader[Any]) -> None:
-        result = await handle_messages(part, handler, **options)
+        result = await handle_messages(part, handlers[index], **options)
         assert isinstance(result, HandleResult)
         results[index] = result
 
     with single_error():
         async with anyio.create_task_group() as tg:
-            for index, part in enumerate(reader.partitions):
+            for index, part in enumerate(parts):
                 tg.start_soon(partition, index, part)
     return PartitionedResult(tuple(r for r in results if r is not None))

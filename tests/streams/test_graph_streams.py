@@ -286,7 +286,8 @@ async def test_a_handlers_results_are_the_nodes_outputs() -> None:
     assert (await run_graph(g, {N: 4}))[TOTAL] == 10
 
 
-async def test_a_nodes_handler_keeps_keyed_state_under_the_nodes_attempt() -> None:
+@pytest.mark.parametrize("concurrency", [None, 1])  # a node's stream is not partitioned: 1 is its one handler
+async def test_a_nodes_handler_keeps_keyed_state_under_the_nodes_attempt(concurrency: int | None) -> None:
     totals = KeyedState(str, int)
     seen: list[tuple[int, int, int | None]] = []
     g = Graph("keyed", inputs=[N])
@@ -302,7 +303,9 @@ async def test_a_nodes_handler_keeps_keyed_state_under_the_nodes_attempt() -> No
             seen.append((attempt, order, before))
             store.put("total", (before or 0) + order)
 
-        await ctx.handle_messages(ORDERS, bill, keyed=totals, limit=2 if attempt == 0 else None)
+        await ctx.handle_messages(
+            ORDERS, bill, keyed=totals, limit=2 if attempt == 0 else None, concurrency=concurrency
+        )
         if attempt == 0:
             raise ConnectionError("the node fails after two messages were confirmed")
         _, order, before = seen[-1]

@@ -12,6 +12,8 @@ from contextlib import AsyncExitStack
 from hashlib import blake2b
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
@@ -32,6 +34,7 @@ from streams import (
     handle_messages,
     open_scope,
 )
+from streams._unwrap import leaves
 
 pytestmark = pytest.mark.anyio
 
@@ -197,3 +200,123 @@ async def test_partitions_are_refused_when_they_do_not_fit(scopes: AsyncExitStac
 
 async def _noop(tx: MessageTx[None], order: Order) -> None:
     return None
+
+
+async def _sent(scopes: AsyncExitStack, store: Any, scope: str, n: int = 200) -> PartitionedStream[Order]:
+    """Four partitions holding orders 1 to ``n``, finished."""
+    orders = await _orders(scopes, store, partitions=4, scope=scope)
+    writer = orders.writer()
+    if not writer.done:
+        for i in range(1, n + 1):
+            writer.send_nowait(_order(i), send_at=i)
+        await writer.finish()
+    return orders
+
+
+async def test_two_members_make_at_most_two_handler_calls_at_once(scopes: AsyncExitStack) -> None:
+    orders = await _sent(scopes, MemoryStore(), "members")
+    running = most = 0
+    seen: dict[int, list[int]] = {}
+
+    async def slow(tx: MessageTx[None], order: Order) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        for _ in range(3):  # other partitions' loops run meanwhile
+            await anyio.lowlevel.checkpoint()
+        running -= 1
+        seen.setdefault(orders.partition_of(order), []).append(order.amount)
+
+    result = await handle_messages(orders.reader("totals"), slow, concurrency=2)
+    assert result.handled == 200 and 1 <= most <= 2
+    assert sorted(a for amounts in seen.values() for a in amounts) == list(range(1, 201))
+    assert all(amounts == sorted(amounts) for amounts in seen.values())  # each partition in order
+    assert len(result.partitions) == 4
+
+
+async def test_a_member_per_partition_by_default_runs_them_all_at_once(scopes: AsyncExitStack) -> None:
+    orders = await _sent(scopes, MemoryStore(), "default")
+    running = 0
+    three = anyio.Event()
+
+    async def waits_for_three(tx: MessageTx[None], order: Order) -> None:
+        nonlocal running
+        running += 1
+        if running >= 3:
+            three.set()
+        with anyio.fail_after(5):  # only if the partitions did not run at once
+            await three.wait()
+        running -= 1
+
+    result = await handle_messages(orders.reader("totals"), waits_for_three)
+    assert result.handled == 200 and three.is_set()
+
+
+async def test_a_members_partitions_never_run_their_handlers_at_the_same_time(scopes: AsyncExitStack) -> None:
+    orders = await _sent(scopes, MemoryStore(), "owned")
+    running = [0, 0]  # by member: partitions 0 and 2 are member 0's, 1 and 3 member 1's
+    overlaps: list[int] = []
+
+    async def slow(tx: MessageTx[None], order: Order) -> None:
+        member = orders.partition_of(order) % 2
+        running[member] += 1
+        if running[member] > 1:
+            overlaps.append(member)
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()
+        running[member] -= 1
+
+    result = await handle_messages(orders.reader("totals"), slow, concurrency=2)
+    assert result.handled == 200 and overlaps == []
+
+
+async def test_a_concurrency_that_is_no_count_of_members_is_refused_before_anything_runs(
+    scopes: AsyncExitStack,
+) -> None:
+    orders = await _sent(scopes, MemoryStore(), "refused")
+    calls: list[Order] = []
+
+    async def record(tx: MessageTx[None], order: Order) -> None:
+        calls.append(order)
+
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="concurrency"):
+            await handle_messages(orders.reader("totals"), record, concurrency=bad)  # type: ignore[arg-type]
+    plain = orders.partitions[0].reader("totals")
+    with pytest.raises(ValueError, match="partitioned stream's reader"):
+        await handle_messages(plain, record, concurrency=2)
+
+    def not_async(tx: MessageTx[None], order: Order) -> None:
+        calls.append(order)
+
+    # the members' wrapper is async: the handler under it is still checked (each member may meet it)
+    with pytest.raises(BaseException) as caught:
+        await handle_messages(orders.reader("totals"), not_async, concurrency=2)  # type: ignore[arg-type]
+    errors = leaves(caught.value) if isinstance(caught.value, BaseExceptionGroup) else [caught.value]
+    assert all(isinstance(e, HandlerContractError) and "not an awaitable" in str(e) for e in errors)
+    assert all(g.acked_through == 0 for s in orders.snapshot() for g in s.groups)
+    calls.clear()  # the sync handler ran once per partition before it was refused
+    alone = await handle_messages(plain, record, concurrency=1)  # 1 is the single handler of today
+    result = await handle_messages(orders.reader("totals"), record, concurrency=2)
+    assert alone.handled + result.handled == 200 == len(calls)
+
+
+async def test_members_resume_where_their_partitions_confirmed(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    orders = await _sent(scopes, store, "resumed")
+    handled: list[int] = []
+
+    async def record(tx: MessageTx[None], order: Order) -> None:
+        handled.append(order.amount)
+
+    first = await handle_messages(orders.reader("totals"), record, concurrency=2, limit=10)
+    assert first.handled == 40 == len(handled)
+    await scopes.aclose()  # the process ends
+    async with AsyncExitStack() as again:
+        orders = await _sent(again, store, "resumed")
+        second = await handle_messages(orders.reader("totals"), record, concurrency=2)
+        assert first.handled + second.handled == 200
+        assert sorted(handled) == list(range(1, 201))  # each once
+        assert [g.acked_through for s in orders.snapshot() for g in s.groups if g.group == "totals"] == [
+            s.appended for s in orders.snapshot()
+        ]
