@@ -520,6 +520,7 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         "STOPPED",
         "LAST-ACTIVITY",
         "PARTITION",
+        "OWNER",
     )
     cells = [header] + [
         (
@@ -533,10 +534,19 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
             "yes" if r["stopped"] else "no",
             r["last_activity"] or "-",
             r["partition"] or "-",
+            _owner(r["owner"]),
         )
         for r in rows
     ]
-    return "\n".join(_aligned(cells, left=2)) + "\n"
+    return "\n".join(_aligned(cells, left=2, ragged_last=True)) + "\n"
+
+
+def _owner(owner: dict[str, Any] | None) -> str:
+    """A partition's holder as the table shows it: its member and its lease's end (or that it ran out)."""
+    if owner is None:
+        return "-"
+    ends = "lease expired" if owner["expired"] else f"until {owner['lease_expires']}"
+    return f"{owner['member']} ({ends})"
 
 
 def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = False) -> list[str]:

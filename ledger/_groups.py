@@ -21,6 +21,7 @@ from streams import (
     move_group,
     remove_group,
 )
+from streams.store import partition_name
 
 from ._arguments import positive_int
 from ._connect import connect, is_url
@@ -126,7 +127,7 @@ def run_group_command(args: argparse.Namespace) -> str:
 
 
 def _partition_ref(ref: StreamRef, partition: int) -> StreamRef:
-    return StreamRef(ref.scope, ref.node, f"{ref.key}#{partition}")
+    return StreamRef(ref.scope, ref.node, partition_name(ref.key, partition))
 
 
 async def _streams(hooks: StreamHooks, ref: StreamRef, partition: int | None) -> list[StreamRef]:

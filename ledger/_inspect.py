@@ -19,8 +19,20 @@ from ._runs import RunRecord
 __all__ = ["graph_runs_report", "node_runs_report", "plain", "stream_entry"]
 
 
-def stream_entry(desc: StreamDescriptor, frontiers: list[tuple[GroupFrontier, str]]) -> dict[str, Any]:
-    """A stream as the report shows it, with its groups (each frontier with where it is kept)."""
+#: Who holds a group's partition: its member's name and when its lease runs out (PostgreSQL).
+Owner = dict[str, Any]
+
+
+def stream_entry(
+    desc: StreamDescriptor,
+    frontiers: list[tuple[GroupFrontier, str]],
+    owners: dict[tuple[str, str], Owner] | None = None,
+) -> dict[str, Any]:
+    """A stream as the report shows it, with its groups (each frontier with where it is kept).
+
+    ``owners`` are the leases of group members on partitions, by (stream, group).
+    """
+    owners = owners or {}
     groups = [
         {
             "group": frontier.group,
@@ -31,6 +43,7 @@ def stream_entry(desc: StreamDescriptor, frontiers: list[tuple[GroupFrontier, st
             "active_at": _moment(frontier.active_at),
             "stopped": frontier.stopped,
             "state": _state(frontier.state, where),
+            "owner": owners.get((str(desc.ref), frontier.group)),
         }
         for frontier, where in frontiers
     ]

@@ -147,6 +147,7 @@ def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "last_activity": g["active_at"],
                     "stopped": g["stopped"],
                     "partition": _partition(s),
+                    "owner": g.get("owner"),
                 }
             )
     return sorted(rows, key=lambda r: (r["group"], r["stream"]))

@@ -296,9 +296,9 @@ class StreamCore(Generic[T]):
             if not isinstance(self.hooks, FollowHooks):
                 await self.wait_change()
                 continue
-            with anyio.move_on_after(FRONTIER_POLL_SECONDS):
+            with anyio.move_on_after(FRONTIER_POLL_SECONDS) as waited:
                 await self.wait_change()
-            if self._unacked() + n > self.capacity and self._unacked() > 0:
+            if waited.cancelled_caught:  # nothing changed here meanwhile: the acks may be elsewhere
                 await self._read_frontiers()
 
     async def _read_frontiers(self) -> None:

@@ -67,7 +67,9 @@ way), :func:`codec_for` (the codec of a type) and
 from ._codec import codec_for as codec_for
 from ._codec import to_plain as to_plain
 from ._keyed import key_to_plain as key_to_plain
+from ._keys import type_name as type_name
 from ._metrics import INSTRUMENTS as INSTRUMENTS
+from ._partitions import partition_name as partition_name
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
 from ._store._hooks import FollowHooks as FollowHooks
@@ -221,6 +223,8 @@ __all__ = [
     "read_keyed",
     "read_stream",
     "single_error",
+    "partition_name",
+    "type_name",
     "span",
     "to_plain",
     "tracer",

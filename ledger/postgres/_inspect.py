@@ -99,7 +99,18 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
                         f"stream {desc.ref} lists consumer group {group!r}, whose frontier is missing; "
                         "the ledger is damaged"
                     )
-        streams = [stream_entry(desc, frontiers) for desc, frontiers in by_stream.values()]
+        owners = {
+            (f"{stream}#{partition}", group): {
+                "member": owner,
+                "lease_expires": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "expired": bool(expired),
+            }
+            for stream, group, partition, owner, expires, expired in conn.execute(
+                "SELECT stream, grp, partition, owner, expires_at AT TIME ZONE 'UTC', expires_at < now()"
+                " FROM streamledger_partition_leases"
+            )
+        }
+        streams = [stream_entry(desc, frontiers, owners) for desc, frontiers in by_stream.values()]
         runs: list[RunRecord] = []
         for run_id, sound, raw in conn.execute(
             "SELECT run_id, id_digest = md5(run_id), record FROM streamledger_runs ORDER BY run_id"
@@ -303,6 +314,9 @@ def _check(conn: Any, where: str) -> LedgerCheck:
     # a lease may name a run not recorded yet (its process claims it first): counted, not judged
     (leases,) = conn.execute("SELECT count(*) FROM streamledger_leases").fetchone()
     records["streamledger_leases"] = leases
+    # group members and their partition leases coordinate, and confirm nothing: counted too
+    for table in ("streamledger_members", "streamledger_partition_leases"):
+        records[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     return LedgerCheck(where, records, problems)
 
 

@@ -43,16 +43,15 @@ from streams import (
     Backoff,
     Key,
     KeyedState,
+    StaleGenerationError,
     Stream,
     StreamReader,
     StreamRef,
+    UnknownStreamError,
     follow_stream,
     handle_messages,
 )
-from streams._errors import StaleGenerationError, UnknownStreamError
-from streams._keys import check_name, type_name
-from streams._partitions import check_partitions, partition_name
-from streams.store import StreamRead, single_error
+from streams.store import StreamRead, partition_name, single_error, type_name
 
 from .._errors import LeaseLostError
 from ._faults import find_cause
@@ -399,8 +398,8 @@ async def consume(
     """
     if lease_seconds <= 0 or poll_seconds <= 0:
         raise ValueError("lease_seconds and poll_seconds must be positive")
-    check_partitions(partitions, lambda value: value)
-    check_name(group, "a group name")
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"partitions is a number of partitions, at least 1, not {partitions!r}")
     async with open_postgres(url, reconnect_seconds=reconnect_seconds) as ledger:
         member = _Member(
             ledger.backend.connection,

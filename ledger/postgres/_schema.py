@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 import msgspec
+import psycopg
 
 from .._errors import (
     CorruptRecordError,
@@ -207,18 +208,24 @@ ALTER TABLE streamledger_graph_runs ADD UNIQUE (id_digest);
 
 @contextmanager
 def _locked(conn: Any) -> Iterator[None]:
-    """Hold the schema lock (one opener or migrator at a time) around a transaction of ``conn``.
+    """A read-committed transaction of ``conn`` holding the schema lock (one opener or migrator at a time).
 
-    The lock is the session's, taken before the transaction begins: a
-    serializable transaction reads as of its first statement, so one that
-    waited for the lock inside would not see the ledger its holder made.
+    Read committed, whatever the connection's level: a serializable (or
+    repeatable-read) transaction reads as of its first statement, so one that
+    waited for the lock would not see the ledger its holder made meanwhile;
+    each statement of this one sees what was committed before it. The lock
+    is the transaction's, so a holder stopped inside loses it with its
+    session (``idle_in_transaction_session_timeout``).
     """
-    conn.execute("SELECT pg_advisory_lock(hashtext('streamledger schema'))")
+    level = conn.isolation_level
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
     try:
-        yield
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamledger schema'))")
+            yield
     finally:
         if not conn.closed:
-            conn.execute("SELECT pg_advisory_unlock(hashtext('streamledger schema'))")
+            conn.isolation_level = level
 
 
 def _lock(conn: Any, where: str) -> bool:
@@ -273,7 +280,7 @@ def ensure_schema(conn: Any, where: str, *, create: bool = True) -> None:
     :class:`~ledger.NotALedgerError`, one missing a table with
     :class:`~ledger.DamagedLedgerError`; changes nothing then.
     """
-    with _locked(conn), conn.transaction():
+    with _locked(conn):
         # one opener makes the tables; the others wait for the lock and then find them
         found = _lock(conn, where)
         if not found and not create:
@@ -305,7 +312,7 @@ def migrate(conn: Any, where: str) -> tuple[int, int]:
     All of it is one transaction: a migration that fails leaves the schema
     as it was. ``from`` is 0 for a database that held no ledger.
     """
-    with _locked(conn), conn.transaction():
+    with _locked(conn):
         if not _lock(conn, where):
             _create(conn)
             return 0, SCHEMA_VERSION

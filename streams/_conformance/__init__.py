@@ -7,6 +7,7 @@ commits). Importing this package registers them all.
 """
 
 from . import dead_letters as dead_letters
+from . import follow as follow
 from . import groups as groups
 from . import handle as handle
 from . import keyed as keyed

@@ -58,7 +58,13 @@ KEYS: dict[str, tuple[str, ...]] = {
     "streamledger_runs": ("run_id", "id_digest"),
     "streamledger_graph_runs": ("run_id", "id_digest"),
 }
-TABLES = (*KEYS, "streamledger_meta", "streamledger_leases")
+TABLES = (
+    *KEYS,
+    "streamledger_meta",
+    "streamledger_leases",
+    "streamledger_members",
+    "streamledger_partition_leases",
+)
 
 
 async def build(url: str) -> None:

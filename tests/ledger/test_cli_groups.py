@@ -68,8 +68,8 @@ def test_an_operator_removes_and_moves_groups_with_the_cli(tmp_path: Path) -> No
     assert latest.stdout == f"moved group 'billing' of {STREAM}: next message 6, state cleared\n"
     assert groups(path) == {"billing": (5, 0)}
     table = cli("inspect", str(path), "--groups").stdout.splitlines()
-    assert table[0].split()[-4:] == ["DEAD", "STOPPED", "LAST-ACTIVITY", "PARTITION"]
-    assert table[1].split()[-2].endswith("Z")  # the move's time, UTC
+    assert table[0].split()[-5:] == ["DEAD", "STOPPED", "LAST-ACTIVITY", "PARTITION", "OWNER"]
+    assert table[1].split()[-3].endswith("Z")  # the move's time, UTC
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,10 @@ def test_each_partition_is_a_row_of_the_groups_view_with_its_partition(target: s
         ("totals", f"{STREAM}#1", 5, 5, "1/2"),
     ]
     table = cli("inspect", target, "--groups").stdout.splitlines()
-    assert table[0].split()[-1] == "PARTITION" and table[1].split()[-1] in ("0/2", "1/2")
+    assert table[0].split()[-2:] == ["PARTITION", "OWNER"] and table[1].split()[-2:] in (
+        ["0/2", "-"],
+        ["1/2", "-"],
+    )
     keys = cli("keys", target, f"{STREAM}#1", "totals").stdout.splitlines()
     assert [json.loads(line) for line in keys] == [{"key": "sum", "value": 1 + 3 + 5 + 7 + 9}]
 

@@ -53,15 +53,15 @@ def test_the_groups_view_has_a_row_per_group_with_its_lag(shop: Path) -> None:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     header = ["GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "DEAD", "STOPPED", "LAST-ACTIVITY"]
-    assert lines[0].split() == [*header, "PARTITION"]
+    assert lines[0].split() == [*header, "PARTITION", "OWNER"]
     rows = [line.split() for line in lines[1:]]
-    assert [row[:-2] for row in rows] == [
+    assert [row[:-3] for row in rows] == [
         ["audit", "shop/intake/orders", "0", "5", "5", "0", "0", "no"],
         ["billing", "shop/intake/orders", "3", "5", "2", "0", "0", "no"],
     ]
-    assert rows[0][-2] == "-"  # audit never acknowledged anything
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[1][-2])
-    assert [row[-1] for row in rows] == ["-", "-"]  # a stream of its own, no partition
+    assert rows[0][-3] == "-"  # audit never acknowledged anything
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[1][-3])
+    assert [row[-2:] for row in rows] == [["-", "-"], ["-", "-"]]  # a stream of its own: no partition, owner
     rows = json.loads(cli("inspect", str(shop), "--groups", "--json").stdout)
     assert [(r["group"], r["lag"]) for r in rows] == [("audit", 5), ("billing", 2)]
 

@@ -76,6 +76,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
                     "dead_lettered": 0,
                     "stopped": False,
                     "state": None,
+                    "owner": None,  # a member's lease on a partition (PostgreSQL): none here
                 },
                 {
                     "group": "billing",
@@ -89,6 +90,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
                         "count": 3,
                         "digest": base64.b64encode(b"\x00\xff").decode(),
                     },
+                    "owner": None,
                 },
             ],
         },
@@ -114,6 +116,7 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
                     "dead_lettered": 0,
                     "stopped": False,
                     "state": None,
+                    "owner": None,
                 }
             ],
         },

@@ -7,6 +7,8 @@ kills and pauses real processes.
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections import Counter
 from functools import partial
@@ -176,3 +178,29 @@ async def test_a_member_started_after_the_writer_finished_handles_everything(pos
     assert await member(postgres_url, "late", events)() == N
     assert await shop.totals(postgres_url) == expected()
     assert await member(postgres_url, "again", events)() == 0  # nothing left: nothing twice
+
+
+async def test_inspect_shows_the_member_holding_each_partition_and_until_when(postgres_url: str) -> None:
+    from .test_cli import cli
+
+    await shop.produce(postgres_url, 40, CUSTOMERS)
+    async with open_postgres(postgres_url) as ledger:
+        claim = partial(_claim, stream="shop/checkout/orders", group="totals", seconds=60.0)
+        await ledger.backend.connection.call(partial(claim, owner="host-a:41", partitions=[0, 2]))
+        await ledger.backend.connection.call(partial(claim, owner="host-b:7", partitions=[1]))
+    execute(
+        postgres_url,
+        "UPDATE streamledger_partition_leases SET expires_at = now() - interval '1 s' WHERE partition = 1",
+    )
+    rows = json.loads(cli("inspect", postgres_url, "--groups", "--json").stdout)
+    owners = {r["partition"]: r["owner"] for r in rows}
+    assert {p: o and (o["member"], o["expired"]) for p, o in owners.items()} == {
+        "0/4": ("host-a:41", False),
+        "1/4": ("host-b:7", True),
+        "2/4": ("host-a:41", False),
+        "3/4": None,  # nobody holds it
+    }
+    table = cli("inspect", postgres_url, "--groups").stdout.splitlines()
+    assert table[0].split()[-1] == "OWNER"
+    assert re.search(r"0/4  host-a:41 \(until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)$", table[1]), table[1]
+    assert table[2].endswith("1/4  host-b:7 (lease expired)") and table[4].endswith("3/4  -")
