@@ -800,7 +800,15 @@ def _parser() -> argparse.ArgumentParser:
         help="orders of each PostgreSQL configuration (default 200000)",
     )
     p.add_argument("--pg-keys", type=int, default=10, help="customers of the PostgreSQL figures (default 10)")
-    p.add_argument("--pg-shards", type=int, default=8, help="runs the PostgreSQL workload is split into")
+    p.add_argument(
+        "--pg-shards", type=int, default=8, help="partitions (or runs) the PostgreSQL workload is split into"
+    )
+    p.add_argument(
+        "--pg-mode",
+        choices=("members", "runs"),
+        default="members",
+        help="PostgreSQL workers as group members on a partitioned stream (default), or as run workers",
+    )
     p.add_argument(
         "--workers",
         type=parse_counts,

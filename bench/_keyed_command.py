@@ -12,9 +12,12 @@ Three sets of figures, each configuration on a fresh store, medians of
 * ``members_<M>``: the same over ``--members-keys`` customers, in keyed
   state, on a stream of M partitions by customer handled by M handlers at
   once in one process (:mod:`bench._keyed_members`, ``--members``);
-* ``pg_workers_<W>``: the workload in ``--pg-shards`` runs on the
-  PostgreSQL ledger, run by W worker processes on one server
-  (:mod:`bench._keyed_postgres`; ``--skip-postgres`` leaves it out).
+* ``pg_workers_<W>``: the workload on the PostgreSQL ledger, handled by W
+  worker processes on one server (``--skip-postgres`` leaves it out): by
+  default W group members sharing a stream of ``--pg-shards`` partitions
+  (:mod:`bench._keyed_pg_members`); with ``--pg-mode runs``, the way
+  there was before members, ``--pg-shards`` runs claimed by W run workers
+  (:mod:`bench._keyed_postgres`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ __all__ = ["MEMBERS_MODE", "bench_keyed", "parse_counts", "show_keyed"]
 
 #: What ``members_<M>`` measures today.
 MEMBERS_MODE: Final = "a stream of M partitions by customer, one handler each, in one process"
+#: What ``pg_workers_<W>`` measures, by ``--pg-mode``.
+PG_MODES: Final = {
+    "members": "W processes, each a member of one group on a stream of --pg-shards partitions "
+    "(ledger.postgres.consume), keyed state",
+    "runs": "--pg-shards runs claimed by W run workers (python -m ledger worker), explicit state",
+}
 #: The goals of the issue "Keyed state and partitioned streams".
 GOAL_MOST_KEYS_TO_FEWEST = 0.8
 GOAL_MEMBERS_TO_ONE = 0.9
@@ -109,21 +118,30 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 members.setdefault(m, []).append(run)
                 progress(f"  {m} member(s) over {args.members_keys:,} keys: {_said(run)}")
             if pg is not None:
+                from ._keyed_pg_members import member_startup_cpu, run_keyed_members
                 from ._keyed_postgres import run_keyed_workers, worker_startup_cpu
                 from ._postgres import new_database
 
-                startup = worker_startup_cpu(new_database(pg.server_url, pg.make_url))
+                members_mode = args.pg_mode == "members"
+                fresh = new_database(pg.server_url, pg.make_url)
+                startup = (
+                    member_startup_cpu(fresh, partitions=args.pg_shards)
+                    if members_mode
+                    else worker_startup_cpu(fresh)
+                )
                 startups.append(startup)
                 progress(f"  PostgreSQL: one idle worker's start-up and exit {startup * 1000:,.0f} ms CPU")
                 for w in args.workers:
-                    pg_run = run_keyed_workers(
+                    run_pg = run_keyed_members if members_mode else run_keyed_workers
+                    options = {"partitions" if members_mode else "shards": args.pg_shards}
+                    pg_run = run_pg(
                         pg.server_url,
                         new_database(pg.server_url, pg.make_url),
                         n=args.pg_messages,
                         keys=args.pg_keys,
-                        shards=args.pg_shards,
                         workers=w,
                         data=pg.data,
+                        **options,
                     )
                     figure = {
                         "workers": w,
@@ -229,6 +247,7 @@ def _pg_figures(
         "pg_keys": args.pg_keys,
         "pg_shards": args.pg_shards,
         "pg_workers": list(args.workers),
+        "pg_mode": PG_MODES[args.pg_mode],
         "pg_server": settings,
         "pg_worker_startup_cpu_ms": _median(startups) * 1000,
         "pg_rollbacks_counted": "xact_rollback / (xact_commit + xact_rollback) of the bench database "

@@ -57,7 +57,17 @@ from streams import Graph, Key, MessageTx, NodeContext, Stream
 from ._keyed import CustomerOrder, Totals, customer_order, expected_totals, member_of, seeded_totals
 from ._shape import BenchError
 
-__all__ = ["GRAPHS", "PgKeyedRun", "keyed_shard_graph", "run_keyed_workers", "worker_startup_cpu"]
+__all__ = [
+    "GRAPHS",
+    "PgKeyedRun",
+    "database_of",
+    "keyed_shard_graph",
+    "run_keyed_workers",
+    "run_processes",
+    "server_cpu",
+    "transactions",
+    "worker_startup_cpu",
+]
 
 MESSAGES: Final = Key("messages", int)
 KEYS: Final = Key("keys", int)
@@ -155,12 +165,17 @@ def _children_cpu() -> float:
 
 def _run_workers(url: str, workers: int) -> tuple[float, float]:
     """Start ``workers`` worker processes and wait for them: (wall seconds, their CPU seconds)."""
+    return run_processes(_worker_command(url), workers)
+
+
+def run_processes(command: list[str], count: int) -> tuple[float, float]:
+    """Start ``count`` processes of ``command`` and wait for them: (wall seconds, their CPU seconds)."""
     with ExitStack() as files:
-        logs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(workers)]
+        logs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(count)]
         cpu = _children_cpu()
         started = time.perf_counter()
         processes = [
-            subprocess.Popen(_worker_command(url), stdout=subprocess.DEVNULL, stderr=log, env=_worker_env())
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=_worker_env())
             for log in logs
         ]
         try:
@@ -178,15 +193,15 @@ def _run_workers(url: str, workers: int) -> tuple[float, float]:
                 log.seek(0)
                 err = log.read().decode(errors="replace").strip()
                 last = err.splitlines()[-1] if err else f"exit code {process.returncode}"
-                raise BenchError(f"a keyed worker failed: {last}")
+                raise BenchError(f"a keyed process failed: {last}")
     return seconds, cpu
 
 
-def _database(url: str) -> str:
+def database_of(url: str) -> str:
     return str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
 
 
-def _transactions(server_url: str, database: str) -> tuple[int, int]:
+def transactions(server_url: str, database: str) -> tuple[int, int]:
     """``(xact_commit, xact_rollback)`` of ``database``, once no session is left on it."""
     with psycopg.connect(server_url, autocommit=True) as conn:
         for _ in range(200):
@@ -260,11 +275,11 @@ def run_keyed_workers(
 ) -> PgKeyedRun:
     """``shards`` runs over ``n`` orders on the new database ``url``, run by ``workers`` processes."""
     anyio.run(_prepare, url, n, keys, shards)
-    database = _database(url)
-    commits, rollbacks = _transactions(server_url, database)
+    database = database_of(url)
+    commits, rollbacks = transactions(server_url, database)
     server_before = server_cpu(data)
     seconds, cpu = _run_workers(url, workers)
-    commits_after, rollbacks_after = _transactions(server_url, database)
+    commits_after, rollbacks_after = transactions(server_url, database)
     server_after = server_cpu(data)
     anyio.run(_verify, url, n, keys, shards)
     return PgKeyedRun(

@@ -327,14 +327,18 @@ def test_keyed_bench_reports_no_figure_when_a_total_is_wrong(
     assert "verification failed" in captured.err
 
 
+@pytest.mark.parametrize("mode", ["members", "runs"])
 def test_keyed_bench_runs_on_postgres_workers(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, postgres_server: Any
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, postgres_server: Any, mode: str
 ) -> None:
     out = run_bench(
         capsys,
         *KEYED_TINY,
         *("--pg-messages", "200", "--pg-keys", "20", "--pg-shards", "2", "--workers", "1,2"),
-        *("--url", postgres_server.url, "--workdir", str(tmp_path)),
+        *("--pg-mode", mode, "--url", postgres_server.url, "--workdir", str(tmp_path)),
+    )
+    assert out["pg_mode"].startswith(
+        "W processes, each a member" if mode == "members" else "--pg-shards runs"
     )
     for w in (1, 2):
         assert out[f"pg_workers_{w}_msgs_per_s"] > 0
