@@ -51,6 +51,7 @@ async def follow_stream(
     group: str,
     partition: tuple[int, int] | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
+    reads: FollowHooks | None = None,
 ) -> AsyncIterator[StreamReader[T]]:
     """A reader of ``group`` on stream ``key`` of ``scope`` (written by ``node``, in any process).
 
@@ -61,10 +62,15 @@ async def follow_stream(
     partitioning. The reader ends (``anyio.EndOfStream``, or the end of
     ``handle_messages``) once the writer's end is confirmed and the group
     handled every message; until then it waits for more.
+
+    ``reads`` is where the stream is read, if not ``hooks`` (which confirm
+    the reader's commits): a store's connection that reads beside them.
     """
     check_stream_hooks(hooks)
-    if not isinstance(hooks, FollowHooks):
-        raise TypeError(f"{type(hooks).__qualname__} cannot read streams it did not open (no FollowHooks)")
+    source: object = hooks if reads is None else reads
+    if not isinstance(source, FollowHooks):
+        raise TypeError(f"{type(source).__qualname__} cannot read streams it did not open (no FollowHooks)")
+    reads = source
     if not key.is_stream:
         raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
     if poll_seconds <= 0:
@@ -81,7 +87,7 @@ async def follow_stream(
     part: Key[Stream[T]] = Key(name, key.type)
     ref = StreamRef(scope=scope, node=node, key=name)
     request = StreamRead(ref, type_name(key.item_type), (group,), partitions)
-    opened = await hooks.read_stream(request)
+    opened = await reads.read_stream(request)
     if opened is None:
         raise UnknownStreamError(f"stream {ref} was never opened in this store: there is nothing to follow")
     with single_error():
@@ -93,7 +99,7 @@ async def follow_stream(
             # a reader's endpoint: its capacity is never reached, as it sends nothing
             core: StreamCore[T] = StreamCore(spawn, hooks, part, ref, opened, capacity=1, resumable=True)
             stream: ManagedStream[T] = ManagedStream(core)
-            tg.start_soon(_poll, hooks, core, request, poll_seconds)
+            tg.start_soon(_poll, reads, core, request, poll_seconds)
             try:
                 yield stream.reader(group)
             finally:

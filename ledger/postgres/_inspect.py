@@ -102,12 +102,15 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
         owners = {
             (f"{stream}#{partition}", group): {
                 "member": owner,
-                "lease_expires": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "lease_expires": None if expires is None else expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "expired": bool(expired),
             }
             for stream, group, partition, owner, expires, expired in conn.execute(
-                "SELECT stream, grp, partition, owner, expires_at AT TIME ZONE 'UTC', expires_at < now()"
-                " FROM streamledger_partition_leases"
+                # a lease holds while its owner's row does: its end is the row's
+                "SELECT l.stream, l.grp, l.partition, l.owner, m.expires_at AT TIME ZONE 'UTC',"
+                " m.expires_at IS NULL OR m.expires_at < now()"
+                " FROM streamledger_partition_leases l LEFT JOIN streamledger_members m"
+                " ON m.stream = l.stream AND m.grp = l.grp AND m.member = l.owner"
             )
         }
         streams = [stream_entry(desc, frontiers, owners) for desc, frontiers in by_stream.values()]

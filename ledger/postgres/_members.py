@@ -3,27 +3,37 @@
 ``await consume(url, key, handler, scope=, node=, partitions=, group=)`` is
 one member. It joins the group (a row of ``streamledger_members`` it keeps
 alive), and claims the partitions that are its share under leases (rows of
-``streamledger_partition_leases``): partition ``p`` is the share of the
-``p % M``-th of the ``M`` live members, in the order of their names. It
-follows each partition it holds (:func:`streams.follow_stream`: the writer
-may be any other process) and handles it with ``handle_messages``, as a
-process handling its own stream would: each message's ack, state, keyed
-state and budgets confirmed in one transaction.
+``streamledger_partition_leases``, each valid while its owner's member row
+is): partition ``p`` is the share of the ``p % M``-th of the ``M`` live
+members, in the order of their names. It follows each partition it holds
+(:func:`streams.follow_stream`: the writer may be any other process) and
+handles it with ``handle_messages``, as a process handling its own stream
+would: each message's ack, state, keyed state and budgets confirmed in one
+transaction.
 
 Every transaction a member makes for a partition first reads its lease
 row ``FOR SHARE`` and refuses to go on unless the token is still its own
 (:class:`~ledger.LeaseLostError`), as a worker's writes for its run do
 (:mod:`ledger.postgres._leases`): a member paused or cut off past its
 lease (a zombie) can confirm nothing once another took the partition over,
-so nothing is applied twice. Members of different partitions write
-different rows: they do not conflict.
+so nothing is applied twice.
 
-Every third of the lease, a member renews its row and its leases in one
-transaction, reads who is alive, gives up the partitions no longer its
-share (it stops handling them first) and claims the free ones that are
-(whose lease was given up or ran out). So when a member joins, the others
-hand it its share; when one dies or stops renewing, its rows run out and
-the others take its partitions over within a lease and a third.
+Its transactions are repeatable read, on two connections: one for the
+records it confirms, one for its rows, its leases and its reads of the
+partitions. Serializable transactions of members of different partitions
+aborted each other, PostgreSQL's predicate locks covering whole pages;
+repeatable read is enough, as every write of a group's state on a
+partition also writes its frontier row (the members' commits and
+failures, the operators' moves and removals), where two writers always
+meet and the later is aborted (docs/postgres.md).
+
+Every third of the lease, a member renews its row (and with it its
+leases), reads who is alive and which leases it still holds, gives up the
+partitions no longer its share (it stops handling them first) and claims
+the free ones that are (given up, or held by a member whose row ran out).
+So when a member joins, the others hand it its share; when one dies or
+stops renewing, the others take its partitions over within a lease and a
+third. A member short of its share, or idle, looks again every second.
 """
 
 from __future__ import annotations
@@ -31,13 +41,16 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import msgspec
+import psycopg
 
 from streams import (
     Backoff,
@@ -53,10 +66,10 @@ from streams import (
 )
 from streams.store import StreamRead, partition_name, single_error, type_name
 
+from .._committer import serving
 from .._errors import LeaseLostError
 from ._faults import find_cause
 from ._leases import FencedConnection
-from ._ledger import open_postgres
 from ._store import RECONNECT_SECONDS, PgConnection
 from ._streams import PgStreamHooks
 from ._view import PgView
@@ -66,6 +79,9 @@ __all__ = ["MemberReport", "PartitionLease", "consume", "print_member_report"]
 T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS: Final = 10.0
+#: How often a member short of its share looks again, at most (seconds): a partition handed over
+#: is claimed within it.
+UNSETTLED_SECONDS: Final = 1.0
 
 #: A member's report of what it did with a partition: (partition, event), the event one of
 #: "claimed", "released" (its share changed), "lost" (its lease was taken over) or "done" (the
@@ -103,16 +119,14 @@ class PartitionLease(msgspec.Struct, frozen=True):
 
 
 class _Tick(msgspec.Struct, frozen=True):
-    """What a member learns renewing: who is alive, which of its leases held, who holds the rest."""
+    """What a member learns renewing: who is alive, the tokens of its leases, which others hold."""
 
     live: tuple[str, ...]
-    renewed: frozenset[int]
+    mine: dict[int, int]
     held_by_others: frozenset[int]
 
 
-def _renew(
-    view: PgView, *, stream: str, group: str, owner: str, held: dict[int, PartitionLease], seconds: float
-) -> _Tick:
+def _renew(view: PgView, *, stream: str, group: str, owner: str, seconds: float) -> _Tick:
     conn = view.connection
     conn.execute(
         "INSERT INTO streamledger_members (stream, grp, member, expires_at)"
@@ -120,13 +134,10 @@ def _renew(
         " ON CONFLICT (stream, grp, member) DO UPDATE SET expires_at = EXCLUDED.expires_at",
         (stream, group, owner, seconds),
     )
-    leases = list(held.values())
-    renewed = conn.execute(
-        "UPDATE streamledger_partition_leases SET expires_at = now() + make_interval(secs => %s)"
-        " WHERE stream = %s AND grp = %s AND owner = %s"
-        " AND (partition, token) IN (SELECT * FROM unnest(%s::integer[], %s::bigint[]))"
-        " RETURNING partition",
-        (seconds, stream, group, owner, [x.partition for x in leases], [x.token for x in leases]),
+    mine = conn.execute(
+        "SELECT partition, token FROM streamledger_partition_leases"
+        " WHERE stream = %s AND grp = %s AND owner = %s",
+        (stream, group, owner),
     ).fetchall()
     live = conn.execute(
         "SELECT member FROM streamledger_members WHERE stream = %s AND grp = %s AND expires_at > now()"
@@ -134,33 +145,40 @@ def _renew(
         (stream, group),
     ).fetchall()
     others = conn.execute(
-        "SELECT partition FROM streamledger_partition_leases"
-        " WHERE stream = %s AND grp = %s AND owner <> %s AND expires_at > now()",
+        "SELECT l.partition FROM streamledger_partition_leases l JOIN streamledger_members m"
+        " ON m.stream = l.stream AND m.grp = l.grp AND m.member = l.owner"
+        " WHERE l.stream = %s AND l.grp = %s AND l.owner <> %s AND m.expires_at > now()",
         (stream, group, owner),
     ).fetchall()
     return _Tick(
         tuple(row[0] for row in live),
-        frozenset(row[0] for row in renewed),
+        {row[0]: row[1] for row in mine},
         frozenset(row[0] for row in others),
     )
 
 
+#: A claim takes a partition no lease holds, one whose owner's row ran out, or one its own name
+#: holds (a process restarted under the same name: the claim fences the one before it).
+_CLAIM: Final = """
+INSERT INTO streamledger_partition_leases AS l (stream, grp, partition, owner, token)
+VALUES (%(stream)s, %(grp)s, %(partition)s, %(owner)s, 1)
+ON CONFLICT (stream, grp, partition) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1
+WHERE l.owner = EXCLUDED.owner OR NOT EXISTS (
+    SELECT 1 FROM streamledger_members m
+    WHERE m.stream = l.stream AND m.grp = l.grp AND m.member = l.owner AND m.expires_at > now()
+)
+RETURNING token
+"""
+
+
 def _claim(
-    view: PgView, *, stream: str, group: str, owner: str, partitions: list[int], seconds: float
+    view: PgView, *, stream: str, group: str, owner: str, partitions: list[int]
 ) -> list[PartitionLease]:
-    """Claim each of ``partitions`` that no live lease holds; the leases won."""
-    conn = view.connection
+    """Claim each of ``partitions`` that no live member holds; the leases won."""
     won: list[PartitionLease] = []
     for partition in partitions:
-        row = conn.execute(
-            "INSERT INTO streamledger_partition_leases (stream, grp, partition, owner, token, expires_at)"
-            " VALUES (%(stream)s, %(grp)s, %(partition)s, %(owner)s, 1, now() + make_interval(secs => %(s)s))"
-            " ON CONFLICT (stream, grp, partition) DO UPDATE SET owner = EXCLUDED.owner,"
-            " token = streamledger_partition_leases.token + 1, expires_at = EXCLUDED.expires_at"
-            " WHERE streamledger_partition_leases.expires_at < now()"
-            " RETURNING token",
-            {"stream": stream, "grp": group, "partition": partition, "owner": owner, "s": seconds},
-        ).fetchone()
+        params = {"stream": stream, "grp": group, "partition": partition, "owner": owner}
+        row = view.connection.execute(_CLAIM, params).fetchone()
         if row is not None:
             won.append(PartitionLease(stream, group, partition, owner, row[0]))
     return won
@@ -206,6 +224,7 @@ class _Member:
     def __init__(
         self,
         connection: PgConnection,
+        coordination: PgConnection,
         streams: PgStreamHooks,
         key: Key[Stream[Any]],
         handler: Callable[..., Any],
@@ -220,7 +239,9 @@ class _Member:
         poll_seconds: float,
         report: MemberReport,
     ) -> None:
-        self.connection = connection
+        self.connection = connection  # the ledger's records: serializable, each partition's fenced
+        self.coordination = coordination  # the members' rows and leases, the polls: repeatable read
+        self.reads = PgStreamHooks(coordination)
         self.streams = streams  # unfenced: the member's reads of what is done
         self.key = key
         self.handler = handler
@@ -237,26 +258,36 @@ class _Member:
         self.handled = 0
         self.held: dict[int, _Held] = {}
         self.done: set[int] = set()
+        self.settled = False  # it holds its whole share (or handled it)
 
     async def run(self, until_done: bool) -> None:
+        # join, then wait a moment before taking a share: members started together (a deployment)
+        # each take theirs at once, instead of the first taking every partition and handing most
+        # of them over (Kafka's group.initial.rebalance.delay.ms is the same idea)
+        await self.coordination.call(
+            partial(
+                _renew, stream=self.stream, group=self.group, owner=self.owner, seconds=self.lease_seconds
+            ),
+            idempotent=True,
+        )
+        await anyio.sleep(min(self.lease_seconds / 3, UNSETTLED_SECONDS))
         with single_error():
             async with anyio.create_task_group() as tg:
                 while not (await self.round(tg) and until_done):
-                    with anyio.move_on_after(self.lease_seconds / 3):
+                    # a member short of its share, or idle, looks again soon: partitions are being
+                    # handed over to it, or the last ones finished
+                    wait = self.lease_seconds / 3
+                    if not self.settled or not self.held:
+                        wait = min(wait, UNSETTLED_SECONDS)
+                    with anyio.move_on_after(wait):
                         await _any_stopped(self.held)
                 tg.cancel_scope.cancel()
 
     async def round(self, tg: anyio.abc.TaskGroup) -> bool:
         """Renew, give up what is no longer this member's, claim its share; whether all is done."""
-        leases = {p: part.lease for p, part in self.held.items()}
-        tick = await self.connection.call(
+        tick = await self.coordination.call(
             partial(
-                _renew,
-                stream=self.stream,
-                group=self.group,
-                owner=self.owner,
-                held=leases,
-                seconds=self.lease_seconds,
+                _renew, stream=self.stream, group=self.group, owner=self.owner, seconds=self.lease_seconds
             ),
             idempotent=True,
         )
@@ -267,7 +298,7 @@ class _Member:
         for part in ended:
             if part.outcome != "done":  # lost: its lease is another member's
                 self.forget(part, "lost")
-        lost = [part for p, part in self.held.items() if p not in tick.renewed]
+        lost = [part for p, part in self.held.items() if tick.mine.get(p) != part.lease.token]
         await _stop(lost)  # they could confirm nothing more: their leases are gone
         for part in lost:
             self.forget(part, "lost")
@@ -278,20 +309,14 @@ class _Member:
         taken = self.held.keys() | self.done | tick.held_by_others
         wanted = sorted(share - taken)
         if wanted:
-            won = await self.connection.call(
-                partial(
-                    _claim,
-                    stream=self.stream,
-                    group=self.group,
-                    owner=self.owner,
-                    partitions=wanted,
-                    seconds=self.lease_seconds,
-                )
+            won = await self.coordination.call(
+                partial(_claim, stream=self.stream, group=self.group, owner=self.owner, partitions=wanted)
             )
             for lease in won:
                 part = self.held[lease.partition] = _Held(lease)
                 self.report(lease.partition, "claimed")
                 tg.start_soon(self.handle, part)
+        self.settled = share <= self.held.keys() | self.done
         return len(self.done) == self.partitions or (not self.held and await self.all_done())
 
     def forget(self, part: _Held, event: str) -> None:
@@ -301,7 +326,7 @@ class _Member:
     async def give_up(self, parts: list[_Held], event: str) -> None:
         if parts:
             given = [part.lease for part in parts]
-            await self.connection.call(partial(_release, leases=given), idempotent=True)
+            await self.coordination.call(partial(_release, leases=given), idempotent=True)
             for part in parts:
                 self.forget(part, event)
 
@@ -310,8 +335,8 @@ class _Member:
         with anyio.CancelScope(shield=True):
             mine = [part.lease for part in self.held.values()]
             try:
-                await self.connection.call(partial(_release, leases=mine), idempotent=True)
-                await self.connection.call(
+                await self.coordination.call(partial(_release, leases=mine), idempotent=True)
+                await self.coordination.call(
                     partial(_leave, stream=self.stream, group=self.group, owner=self.owner), idempotent=True
                 )
             except Exception:  # the server is away: the rows run out there
@@ -333,6 +358,7 @@ class _Member:
                             group=self.group,
                             partition=(index, self.partitions),
                             poll_seconds=self.poll_seconds,
+                            reads=self.reads,  # what is confirmed, read beside the commits
                         ) as reader:
                             start = _acked(reader)
                             try:
@@ -400,10 +426,14 @@ async def consume(
         raise ValueError("lease_seconds and poll_seconds must be positive")
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise ValueError(f"partitions is a number of partitions, at least 1, not {partitions!r}")
-    async with open_postgres(url, reconnect_seconds=reconnect_seconds) as ledger:
+    async with (
+        _connection(url, reconnect_seconds) as records,
+        _connection(url, reconnect_seconds) as coordination,
+    ):
         member = _Member(
-            ledger.backend.connection,
-            ledger.backend.streams,
+            records,
+            coordination,
+            PgStreamHooks(records),
             key,
             handler,
             {"keyed": keyed, "attempts": attempts, "backoff": backoff},
@@ -427,6 +457,30 @@ def _acked(reader: StreamReader[Any]) -> int:
     """How many messages of the stream ``reader``'s group has acknowledged, as this process knows."""
     [group] = reader.stream.snapshot().groups
     return group.acked_through + (reader.stream.snapshot().appended - group.acked_through - group.pending)
+
+
+@asynccontextmanager
+async def _connection(url: str, reconnect_seconds: float) -> AsyncIterator[PgConnection]:
+    """A second connection to the ledger, repeatable read, for what confirms no record.
+
+    The members' rows and leases (each statement touches the rows it names:
+    a member's, one partition's lease) and the reads of the partitions'
+    messages (one snapshot each) need no serializable transaction. In one,
+    they would take predicate locks that PostgreSQL keeps per page once a
+    transaction reads more than a few rows of it, and pages hold the rows of
+    every partition: members would abort each other's commits.
+    """
+    connection = PgConnection(
+        url, reconnect_seconds=reconnect_seconds, isolation=psycopg.IsolationLevel.REPEATABLE_READ
+    )
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(connection.connect)
+    try:
+        async with serving(connection):
+            yield connection
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(connection.close)
 
 
 async def _stop(parts: list[_Held]) -> None:

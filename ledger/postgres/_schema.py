@@ -72,14 +72,14 @@ CREATE TABLE streamledger_members (
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (stream, grp, member)
 );
--- a member's claim on one partition of a group: its commits there check owner and token
+-- a member's claim on one partition of a group, valid while its owner's member row is alive:
+-- its commits there check owner and token (renewing the member's row renews all its claims)
 CREATE TABLE streamledger_partition_leases (
     stream text NOT NULL,
     grp text NOT NULL,
     partition integer NOT NULL,
     owner text NOT NULL,
     token bigint NOT NULL,
-    expires_at timestamptz NOT NULL,
     PRIMARY KEY (stream, grp, partition)
 );
 """

@@ -176,10 +176,19 @@ class PgConnection(ServesWrites["_Call"]):
     never waits on the server (nor on a server that went away).
     """
 
-    def __init__(self, url: str, *, reconnect_seconds: float = RECONNECT_SECONDS) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        reconnect_seconds: float = RECONNECT_SECONDS,
+        isolation: psycopg.IsolationLevel = psycopg.IsolationLevel.SERIALIZABLE,
+    ) -> None:
         if reconnect_seconds < 0:
             raise ValueError("reconnect_seconds must not be negative")
         self.url = url
+        #: The ledger's records are written in serializable transactions; a connection that only
+        #: reads them, or writes the group members' rows (each statement one row's), needs less.
+        self.isolation = isolation
         self.where = describe_url(url)
         self.reconnect_seconds = reconnect_seconds
         self._conn: Any = None
@@ -220,10 +229,11 @@ class PgConnection(ServesWrites["_Call"]):
                 raise unreachable(exc, self.where) from None
             raise _Gone(exc) from None
         try:
-            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE  # the checks read one snapshot
             _set_session_timeouts(conn)
             ensure_schema(conn, self.where)  # checks, or makes: running it again is harmless
             verify_streams(conn, self.where)
+            conn.isolation_level = self.isolation
         except psycopg.Error as exc:
             gone = server_gone(exc, conn) or isinstance(exc, CONFLICTS)  # the schema lock's holder stopped
             conn.close()

@@ -171,7 +171,7 @@ class MemberMachine(RuleBasedStateMachine):
                 conn.execute("INSERT INTO streamledger_members VALUES (%s, %s, %s, %s)", row)
             for row in leases:
                 conn.execute(
-                    "INSERT INTO streamledger_partition_leases VALUES (%s, %s, %s, %s, %s, %s)"
+                    "INSERT INTO streamledger_partition_leases VALUES (%s, %s, %s, %s, %s)"
                     " ON CONFLICT DO NOTHING",
                     row,
                 )
@@ -182,31 +182,26 @@ class MemberMachine(RuleBasedStateMachine):
     def steal(self, data: st.DataObject) -> None:
         """A member stalls past its leases and another takes them over: it runs on, a zombie.
 
-        Its lease rows get a new token (as a claim after their expiry gives them), held by
+        Its lease rows get a new token (as a claim after its row ran out gives them), held by
         nobody alive, so the live members claim them next. Every commit the zombie still makes
         there must be refused, and it must notice and let go.
         """
         name = data.draw(st.sampled_from(sorted(self.members)))
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(
-                "UPDATE streamledger_partition_leases SET owner = 'thief', token = token + 1,"
-                " expires_at = now() - interval '1 s' WHERE owner = %s",
+                "UPDATE streamledger_partition_leases SET owner = 'thief', token = token + 1"
+                " WHERE owner = %s",
                 (name,),
             )
 
     @precondition(lambda self: self.dead)
     @rule()
     def bury(self) -> None:
-        """The dead's rows run out (their lease time passes)."""
+        """The dead's rows run out (their lease time passes): their leases with them."""
         with psycopg.connect(self.url, autocommit=True) as conn:
             for name in self.dead:
                 conn.execute(
                     "UPDATE streamledger_members SET expires_at = now() - interval '1 s' WHERE member = %s",
-                    (name,),
-                )
-                conn.execute(
-                    "UPDATE streamledger_partition_leases SET expires_at = now() - interval '1 s'"
-                    " WHERE owner = %s",
                     (name,),
                 )
         self.dead.clear()

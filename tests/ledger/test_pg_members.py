@@ -149,12 +149,17 @@ async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_u
     ref = StreamRef("shop", "checkout", "orders#0")
     async with open_postgres(postgres_url) as ledger:
         connection = ledger.backend.connection
-        claim = partial(_claim, stream=stream, group="totals", partitions=[0], seconds=60.0)
+        claim = partial(_claim, stream=stream, group="totals", partitions=[0])
+        execute(
+            postgres_url,
+            "INSERT INTO streamledger_members"
+            " VALUES ('shop/checkout/orders', 'totals', 'old', now() + interval '1 min')",
+        )
         [old] = await connection.call(partial(claim, owner="old"))
         assert old == PartitionLease(stream, "totals", 0, "old", 1)
-        assert await connection.call(partial(claim, owner="new")) == []  # held: no claim
-        execute(postgres_url, "UPDATE streamledger_partition_leases SET expires_at = now() - interval '1 s'")
-        [new] = await connection.call(partial(claim, owner="new"))
+        assert await connection.call(partial(claim, owner="new")) == []  # its owner is alive: no claim
+        execute(postgres_url, "UPDATE streamledger_members SET expires_at = now() - interval '1 s'")
+        [new] = await connection.call(partial(claim, owner="new"))  # its owner's row ran out
         assert new.token == 2
         zombie = PgStreamHooks(FencedConnection(connection, old))
         read = await ledger.backend.streams.read_stream(
@@ -185,13 +190,16 @@ async def test_inspect_shows_the_member_holding_each_partition_and_until_when(po
 
     await shop.produce(postgres_url, 40, CUSTOMERS)
     async with open_postgres(postgres_url) as ledger:
-        claim = partial(_claim, stream="shop/checkout/orders", group="totals", seconds=60.0)
+        claim = partial(_claim, stream="shop/checkout/orders", group="totals")
         await ledger.backend.connection.call(partial(claim, owner="host-a:41", partitions=[0, 2]))
         await ledger.backend.connection.call(partial(claim, owner="host-b:7", partitions=[1]))
-    execute(
-        postgres_url,
-        "UPDATE streamledger_partition_leases SET expires_at = now() - interval '1 s' WHERE partition = 1",
-    )
+    for name, alive in (("host-a:41", "1 min"), ("host-b:7", "-1 s")):  # b's row ran out
+        execute(
+            postgres_url,
+            "INSERT INTO streamledger_members"
+            " VALUES ('shop/checkout/orders', 'totals', %s, now() + %s::interval)",
+            (name, alive),
+        )
     rows = json.loads(cli("inspect", postgres_url, "--groups", "--json").stdout)
     owners = {r["partition"]: r["owner"] for r in rows}
     assert {p: o and (o["member"], o["expired"]) for p, o in owners.items()} == {
