@@ -32,7 +32,7 @@ from ledger.postgres import consume, open_postgres
 from streams import KeyedState, MessageTx, StreamRef, open_scope
 
 from ._keyed import CUSTOMER_ORDERS, CustomerOrder, Totals, customer_order, expected_totals
-from ._keyed_postgres import PgKeyedRun, database_of, run_processes, server_cpu, transactions
+from ._keyed_postgres import PgKeyedRun, measured, run_processes
 from ._shape import BenchError
 
 __all__ = ["member_startup_cpu", "run_keyed_members"]
@@ -109,22 +109,9 @@ def run_keyed_members(
 ) -> PgKeyedRun:
     """``n`` orders on ``partitions`` partitions of the new database ``url``, handled by ``workers``."""
     anyio.run(_prepare, url, n, keys, partitions)
-    database = database_of(url)
-    commits, rollbacks = transactions(server_url, database)
-    server_before = server_cpu(data)
-    seconds, cpu = run_processes(_command(url, partitions), workers)
-    commits_after, rollbacks_after = transactions(server_url, database)
-    server_after = server_cpu(data)
+    run = measured(server_url, url, _command(url, partitions), workers=workers, messages=n, data=data)
     anyio.run(_verify, url, n, keys, partitions)
-    return PgKeyedRun(
-        workers=workers,
-        messages=n,
-        seconds=seconds,
-        worker_cpu=cpu,
-        commits=commits_after - commits,
-        rollbacks=rollbacks_after - rollbacks,
-        server_cpu=None if server_before is None or server_after is None else server_after - server_before,
-    )
+    return run
 
 
 def member_startup_cpu(url: str, *, partitions: int, repeat: int = 3) -> float:

@@ -62,6 +62,7 @@ __all__ = [
     "PgKeyedRun",
     "database_of",
     "keyed_shard_graph",
+    "measured",
     "run_keyed_workers",
     "run_processes",
     "server_cpu",
@@ -275,16 +276,24 @@ def run_keyed_workers(
 ) -> PgKeyedRun:
     """``shards`` runs over ``n`` orders on the new database ``url``, run by ``workers`` processes."""
     anyio.run(_prepare, url, n, keys, shards)
+    run = measured(server_url, url, _worker_command(url), workers=workers, messages=n, data=data)
+    anyio.run(_verify, url, n, keys, shards)
+    return run
+
+
+def measured(
+    server_url: str, url: str, command: list[str], *, workers: int, messages: int, data: Path | None
+) -> PgKeyedRun:
+    """``workers`` processes of ``command`` on database ``url``, measured: time, CPU, transactions."""
     database = database_of(url)
     commits, rollbacks = transactions(server_url, database)
     server_before = server_cpu(data)
-    seconds, cpu = _run_workers(url, workers)
+    seconds, cpu = run_processes(command, workers)
     commits_after, rollbacks_after = transactions(server_url, database)
     server_after = server_cpu(data)
-    anyio.run(_verify, url, n, keys, shards)
     return PgKeyedRun(
         workers=workers,
-        messages=n,
+        messages=messages,
         seconds=seconds,
         worker_cpu=cpu,
         commits=commits_after - commits,

@@ -22,7 +22,7 @@ from .._errors import LeaseLostError
 from ._store import PgConnection
 from ._view import PgView
 
-__all__ = ["Fence", "FencedConnection", "Lease", "claim_due", "claim_run", "release", "renew"]
+__all__ = ["Fence", "FencedConnection", "Lease", "claim_due", "claim_run", "held_or_lost", "release", "renew"]
 
 T = TypeVar("T")
 
@@ -39,12 +39,17 @@ class Lease(msgspec.Struct, frozen=True):
         row = conn.execute(
             "SELECT owner, token FROM streamledger_leases WHERE run_id = %s FOR SHARE", (self.run_id,)
         ).fetchone()
-        if row is None or row[1] != self.token:
-            holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
-            raise LeaseLostError(
-                f"worker {self.owner!r} lost its lease on run {self.run_id!r} (claim {self.token}); "
-                f"{holder} holds it now: nothing was confirmed"
-            )
+        held_or_lost(row, self.token, f"worker {self.owner!r} lost its lease on run {self.run_id!r}")
+
+
+def held_or_lost(row: Any, token: int, lost: str) -> None:
+    """Raise :class:`~ledger.LeaseLostError` (``lost``, then who holds it) unless ``row`` holds ``token``.
+
+    ``row`` is a lease row's ``(owner, token)``, or None if there is none.
+    """
+    if row is None or row[1] != token:
+        holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
+        raise LeaseLostError(f"{lost} (claim {token}); {holder} holds it now: nothing was confirmed")
 
 
 class Fence(Protocol):

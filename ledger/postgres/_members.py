@@ -69,7 +69,7 @@ from streams.store import StreamRead, partition_name, single_error, type_name
 from .._committer import serving
 from .._errors import LeaseLostError
 from ._faults import find_cause
-from ._leases import FencedConnection
+from ._leases import FencedConnection, held_or_lost
 from ._store import RECONNECT_SECONDS, PgConnection
 from ._streams import PgStreamHooks
 from ._view import PgView
@@ -110,12 +110,8 @@ class PartitionLease(msgspec.Struct, frozen=True):
             " WHERE stream = %s AND grp = %s AND partition = %s FOR SHARE",
             (self.stream, self.group, self.partition),
         ).fetchone()
-        if row is None or row[1] != self.token:
-            holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
-            raise LeaseLostError(
-                f"member {self.owner!r} lost its lease on partition {self.partition} of {self.stream} for "
-                f"group {self.group!r} (claim {self.token}); {holder} holds it now: nothing was confirmed"
-            )
+        lost = f"member {self.owner!r} lost its lease on partition {self.partition} of {self.stream}"
+        held_or_lost(row, self.token, f"{lost} for group {self.group!r}")
 
 
 class _Tick(msgspec.Struct, frozen=True):
