@@ -172,6 +172,7 @@ class StreamCore(Generic[T]):
         # The lowest frontier the store confirmed for the groups reading here, read by a full
         # writer: groups read in another process (following the stream) ack there, not here.
         self._remote_floor = 0
+        self._reads_frontiers = isinstance(hooks, FollowHooks)  # a protocol check is slow: made once
         self.generation = opened.generation
         self.finished = opened.finished
         self.failed = opened.failed
@@ -287,19 +288,24 @@ class StreamCore(Generic[T]):
         """Wait for room for ``n`` messages; a full stream looks at the store's frontiers too.
 
         Its groups may be handled in other processes (:func:`streams.follow_stream`),
-        whose acks this endpoint only sees in the store: while full, it reads
-        them every :data:`FRONTIER_POLL_SECONDS` (a store that can, a
-        :class:`~streams.store.FollowHooks`).
+        whose acks this endpoint only sees in the store: while full, and some
+        group is not handled by a ``handle_messages`` of this process, it reads
+        them after every :data:`FRONTIER_POLL_SECONDS` without a change here
+        (a store that can, a :class:`~streams.store.FollowHooks`).
         """
         while self._unacked() + n > self.capacity and self._unacked() > 0:
             self.check_healthy()
-            if not isinstance(self.hooks, FollowHooks):
+            if not self._reads_frontiers or self._all_handled_here():
                 await self.wait_change()
                 continue
             with anyio.move_on_after(FRONTIER_POLL_SECONDS) as waited:
                 await self.wait_change()
             if waited.cancelled_caught:  # nothing changed here meanwhile: the acks may be elsewhere
                 await self._read_frontiers()
+
+    def _all_handled_here(self) -> bool:
+        """Whether every group still reading is handled in this process (its acks are seen here)."""
+        return all(g.claimed or g.stopped or g.left for g in self._group_list)
 
     async def _read_frontiers(self) -> None:
         request = StreamRead(
