@@ -35,6 +35,7 @@ from streams.store import StreamRead, type_name
 
 from ..pg_server import new_ledger_url
 from .partition_machine import NUMBERS, PARTITIONS, TOTALS, add, key_of, open_numbers, partition_of
+from .stateful import send_from
 
 #: Short leases, so that a dead member's partitions are taken over within a step or two.
 LEASE_SECONDS = 1.0
@@ -82,14 +83,7 @@ class MemberMachine(RuleBasedStateMachine):
     def append(self, k: int) -> None:
         first = len(self.values) + 1
         values = list(range(first, first + k))
-
-        async def send() -> None:
-            writer = self.numbers.writer()
-            for i, value in enumerate(values):
-                await writer.send(value, send_at=first + i)
-            await writer.flush()
-
-        self.portal.call(send)
+        self.portal.call(send_from, self.numbers, values, first)
         self.values.extend(values)
 
     @rule()

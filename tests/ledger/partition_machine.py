@@ -44,6 +44,7 @@ from streams import (
 from streams.testing import FaultyHooks
 
 from ..pg_server import new_ledger_url
+from .stateful import send_from
 
 NUMBERS = Key("numbers", Stream[int])
 PARTITIONS = 3
@@ -114,13 +115,7 @@ class PartitionStack:
         session.close()
 
     def send(self, values: list[int], first: int) -> None:
-        async def send() -> None:
-            writer = self.numbers.writer()
-            for i, value in enumerate(values):
-                await writer.send(value, send_at=first + i)
-            await writer.flush()
-
-        self.portal.call(send)
+        self.portal.call(send_from, self.numbers, values, first)
 
     def handle(self, partition: int, limit: int) -> None:
         async def run() -> None:

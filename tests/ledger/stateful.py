@@ -108,6 +108,14 @@ async def open_streams(scope: Any) -> tuple[ManagedStream[int], ManagedStream[in
     return numbers, sums
 
 
+async def send_from(stream: Any, values: list[int], first: int) -> None:
+    """Send ``values`` to ``stream`` as a resumable source does (the i-th at ``send_at=first + i``), flush."""
+    writer = stream.writer()
+    for i, value in enumerate(values):
+        await writer.send(value, send_at=first + i)
+    await writer.flush()
+
+
 class Stack:
     """One store, a scope on it and the two streams, across simulated process lifetimes."""
 
@@ -145,13 +153,7 @@ class Stack:
         session.close()
 
     def append(self, values: list[int], first: int) -> None:
-        async def send() -> None:
-            writer = self.numbers.writer()
-            for i, v in enumerate(values):
-                await writer.send(v, send_at=first + i)
-            await writer.flush()
-
-        self.portal.call(send)
+        self.portal.call(send_from, self.numbers, values, first)
 
     def finish(self) -> None:
         self.portal.call(self.numbers.writer().finish)
