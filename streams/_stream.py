@@ -169,9 +169,6 @@ class StreamCore(Generic[T]):
         self.capacity = capacity
         self.resumable = resumable
         self.partitions = partitions  # of the partitioned stream it is a partition of (0: none)
-        # The lowest frontier the store confirmed for the groups reading here, read by a full
-        # writer: groups read in another process (following the stream) ack there, not here.
-        self._remote_floor = 0
         self._reads_frontiers = isinstance(hooks, FollowHooks)  # a protocol check is slow: made once
         self.generation = opened.generation
         self.finished = opened.finished
@@ -265,12 +262,8 @@ class StreamCore(Generic[T]):
         groups = self._group_list
         if len(groups) == 1:
             group = groups[0]
-            local = self._confirmed if group.stopped or group.left else group.acked_through
-        else:
-            local = min(
-                (g.acked_through for g in groups if not (g.stopped or g.left)), default=self._confirmed
-            )
-        return local if local >= self._remote_floor else min(self._remote_floor, self._confirmed)
+            return self._confirmed if group.stopped or group.left else group.acked_through
+        return min((g.acked_through for g in groups if not (g.stopped or g.left)), default=self._confirmed)
 
     def leave(self, name: str) -> None:
         """Group ``name``'s reader concluded: the writer no longer waits for it to make room."""
@@ -317,13 +310,20 @@ class StreamCore(Generic[T]):
         )
         assert isinstance(self.hooks, FollowHooks)
         latest = await self.hooks.read_stream(request)  # a read: a failure confirms and changes nothing
-        if latest is not None:
-            reading = [f for f in latest.groups if not f.stopped]
-            floor = min((f.acked_through for f in reading), default=self._confirmed)
-            if floor > self._remote_floor:
-                self._remote_floor = floor
-                self._evict()
-                self.notify()
+        moved = False
+        for frontier in latest.groups if latest is not None else ():
+            group = self._groups[frontier.group]
+            # a group handled elsewhere: what the store confirmed is ahead of what this endpoint saw
+            if not group.claimed and frontier.acked_through > group.acked_through:
+                group.acked_through = frontier.acked_through
+                group.acked_above = [seq for seq in group.acked_above if seq > frontier.acked_through]
+                group.cursor = max(group.cursor, frontier.acked_through)
+                moved = True
+            if not group.claimed and frontier.stopped and not group.stopped:
+                group.stopped = moved = True
+        if moved:
+            self._evict()
+            self.notify()
 
     @property
     def done(self) -> bool:
