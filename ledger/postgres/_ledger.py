@@ -7,9 +7,6 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import anyio
-
-from .._committer import serving
 from .._errors import LeaseLostError, RunActiveError
 from .._format import run_id_bytes
 from .._graph_runs import GraphRunBook
@@ -20,7 +17,7 @@ from ._leased import holding
 from ._leases import claim_run
 from ._nodes import PgNodeHooks
 from ._runs import PgRunBook
-from ._store import RECONNECT_SECONDS, PgConnection
+from ._store import RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
 
 __all__ = ["PgBackend", "open_postgres"]
@@ -106,12 +103,5 @@ async def open_postgres(
     :class:`~ledger.LedgerUnreachableError`. A refusal (no such database or
     role, failed authentication) raises it at once.
     """
-    connection = PgConnection(url, reconnect_seconds=reconnect_seconds)
-    with anyio.CancelScope(shield=True):
-        await anyio.to_thread.run_sync(connection.connect)
-    try:
-        async with serving(connection):
-            yield Ledger(PgBackend(connection))
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(connection.close)
+    async with connected(PgConnection(url, reconnect_seconds=reconnect_seconds)) as connection:
+        yield Ledger(PgBackend(connection))

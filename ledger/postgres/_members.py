@@ -41,14 +41,13 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 import msgspec
 import psycopg
 
@@ -66,11 +65,10 @@ from streams import (
 )
 from streams.store import StreamRead, partition_name, single_error, type_name
 
-from .._committer import serving
 from .._errors import LeaseLostError
 from ._faults import find_cause
 from ._leases import FencedConnection, held_or_lost
-from ._store import RECONNECT_SECONDS, PgConnection
+from ._store import RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
 from ._view import PgView
 
@@ -221,7 +219,6 @@ class _Member:
         self,
         connection: PgConnection,
         coordination: PgConnection,
-        streams: PgStreamHooks,
         key: Key[Stream[Any]],
         handler: Callable[..., Any],
         options: dict[str, Any],
@@ -238,7 +235,6 @@ class _Member:
         self.connection = connection  # the ledger's records: serializable, each partition's fenced
         self.coordination = coordination  # the members' rows and leases, the polls: repeatable read
         self.reads = PgStreamHooks(coordination)
-        self.streams = streams  # unfenced: the member's reads of what is done
         self.key = key
         self.handler = handler
         self.options = options  # handle_messages' own
@@ -260,12 +256,7 @@ class _Member:
         # join, then wait a moment before taking a share: members started together (a deployment)
         # each take theirs at once, instead of the first taking every partition and handing most
         # of them over (Kafka's group.initial.rebalance.delay.ms is the same idea)
-        await self.coordination.call(
-            partial(
-                _renew, stream=self.stream, group=self.group, owner=self.owner, seconds=self.lease_seconds
-            ),
-            idempotent=True,
-        )
+        await self.renew()
         await anyio.sleep(min(self.lease_seconds / 3, UNSETTLED_SECONDS))
         with single_error():
             async with anyio.create_task_group() as tg:
@@ -279,14 +270,18 @@ class _Member:
                         await _any_stopped(self.held)
                 tg.cancel_scope.cancel()
 
-    async def round(self, tg: anyio.abc.TaskGroup) -> bool:
-        """Renew, give up what is no longer this member's, claim its share; whether all is done."""
-        tick = await self.coordination.call(
+    async def renew(self) -> _Tick:
+        """Renew this member's row (and so its leases); who is alive, and which leases it holds."""
+        return await self.coordination.call(
             partial(
                 _renew, stream=self.stream, group=self.group, owner=self.owner, seconds=self.lease_seconds
             ),
             idempotent=True,
         )
+
+    async def round(self, tg: anyio.abc.TaskGroup) -> bool:
+        """Renew, give up what is no longer this member's, claim its share; whether all is done."""
+        tick = await self.renew()
         ended = [part for part in self.held.values() if part.stopped.is_set()]
         finished = [part for part in ended if part.outcome == "done"]
         self.done.update(part.lease.partition for part in finished)
@@ -381,7 +376,7 @@ class _Member:
         for p in range(self.partitions):
             ref = StreamRef(scope=self.scope, node=self.node, key=partition_name(self.key.name, p))
             request = StreamRead(ref, type_name(self.key.item_type), (self.group,), self.partitions)
-            read = await self.streams.read_stream(request)
+            read = await self.reads.read_stream(request)
             if read is None or not read.finished or read.groups[0].acked_through < read.appended:
                 return False
         return True
@@ -429,7 +424,6 @@ async def consume(
         member = _Member(
             records,
             coordination,
-            PgStreamHooks(records),
             key,
             handler,
             {"keyed": keyed, "attempts": attempts, "backoff": backoff},
@@ -451,32 +445,22 @@ async def consume(
 
 def _acked(reader: StreamReader[Any]) -> int:
     """How many messages of the stream ``reader``'s group has acknowledged, as this process knows."""
-    [group] = reader.stream.snapshot().groups
-    return group.acked_through + (reader.stream.snapshot().appended - group.acked_through - group.pending)
+    snapshot = reader.stream.snapshot()
+    return snapshot.appended - snapshot.groups[0].pending
 
 
-@asynccontextmanager
-async def _connection(url: str, reconnect_seconds: float) -> AsyncIterator[PgConnection]:
-    """A second connection to the ledger, repeatable read, for what confirms no record.
+def _connection(url: str, reconnect_seconds: float) -> AbstractAsyncContextManager[PgConnection]:
+    """A connection of a member, repeatable read (docs/postgres.md says why that is enough).
 
-    The members' rows and leases (each statement touches the rows it names:
-    a member's, one partition's lease) and the reads of the partitions'
-    messages (one snapshot each) need no serializable transaction. In one,
-    they would take predicate locks that PostgreSQL keeps per page once a
-    transaction reads more than a few rows of it, and pages hold the rows of
-    every partition: members would abort each other's commits.
+    Serializable, members of different partitions would abort each other:
+    PostgreSQL keeps a transaction's predicate locks per page once it reads
+    more than a few rows of it, and pages hold the rows of every partition.
     """
-    connection = PgConnection(
-        url, reconnect_seconds=reconnect_seconds, isolation=psycopg.IsolationLevel.REPEATABLE_READ
+    return connected(
+        PgConnection(
+            url, reconnect_seconds=reconnect_seconds, isolation=psycopg.IsolationLevel.REPEATABLE_READ
+        )
     )
-    with anyio.CancelScope(shield=True):
-        await anyio.to_thread.run_sync(connection.connect)
-    try:
-        async with serving(connection):
-            yield connection
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(connection.close)
 
 
 async def _stop(parts: list[_Held]) -> None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
@@ -33,7 +34,7 @@ import psycopg
 from streams import StreamRef
 from streams.store import ATTR
 
-from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter, ServesWrites
+from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter, ServesWrites, serving
 from .._errors import LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import (
     CONFLICTS,
@@ -48,7 +49,7 @@ from ._schema import ensure_schema
 from ._verify import verify_streams
 from ._view import PgView
 
-__all__ = ["Calls", "PgConnection", "connect", "describe_url"]
+__all__ = ["Calls", "PgConnection", "connect", "connected", "describe_url"]
 
 
 class Calls(Protocol):
@@ -442,3 +443,17 @@ class PgConnection(ServesWrites["_Call"]):
 
 class _WriteRefused(Exception):
     """A shared transaction's write failed: run its calls again, each in a transaction of its own."""
+
+
+@asynccontextmanager
+async def connected(connection: PgConnection) -> AsyncIterator[PgConnection]:
+    """``connection`` connected (in a thread: the event loop never waits on the server) and serving
+    its calls for the block, then closed."""
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(connection.connect)
+    try:
+        async with serving(connection):
+            yield connection
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(connection.close)
