@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from contextlib import AbstractAsyncContextManager
 from hashlib import blake2b
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ledger import open_ledger
-from ledger.postgres import open_postgres
 from streams import (
     CheckpointError,
     Key,
     KeyedState,
-    MemoryStore,
     MessageTx,
     PartitionedStream,
     Stream,
@@ -43,8 +39,7 @@ from streams import (
 )
 from streams.testing import FaultyHooks
 
-from ..pg_server import new_ledger_url
-from .stateful import send_from
+from .stateful import StoreLifetimes, send_from
 
 NUMBERS = Key("numbers", Stream[int])
 PARTITIONS = 3
@@ -83,36 +78,11 @@ async def open_numbers(scope: Any) -> PartitionedStream[int]:
     return opened
 
 
-class PartitionStack:
+class PartitionStack(StoreLifetimes):
     """One store, a scope on it and the partitioned stream, across simulated process lifetimes."""
 
-    def __init__(self, kind: str, portal: BlockingPortal, path: Path) -> None:
-        self.kind = kind
-        self.portal = portal
-        self.path = path
-        self.url = new_ledger_url() if kind == "postgres" else ""
-        self.memory = MemoryStore()
-        self.session: contextlib.ExitStack | None = None
-
-    def opening(self) -> AbstractAsyncContextManager[Any]:
-        return open_postgres(self.url) if self.kind == "postgres" else open_ledger(self.path)
-
     def open(self) -> None:
-        session = contextlib.ExitStack()
-        if self.kind == "memory":
-            self.hooks: StreamHooks = self.memory
-        else:
-            self.hooks = session.enter_context(self.portal.wrap_async_context_manager(self.opening())).streams
-        scope = session.enter_context(
-            self.portal.wrap_async_context_manager(open_scope(self.hooks, scope="pm"))
-        )
-        self.numbers: PartitionedStream[int] = self.portal.call(open_numbers, scope)
-        self.session = session
-
-    def close(self) -> None:
-        assert self.session is not None
-        session, self.session = self.session, None
-        session.close()
+        self.numbers: PartitionedStream[int] = self.portal.call(open_numbers, self.open_scope("pm"))
 
     def send(self, values: list[int], first: int) -> None:
         self.portal.call(send_from, self.numbers, values, first)

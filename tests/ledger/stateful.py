@@ -116,8 +116,8 @@ async def send_from(stream: Any, values: list[int], first: int) -> None:
     await writer.flush()
 
 
-class Stack:
-    """One store, a scope on it and the two streams, across simulated process lifetimes."""
+class StoreLifetimes:
+    """One store across simulated process lifetimes: each ``open_scope`` is a new one, ``close`` ends it."""
 
     def __init__(self, kind: str, portal: BlockingPortal, path: Path) -> None:
         self.kind = kind
@@ -126,13 +126,13 @@ class Stack:
         self.url = new_ledger_url() if kind == "postgres" else ""
         self.memory = MemoryStore()
         self.session: contextlib.ExitStack | None = None
-        self.opens = 0
 
     def opening(self) -> AbstractAsyncContextManager[Any]:
         """Opens the durable store again: a new process lifetime on the same ledger."""
         return open_postgres(self.url) if self.kind == "postgres" else open_ledger(self.path)
 
-    def open(self) -> None:
+    def open_scope(self, name: str) -> Any:
+        """A new lifetime: the store opened again (the same MemoryStore), and scope ``name`` on it."""
         session = contextlib.ExitStack()
         if self.kind in ("lmdb", "postgres"):
             ledger = session.enter_context(self.portal.wrap_async_context_manager(self.opening()))
@@ -140,17 +140,28 @@ class Stack:
         else:
             self.hooks = self.memory
         scope = session.enter_context(
-            self.portal.wrap_async_context_manager(open_scope(self.hooks, scope="m"))
+            self.portal.wrap_async_context_manager(open_scope(self.hooks, scope=name))
         )
-        self.numbers, self.sums = self.portal.call(open_streams, scope)
-        self.opens += 1
         self.session = session
+        return scope
 
     def close(self) -> None:
         """End this process lifetime: leave the scope and close the store."""
         assert self.session is not None
         session, self.session = self.session, None
         session.close()
+
+
+class Stack(StoreLifetimes):
+    """One store, a scope on it and the two streams, across simulated process lifetimes."""
+
+    def __init__(self, kind: str, portal: BlockingPortal, path: Path) -> None:
+        super().__init__(kind, portal, path)
+        self.opens = 0
+
+    def open(self) -> None:
+        self.numbers, self.sums = self.portal.call(open_streams, self.open_scope("m"))
+        self.opens += 1
 
     def append(self, values: list[int], first: int) -> None:
         self.portal.call(send_from, self.numbers, values, first)
