@@ -84,21 +84,23 @@ async def test_a_followed_stream_is_handled_as_its_writer_appends_and_ends_with_
         async def add(tx: object, value: int) -> None:
             seen.append(value)
 
-        async with follow_stream(
-            hooks, NUMBERS, scope="follow", node="src", group="g", poll_seconds=0.01
-        ) as r:
-            for i in range(1, 4):
-                await writer.send(i)
-            await writer.flush()
-            async with anyio.create_task_group() as tg:
+        # a writer that never saw the follower's acks would wait forever: fail instead
+        with anyio.fail_after(30):
+            async with follow_stream(
+                hooks, NUMBERS, scope="follow", node="src", group="g", poll_seconds=0.01
+            ) as r:
+                for i in range(1, 4):
+                    await writer.send(i)
+                await writer.flush()
+                async with anyio.create_task_group() as tg:
 
-                async def rest() -> None:  # past its capacity: it reads the follower's acks in the store
-                    for i in range(4, 21):
-                        await writer.send(i)
-                    await writer.finish()
+                    async def rest() -> None:  # past its capacity: it reads the follower's acks in the store
+                        for i in range(4, 21):
+                            await writer.send(i)
+                        await writer.finish()
 
-                tg.start_soon(rest)
-                result = await handle_messages(r, add)
+                    tg.start_soon(rest)
+                    result = await handle_messages(r, add)
         assert result.handled == 20 and seen == list(range(1, 21))
         read = await _follow(hooks).read_stream(StreamRead(stream.ref, INT, ("g",)))
         assert read is not None and read.finished and read.groups[0].acked_through == 20

@@ -177,6 +177,32 @@ async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_u
         await PgStreamHooks(FencedConnection(connection, new)).commit([commit])  # the holder's is taken
 
 
+async def test_a_process_restarted_under_its_name_fences_the_one_before_it(postgres_url: str) -> None:
+    """Its own lease is claimed again, its member row alive: the token rises, the earlier one is refused."""
+    await shop.produce(postgres_url, 40, CUSTOMERS)
+    stream = "shop/checkout/orders"
+    execute(
+        postgres_url,
+        "INSERT INTO streamledger_members VALUES (%s, 'totals', 'host:1', now() + interval '1 min')",
+        (stream,),
+    )
+    async with open_postgres(postgres_url) as ledger:
+        connection = ledger.backend.connection
+        claim = partial(_claim, stream=stream, group="totals", owner="host:1", partitions=[0])
+        [before] = await connection.call(claim)
+        [after] = await connection.call(claim)  # the same name, alive: a restart of that process
+        assert (before.token, after.token) == (1, 2)
+        ref = StreamRef("shop", "checkout", "orders#0")
+        read = await ledger.backend.streams.read_stream(
+            StreamRead(ref, "customer_members.Order", ("totals",), 4)
+        )
+        assert read is not None
+        commit = MessageCommit(message=MessageRef(ref, "totals", read.generation, 1))
+        with pytest.raises(LeaseLostError, match="'host:1' \\(claim 2\\) holds it now"):
+            await PgStreamHooks(FencedConnection(connection, before)).commit([commit])
+        await PgStreamHooks(FencedConnection(connection, after)).commit([commit])
+
+
 async def test_a_member_started_after_the_writer_finished_handles_everything(postgres_url: str) -> None:
     await shop.produce(postgres_url, N, CUSTOMERS)
     events = Events()
