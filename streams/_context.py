@@ -25,8 +25,15 @@ import msgspec
 from ._codec import codec_for
 from ._errors import OutputError, SkippedInputError
 from ._graph import NodeDef, SubDef
-from ._handle import Handler, HandleResult, handle_messages
+from ._handle import Handler, HandleResult, PartitionedResult, handle_messages
 from ._keys import Key, NoValue, NoValueType, Stream
+from ._partitions import (
+    PartitionedReader,
+    PartitionedStream,
+    PartitionedWriter,
+    check_endpoint,
+    partitions_of,
+)
 from ._store._node_records import CheckpointAttempt
 from ._stream import ManagedStream, StreamReader, StreamWriter
 
@@ -215,17 +222,43 @@ class NodeContext:
 
     def writer(self, key: Key[Stream[T]]) -> StreamWriter[T]:
         """The writer of stream ``key``, which this node provides; the stream ends with the node."""
-        if not key.is_stream or key not in self._member.provides:
-            raise OutputError(f"node {self.node!r} does not write stream {key!r}: it is not in its provides")
-        stream: ManagedStream[T] = self._level.slots[key].value
+        stream = self._written(key, partitioned=False)
+        assert isinstance(stream, ManagedStream)
+        return stream.writer()
+
+    def partitioned_writer(self, key: Key[Stream[T]]) -> PartitionedWriter[T]:
+        """The writer of partitioned stream ``key``, which this node provides: each message goes to its
+        key's partition (:class:`~streams.PartitionedWriter`); every partition ends with the node."""
+        stream = self._written(key, partitioned=True)
+        assert isinstance(stream, PartitionedStream)
         return stream.writer()
 
     def reader(self, key: Key[Stream[T]]) -> StreamReader[T]:
         """A reader of stream ``key``, which this node requires, in the node's own consumer group."""
+        stream = self._read(key, partitioned=False)
+        assert isinstance(stream, ManagedStream)
+        return stream.reader(self.group)
+
+    def partitioned_reader(self, key: Key[Stream[T]]) -> PartitionedReader[T]:
+        """The readers of partitioned stream ``key``, which this node requires, one per partition, in the
+        node's own consumer group: give it to :func:`~streams.handle_messages`."""
+        stream = self._read(key, partitioned=True)
+        assert isinstance(stream, PartitionedStream)
+        return stream.reader(self.group)
+
+    def _written(self, key: Key[Any], *, partitioned: bool) -> ManagedStream[Any] | PartitionedStream[Any]:
+        if not key.is_stream or key not in self._member.provides:
+            raise OutputError(f"node {self.node!r} does not write stream {key!r}: it is not in its provides")
+        check_endpoint(key, partitioned, "ctx.writer", "ctx.partitioned_writer")
+        stream: ManagedStream[Any] | PartitionedStream[Any] = self._level.slots[key].value
+        return stream
+
+    def _read(self, key: Key[Any], *, partitioned: bool) -> ManagedStream[Any] | PartitionedStream[Any]:
         if not key.is_stream or key not in self._member.requires:
             raise KeyError(f"node {self.node!r} does not read stream {key!r}: it is not in its requires")
-        stream: ManagedStream[T] = self._level.slots[key].value
-        return stream.reader(self.group)
+        check_endpoint(key, partitioned, "ctx.reader", "ctx.partitioned_reader")
+        stream: ManagedStream[Any] | PartitionedStream[Any] = self._level.slots[key].value
+        return stream
 
     async def handle_messages(
         self, key: Key[Stream[T]], handler: Handler[Any, T], **options: Any
@@ -238,14 +271,12 @@ class NodeContext:
         node's outputs: published at once in ordinary mode, with the node's
         record in checkpoint mode. ``options`` are ``handle_messages``'s;
         ``dead_letter`` may name a stream key this node provides (its writer).
+        A partitioned stream is handled with :meth:`handle_partitions`.
         """
-        for name in ("node", "parent_attempt"):
-            if name in options:
-                raise TypeError(f"ctx.handle_messages supplies {name}= itself")
-        if isinstance(options.get("dead_letter"), Key):
-            options["dead_letter"] = self.writer(options["dead_letter"])
+        parent = self._handle_options(options)
+        if key.partitions is not None:
+            check_endpoint(key, False, "ctx.handle_messages", "ctx.handle_partitions")
         reader = self.reader(key)
-        parent = self._scopes[-1] if self._scopes else ""
         result: HandleResult[Any] = await handle_messages(reader, handler, parent_attempt=parent, **options)
         provided = {k.name: k for k in self._member.provides if not k.is_stream}
         for name in result.result_names():
@@ -261,6 +292,50 @@ class NodeContext:
             elif not self._level.slots[out].settled:
                 self._put(out, value, payload)
         return result
+
+    async def handle_partitions(
+        self,
+        key: Key[Stream[T]],
+        handler: Handler[Any, T],
+        *,
+        concurrency: int | None = None,
+        **options: Any,
+    ) -> PartitionedResult[Any]:
+        """:meth:`handle_messages` on partitioned stream ``key``: every partition at once, in order each.
+
+        ``concurrency=K`` makes K members of this node's group, member ``m``
+        handling the partitions ``p % K == m`` one message at a time (as
+        :func:`~streams.handle_messages` does); the default is a member per
+        partition. Each partition keeps its own frontier, budgets, state and
+        keyed state, owned by this attempt of the node. Partitions have no
+        order among them, so the handler sets no node results (``tx.set``
+        ends the node with :class:`~streams.OutputError`): keep what is per
+        key in keyed state (``keyed=``), and set the node's outputs from the
+        partitions' states (``result.partitions[p].state``) once it returns.
+        """
+        parent = self._handle_options(options)
+        reader = self.partitioned_reader(key)
+        result: PartitionedResult[Any] = await handle_messages(
+            reader, handler, parent_attempt=parent, concurrency=concurrency, **options
+        )
+        for part in result.partitions:
+            names = part.result_names()
+            if names:
+                raise OutputError(
+                    f"node {self.node!r}: its message handler set result {names[0]!r} on partitioned "
+                    f"stream {key!r}, whose partitions have no order among them: set the node's outputs "
+                    "once handle_partitions returns, from the partitions' states"
+                )
+        return result
+
+    def _handle_options(self, options: dict[str, Any]) -> str:
+        """Check a handle call's ``options`` (a dead-letter key becomes its writer); the parent attempt."""
+        for name in ("node", "parent_attempt"):
+            if name in options:
+                raise TypeError(f"ctx.handle_messages supplies {name}= itself")
+        if isinstance(options.get("dead_letter"), Key):
+            options["dead_letter"] = self.writer(options["dead_letter"])
+        return self._scopes[-1] if self._scopes else ""
 
     def skip_node(self) -> None:
         """End the node here as skipped (not failed): what it did not set is skipped."""
@@ -317,8 +392,9 @@ class NodeContext:
         if isinstance(self._member, NodeDef):
             for key in self._member.streams:
                 stream = self._level.slots[key].value
-                if isinstance(stream, ManagedStream):
-                    await stream._core.flush()
+                if isinstance(stream, (ManagedStream, PartitionedStream)):
+                    for part in partitions_of(stream):
+                        await part._core.flush()
 
     async def _within(self, scope: str, proceed: Callable[[], Awaitable[None]], *, index: int) -> None:
         """Run ``proceed`` as attempt ``scope`` (index ``index`` of its boundary): what it opens (inner

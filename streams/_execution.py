@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -56,6 +56,13 @@ from ._keys import Key, NoValue, NoValueType, Stream, check_name, type_name
 from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
 from ._outcome import accept, interrupted, is_fault
+from ._partitions import (
+    PartitionedReader,
+    PartitionedStream,
+    PartitionedWriter,
+    check_endpoint,
+    partitions_of,
+)
 from ._plan import RestoredNode, check_plan, encode_outputs
 from ._store._hooks import CheckpointHooks, StreamHooks, check_stream_hooks
 from ._store._layouts import StreamDescriptor
@@ -94,6 +101,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+#: The endpoint of a stream key in the tree: a stream, or a partitioned stream over its partitions.
+GraphStream = ManagedStream[Any] | PartitionedStream[Any]
 #: The node name of the streams a host writes (the root's stream inputs): ``{scope}/host/{key}``.
 HOST = "host"
 NodeStatus = Literal["waiting", "running", "completed", "skipped", "failed", "cancelled"]
@@ -372,7 +381,7 @@ class _Level:
         attempt: str,
         reason: Conclusion,
         staged: Mapping[Key[Any], tuple[Any, bytes | None]],
-        owned: Mapping[Key[Any], ManagedStream[Any]],
+        owned: Mapping[Key[Any], GraphStream],
     ) -> None:
         """Ordinary mode: the node is done. Checkpoint mode: stage its record for the node commits.
 
@@ -384,7 +393,7 @@ class _Level:
         """
         if not attempt:
             try:
-                for stream in owned.values():
+                for stream in _parts(owned):
                     await stream._core.end(failed=False)
             except Exception as exc:
                 self._finish(member, "failed", settle=False)
@@ -393,20 +402,20 @@ class _Level:
             self._finish(member, reason)
             return
         try:
-            for stream in owned.values():
+            for stream in _parts(owned):
                 await stream._core.flush()
         except CheckpointError:
             self._finish(member, "failed", settle=False)
             return
         refs: dict[Key[Any], tuple[StreamRef, Terminal]] = {
-            key: (stream._core.ref, "finished")
+            key: (_ref(stream), "finished")
             for key, stream in owned.items()  # ends with this record
         }
         for key in member.provides:  # a Sub's record names the source of each stream it exposes
             if key.is_stream and key not in refs:
                 await self.slots[key].arrived.wait()  # opened by its source, which may still be running
-                source = self.slots[key].value._core
-                refs[key] = (source.ref, "failed" if source.failed else "finished" if source.finished else "")
+                source: GraphStream = self.slots[key].value
+                refs[key] = (_ref(source), _terminal(source))
         if (owned or any(key.is_stream for key in member.provides)) and interrupted():
             await self._interrupted(member)  # cancelled while its streams settled: no record is staged
             return
@@ -414,7 +423,7 @@ class _Level:
         record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
         ends = tuple(
             StreamFinish(s._core.ref, s._core.generation, failed=False)
-            for s in owned.values()
+            for s in _parts(owned)
             if not s._core.done
         )
         commit = CheckpointCommit(self.scope, attempt, record, ends)
@@ -428,7 +437,7 @@ class _Level:
 
     def landed(self, staged: StagedNode) -> None:
         """``staged``'s record is confirmed: its streams end, its outputs are published, it finishes."""
-        for stream in staged.owned.values():
+        for stream in _parts(staged.owned):
             stream._core.confirmed_end(failed=False)
         self._publish(staged.member, staged.values)
         self._finish(staged.member, staged.reason)
@@ -437,11 +446,11 @@ class _Level:
         """``staged``'s record may or may not be in the store: nothing is published, resume will tell."""
         self._finish(staged.member, "failed", settle=False)
 
-    async def _open_streams(self, member: NodeDef | SubDef) -> dict[Key[Any], ManagedStream[Any]]:
+    async def _open_streams(self, member: NodeDef | SubDef) -> dict[Key[Any], GraphStream]:
         """Open the streams ``member`` writes and hand their endpoints to the readers."""
         if not isinstance(member, NodeDef) or not member.streams:
             return {}
-        owned: dict[Key[Any], ManagedStream[Any]] = {}
+        owned: dict[Key[Any], GraphStream] = {}
         for key in member.streams:
             ref = StreamRef(self.stream_scope, member.name, key.name)
             owned[key] = await self.execution._endpoint(ref, self.stream_plan(key), self.scope)
@@ -474,10 +483,10 @@ class _Level:
                 )
             held = None if own is not None else await self._verify_alias(member, reference, plan)
             if held is not None and reference.terminal == "failed":  # no Open, no messages
-                self.slots[key].settle(self.execution._failed_endpoint(ref, plan, held.generation))
+                self.slots[key].settle(self.execution._failed_endpoint(ref, plan, held))
                 continue
             stream = await self.execution._endpoint(ref, plan, self.scope)
-            if reference.terminal == "finished" and not stream._core.finished:
+            if reference.terminal == "finished" and not all(p._core.finished for p in partitions_of(stream)):
                 raise self.execution._latch(
                     CheckpointError(
                         f"stream {ref} was recorded finished by {'/'.join((*self.path, member.name))!r} but "
@@ -488,8 +497,11 @@ class _Level:
 
     async def _verify_alias(
         self, member: NodeDef | SubDef, reference: CheckpointOutput, plan: StreamPlan
-    ) -> StreamDescriptor:
-        """The descriptor of the stream a restored Sub's record names, once verified; else a latched error.
+    ) -> tuple[StreamDescriptor, ...]:
+        """The descriptors of the stream a restored Sub's record names, once verified; else a latched error.
+
+        One descriptor, or one per partition of a partitioned stream (each
+        partition is verified as a stream would be).
 
         Its scope must be one the wiring leads to: the scope of the level
         its writer lives in, a child scope (of some attempt of each mount in
@@ -525,26 +537,38 @@ class _Level:
                 else f"but this level's scope {self.scope!r} is not a child scope the store's rules give"
             )
         hooks = self.execution._stream_hooks()
-        held = await self.execution._reliable("describe", lambda _: hooks.describe(ref))
-        if held is None:
-            raise refused("which the store never had")
-        if held.type_name != type_name(plan.key.item_type):
-            raise refused(f"which holds {held.type_name} messages, not the {plan.key!r} of its wiring")
-        endpoint = self.execution._streams.get(ref)
-        if endpoint is not None and held.generation < endpoint._core.generation:
-            raise refused(
-                f"which the store holds at generation {held.generation}, older than the "
-                f"{endpoint._core.generation} this execution has it open at"
-            )
-        state = "failed" if held.failed else "finished" if held.finished else "active"
-        if (reference.terminal == "failed" and not held.failed) or (
-            reference.terminal == "finished" and not held.finished
-        ):
-            raise refused(
-                f"which the store holds {state} (generation {held.generation}): a failed reference must "
-                "be its source's confirmed failure, and a known terminal never regresses"
-            )
-        return held
+        key = plan.key
+        refs = (ref,) if key.partitions is None else tuple(ref.partition(p) for p in range(key.partitions))
+        found: list[StreamDescriptor] = []
+        for part in refs:
+
+            def describe(_: CheckpointHooks, part: StreamRef = part) -> Awaitable[StreamDescriptor | None]:
+                return hooks.describe(part)
+
+            held = await self.execution._reliable("describe", describe)
+            which = "which" if part == ref else f"whose partition {part}"
+            if held is None:
+                raise refused(f"{which} the store never had")
+            if held.type_name != type_name(key.item_type):
+                raise refused(f"{which} holds {held.type_name} messages, not the {key!r} of its wiring")
+            if held.partitions != (key.partitions or 0):
+                raise refused(f"{which} the store holds as a partition of {held.partitions}, not as {key!r}")
+            endpoint = self.execution._streams.get(part)
+            if endpoint is not None and held.generation < endpoint._core.generation:
+                raise refused(
+                    f"{which} the store holds at generation {held.generation}, older than the "
+                    f"{endpoint._core.generation} this execution has it open at"
+                )
+            state = "failed" if held.failed else "finished" if held.finished else "active"
+            if (reference.terminal == "failed" and not held.failed) or (
+                reference.terminal == "finished" and not held.finished
+            ):
+                raise refused(
+                    f"{which} the store holds {state} (generation {held.generation}): a failed reference "
+                    "must be its source's confirmed failure, and a known terminal never regresses"
+                )
+            found.append(held)
+        return tuple(found)
 
     def stream_plan(self, key: Key[Any]) -> StreamPlan:
         return self.execution._plans[(self.path, key.name)]
@@ -704,18 +728,38 @@ def _level_scope(scope: str, mounts: Sequence[str]) -> str | None:
 
 def _leave_groups(groups: list[str]) -> Callable[[Any], None]:
     def leave(stream: Any) -> None:
-        if isinstance(stream, ManagedStream):
-            for group in groups:
-                stream._core.leave(group)
+        if isinstance(stream, (ManagedStream, PartitionedStream)):
+            for part in partitions_of(stream):
+                for group in groups:
+                    part._core.leave(group)
 
     return leave
 
 
-async def _fail_streams(owned: Mapping[Key[Any], ManagedStream[Any]]) -> None:
+async def _fail_streams(owned: Mapping[Key[Any], GraphStream]) -> None:
     """Confirm a failed writer's streams as failed (a failure to do so is latched by the stream)."""
-    for stream in owned.values():
+    for stream in _parts(owned):
         with contextlib.suppress(CheckpointError):
             await stream._core.end(failed=True)
+
+
+def _parts(owned: Mapping[Key[Any], GraphStream]) -> Iterator[ManagedStream[Any]]:
+    """The streams of the endpoints ``owned``: each partition of a partitioned one."""
+    for stream in owned.values():
+        yield from partitions_of(stream)
+
+
+def _ref(stream: GraphStream) -> StreamRef:
+    """What a node record names: the stream, or a partitioned stream's own ref (its partitions follow)."""
+    return stream.ref if isinstance(stream, PartitionedStream) else stream._core.ref
+
+
+def _terminal(stream: GraphStream) -> Terminal:
+    """A source's terminal as a Sub's record names it: failed if a partition failed, finished if all did."""
+    parts = partitions_of(stream)
+    if any(p._core.failed for p in parts):
+        return "failed"
+    return "finished" if all(p._core.finished for p in parts) else ""
 
 
 def _feed(slot: Slot) -> Callable[[Any], None]:
@@ -801,7 +845,8 @@ class Execution:
         self._plan: dict[str, RestoredNode] = {}
         self._records: tuple[NodeCheckpoint, ...] = ()
         self._stream_capacity = stream_capacity
-        self._streams: dict[StreamRef, ManagedStream[Any]] = {}  # one endpoint per stream of the tree
+        self._streams: dict[StreamRef, ManagedStream[Any]] = {}  # every stream of the tree, partitions too
+        self._endpoints: dict[StreamRef, GraphStream] = {}  # one endpoint per stream key of the tree
         self._opening: dict[StreamRef, anyio.Event] = {}
         self._plans = dict(graph.stream_plans())
         self._host_groups = _host_groups(graph, self._plans, dict(host_readers or {}))
@@ -895,12 +940,25 @@ class Execution:
         (``resumable_inputs``) and goes on from ``writer.position``. The
         host ends the stream with ``await writer.finish()`` (or ``fail()``).
         """
+        self._host_input(key, partitioned=False)
+        stream = await self._root_stream(key)
+        assert isinstance(stream, ManagedStream)
+        return stream.writer()
+
+    async def host_partitioned_writer(self, key: Key[Stream[T]]) -> PartitionedWriter[T]:
+        """The writer of partitioned stream input ``key`` of the root graph: :meth:`host_writer`'s rules,
+        each message sent to its key's partition (:class:`~streams.PartitionedWriter`)."""
+        self._host_input(key, partitioned=True)
+        stream = await self._root_stream(key)
+        assert isinstance(stream, PartitionedStream)
+        return stream.writer()
+
+    def _host_input(self, key: Key[Any], *, partitioned: bool) -> None:
         if not (key.is_stream and key in self.graph.inputs):
             raise GraphError(
                 f"{key!r} is not a stream input of graph {self.graph.name!r}: only those have a host writer"
             )
-        stream: ManagedStream[T] = await self._root_stream(key)
-        return stream.writer()
+        check_endpoint(key, partitioned, "host_writer", "host_partitioned_writer")
 
     async def host_reader(self, key: Key[Stream[T]], group: str) -> StreamReader[T]:
         """A reader of outlet ``key`` of the root graph in the host's consumer group ``group``.
@@ -910,15 +968,28 @@ class Execution:
         :func:`~streams.handle_messages` (acknowledgements confirmed in the
         store, in the host's own task and contexts) or ``receive``/``ack``.
         """
+        self._host_group(key, group, partitioned=False)
+        stream = await self._root_stream(key)
+        assert isinstance(stream, ManagedStream)
+        return stream.reader(group)
+
+    async def host_partitioned_reader(self, key: Key[Stream[T]], group: str) -> PartitionedReader[T]:
+        """The readers of partitioned outlet ``key`` in the host's group ``group``, one per partition
+        (:meth:`host_reader`'s rules): give it to :func:`~streams.handle_messages`."""
+        self._host_group(key, group, partitioned=True)
+        stream = await self._root_stream(key)
+        assert isinstance(stream, PartitionedStream)
+        return stream.reader(group)
+
+    def _host_group(self, key: Key[Any], group: str, *, partitioned: bool) -> None:
         if group not in self._host_groups.get(key, ()):
             raise GraphError(
                 f"{key!r} has no host group {group!r} in this execution: name it in "
                 f"Execution(host_readers={{{key!r}: [{group!r}]}})"
             )
-        stream: ManagedStream[T] = await self._root_stream(key)
-        return stream.reader(group)
+        check_endpoint(key, partitioned, "host_reader", "host_partitioned_reader")
 
-    async def _root_stream(self, key: Key[Any]) -> ManagedStream[Any]:
+    async def _root_stream(self, key: Key[Any]) -> GraphStream:
         """The root's endpoint of stream ``key``, once open; the execution's failure if it ended first."""
         if self._status == "created":
             raise RuntimeError("start the execution first: `async with execution:`")
@@ -932,7 +1003,7 @@ class Execution:
 
                 tg.start_soon(until, slot.arrived)
                 tg.start_soon(until, self._done)
-        if not isinstance(slot.value, ManagedStream):
+        if not isinstance(slot.value, (ManagedStream, PartitionedStream)):
             if self._failure is not None:
                 raise self._failure
             raise ExecutionCancelledError(
@@ -1025,20 +1096,22 @@ class Execution:
 
     async def _endpoint(
         self, ref: StreamRef, plan: StreamPlan, scope: str, *, host: bool = False
-    ) -> ManagedStream[Any]:
+    ) -> GraphStream:
         """The one endpoint of stream ``ref`` in the tree: opened by the first alias to need it, then shared.
 
         ``scope`` is the checkpoint scope of the level asking ("" in ordinary
         mode). The stream is opened with its writer's promise and every
         group of the tree that reads it, the host's included. ``host``: the
         host writes it (a stream input of the root), with the promise given
-        in ``resumable_inputs``, and ends it itself.
+        in ``resumable_inputs``, and ends it itself. A partitioned stream's
+        key opens each partition (``key#p``, :func:`~streams.partition_name`)
+        as a stream of its own, in order, and is one endpoint over them.
         """
         while (opening := self._opening.get(ref)) is not None:
             await opening.wait()
-        existing = self._streams.get(ref)
+        existing = self._endpoints.get(ref)
         if existing is not None:
-            if existing.key.item_type != plan.key.item_type:
+            if existing.key != plan.key:
                 raise self._latch(
                     CheckpointError(f"stream {ref} is open with {existing.key!r}, not {plan.key!r}")
                 )
@@ -1050,54 +1123,105 @@ class Execution:
                 if host
                 else plan.writer is not None and plan.writer.resumable
             )
-            request = StreamOpen(
-                ref=ref,
-                type_name=type_name(plan.key.item_type),
-                capacity=self._stream_capacity,
-                groups=plan.groups,
-                resumable=resumable,
-            )
-            hooks = self._stream_hooks()
-            if scope:
-                opened = await self._reliable("open", lambda _: hooks.open(request))
+            key = plan.key
+            if key.partitions is None:
+                stream: GraphStream = await self._open_one(key, ref, plan.groups, scope, resumable, host, 0)
             else:
-                opened = await hooks.open(request)
-            core: StreamCore[Any] = StreamCore(
-                self._spawn,
-                hooks,
-                plan.key,
-                ref,
-                opened,
-                capacity=self._stream_capacity,
-                resumable=resumable,
-                on_latch=self._latch,
-                node_owned=not host,
-            )
-            stream: ManagedStream[Any] = ManagedStream(core)
-            self._streams[ref] = stream
+                parts = []
+                for p in range(key.partitions):
+                    part_ref = ref.partition(p)
+                    part_key: Key[Any] = Key(part_ref.key, key.type)
+                    groups, count = plan.groups, key.partitions
+                    part = await self._open_one(part_key, part_ref, groups, scope, resumable, host, count)
+                    parts.append(part)
+                assert key.partition_key is not None  # a partitioned key has its function
+                stream = PartitionedStream(key, ref, tuple(parts), key.partition_key)
+            self._endpoints[ref] = stream
             return stream
         finally:
             del self._opening[ref]
             done.set()
 
-    def _failed_endpoint(self, ref: StreamRef, plan: StreamPlan, generation: int) -> ManagedStream[Any]:
-        """A local, read-only endpoint of a source whose failure a restored Sub alias recorded.
-
-        The store confirmed the failure (at ``generation``, see
-        :meth:`_Level._verify_alias`). No Open is made and it holds no
-        message: receiving raises :class:`StreamFailedError`, and sending or
-        acknowledging is refused (its hooks are never called). An endpoint
-        the tree opened for the same stream is shared instead.
-        """
-        existing = self._streams.get(ref)
-        if existing is not None:
-            return existing
-        opened = StreamOpened.empty(ref, plan.groups, generation=generation, failed=True)
+    async def _open_one(
+        self,
+        key: Key[Any],
+        ref: StreamRef,
+        groups: tuple[str, ...],
+        scope: str,
+        resumable: bool,
+        host: bool,
+        partitions: int,
+    ) -> ManagedStream[Any]:
+        """Open stream ``ref`` (a partition of a stream of ``partitions``, or 0: one of its own)."""
+        request = StreamOpen(
+            ref=ref,
+            type_name=type_name(key.item_type),
+            capacity=self._stream_capacity,
+            groups=groups,
+            resumable=resumable,
+            partitions=partitions,
+        )
+        hooks = self._stream_hooks()
+        if scope:
+            opened = await self._reliable("open", lambda _: hooks.open(request))
+        else:
+            opened = await hooks.open(request)
         core: StreamCore[Any] = StreamCore(
-            self._spawn, _READ_ONLY, plan.key, ref, opened, capacity=1, resumable=False, node_owned=True
+            self._spawn,
+            hooks,
+            key,
+            ref,
+            opened,
+            capacity=self._stream_capacity,
+            resumable=resumable,
+            on_latch=self._latch,
+            node_owned=not host,
+            partitions=partitions,
         )
         stream: ManagedStream[Any] = ManagedStream(core)
         self._streams[ref] = stream
+        return stream
+
+    def _failed_endpoint(
+        self, ref: StreamRef, plan: StreamPlan, held: Sequence[StreamDescriptor]
+    ) -> GraphStream:
+        """A local, read-only endpoint of a source whose failure a restored Sub alias recorded.
+
+        The store confirmed the failure of every stream in ``held`` (the
+        source, or each of its partitions, see :meth:`_Level._verify_alias`).
+        No Open is made and it holds no message: receiving raises
+        :class:`StreamFailedError`, and sending or acknowledging is refused
+        (its hooks are never called). An endpoint the tree opened for the
+        same stream is shared instead.
+        """
+        existing = self._endpoints.get(ref)
+        if existing is not None:
+            return existing
+        key = plan.key
+        parts: list[ManagedStream[Any]] = []
+        for descriptor in held:
+            part_ref = descriptor.ref
+            opened = StreamOpened.empty(part_ref, plan.groups, generation=descriptor.generation, failed=True)
+            part_key: Key[Any] = key if key.partitions is None else Key(part_ref.key, key.type)
+            core: StreamCore[Any] = StreamCore(
+                self._spawn,
+                _READ_ONLY,
+                part_key,
+                part_ref,
+                opened,
+                capacity=1,
+                resumable=False,
+                node_owned=True,
+            )
+            parts.append(ManagedStream(core))
+            self._streams[part_ref] = parts[-1]
+        stream: GraphStream
+        if key.partitions is None:
+            stream = parts[0]
+        else:
+            assert key.partition_key is not None
+            stream = PartitionedStream(key, ref, tuple(parts), key.partition_key)
+        self._endpoints[ref] = stream
         return stream
 
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -426,9 +426,10 @@ def _problems(graph: Graph, path: tuple[str, ...]) -> Iterator[str]:
                 continue
             similar = named.get(key.name)
             if similar is not None:
+                differ = "types" if similar.type != key.type else "partitions"
                 yield (
                     f"{at}node {member.name!r} requires {key!r}, but {producers[similar]} provides "
-                    f"{similar!r}: the types differ"
+                    f"{similar!r}: the {differ} differ"
                 )
             else:
                 yield (
@@ -464,6 +465,11 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
                 f"{at}Sub {mount.name!r} wires {parent!r} to {key!r}: the types differ "
                 f"({type_name(parent.type)} into {type_name(key.type)})"
             )
+        elif key.partitions != parent.partitions:
+            yield (
+                f"{at}Sub {mount.name!r} wires {parent!r} to {key!r}: the partitions differ "
+                f"({_partitions(parent)} into {_partitions(key)})"
+            )
         if key in wired:
             yield f"{at}Sub {mount.name!r} wires {key!r} twice"
         wired[key] = "inlet"
@@ -487,7 +493,16 @@ def _sub_problems(mount: SubDef, path: tuple[str, ...]) -> Iterator[str]:
                 f"{at}Sub {mount.name!r} exposes {key!r} as {parent!r}: the types differ "
                 f"({type_name(key.type)} into {type_name(parent.type)})"
             )
+        elif key.partitions != parent.partitions:
+            yield (
+                f"{at}Sub {mount.name!r} exposes {key!r} as {parent!r}: the partitions differ "
+                f"({_partitions(key)} into {_partitions(parent)})"
+            )
     yield from _problems(child, inner)
+
+
+def _partitions(key: Key[Any]) -> str:
+    return "not partitioned" if key.partitions is None else f"{key.partitions} partitions"
 
 
 def _stream_problems(
@@ -750,7 +765,7 @@ def _fingerprint(graph: Graph) -> str:
 
 def _shape(graph: Graph) -> dict[str, Any]:
     def ports(keys: Sequence[Key[Any]]) -> list[list[str]]:
-        return sorted([k.name, type_name(k.type)] for k in keys)
+        return sorted([k.name, _port_type(k)] for k in keys)
 
     members: list[dict[str, Any]] = []
     for member in graph._members:
@@ -767,6 +782,12 @@ def _shape(graph: Graph) -> dict[str, Any]:
     if graph.outlets:  # only when declared: the fingerprints of graphs without host readers stay as they were
         shape["outlets"] = ports(graph.outlets)
     return shape
+
+
+def _port_type(key: Key[Any]) -> str:
+    """A port's type in the fingerprint: a partitioned stream's with its partitions (others as they were)."""
+    name = type_name(key.type)
+    return name if key.partitions is None else f"{name} in {key.partitions} partitions"
 
 
 def _node_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[NodeSpec]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, Final, Generic, NamedTuple, TypeVar, final, get_args, get_origin, get_type_hints
 
 __all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name", "type_name"]
@@ -47,13 +48,28 @@ NoValue: Final = NoValueType()
 class Key(Generic[T]):
     """A named, typed slot. ``Key("orders", Stream[Order])`` is a stream key of ``Order``.
 
-    Keys compare by name and type. The type is kept at run time and used to
-    validate and decode values.
+    Keys compare by name, type and partitions. The type is kept at run time
+    and used to validate and decode values.
+
+    A stream key may declare the stream partitioned:
+    ``Key("orders", Stream[Order], partitions=8, partition_key=lambda o: o.customer)``.
+    Its writer node sends each message to its key's partition, and its
+    readers handle the partitions at once, each in order
+    (:meth:`NodeContext.partitioned_writer`, :meth:`NodeContext.handle_messages`
+    with ``concurrency=``). The key function is not part of the key's
+    identity; the number of partitions is.
     """
 
-    __slots__ = ("_hash", "item_type", "name", "type")
+    __slots__ = ("_hash", "item_type", "name", "partition_key", "partitions", "type")
 
-    def __init__(self, name: str, type_: type[T]) -> None:
+    def __init__(
+        self,
+        name: str,
+        type_: type[T],
+        *,
+        partitions: int | None = None,
+        partition_key: Callable[[Any], Any] | None = None,
+    ) -> None:
         check_name(name, "a key name")
         problem = hidden_channel(type_)
         if problem is not None:
@@ -61,7 +77,18 @@ class Key(Generic[T]):
         self.name = name
         self.type: Any = type_
         self.item_type: Any = get_args(type_)[0] if get_origin(type_) is Stream else None
-        self._hash = hash((name, repr(type_)))  # keys are looked up in every graph and execution map
+        if partitions is not None or partition_key is not None:
+            from ._partitions import check_partitions  # it imports this module
+
+            if self.item_type is None:
+                raise TypeError(f"key {name!r}: only a stream key, Key(name, Stream[T]), has partitions")
+            check_partitions(partitions, partition_key)
+        #: The number of partitions of the stream it declares (None: a stream of its own).
+        self.partitions: int | None = partitions
+        #: The function giving a message its partition key (None for a stream of its own).
+        self.partition_key: Callable[[Any], Any] | None = partition_key
+        # keys are looked up in every graph and execution map
+        self._hash = hash((name, repr(type_), partitions))
 
     @property
     def is_stream(self) -> bool:
@@ -69,12 +96,18 @@ class Key(Generic[T]):
         return self.item_type is not None
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Key) and (self.name, self.type) == (other.name, other.type)
+        return isinstance(other, Key) and (self.name, self.type, self.partitions) == (
+            other.name,
+            other.type,
+            other.partitions,
+        )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
+        if self.partitions is not None:
+            return f"Key({self.name!r}, {type_name(self.type)}, partitions={self.partitions})"
         return f"Key({self.name!r}, {type_name(self.type)})"
 
 

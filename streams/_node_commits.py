@@ -38,6 +38,7 @@ from ._store._node_records import CheckpointCommit, Conclusion
 if TYPE_CHECKING:
     from ._graph import NodeDef, SubDef
     from ._keys import Key
+    from ._partitions import PartitionedStream
     from ._stream import ManagedStream
 
 __all__ = ["NodeCommits", "StagedNode"]
@@ -61,7 +62,7 @@ class StagedNode:
         level: _Landing,
         member: NodeDef | SubDef,
         commit: CheckpointCommit,
-        owned: Mapping[Key[Any], ManagedStream[Any]],
+        owned: Mapping[Key[Any], ManagedStream[Any] | PartitionedStream[Any]],
         values: Mapping[Key[Any], Any],
         reason: Conclusion,
     ) -> None:

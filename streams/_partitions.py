@@ -31,10 +31,17 @@ import msgspec
 
 from ._errors import PartitionError, PayloadTypeError
 from ._keys import Key, Stream
-from ._store._records import StreamRef
+from ._store._records import StreamRef, partition_name
 from ._stream import ManagedStream, StreamReader, StreamSnapshot, StreamWriter
 
-__all__ = ["MAX_PARTITIONS", "PartitionedReader", "PartitionedStream", "PartitionedWriter", "partition_name"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "PartitionedReader",
+    "PartitionedStream",
+    "PartitionedWriter",
+    "partition_name",
+    "partitions_of",
+]
 
 T = TypeVar("T")
 
@@ -43,9 +50,9 @@ MAX_PARTITIONS: Final = 4096
 _encoder = msgspec.msgpack.Encoder()
 
 
-def partition_name(key: str, partition: int) -> str:
-    """The key of partition ``partition`` of stream ``key``: ``key#partition``."""
-    return f"{key}#{partition}"
+def partitions_of(stream: ManagedStream[T] | PartitionedStream[T]) -> tuple[ManagedStream[T], ...]:
+    """The streams that hold ``stream``'s messages: its partitions, or the stream itself."""
+    return stream.partitions if isinstance(stream, PartitionedStream) else (stream,)
 
 
 class PartitionedStream(Generic[T]):
@@ -190,6 +197,19 @@ class PartitionedReader(Generic[T]):
 
     def __repr__(self) -> str:
         return f"PartitionedReader({self.stream.ref}, group={self.group!r})"
+
+
+def check_endpoint(key: Key[Any], partitioned: bool, plain: str, split: str) -> None:
+    """Refuse a plain endpoint (asked by ``plain``) of a partitioned stream key, or a partitioned one
+    (asked by ``split``) of a key without partitions, with :class:`PartitionError`."""
+    if key.partitions is not None and not partitioned:
+        raise PartitionError(
+            f"{key!r} is a partitioned stream: its endpoints are given by {split}, not {plain}"
+        )
+    if key.partitions is None and partitioned:
+        raise PartitionError(
+            f"{key!r} is not a partitioned stream: its endpoints are given by {plain}, not {split}"
+        )
 
 
 def check_partitions(partitions: object, partition_key: object) -> int:

@@ -93,6 +93,11 @@ def _outputs(member: NodeDef | SubDef, record: NodeCheckpoint, where: str) -> di
                     f"{where}: output {output.key!r} of node {record.node!r} is {output.state!r}; a stream "
                     "port's output is the descriptor of its stream, and only a stream port has one"
                 )
+            if output.partitions != (key.partitions or 0):
+                raise RestorePlanError(
+                    f"{where}: output {output.key!r} of node {record.node!r} names stream {output.stream} "
+                    f"of {output.partitions} partitions, not {key!r}"
+                )
             own = isinstance(member, NodeDef)  # a writer names its own stream; a Sub, the source it exposes
             if own and output.terminal == "failed":
                 raise RestorePlanError(
@@ -140,7 +145,8 @@ def _output(
 ) -> CheckpointOutput:
     if key.is_stream:
         ref, terminal = streams[key]
-        return CheckpointOutput(key.name, "stream", stream=ref, terminal=terminal)
+        partitions = key.partitions or 0
+        return CheckpointOutput(key.name, "stream", stream=ref, terminal=terminal, partitions=partitions)
     payload = staged.get(key)
     return (
         CheckpointOutput(key.name, "skipped")

@@ -107,8 +107,8 @@ class StreamScope:
         key: Key[Stream[T]],
         *,
         node: str,
-        partitions: int,
-        partition_key: Callable[[T], Any],
+        partitions: int | None = None,
+        partition_key: Callable[[T], Any] | None = None,
         groups: Sequence[str] = ("default",),
         capacity: int = 1024,
         resumable: bool = False,
@@ -123,8 +123,17 @@ class StreamScope:
         arguments as :meth:`open_stream` takes them (``capacity`` and
         ``retain`` per partition). A stream keeps the number of partitions it
         was created with: another is refused with :class:`PartitionError`.
+        A key that declares its partitions (``Key(name, Stream[T],
+        partitions=N, partition_key=fn)``) gives both when they are omitted.
         """
+        if partitions is None:
+            partitions = key.partitions
+        elif key.partitions is not None and key.partitions != partitions:
+            raise PartitionError(f"{key!r} declares {key.partitions} partitions, not {partitions}")
+        if partition_key is None:
+            partition_key = key.partition_key
         count = check_partitions(partitions, partition_key)
+        assert partition_key is not None  # checked
         if not key.is_stream:
             raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
         check_name(node, "a node name")

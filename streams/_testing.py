@@ -332,7 +332,13 @@ def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
     :class:`~streams.store.CheckpointHooks` (with ``node_records(scope)`` and
     ``scope_failed(scope)``, what a host reads to resume).
     """
-    from ._conformance import contexts, failure_paths, host_streams, node_streams  # noqa: F401 - register checks
+    from ._conformance import (  # noqa: F401 - register checks
+        contexts,
+        failure_paths,
+        host_streams,
+        node_partitions,
+        node_streams,
+    )
     from ._conformance.nodes import NODE_CHECKS
 
     return list(NODE_CHECKS)

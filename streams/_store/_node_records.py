@@ -55,6 +55,9 @@ class CheckpointOutput(msgspec.Struct, frozen=True):
     stream: StreamRef | None = None
     #: The stream's terminal as known when the record was made (:data:`Terminal`).
     terminal: Terminal = ""
+    #: A partitioned stream's number of partitions (``stream`` is then the stream they are
+    #: partitions of, each ``key#p`` a stream of its own); 0 for a stream of its own.
+    partitions: int = 0
 
 
 class CheckpointAttempt(msgspec.Struct, frozen=True):

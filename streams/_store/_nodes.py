@@ -32,6 +32,7 @@ from ._node_records import (
     CheckpointCommit,
     NodeCheckpoint,
 )
+from ._records import StreamRef
 
 __all__ = [
     "NodeAttemptRecord",
@@ -265,14 +266,17 @@ def check_confirmed(
 def check_owned_streams(commit: CheckpointCommit) -> None:
     """A commit's stream terminals are successes of streams its record names as the node's own."""
     checkpoint = commit.checkpoint
-    owned = {
-        output.stream
-        for output in checkpoint.outputs
-        if output.state == "stream"
-        and output.stream is not None
-        and output.stream.scope == commit.parent
-        and output.stream.node == checkpoint.node
-    }
+    owned: set[StreamRef] = set()
+    for output in checkpoint.outputs:
+        ref = output.stream
+        if output.state != "stream" or ref is None:
+            continue
+        if ref.scope != commit.parent or ref.node != checkpoint.node:
+            continue
+        if output.partitions:  # a partitioned stream: its partitions are the streams that end
+            owned.update(ref.partition(p) for p in range(output.partitions))
+        else:
+            owned.add(ref)
     for finish in commit.streams:
         if finish.failed:
             raise CheckpointError(

@@ -18,6 +18,7 @@ __all__ = [
     "AppendBatch",
     "GroupChange",
     "MAX_KEY_BYTES",
+    "partition_name",
     "GroupFrontier",
     "KeyedEntry",
     "KeyedRange",
@@ -47,6 +48,15 @@ class StreamRef(msgspec.Struct, frozen=True, gc=False):
 
     def __str__(self) -> str:
         return f"{self.scope}/{self.node}/{self.key}"
+
+    def partition(self, partition: int) -> StreamRef:
+        """Partition ``partition`` of the partitioned stream this names: the stream ``key#partition``."""
+        return StreamRef(self.scope, self.node, partition_name(self.key, partition))
+
+
+def partition_name(key: str, partition: int) -> str:
+    """The key of partition ``partition`` of stream ``key``: ``key#partition``."""
+    return f"{key}#{partition}"
 
 
 class StreamOpen(msgspec.Struct, frozen=True, gc=False):

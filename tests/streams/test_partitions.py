@@ -181,7 +181,7 @@ async def test_partitions_are_refused_when_they_do_not_fit(scopes: AsyncExitStac
         with pytest.raises(PartitionError, match="1 to 4096 partitions"):
             await opened.open_partitioned(ORDERS, node="n", partitions=bad, partition_key=_by_customer)  # type: ignore[arg-type]
     with pytest.raises(PartitionError, match="partition_key"):
-        await opened.open_partitioned(ORDERS, node="n", partitions=2, partition_key=None)  # type: ignore[arg-type]
+        await opened.open_partitioned(ORDERS, node="n", partitions=2, partition_key=None)
     orders = await opened.open_partitioned(
         ORDERS, node="n", partitions=2, partition_key=_by_customer, resumable=True
     )
