@@ -737,10 +737,21 @@ def _leave_groups(groups: list[str]) -> Callable[[Any], None]:
 
 
 async def _fail_streams(owned: Mapping[Key[Any], GraphStream]) -> None:
-    """Confirm a failed writer's streams as failed (a failure to do so is latched by the stream)."""
-    for stream in _parts(owned):
-        with contextlib.suppress(CheckpointError):
-            await stream._core.end(failed=True)
+    """Confirm a failed writer's streams as failed (a failure to do so is latched by the stream).
+
+    Their readers are told once every end is confirmed, all at once: the
+    writer's failure reaches its level before a reader's failure to read
+    (a partitioned stream's partitions end one by one in the store).
+    """
+    ended: list[ManagedStream[Any]] = []
+    try:
+        for stream in _parts(owned):
+            with contextlib.suppress(CheckpointError):
+                if await stream._core.confirm_end(failed=True):
+                    ended.append(stream)
+    finally:
+        for stream in ended:
+            stream._core.confirmed_end(failed=True)
 
 
 def _parts(owned: Mapping[Key[Any], GraphStream]) -> Iterator[ManagedStream[Any]]:

@@ -1052,9 +1052,15 @@ async def _handle_partitions(
         members = [_one_at_a_time(checked) for _ in range(concurrency)]
         handlers = [members[p % concurrency] for p in range(len(parts))]
     results: list[HandleResult[Any] | None] = [None] * len(parts)
+    failures: list[Exception] = []  # the first is raised: partitions failing at once raise one error
 
     async def partition(index: int, part: StreamReader[Any]) -> None:
-        result = await handle_messages(part, handlers[index], **options)
+        try:
+            result = await handle_messages(part, handlers[index], **options)
+        except Exception as exc:
+            failures.append(exc)
+            tg.cancel_scope.cancel()  # the others stop: their confirmed work stays confirmed
+            return
         assert isinstance(result, HandleResult)
         results[index] = result
 
@@ -1062,4 +1068,6 @@ async def _handle_partitions(
         async with anyio.create_task_group() as tg:
             for index, part in enumerate(parts):
                 tg.start_soon(partition, index, part)
+    if failures:
+        raise failures[0]
     return PartitionedResult(tuple(r for r in results if r is not None))

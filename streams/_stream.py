@@ -494,9 +494,18 @@ class StreamCore(Generic[T]):
             await self.wait_change()
 
     async def end(self, *, failed: bool) -> None:
+        if await self.confirm_end(failed=failed):
+            self.confirmed_end(failed=failed)
+
+    async def confirm_end(self, *, failed: bool) -> bool:
+        """Confirm the stream's end in the store, telling no reader yet; False if it had ended so already.
+
+        :meth:`confirmed_end` then tells the readers: a writer ending several
+        streams tells them all at once, with no checkpoint between them.
+        """
         if self.done:
             if self.failed == failed:
-                return
+                return False
             raise StreamClosedError(f"stream {self.ref} already ended the other way")
         await self.flush()
         self.check_healthy()
@@ -508,7 +517,7 @@ class StreamCore(Generic[T]):
             if not is_fault(exc, shielded=True):
                 raise
             raise self.latch(exc, "finishing")  # noqa: B904 - the latched error keeps its cause
-        self.confirmed_end(failed=failed)
+        return True
 
     def confirmed_end(self, *, failed: bool) -> None:
         """The stream's end is confirmed (by :meth:`end`, or with its writer node's record)."""

@@ -18,6 +18,7 @@ from typing import Any, Final
 import anyio
 import anyio.lowlevel
 
+from .._aspects import Retry
 from .._checkpoint import ExecCheckpoint
 from .._context import NodeContext
 from .._errors import CheckpointError, OutputError, PartitionError
@@ -307,3 +308,32 @@ async def plain_endpoints_of_a_partitioned_key_are_refused(store: Any) -> None:
     async with execution:
         assert (await execution.wait())[TOTAL] == 1
     assert seen == ["writer refused", "reader refused"]
+
+
+@node_check
+async def a_retried_partitioned_writer_continues_from_its_position_sending_nothing_twice(store: Any) -> None:
+    shop = Shop()
+    shop.fail_writer_after = 25
+    graph = Graph("partitioned-retried", version="1", inputs=[N])
+
+    async def orders(ctx: NodeContext) -> None:
+        try:
+            await shop.write_orders(ctx)
+        finally:
+            shop.fail_writer_after = None  # the second attempt goes through
+
+    graph.add_node("orders", orders, requires=[N], provides=[ORDERS], aspects=[Retry(2)])
+    graph.add_node("totals", shop.total, requires=[ORDERS], provides=[TOTAL])
+    execution = Execution(graph, {N: 60}, checkpoint=ExecCheckpoint("run", store))
+    async with execution:
+        result = await execution.wait()
+    assert result[TOTAL] == sum(range(1, 61))
+    assert shop.writer_runs == 2
+    assert shop.sent[:25] == list(range(1, 26)) and shop.sent[-1] == 60
+    appended = 0  # the retry went on from the lowest position a partition kept, skipping what others had
+    for p in range(PARTITIONS):
+        held = await store.streams.describe(REF.partition(p))
+        assert held is not None
+        appended += held.appended
+    assert appended == 60
+    assert await _totals(store, REF, "totals") == _expected(60)

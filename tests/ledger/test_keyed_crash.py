@@ -3,10 +3,12 @@ acknowledged orders.
 
 ``examples/customer_totals.py`` keeps a total per customer in keyed state,
 on a stream of four partitions by customer, each partition's handler
-running at once. It is killed at random moments; after each kill every
-partition's keyed state must equal the totals of exactly the orders of that
-partition its group acknowledged (nothing lost, nothing added twice), and
-the last run prints every customer's total as an uninterrupted run does.
+running at once; ``examples/customer_graph.py`` does the same in a durable
+graph run, a writer node and a reader node of two members. Each is killed
+at random moments; after each kill every partition's keyed state must
+equal the totals of exactly the orders of that partition its group
+acknowledged (nothing lost, nothing added twice), and the last run prints
+every customer's total as an uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hashlib import blake2b
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from ledger.lmdb import TOOLS
 from streams import StreamRef
@@ -64,17 +67,23 @@ def _confirmed_exactly(path: Path) -> None:
         assert {e["key"]: e["value"] for e in listed} == _totals(_orders(p)[: group["acked_through"]]), p
 
 
-def test_keyed_totals_killed_at_random_moments_hold_exactly_the_acknowledged_orders(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("example", "extra"), [("customer_totals.py", ()), ("customer_graph.py", ("2",))], ids=["stream", "graph"]
+)
+def test_keyed_totals_killed_at_random_moments_hold_exactly_the_acknowledged_orders(
+    tmp_path: Path, example: str, extra: tuple[str, ...]
+) -> None:
     expected = json.dumps(_totals(_orders()), sort_keys=True)
     killed_until_landed(
         tmp_path,
         lambda path: [
             sys.executable,
-            str(ROOT / "examples" / "customer_totals.py"),
+            str(ROOT / "examples" / example),
             str(path),
             str(ORDERS),
             str(CUSTOMERS),
             str(PARTITIONS),
+            *extra,
         ],
         expected=expected,
         env=dict(os.environ),

@@ -79,8 +79,8 @@ def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(post
         killed.wait()
         _until_claimed(lines["paused"], deadline)
         paused.send_signal(signal.SIGSTOP)  # a zombie: alive, but silent past its lease
-        assert producer.wait(timeout=120) == 0
-        assert steady.wait(timeout=120) == 0  # it ends once every partition is handled to its end
+        assert producer.wait(timeout=300) == 0  # a safety net: a loaded machine is slow, not wrong
+        assert steady.wait(timeout=300) == 0  # it ends once every partition is handled to its end
         paused.send_signal(signal.SIGCONT)
         assert paused.wait(timeout=120) == 0
     finally:

@@ -174,6 +174,24 @@ async def test_a_failure_in_one_partition_stops_them_all_with_that_error(scopes:
         await handle_messages(orders.reader("totals"), fail_on_seven)
 
 
+async def test_partitions_failing_at_once_raise_the_first_failure_not_a_group(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    orders = await _orders(scopes, store, scope="failing-at-once")
+    writer = orders.writer()
+    for i in range(1, 31):
+        await writer.send(_order(i), send_at=i)
+    await writer.finish()
+    failed: list[int] = []
+
+    async def fail_everywhere(tx: MessageTx[None], order: Order) -> None:
+        failed.append(order.amount)
+        raise ValueError("a business failure")
+
+    with pytest.raises(MessageExhaustedError):  # one error: every partition's handler failed at once
+        await handle_messages(orders.reader("totals"), fail_everywhere)
+    assert len(failed) == len(orders.partitions)  # each partition's first message, then they all stopped
+
+
 async def test_partitions_are_refused_when_they_do_not_fit(scopes: AsyncExitStack) -> None:
     store = MemoryStore()
     opened = await scopes.enter_async_context(open_scope(store, scope="refusals"))
