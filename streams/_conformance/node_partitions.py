@@ -29,6 +29,7 @@ from .._keyed import KeyedState
 from .._keys import Key, Stream, type_name
 from .._store._node_records import CheckpointOutput, NodeCheckpoint
 from .._store._records import StreamOpen, StreamRef
+from . import node_streams
 from ._support import raises
 from .node_streams import _crash_when, _finished_event
 from .nodes import node_check, resumed
@@ -59,37 +60,22 @@ def _expected(n: int) -> dict[int, int]:
     return totals
 
 
-class Shop:
+class Shop(node_streams.Shop):
     """``orders`` writes 1..n on a partitioned stream; ``totals`` keeps a total per customer with two members.
 
-    ``writer_holds_after`` makes the writer wait (forever) once that order
-    is confirmed; ``hold_at`` makes the handler wait at that order. What ran
-    is recorded across executions.
+    As the plain stream's shop; ``hold_at`` makes the handler wait (forever)
+    at that order.
     """
 
     def __init__(self) -> None:
-        self.sent: list[int] = []
+        super().__init__()
         self.handled: list[int] = []
-        self.writer_runs = 0
-        self.writer_holds_after: int | None = None
-        self.fail_writer_after: int | None = None
         self.hold_at: int | None = None
-        self.holding = anyio.Event()
         self.in_flight = 0
         self.most_in_flight = 0
 
     async def write_orders(self, ctx: NodeContext, key: Key[Stream[int]] = ORDERS) -> None:
-        self.writer_runs += 1
-        writer = ctx.partitioned_writer(key)
-        for order in range((writer.position or 0) + 1, ctx[N] + 1):
-            await writer.send(order, send_at=order)
-            self.sent.append(order)
-            if order == self.fail_writer_after:
-                raise ValueError("the order source broke")
-            if order == self.writer_holds_after:
-                await writer.flush()
-                self.holding.set()
-                await anyio.sleep_forever()
+        await self.write(ctx, ctx.partitioned_writer(key))
 
     async def add(self, tx: MessageTx[int], order: int) -> None:
         self.in_flight += 1
@@ -126,6 +112,16 @@ async def _ends(store: Any, ref: StreamRef) -> list[tuple[bool, bool]]:
         assert held is not None and held.partitions == PARTITIONS
         ends.append((held.finished, held.failed))
     return ends
+
+
+async def _appended(store: Any) -> int:
+    """The messages appended to every partition of run ``run``'s orders."""
+    appended = 0
+    for p in range(PARTITIONS):
+        held = await store.streams.describe(REF.partition(p))
+        assert held is not None
+        appended += held.appended
+    return appended
 
 
 async def _totals(store: Any, ref: StreamRef, group: str) -> dict[int, int]:
@@ -189,12 +185,7 @@ async def an_interrupted_partitioned_writer_resumes_from_its_position_sending_no
         result = await again.wait()
     assert result[TOTAL] == sum(range(1, 61))
     assert shop.writer_runs == 2
-    appended = 0
-    for p in range(PARTITIONS):
-        held = await store.streams.describe(REF.partition(p))
-        assert held is not None
-        appended += held.appended
-    assert appended == 60  # what the resumed writer sent again below its position was skipped
+    assert await _appended(store) == 60  # what the resumed writer sent again below its position was skipped
     assert await _totals(store, REF, "totals") == _expected(60)
 
 
@@ -330,10 +321,5 @@ async def a_retried_partitioned_writer_continues_from_its_position_sending_nothi
     assert result[TOTAL] == sum(range(1, 61))
     assert shop.writer_runs == 2
     assert shop.sent[:25] == list(range(1, 26)) and shop.sent[-1] == 60
-    appended = 0  # the retry went on from the lowest position a partition kept, skipping what others had
-    for p in range(PARTITIONS):
-        held = await store.streams.describe(REF.partition(p))
-        assert held is not None
-        appended += held.appended
-    assert appended == 60
+    assert await _appended(store) == 60  # it went on from the lowest position kept, skipping what others had
     assert await _totals(store, REF, "totals") == _expected(60)

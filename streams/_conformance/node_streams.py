@@ -22,6 +22,7 @@ from .._execution import Execution, ExecutionEvent, Finished
 from .._graph import Graph, NodeDef
 from .._handle import MessageTx
 from .._keys import Key, Stream, type_name
+from .._partitions import PartitionedWriter
 from .._store._node_records import (
     CheckpointAttemptRequest,
     CheckpointCommit,
@@ -29,6 +30,7 @@ from .._store._node_records import (
     NodeCheckpoint,
 )
 from .._store._records import AppendBatch, StreamFinish, StreamOpen, StreamRef
+from .._stream import StreamWriter
 from ..testing import FaultyHooks, PassThroughNodeHooks
 from ._support import raises
 from .nodes import node_check, resumed
@@ -62,8 +64,11 @@ class Shop:
 
     async def write_orders(self, ctx: NodeContext) -> None:
         """Node ``orders``: 1..n from its writer's position, held or failed where asked."""
+        await self.write(ctx, ctx.writer(ORDERS))
+
+    async def write(self, ctx: NodeContext, writer: StreamWriter[int] | PartitionedWriter[int]) -> None:
+        """1..n on ``writer`` from its position, held or failed where asked."""
         self.writer_runs += 1
-        writer = ctx.writer(ORDERS)
         for order in range((writer.position or 0) + 1, ctx[N] + 1):
             await writer.send(order, send_at=order)
             self.sent.append(order)

@@ -158,13 +158,18 @@ async def test_handlers_run_per_partition_with_keyed_state_split_by_partition(sc
     assert totals == {f"c{c}": sum(i for i in range(1, 201) if i % CUSTOMERS == c) for c in range(CUSTOMERS)}
 
 
-async def test_a_failure_in_one_partition_stops_them_all_with_that_error(scopes: AsyncExitStack) -> None:
-    store = MemoryStore()
-    orders = await _orders(scopes, store, scope="failing")
+async def _thirty(scopes: AsyncExitStack, scope: str) -> PartitionedStream[Order]:
+    """Orders 1..30 sent and finished on a new store."""
+    orders = await _orders(scopes, MemoryStore(), scope=scope)
     writer = orders.writer()
     for i in range(1, 31):
         await writer.send(_order(i), send_at=i)
     await writer.finish()
+    return orders
+
+
+async def test_a_failure_in_one_partition_stops_them_all_with_that_error(scopes: AsyncExitStack) -> None:
+    orders = await _thirty(scopes, "failing")
 
     async def fail_on_seven(tx: MessageTx[None], order: Order) -> None:
         if order.amount == 7:
@@ -175,12 +180,7 @@ async def test_a_failure_in_one_partition_stops_them_all_with_that_error(scopes:
 
 
 async def test_partitions_failing_at_once_raise_the_first_failure_not_a_group(scopes: AsyncExitStack) -> None:
-    store = MemoryStore()
-    orders = await _orders(scopes, store, scope="failing-at-once")
-    writer = orders.writer()
-    for i in range(1, 31):
-        await writer.send(_order(i), send_at=i)
-    await writer.finish()
+    orders = await _thirty(scopes, "failing-at-once")
     failed: list[int] = []
 
     async def fail_everywhere(tx: MessageTx[None], order: Order) -> None:
