@@ -34,6 +34,7 @@ from ._errors import PostgresOnlyError as PostgresOnlyError
 from ._errors import RunActiveError as RunActiveError
 from ._errors import RunAspectsMismatchError as RunAspectsMismatchError
 from ._errors import RunExistsError as RunExistsError
+from ._errors import RunInputsMismatchError as RunInputsMismatchError
 from ._errors import RunMismatchError as RunMismatchError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import ServerUnavailableError as ServerUnavailableError
@@ -90,6 +91,7 @@ __all__ = [
     "PostgresOnlyError",
     "RunActiveError",
     "RunAspectsMismatchError",
+    "RunInputsMismatchError",
     "RunExistsError",
     "RunMismatchError",
     "RunBook",

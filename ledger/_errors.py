@@ -39,7 +39,8 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── RunExistsError (ValueError)            ledger.run with a run id the ledger knows
     ├── UnknownRunError (LookupError)          ledger.resume with a run id the ledger does not know
     ├── RunMismatchError (ValueError)          ledger.resume with another graph (name, version, topology)
-    │   └── RunAspectsMismatchError            ... or another aspect chain than the run started with
+    │   ├── RunAspectsMismatchError            ... or another aspect chain than the run started with
+    │   └── RunInputsMismatchError             ledger.start of a known run with other inputs
     ├── RunActiveError                         the run id is run by another execution of this process
     │   the errors of the command line's commands (python -m ledger):
     ├── BackupDestinationError (ValueError)    a backup's destination exists, or cannot be written
@@ -85,6 +86,7 @@ __all__ = [
     "PostgresOnlyError",
     "RunActiveError",
     "RunAspectsMismatchError",
+    "RunInputsMismatchError",
     "RunExistsError",
     "RunMismatchError",
     "SchemaVersionError",
@@ -229,6 +231,10 @@ class RunMismatchError(LedgerError, ValueError):
 
 class RunAspectsMismatchError(RunMismatchError):
     """``resume`` was given another aspect chain than the run started with, which keys its Retry budgets."""
+
+
+class RunInputsMismatchError(RunMismatchError):
+    """``start`` of a known run id with other inputs than the run started with (it names which)."""
 
 
 class RunActiveError(LedgerError):

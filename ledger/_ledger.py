@@ -60,6 +60,15 @@ class Ledger(Generic[B]):
         async with self.backend.holding(run_id) as book:
             return await self._runs.on(book).run(graph, inputs, run_id=run_id, **options)
 
+    async def start(
+        self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, **options: Any
+    ) -> RunResult:
+        """Run ``run_id`` to its end, new or known (:meth:`Runs.start`): start-or-continue by id, held as
+        ``run`` is; a known run must be given its graph and inputs (``RunMismatchError`` names what
+        differs)."""
+        async with self.backend.holding(run_id) as book:
+            return await self._runs.on(book).start(graph, inputs, run_id=run_id, **options)
+
     async def resume(self, run_id: str, graph: Graph, **options: Any) -> RunResult:
         """Continue run ``run_id`` from what the ledger confirmed (:meth:`Runs.resume`), held as ``run``."""
         async with self.backend.holding(run_id) as book:

@@ -55,10 +55,12 @@ from ._errors import (
     RunActiveError,
     RunAspectsMismatchError,
     RunExistsError,
+    RunInputsMismatchError,
     RunMismatchError,
     UnknownRunError,
 )
 from ._format import run_id_bytes
+from ._identity import input_differences, listed, topology_differences
 
 __all__ = [
     "RunBook",
@@ -85,6 +87,9 @@ class RunRecord(msgspec.Struct, frozen=True):
     #: The execution's aspect chain, outermost first, as :func:`~streams.describe_aspect` gives it;
     #: ``None`` in a record written before runs recorded it (filled in by the next resume that runs).
     aspects: tuple[str, ...] | None = None
+    #: The graph's topology shape (:attr:`streams.Topology.shape`), to say what differs when another
+    #: graph is given; ``None`` in a record written before runs kept it.
+    shape: dict[str, Any] | None = None
 
 
 class RunResult(msgspec.Struct, frozen=True):
@@ -121,6 +126,35 @@ def decode_inputs(graph: Graph, record: RunRecord) -> dict[Key[Any], Any]:
             else codec_for(key.type).decode(output.value, what=f"input {key!r} of run {record.run_id!r}")
         )
     return inputs
+
+
+def check_graph(record: RunRecord, graph: Graph) -> None:
+    """Refuse ``graph`` for run ``record`` unless it is the one the run started with, naming what differs."""
+    topology = graph.topology()
+    if (record.graph, record.version, record.fingerprint) == (
+        graph.name,
+        graph.version,
+        topology.fingerprint,
+    ):
+        return
+    problem = (
+        f"run {record.run_id!r} started with graph {record.graph!r} version {record.version!r}; the graph "
+        f"given is {graph.name!r} version {graph.version!r}"
+    )
+    if record.fingerprint != topology.fingerprint:
+        found = topology_differences(record.shape, topology.shape) if record.shape is not None else []
+        problem += f" with another topology ({listed(found)})" if found else " with another topology"
+    raise RunMismatchError(problem + ": resume it with the graph it started with, or start a new run")
+
+
+def check_inputs(record: RunRecord, given: tuple[CheckpointOutput, ...]) -> None:
+    """Refuse inputs for run ``record`` unless they are the ones it started with, naming which differ."""
+    found = input_differences(record.inputs, given)
+    if found:
+        raise RunInputsMismatchError(
+            f"run {record.run_id!r} started with other inputs ({listed(found)}): continue it with the "
+            "inputs it started with (resume needs none), or start a new run"
+        )
 
 
 def describe_chain(aspects: Iterable[Aspect]) -> tuple[str, ...]:
@@ -213,10 +247,45 @@ class Runs:
             topology.fingerprint,
             encode_inputs(graph, execution.checkpoint_inputs()),
             aspects=describe_chain(aspects),
+            shape=dict(topology.shape),
         )
         with self._owning(run_id):
             await self._book.write(record, new=True)
             return await self._execute(execution, record, resumed=False, on_start=on_start)
+
+    async def start(
+        self,
+        graph: Graph,
+        inputs: Mapping[Key[Any], Any],
+        *,
+        run_id: str,
+        aspects: Iterable[Aspect] = (),
+        **options: Any,
+    ) -> RunResult:
+        """Run ``run_id`` to its end: a new run for an id the ledger does not know, else its resume.
+
+        A known run continues only with the graph, inputs and aspects it
+        started with: another graph is :class:`RunMismatchError` and other
+        inputs :class:`RunInputsMismatchError`, each naming what differs,
+        before anything is written or run. A finished run returns its
+        result; a run that failed for good is
+        :class:`~streams.ConfirmedFailureError`. ``options`` are
+        :meth:`run`'s.
+        """
+        aspects = tuple(aspects)
+        record = await self._book.read(run_id)
+        if record is None:
+            try:
+                return await self.run(graph, inputs, run_id=run_id, aspects=aspects, **options)
+            except RunExistsError:  # another process recorded it first: it is a known run now
+                record = await self._book.read(run_id)
+                if record is None:
+                    raise
+        check_graph(record, graph)
+        graph.validate(checkpoint=True)
+        execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(run_id, self._book.nodes))
+        check_inputs(record, encode_inputs(graph, execution.checkpoint_inputs()))
+        return await self.resume(run_id, graph, aspects=aspects, **options)
 
     async def submit(
         self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, aspects: Iterable[Aspect] = ()
@@ -243,6 +312,7 @@ class Runs:
             encode_inputs(graph, execution.checkpoint_inputs()),
             starts=0,
             aspects=describe_chain(aspects),
+            shape=dict(graph.topology().shape),
         )
         await self._book.write(record, new=True)
         return record
@@ -272,14 +342,7 @@ class Runs:
         record = await self._book.read(run_id)
         if record is None:
             raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
-        fingerprint = graph.topology().fingerprint
-        if (record.graph, record.version, record.fingerprint) != (graph.name, graph.version, fingerprint):
-            raise RunMismatchError(
-                f"run {run_id!r} started with graph {record.graph!r} version {record.version!r}; the graph "
-                f"given is {graph.name!r} version {graph.version!r}"
-                + ("" if record.fingerprint == fingerprint else " with another topology")
-                + ": resume it with the graph it started with, or start a new run"
-            )
+        check_graph(record, graph)
         if record.status == "failed" or await self._book.nodes.scope_failed(run_id):
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
@@ -309,7 +372,9 @@ class Runs:
                         on_start(execution)
                     result = await execution.wait()
                 return RunResult(run_id, result, resumed=True, already_finished=True)
-            record = msgspec.structs.replace(record, starts=record.starts + 1, aspects=given)
+            await execution.check_streams()  # a writer that would start again on its stream: before any write
+            shape = record.shape if record.shape is not None else dict(graph.topology().shape)
+            record = msgspec.structs.replace(record, starts=record.starts + 1, aspects=given, shape=shape)
             await self._book.write(record, new=False)
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 

@@ -48,6 +48,7 @@ from ._errors import (
     PayloadTypeError,
     RestorePlanError,
     SkippedInputError,
+    SourceNotResumableError,
     StrayCancellationError,
     StreamClosedError,
 )
@@ -885,6 +886,48 @@ class Execution:
         self._plan = check_plan(self.graph, records, where=f"graph {self.graph.name!r}")
         self._records = records
 
+    async def check_streams(self) -> None:
+        """Before the start, in checkpoint mode: refuse to run a writer again on a stream it had begun.
+
+        After :meth:`restore_nodes`: a writer node of the root graph that
+        is not restored, did not promise to continue (``resumable=True``),
+        and whose stream the store holds active would fail its open once
+        the run is under way, after the nodes before it wrote. This asks the
+        store first (``describe``, which changes nothing) and raises
+        :class:`~streams.SourceNotResumableError` naming the node and the
+        fix; a root stream input the host writes is checked against
+        ``resumable_inputs`` the same way. Writers inside Sub mounts are
+        checked when they open their streams.
+        """
+        if self._checkpoint is None:
+            return
+        hooks, scope = self._checkpoint.hooks.streams, self._checkpoint.scope
+        for (path, name), plan in self._plans.items():
+            if path or plan.path or plan.key.name != name:
+                continue
+            if plan.writer is not None:
+                if plan.writer.resumable or plan.writer.name in self._plan:
+                    continue
+                ref = StreamRef(scope, plan.writer.name, name)
+                who = f"node {plan.writer.name!r} of graph {self.graph.name!r}"
+                fix = "declare it resumable=True (it continues from writer.position)"
+            elif plan.key in self.graph.inputs:
+                if plan.key in self._resumable_inputs:
+                    continue
+                ref, who = StreamRef(scope, HOST, name), "the host"
+                fix = f"name {plan.key!r} in resumable_inputs (the host continues from writer.position)"
+            else:
+                continue
+            count = plan.key.partitions
+            for part in (ref,) if count is None else tuple(ref.partition(p) for p in range(count)):
+                held = await hooks.describe(part)
+                if held is not None and not (held.finished or held.failed):
+                    raise SourceNotResumableError(
+                        f"{who} had begun writing stream {part} (active at sequence {held.appended}) and "
+                        f"would write it again from the start: {fix} to resume run {scope!r}; nothing was "
+                        "written"
+                    )
+
     def __repr__(self) -> str:
         return f"Execution({self.graph.name!r}, status={self._status!r})"
 
@@ -1135,15 +1178,16 @@ class Execution:
                 else plan.writer is not None and plan.writer.resumable
             )
             key = plan.key
+            writer = None if host or plan.writer is None else "/".join((*plan.path, plan.writer.name))
             if key.partitions is None:
-                stream: GraphStream = await self._open_one(key, ref, plan.groups, scope, resumable, host, 0)
+                stream: GraphStream = await self._open_one(key, ref, plan.groups, scope, resumable, writer, 0)
             else:
                 parts = []
                 for p in range(key.partitions):
                     part_ref = ref.partition(p)
                     part_key: Key[Any] = Key(part_ref.key, key.type)
                     groups, count = plan.groups, key.partitions
-                    part = await self._open_one(part_key, part_ref, groups, scope, resumable, host, count)
+                    part = await self._open_one(part_key, part_ref, groups, scope, resumable, writer, count)
                     parts.append(part)
                 assert key.partition_key is not None  # a partitioned key has its function
                 stream = PartitionedStream(key, ref, tuple(parts), key.partition_key)
@@ -1160,10 +1204,11 @@ class Execution:
         groups: tuple[str, ...],
         scope: str,
         resumable: bool,
-        host: bool,
+        writer: str | None,
         partitions: int,
     ) -> ManagedStream[Any]:
-        """Open stream ``ref`` (a partition of a stream of ``partitions``, or 0: one of its own)."""
+        """Open stream ``ref`` (a partition of a stream of ``partitions``, or 0: one of its own) for
+        ``writer``, the node's path (None: the host), which a store's refusal to reopen it names."""
         request = StreamOpen(
             ref=ref,
             type_name=type_name(key.item_type),
@@ -1173,10 +1218,15 @@ class Execution:
             partitions=partitions,
         )
         hooks = self._stream_hooks()
-        if scope:
-            opened = await self._reliable("open", lambda _: hooks.open(request))
-        else:
-            opened = await hooks.open(request)
+
+        async def open_stream(_: object = None) -> StreamOpened:
+            try:
+                return await hooks.open(request)
+            except SourceNotResumableError as exc:
+                who = "the host" if writer is None else f"node {writer!r}"
+                raise SourceNotResumableError(f"{who}: {exc}") from None
+
+        opened = await (self._reliable("open", open_stream) if scope else open_stream())
         core: StreamCore[Any] = StreamCore(
             self._spawn,
             hooks,
@@ -1186,7 +1236,7 @@ class Execution:
             capacity=self._stream_capacity,
             resumable=resumable,
             on_latch=self._latch,
-            node_owned=not host,
+            node_owned=writer is not None,
             partitions=partitions,
         )
         stream: ManagedStream[Any] = ManagedStream(core)

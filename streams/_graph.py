@@ -137,6 +137,10 @@ class Topology:
     inputs: tuple[str, ...]
     nodes: tuple[TopologyNode, ...]
     fingerprint: str = field(compare=False)
+    #: What the fingerprint is the digest of, as JSON-ready lists and dicts: every member with its
+    #: ports and their type names, each Sub with its child's shape and its wiring. A host that keeps
+    #: it can say what differs when a fingerprint does not match.
+    shape: Mapping[str, Any] = field(compare=False, default_factory=dict, repr=False)
 
 
 class Graph:
@@ -756,11 +760,12 @@ def _topology(graph: Graph) -> Topology:
         for member in _ordered(graph)
     )
     inputs = tuple(k.name for k in graph.inputs)
-    return Topology(graph.name, graph.version, inputs, nodes, _fingerprint(graph))
+    shape = _shape(graph)
+    return Topology(graph.name, graph.version, inputs, nodes, _fingerprint(shape), shape)
 
 
-def _fingerprint(graph: Graph) -> str:
-    return hashlib.sha256(json.dumps(_shape(graph), sort_keys=True).encode()).hexdigest()
+def _fingerprint(shape: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 
 
 def _shape(graph: Graph) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from streams import (
 from streams.store import CheckpointOutput
 
 from ._kills import ROOT, assert_sound, killed_until_landed
+from .conftest import Opener
 
 EXAMPLE = ROOT / "examples" / "doc_pipeline.py"
 ANSWER = "[en] a page about example | [en] a page about python"
@@ -127,18 +127,6 @@ def doubling(version: str = "1", *, fail: bool = False) -> Graph:
         ctx.set(DOUBLED, ctx[N] * 2)
 
     return g
-
-
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
-
-
-@pytest.fixture(params=["lmdb", "postgres"])
-def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens the same ledger each time: an LMDB directory, or a PostgreSQL database."""
-    if request.param == "lmdb":
-        return lambda: open_ledger(tmp_path / "ledger")
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres(url)
 
 
 async def test_runs_are_listed_and_a_run_id_is_used_once(open_any: Opener) -> None:
@@ -435,13 +423,14 @@ async def test_a_record_from_before_chains_were_recorded_takes_the_chain_of_its_
         await put_record_before(ledger, record)
     async with open_any() as ledger:
         [old] = await ledger.runs()
-        assert old == msgspec.structs.replace(record, aspects=None)  # it decodes; it knows no chain
+        assert old == msgspec.structs.replace(record, aspects=None, shape=None)  # it decodes; no chain
         entered = anyio.Event()
         g = flaky(calls, ["stop", "fail"], entered)
         # accepted with the chain it is given (here the one it ran with), and that chain recorded
         await stopped_in_the_middle(ledger, lambda: ledger.resume("old", g, aspects=[Retry(3)]), entered)
         [resumed] = await ledger.runs()
         assert (resumed.starts, resumed.aspects) == (2, (RETRY_3,))
+        assert resumed.shape == g.topology().shape  # the graph it resumed with, checked as the run's
         assert calls == ["first", "flaky", "flaky", "flaky"]
         with pytest.raises(RunAspectsMismatchError, match=re.escape("resume was given [Timeout(5.0)]")):
             await ledger.resume("old", g, aspects=[Timeout(5.0)])  # checked from then on

@@ -1,0 +1,24 @@
+"""Fixtures of the ledger tests: one ledger of either backend, opened as often as a test likes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import open_ledger
+from ledger.postgres import open_postgres
+
+Opener = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens the same ledger each time: an LMDB directory, or a PostgreSQL database."""
+    if request.param == "lmdb":
+        return lambda: open_ledger(tmp_path / "ledger")
+    url = request.getfixturevalue("postgres_url")
+    return lambda: open_postgres(url)
