@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -147,7 +148,8 @@ async def _everything(ledger: Any) -> bytes:
 
         result: bytes = await ledger.backend.connection.call(dump, buffered=False)
         return result
-    return (ledger.backend.env.path / "data.mdb").read_bytes()
+    path: Path = ledger.backend.env.path
+    return (path / "data.mdb").read_bytes()
 
 
 async def test_a_writer_resumed_without_its_promise_is_refused_naming_it_and_nothing_is_written(
