@@ -26,6 +26,7 @@ from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import LedgerServerError as LedgerServerError
 from ._errors import LedgerUnreachableError as LedgerUnreachableError
 from ._errors import MapFullError as MapFullError
+from ._errors import MissingExtraError as MissingExtraError
 from ._errors import MissingRecordError as MissingRecordError
 from ._errors import MissingSchemaError as MissingSchemaError
 from ._errors import NotALedgerError as NotALedgerError
@@ -67,6 +68,7 @@ __all__ = [
     "GraphsNotFoundError",
     "GroupChangeError",
     "InvalidRunIdError",
+    "MissingExtraError",
     "LeaseLostError",
     "Ledger",
     "LedgerClosedError",

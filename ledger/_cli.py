@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -37,6 +38,7 @@ from ._errors import (
     LedgerPathError,
     LedgerReadOnlyError,
     MapFullError,
+    MissingExtraError,
     NotALedgerError,
     PostgresOnlyError,
     SchemaVersionError,
@@ -64,6 +66,7 @@ EXIT_VERSION: Final = 5  # written by another schema or codec version
 EXIT_READ_ONLY: Final = 6  # the ledger cannot be written
 EXIT_FULL: Final = 7  # a write did not fit the ledger's map limit (--max-map-size)
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT
+EXIT_CLOSED_PIPE: Final = 141  # 128 + SIGPIPE: the reader of the output closed it
 EXIT_TERMINATED: Final = 143  # 128 + SIGTERM
 
 
@@ -92,6 +95,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
             NotALedgerError,
             LedgerPathError,
             DemoMismatchError,
+            MissingExtraError,
         ),
         EXIT_USAGE,
     ),
@@ -268,13 +272,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     SIGTERM stops a command as Ctrl-C does, with its own message and exit code (143).
     """
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            return _main(argv)
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            return _main(argv)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except BrokenPipeError:  # the reader went away (``view ... | head``): stop quietly, as other tools do
+        _drop_stdout()
+        return EXIT_CLOSED_PIPE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a closed pipe goes nowhere, with no error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (a test's capture): nothing is left to flush
+        pass
 
 
 def _main(argv: Sequence[str] | None) -> int:

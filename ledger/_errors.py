@@ -27,6 +27,7 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── MapFullError                           the map could not grow to fit a write
     ├── WriteFailedError                       LMDB refused a write transaction
     ├── InvalidRunIdError (ValueError)         a run id is empty or too long for a ledger key
+    ├── MissingExtraError (ImportError)        a module needs an extra that is not installed
     ├── UnattributedBudgetsError (ValueError)  a group change met budgets an older release keyed by a
     │                                          digest that does not say their group
     │   the errors of the PostgreSQL ledger's server:
@@ -68,6 +69,7 @@ __all__ = [
     "GraphsNotFoundError",
     "GroupChangeError",
     "InvalidRunIdError",
+    "MissingExtraError",
     "LeaseLostError",
     "LedgerClosedError",
     "LedgerConflictError",
@@ -215,6 +217,23 @@ class BackupDestinationError(LedgerError, ValueError):
 
 class ServerUnavailableError(LedgerError, RuntimeError):
     """No PostgreSQL binaries on this machine, or the private server would not start."""
+
+
+class MissingExtraError(LedgerError, ImportError):
+    """A module of the ledger needs an optional extra that is not installed; it says which ``pip install``."""
+
+
+def require_extra(module: str, extra: str, needed_by: str) -> None:
+    """:class:`MissingExtraError` unless ``module`` imports (streamledger's ``extra`` brings it)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"{needed_by} needs the {extra} extra, which is not installed: "
+            f"pip install 'streamledger[{extra}]'"
+        ) from None
 
 
 class RunExistsError(LedgerError, ValueError):

@@ -21,7 +21,7 @@ from streams import (
     move_group,
     remove_group,
 )
-from streams.store import partition_name
+from streams.store import FollowHooks, StreamRead, partition_name
 
 from ._arguments import positive_int
 from ._connect import connect, is_url
@@ -92,6 +92,11 @@ def add_group_command(commands: Any) -> None:
             metavar="P",
             help="of a partitioned stream, change partition P only (the same as STREAM key#P)",
         )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="say what the change would do, checked as it would be, and change nothing",
+        )
     move.add_argument(
         "--to", required=True, type=_target, metavar="WHERE", help="earliest, latest, or a sequence"
     )
@@ -107,6 +112,8 @@ def run_group_command(args: argparse.Namespace) -> str:
     async def change() -> str:
         async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
             refs = await _streams(ledger.streams, ref, args.partition)
+            if args.dry_run:
+                return await _dry_run(ledger.streams, ref, refs, args)
             if len(refs) > 1 or refs[0] != ref:
                 return await _change_partitions(ledger.streams, ref, refs, args)
             if args.action == "remove":
@@ -187,3 +194,63 @@ async def _change_partitions(
     kept = "kept" if args.keep_state else "cleared"
     said = "next messages " + ", ".join(nexts) if many else f"next message {nexts[0]}"
     return f"moved group {args.group!r} of {where}: {said}, state {kept}"
+
+
+async def _dry_run(
+    hooks: StreamHooks, ref: StreamRef, refs: list[StreamRef], args: argparse.Namespace
+) -> str:
+    """What the change would do to each stream of ``refs``, refused as the change would be; nothing changes.
+
+    The group's frontier is read as a process that did not open the stream
+    reads it (``read_stream``: no generation raised, no message read).
+    """
+    if len(refs) > 1 and args.action == "move" and isinstance(args.to, int):
+        raise GroupChangeError(
+            f"stream {ref} is partitioned and each partition has its own sequences: move every partition "
+            "to 'earliest' or 'latest', or one with --partition P to a sequence"
+        )
+    if not isinstance(hooks, FollowHooks):
+        raise GroupChangeError(f"this ledger cannot read the frontier of {ref} without opening it")
+    lines = []
+    for part in refs:
+        desc = await hooks.describe(part)
+        if desc is None or args.group not in desc.groups:
+            problem = f"{part} has no consumer group {args.group!r}"
+            raise StreamNotFoundError(problem if desc is not None else f"the ledger holds no stream {part}")
+        read = await hooks.read_stream(
+            StreamRead(part, desc.type_name, (args.group,), desc.partitions, desc.appended)
+        )
+        assert read is not None  # described just now, in the same ledger
+        [frontier] = [g for g in read.groups if g.group == args.group]
+        now = frontier.acked_through + 1
+        if args.action == "remove":
+            lines.append(
+                f"would remove group {args.group!r} of {part}: acknowledged through {now - 1} of "
+                f"{desc.appended}, {len(frontier.exhausted)} exhausted, {len(frontier.failing)} failing; its "
+                "state, results and budgets go"
+            )
+            continue
+        to = 1 if args.to == "earliest" else desc.appended + 1 if args.to == "latest" else args.to
+        if to <= desc.compacted_through:
+            raise GroupChangeError(
+                f"group {args.group!r} cannot start at sequence {to} of {part}: messages 1 to "
+                f"{desc.compacted_through} were compacted away (nothing was changed)"
+            )
+        if to > desc.appended + 1:
+            raise GroupChangeError(
+                f"group {args.group!r} cannot start at sequence {to} of {part}: it has {desc.appended} "
+                "messages (nothing was changed)"
+            )
+        effect = (
+            f"{now - to} acknowledged messages handled again"
+            if to < now
+            else f"{to - now} messages skipped unhandled"
+            if to > now
+            else "no message handled again or skipped"
+        )
+        kept = "kept" if args.keep_state else "cleared"
+        lines.append(
+            f"would move group {args.group!r} of {part}: next message {now} -> {to} ({effect}), "
+            f"{len(frontier.exhausted)} exhausted and {len(frontier.failing)} failing forgotten, state {kept}"
+        )
+    return "\n".join([*lines, "dry run: nothing was changed"])

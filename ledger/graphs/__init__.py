@@ -6,7 +6,13 @@ same run id again resumes from the latest checkpoint without repeating the
 steps it had completed. See ``docs/graphs.md``.
 """
 
+# ruff: noqa: E402 - the package imports its modules once its extra is known to be installed
+
 from streams.store import publish as _publish
+
+from .._errors import require_extra as _require_extra
+
+_require_extra("pydantic_graph", "pydantic-graph", "ledger.graphs (durable pydantic-graph runs)")
 
 from ._errors import GraphInputTypeError as GraphInputTypeError
 from ._errors import GraphRunActiveError as GraphRunActiveError

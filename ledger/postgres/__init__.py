@@ -7,7 +7,13 @@ and yields a :class:`~ledger.Ledger` (over a :class:`PgBackend`) whose ``streams
 for a directory.
 """
 
+# ruff: noqa: E402 - the package imports its modules once its extra is known to be installed
+
 from streams.store import publish as _publish
+
+from .._errors import require_extra as _require_extra
+
+_require_extra("psycopg", "postgres", "ledger.postgres (the PostgreSQL ledger)")
 
 from .._errors import LeaseLostError as LeaseLostError
 from ._leases import Lease as Lease
