@@ -43,6 +43,7 @@ from ._errors import (
     PostgresOnlyError,
     SchemaVersionError,
     StreamNotFoundError,
+    UnknownRunError,
 )
 from ._groups import add_group_command, run_group_command
 from ._messages import filtered, group_rows, key_bytes, parse_ref
@@ -52,6 +53,8 @@ from ._postgres_cli import (
     run_migrate_command,
     run_worker_command,
 )
+from ._runs_cli import add_runs_command, run_runs_command
+from ._table import aligned
 from ._tools import tools_for
 
 __all__ = ["main"]
@@ -89,6 +92,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
         (
             BackupDestinationError,
             StreamNotFoundError,
+            UnknownRunError,
             GroupChangeError,
             GraphsNotFoundError,
             PostgresOnlyError,
@@ -234,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
     )
     add_group_command(commands)
+    add_runs_command(commands)
     add_worker_command(commands)
     add_migrate_command(commands)
     check = commands.add_parser(
@@ -314,6 +319,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return run_migrate_command(args)
         if args.command == "group":
             print(run_group_command(args))
+            return EXIT_OK
+        if args.command == "runs":
+            print(run_runs_command(args), end="")
             return EXIT_OK
         return _inspect(args)
     except (LedgerError, StreamsError) as exc:
@@ -556,7 +564,7 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    return "\n".join(_aligned(cells, left=2, ragged_last=True)) + "\n"
+    return "\n".join(aligned(cells, left=2, ragged_last=True)) + "\n"
 
 
 def _owner(owner: dict[str, Any] | None) -> str:
@@ -565,21 +573,6 @@ def _owner(owner: dict[str, Any] | None) -> str:
         return "-"
     ends = "lease expired" if owner["expired"] else f"until {owner['lease_expires']}"
     return f"{owner['member']} ({ends})"
-
-
-def _aligned(rows: Sequence[tuple[str, ...]], *, left: int, ragged_last: bool = False) -> list[str]:
-    """Rows as lines of columns two spaces apart: the first ``left`` aligned left, the others right.
-
-    With ``ragged_last`` the last column (free text) is not padded.
-    """
-    fixed = len(rows[0]) - ragged_last
-    widths = [max(len(row[i]) for row in rows) for i in range(fixed)]
-    lines = []
-    for row in rows:
-        aligned = zip(row[:fixed], widths, strict=True)
-        cells = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(aligned)]
-        lines.append("  ".join([*cells, *row[fixed:]]).rstrip())
-    return lines
 
 
 def _messages(args: argparse.Namespace) -> int:
@@ -629,7 +622,7 @@ def _table(report: dict[str, Any]) -> str:
                     json.dumps(g["state"]),
                 )
             )
-        lines.extend("  " + line for line in _aligned(rows, left=1, ragged_last=True))
+        lines.extend("  " + line for line in aligned(rows, left=1, ragged_last=True))
     lines.extend(_node_runs_table(report["runs"]))
     lines.extend(_runs_table(report["graph_runs"]))
     return "\n".join(lines) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -70,8 +70,13 @@ def node_runs_report(
     node_record: Callable[[str, str], NodeCheckpoint | None],
     *,
     values: bool,
+    holders: Mapping[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Business runs (ledger.run): status, and every retry boundary with its budget and conclusion."""
+    """Business runs (ledger.run): status, times, and every retry boundary with its budget and conclusion.
+
+    ``holders`` are the leases of runs a worker holds, by run id (``owner``,
+    ``expires_at``, ``expired``): on PostgreSQL, the worker running it.
+    """
     report = []
     for run in runs:
         scope = run.run_id
@@ -111,6 +116,10 @@ def node_runs_report(
                 "status": run.status,
                 "starts": run.starts,
                 "error": run.error,
+                "created_at": _moment(run.created_at or 0),
+                "updated_at": _moment(run.updated_at or 0),
+                "seconds": _seconds(run),
+                "holder": (holders or {}).get(run.run_id),
                 "nodes": nodes,
             }
         )
@@ -198,6 +207,13 @@ def plain(value: Any) -> Any:
     if isinstance(value, msgspec.msgpack.Ext):
         return {"ext": value.code, "data": base64.b64encode(value.data).decode()}
     return str(value)
+
+
+def _seconds(run: RunRecord) -> float | None:
+    """How long a finished run took from its record to its end (None while it runs, or not known)."""
+    if run.status == "running" or run.created_at is None or run.updated_at is None:
+        return None
+    return round(run.updated_at - run.created_at, 3)
 
 
 def _moment(at: float) -> str | None:

@@ -32,6 +32,7 @@ the LMDB ledger's ``nodes`` database, or a PostgreSQL table.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal, Protocol
 
@@ -90,6 +91,16 @@ class RunRecord(msgspec.Struct, frozen=True):
     #: The graph's topology shape (:attr:`streams.Topology.shape`), to say what differs when another
     #: graph is given; ``None`` in a record written before runs kept it.
     shape: dict[str, Any] | None = None
+    #: When the run was recorded, and when its record last changed (a start, a resume, its end):
+    #: Unix seconds, ``None`` in a record written before runs kept them.
+    created_at: float | None = None
+    updated_at: float | None = None
+
+
+def stamped(record: RunRecord, *, new: bool = False) -> RunRecord:
+    """``record`` as written now: its ``updated_at`` (and, for a new run, ``created_at``) set to now."""
+    now = time.time()
+    return msgspec.structs.replace(record, updated_at=now, created_at=now if new else record.created_at)
 
 
 class RunResult(msgspec.Struct, frozen=True):
@@ -250,6 +261,7 @@ class Runs:
             shape=dict(topology.shape),
         )
         with self._owning(run_id):
+            record = stamped(record, new=True)
             await self._book.write(record, new=True)
             return await self._execute(execution, record, resumed=False, on_start=on_start)
 
@@ -314,6 +326,7 @@ class Runs:
             aspects=describe_chain(aspects),
             shape=dict(graph.topology().shape),
         )
+        record = stamped(record, new=True)
         await self._book.write(record, new=True)
         return record
 
@@ -375,6 +388,7 @@ class Runs:
             await execution.check_streams()  # a writer that would start again on its stream: before any write
             shape = record.shape if record.shape is not None else dict(graph.topology().shape)
             record = msgspec.structs.replace(record, starts=record.starts + 1, aspects=given, shape=shape)
+            record = stamped(record)
             await self._book.write(record, new=False)
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 
@@ -398,9 +412,9 @@ class Runs:
         except Exception as exc:
             if await self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
                 failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
-                await self._book.write(failed, new=False)
+                await self._book.write(stamped(failed), new=False)
             raise  # anything else leaves the run running, for resume to continue
-        await self._book.write(msgspec.structs.replace(record, status="completed"), new=False)
+        await self._book.write(stamped(msgspec.structs.replace(record, status="completed")), new=False)
         return RunResult(record.run_id, result, resumed=resumed)
 
     def _owning(self, run_id: str) -> _Owning:

@@ -20,9 +20,20 @@ def commands() -> list[list[str]]:
     ]
 
 
-def test_the_operating_page_shows_watching_viewing_a_dry_run_and_both_repairs() -> None:
+def test_the_operating_page_shows_watching_viewing_runs_a_dry_run_and_both_repairs() -> None:
     shown = [c[3] for c in commands()]
-    assert shown == ["demo", "inspect", "messages", "group", "group", "group", "check", "backup"]
+    assert shown == [
+        "demo",
+        "inspect",
+        "messages",
+        "runs",
+        "runs",
+        "group",
+        "group",
+        "group",
+        "check",
+        "backup",
+    ]
 
 
 def test_every_command_of_the_operating_page_succeeds_in_order(tmp_path: Path) -> None:

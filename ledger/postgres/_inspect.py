@@ -114,6 +114,17 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
             )
         }
         streams = [stream_entry(desc, frontiers, owners) for desc, frontiers in by_stream.values()]
+        holders = {
+            run_id: {
+                "owner": owner,
+                "lease_expires": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "expired": bool(expired),
+            }
+            for run_id, owner, expires, expired in conn.execute(
+                "SELECT run_id, owner, expires_at AT TIME ZONE 'UTC', expires_at < now()"
+                " FROM streamledger_leases"
+            )
+        }
         runs: list[RunRecord] = []
         for run_id, sound, raw in conn.execute(
             "SELECT run_id, id_digest = md5(run_id), record FROM streamledger_runs ORDER BY run_id"
@@ -150,7 +161,9 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
         return {
             "path": describe_url(url),
             "streams": streams,
-            "runs": node_runs_report(runs, boundaries, node_record, values=values) if runs else [],
+            "runs": node_runs_report(runs, boundaries, node_record, values=values, holders=holders)
+            if runs
+            else [],
             "graph_runs": graph_runs_report(graph_runs, values=values),
         }
 

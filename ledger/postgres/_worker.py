@@ -25,6 +25,7 @@ from streams import Aspect, ConfirmedFailureError, Graph
 
 from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from .._ledger import Ledger
+from .._runs import stamped
 from ._faults import find_cause
 from ._leased import holding
 from ._leases import Lease, claim_due
@@ -136,7 +137,9 @@ async def _run_leased(
                 outcome = "completed"
             except ConfirmedFailureError:  # its failure was confirmed before: the record says so now
                 if record.status != "failed":
-                    await held.book.write(msgspec.structs.replace(record, status="failed"), new=False)
+                    await held.book.write(
+                        stamped(msgspec.structs.replace(record, status="failed")), new=False
+                    )
                 outcome = "failed"
             except Exception as exc:
                 if find_cause(exc, LeaseLostError) is not None:

@@ -22,3 +22,10 @@ def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
         return lambda: open_ledger(tmp_path / "ledger")
     url = request.getfixturevalue("postgres_url")
     return lambda: open_postgres(url)
+
+
+def timeless(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``inspect``'s runs without their times: two ledgers filled at other moments report the same."""
+    return [
+        {k: v for k, v in run.items() if k not in ("created_at", "updated_at", "seconds")} for run in runs
+    ]

@@ -15,6 +15,7 @@ from ledger import open_ledger
 from ledger.postgres import open_postgres
 from streams import Key, KeyedState, MessageTx, Stream, handle_messages, open_scope
 
+from .conftest import timeless
 from .pool_graphs import N, summing
 from .test_cli import cli
 
@@ -58,7 +59,8 @@ def test_inspect_on_a_url_reports_what_inspect_on_a_path_reports(postgres_url: s
     assert on_postgres["streams"] and on_postgres["runs"]
     key = lambda s: (s["scope"], s["node"], s["key"])  # noqa: E731
     assert sorted(on_postgres["streams"], key=key) == sorted(on_lmdb["streams"], key=key)
-    assert on_postgres["runs"] == on_lmdb["runs"]
+    assert timeless(on_postgres["runs"]) == timeless(on_lmdb["runs"])
+    assert all(run["created_at"] and run["updated_at"] for run in (*on_postgres["runs"], *on_lmdb["runs"]))
     assert "postgres" in on_postgres["path"] and "password" not in on_postgres["path"]
     table = cli("inspect", postgres_url, "--groups").stdout.splitlines()
     assert [line.split()[:5] for line in table[1:]] == [

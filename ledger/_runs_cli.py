@@ -1,0 +1,151 @@
+"""``python -m ledger runs``: the runs of ``ledger.run`` (and of workers), listed, filtered and shown.
+
+Read-only, through the same reads as ``inspect`` (an LMDB ledger is read
+while its owner runs; PostgreSQL beside its workers): ``runs list`` with
+``--status``, ``--graph``, ``--since`` and ``--limit``, newest first, and
+``runs show RUN_ID`` with every node's boundary, budget and status, and on
+PostgreSQL the worker holding the run's lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+from typing import Any, Final
+
+from ._arguments import positive_int
+from ._errors import UnknownRunError
+from ._tools import tools_for
+
+__all__ = ["add_runs_command", "run_runs_command"]
+
+STATUSES: Final = ("running", "completed", "failed")
+_AGO: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _since(text: str) -> datetime.datetime:
+    """``--since``: an ISO 8601 time (UTC unless it says so), or an age: ``90s``, ``15m``, ``2h``, ``7d``."""
+    ago = _AGO.match(text)
+    now = datetime.datetime.now(datetime.UTC)
+    if ago is not None:
+        return now - datetime.timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a time (2026-12-01T09:30:00Z) nor an age (90s, 15m, 2h, 7d)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def add_runs_command(commands: Any) -> None:
+    """Register ``runs list`` and ``runs show`` on the CLI's subcommands."""
+    runs = commands.add_parser(
+        "runs",
+        help="list the runs of ledger.run and workers, or show one",
+        description="The runs of a ledger, read as inspect reads it: nothing is written.",
+    )
+    actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the runs, newest first, filtered")
+    listing.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    listing.add_argument("--status", choices=STATUSES, help="only runs of this status")
+    listing.add_argument("--graph", metavar="NAME", help="only runs of this graph")
+    listing.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="only runs changed since: a time, or an age (15m, 2h, 7d)",
+    )
+    listing.add_argument("--limit", type=positive_int, metavar="N", help="at most N runs")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    show = actions.add_parser("show", help="one run: its record, times, holder and every node")
+    show.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    show.add_argument("run_id", metavar="RUN_ID", help="the run")
+    show.add_argument("--values", action="store_true", help="also print the nodes' confirmed outputs")
+    show.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run_runs_command(args: argparse.Namespace) -> str:
+    """What ``args`` asks for, as the text to print."""
+    report = tools_for(args.path).inspect(args.path, getattr(args, "values", False))
+    runs: list[dict[str, Any]] = report["runs"]
+    if args.action == "show":
+        found = [run for run in runs if run["run_id"] == args.run_id]
+        if not found:
+            raise UnknownRunError(f"{report['path']} has no run {args.run_id!r}")
+        return json.dumps(found[0]) + "\n" if args.json else _shown(found[0])
+    chosen = [
+        run
+        for run in runs
+        if (args.status is None or run["status"] == args.status)
+        and (args.graph is None or run["graph"] == args.graph)
+        and (args.since is None or _changed_since(run, args.since))
+    ]
+    chosen.sort(key=lambda run: (run["updated_at"] or "", run["run_id"]), reverse=True)
+    if args.limit is not None:
+        chosen = chosen[: args.limit]
+    listed = [{k: v for k, v in run.items() if k != "nodes"} for run in chosen]
+    return json.dumps(listed) + "\n" if args.json else _listed(listed)
+
+
+def _changed_since(run: dict[str, Any], since: datetime.datetime) -> bool:
+    if run["updated_at"] is None:  # a record from before runs kept times: it is not known to be recent
+        return False
+    return datetime.datetime.fromisoformat(run["updated_at"].replace("Z", "+00:00")) >= since
+
+
+def _listed(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "no runs\n"
+    rows = [
+        ("RUN", "GRAPH", "VERSION", "STATUS", "STARTS", "CREATED", "UPDATED", "SECONDS", "HOLDER", "ERROR")
+    ]
+    rows += [
+        (
+            run["run_id"],
+            run["graph"],
+            run["version"],
+            run["status"],
+            str(run["starts"]),
+            run["created_at"] or "-",
+            run["updated_at"] or "-",
+            "-" if run["seconds"] is None else f"{run['seconds']:g}",
+            _holder(run["holder"]),
+            run["error"] or "-",
+        )
+        for run in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return (
+        "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+        + "\n"
+    )
+
+
+def _holder(holder: dict[str, Any] | None) -> str:
+    if holder is None:
+        return "-"
+    return (
+        f"{holder['owner']} (lease {'expired' if holder['expired'] else 'until'} {holder['lease_expires']})"
+    )
+
+
+def _shown(run: dict[str, Any]) -> str:
+    failed = f", failed with {run['error']}" if run["error"] else ""
+    took = "" if run["seconds"] is None else f", took {run['seconds']:g} s"
+    lines = [
+        f"run {run['run_id']}: graph {run['graph']} version {run['version']}, {run['status']}{failed}",
+        f"  started {run['starts']} time(s); created {run['created_at'] or '-'}, updated "
+        f"{run['updated_at'] or '-'}{took}",
+        f"  held by {_holder(run['holder'])}" if run["holder"] is not None else "  held by no worker",
+        "  nodes:" if run["nodes"] else "  no node attempt yet",
+    ]
+    for node in run["nodes"]:
+        budget = f"{node['failures']} of {node['limit']} attempt(s) failed"
+        where = node["path"] if node["boundary"] == "node" else f"{node['path']}, {node['boundary']}"
+        outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
+        lines.append(f"    {where}: {node['status']}, {budget}{outputs}")
+    return "\n".join(lines) + "\n"
