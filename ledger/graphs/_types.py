@@ -21,6 +21,10 @@ inputs. Each is written through a pydantic ``TypeAdapter`` of its type:
 * ``input_types={node_id: type}`` overrides all of the above, and decisions
   after an explicitly typed one infer from the explicit type.
 
+* a ``BaseNode`` step's input type is its node class: pydantic-graph types
+  the step's input ``Any``, but runs it only on an instance of that class
+  (a class pydantic has no complete schema for leaves it untyped);
+
 What stays unknown (a transform on an edge, an edge from a join, a fork, a
 ``BaseNode`` or a stream step, a return annotation that is missing, ``Any`` or
 a type variable, edges that disagree, an annotation or inferred type pydantic
@@ -96,6 +100,12 @@ def graph_types(graph: Graph, input_types: Mapping[str, Any], namespace: GraphNa
     for node_id, node in graph.nodes.items():
         if isinstance(node, EndNode):
             nodes[node_id] = output
+        elif isinstance(node, NodeStep) and node_id not in input_types:
+            typed = _node_class_input(node, namespace)  # its input is an instance of its BaseNode class
+            if isinstance(typed, TypeAdapter):
+                nodes[node_id] = typed
+            else:
+                why[node_id] = typed.why
         elif isinstance(node, Step) and node_id not in input_types:
             found = _step_input(node, namespace)
             if isinstance(found, TypeAdapter):
@@ -125,12 +135,20 @@ def graph_types(graph: Graph, input_types: Mapping[str, Any], namespace: GraphNa
     decisions = frozenset(n for n, node in graph.nodes.items() if isinstance(node, Decision))
     untyped: dict[str, str] = {}
     for after in _after_steps(graph):
-        if isinstance(graph.nodes[after], NodeStep) and after not in input_types:
-            # typed Any by pydantic-graph, so its input (the node itself) never reads back as it was
-            untyped[after] = "a BaseNode step's input is its node, which Any writes down as a dict"
-        elif after not in nodes:
+        if after not in nodes:
             untyped[after] = why.get(after, "its input type is not known")
     return GraphTypes(state, inputs, output, nodes, decisions, untyped)
+
+
+def _node_class_input(node: NodeStep, namespace: GraphNamespace) -> TypeAdapter[Any] | _Unknown:
+    """A BaseNode step's input adapter: its node class (pydantic-graph types the step's input Any, but
+    runs it only on an instance of that class), or why the class has no complete schema."""
+    adapter = complete_adapter(node.node_type, namespace)
+    if isinstance(adapter, TypeAdapter):
+        return adapter
+    if isinstance(adapter, Incomplete):
+        return _Unknown(f"its node class {_type_name(node.node_type)} {_cannot(adapter)}")
+    return _Unknown(f"its node class {_type_name(node.node_type)} has no pydantic schema")
 
 
 def _step_input(node: Step, namespace: GraphNamespace) -> TypeAdapter[Any] | _Unknown | str:
