@@ -34,7 +34,9 @@ from ._errors import OutcomeUnknownError as OutcomeUnknownError
 from ._errors import PostgresOnlyError as PostgresOnlyError
 from ._errors import RunActiveError as RunActiveError
 from ._errors import RunAspectsMismatchError as RunAspectsMismatchError
+from ._errors import RunCancelledError as RunCancelledError
 from ._errors import RunExistsError as RunExistsError
+from ._errors import RunFinishedError as RunFinishedError
 from ._errors import RunInputsMismatchError as RunInputsMismatchError
 from ._errors import RunMismatchError as RunMismatchError
 from ._errors import SchemaVersionError as SchemaVersionError
@@ -47,6 +49,7 @@ from ._errors import WriteFailedError as WriteFailedError
 from ._graph_runs import GraphRunBook as GraphRunBook
 from ._ledger import Ledger as Ledger
 from ._runs import RunBook as RunBook
+from ._runs import RunCancel as RunCancel
 from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
 from ._runs import Runs as Runs
@@ -93,10 +96,13 @@ __all__ = [
     "PostgresOnlyError",
     "RunActiveError",
     "RunAspectsMismatchError",
+    "RunCancelledError",
+    "RunFinishedError",
     "RunInputsMismatchError",
     "RunExistsError",
     "RunMismatchError",
     "RunBook",
+    "RunCancel",
     "RunRecord",
     "RunResult",
     "Runs",

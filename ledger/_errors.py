@@ -43,6 +43,8 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     │   ├── RunAspectsMismatchError            ... or another aspect chain than the run started with
     │   └── RunInputsMismatchError             ledger.start of a known run with other inputs
     ├── RunActiveError                         the run id is run by another execution of this process
+    ├── RunCancelledError                      ledger.resume or ledger.start of a cancelled run
+    ├── RunFinishedError (ValueError)          ledger.cancel of a run that is not running
     │   the errors of the command line's commands (python -m ledger):
     ├── BackupDestinationError (ValueError)    a backup's destination exists, or cannot be written
     ├── StreamNotFoundError (LookupError)      view or group names a stream the ledger does not hold
@@ -88,6 +90,8 @@ __all__ = [
     "PostgresOnlyError",
     "RunActiveError",
     "RunAspectsMismatchError",
+    "RunCancelledError",
+    "RunFinishedError",
     "RunInputsMismatchError",
     "RunExistsError",
     "RunMismatchError",
@@ -254,6 +258,14 @@ class RunAspectsMismatchError(RunMismatchError):
 
 class RunInputsMismatchError(RunMismatchError):
     """``start`` of a known run id with other inputs than the run started with (it names which)."""
+
+
+class RunCancelledError(LedgerError):
+    """``resume`` or ``start`` of a run that was cancelled: it is not resumed."""
+
+
+class RunFinishedError(LedgerError, ValueError):
+    """``cancel`` of a run that already completed, failed for good, or was cancelled."""
 
 
 class RunActiveError(LedgerError):

@@ -120,6 +120,7 @@ def node_runs_report(
                 "updated_at": _moment(run.updated_at or 0),
                 "seconds": _seconds(run),
                 "holder": (holders or {}).get(run.run_id),
+                "cancelled": _cancel(run),
                 "nodes": nodes,
             }
         )
@@ -207,6 +208,14 @@ def plain(value: Any) -> Any:
     if isinstance(value, msgspec.msgpack.Ext):
         return {"ext": value.code, "data": base64.b64encode(value.data).decode()}
     return str(value)
+
+
+def _cancel(run: RunRecord) -> dict[str, Any] | None:
+    """Who cancelled the run, why and when; None for a run nobody cancelled."""
+    cancel = run.cancelled
+    if cancel is None:
+        return None
+    return {"by": cancel.by, "reason": cancel.reason, "at": _moment(cancel.at)}
 
 
 def _seconds(run: RunRecord) -> float | None:

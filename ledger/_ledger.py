@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -73,6 +75,13 @@ class Ledger(Generic[B]):
         """Continue run ``run_id`` from what the ledger confirmed (:meth:`Runs.resume`), held as ``run``."""
         async with self.backend.holding(run_id) as book:
             return await self._runs.on(book).resume(run_id, graph, **options)
+
+    async def cancel(self, run_id: str, *, reason: str, by: str | None = None) -> RunRecord:
+        """Cancel run ``run_id`` (:meth:`Runs.cancel`): recorded with ``by`` (default: this host and
+        process) and ``reason``; stopped here if it runs here, and by its worker at its next renewal."""
+        return await self._runs.cancel(
+            run_id, reason=reason, by=by or f"{socket.gethostname()}:{os.getpid()}"
+        )
 
     async def submit(
         self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, aspects: Iterable[Aspect] = ()

@@ -55,7 +55,9 @@ from streams.store import CheckpointOutput, codec_for
 from ._errors import (
     RunActiveError,
     RunAspectsMismatchError,
+    RunCancelledError,
     RunExistsError,
+    RunFinishedError,
     RunInputsMismatchError,
     RunMismatchError,
     UnknownRunError,
@@ -65,12 +67,21 @@ from ._identity import input_differences, listed, topology_differences
 
 __all__ = [
     "RunBook",
+    "RunCancel",
     "RunRecord",
     "RunResult",
     "Runs",
 ]
 
 FORMAT_VERSION: Final = 1
+
+
+class RunCancel(msgspec.Struct, frozen=True):
+    """Who cancelled a run, why, and when (Unix seconds)."""
+
+    by: str
+    reason: str
+    at: float
 
 
 class RunRecord(msgspec.Struct, frozen=True):
@@ -82,7 +93,7 @@ class RunRecord(msgspec.Struct, frozen=True):
     version: str
     fingerprint: str
     inputs: tuple[CheckpointOutput, ...]
-    status: Literal["running", "completed", "failed"] = "running"
+    status: Literal["running", "completed", "failed", "cancelled"] = "running"
     starts: int = 1  # executions started: the first run and each resume that ran something (0: submitted)
     error: str | None = None  # the type of a confirmed final failure, never its text
     #: The execution's aspect chain, outermost first, as :func:`~streams.describe_aspect` gives it;
@@ -95,6 +106,8 @@ class RunRecord(msgspec.Struct, frozen=True):
     #: Unix seconds, ``None`` in a record written before runs kept them.
     created_at: float | None = None
     updated_at: float | None = None
+    #: The cancel that ended it (status ``cancelled``): its attempts stay as the cancellation left them.
+    cancelled: RunCancel | None = None
 
 
 def stamped(record: RunRecord, *, new: bool = False) -> RunRecord:
@@ -206,13 +219,23 @@ class RunBook(Protocol):
 class Runs:
     """The runs of one open ledger (``ledger.run``, ``ledger.resume``, ``ledger.runs``)."""
 
-    def __init__(self, book: RunBook, *, active: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        book: RunBook,
+        *,
+        active: set[str] | None = None,
+        executions: dict[str, Execution] | None = None,
+    ) -> None:
         self._book = book
         self._active: set[str] = set() if active is None else active
+        #: the executions running here, by run id: a cancel stops its run's
+        self._executions: dict[str, Execution] = {} if executions is None else executions
 
     def on(self, book: RunBook) -> Runs:
         """These runs through ``book`` (a run's book under its lease), sharing which ids run here."""
-        return self if book is self._book else Runs(book, active=self._active)
+        if book is self._book:
+            return self
+        return Runs(book, active=self._active, executions=self._executions)
 
     async def run(
         self,
@@ -356,6 +379,12 @@ class Runs:
         if record is None:
             raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
         check_graph(record, graph)
+        if record.status == "cancelled":
+            cancel = record.cancelled
+            said = f" by {cancel.by} ({cancel.reason})" if cancel is not None else ""
+            raise RunCancelledError(
+                f"run {run_id!r} was cancelled{said}; a cancelled run is not resumed: start a new run"
+            )
         if record.status == "failed" or await self._book.nodes.scope_failed(run_id):
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
@@ -396,6 +425,31 @@ class Runs:
         """Every run of the ledger, by run id."""
         return await self._book.records()
 
+    async def cancel(self, run_id: str, *, reason: str, by: str) -> RunRecord:
+        """Record that run ``run_id`` is cancelled (``by`` whom, and why), and stop it if it runs here.
+
+        Its execution here, if any, is cancelled as a host cancels one: what
+        its nodes confirmed stays, its attempts stay active, nothing more is
+        confirmed. A worker running it elsewhere stops at its next lease
+        renewal. A cancelled run is not resumed (:class:`RunCancelledError`).
+        A finished run is :class:`RunFinishedError`, an unknown id
+        :class:`UnknownRunError`; nothing is written then.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("a cancel says why: give reason=")
+        record = await self._book.read(run_id)
+        if record is None:
+            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        if record.status != "running":
+            raise RunFinishedError(f"run {run_id!r} is {record.status}: there is nothing to cancel")
+        cancel = RunCancel(by, reason, time.time())
+        record = stamped(msgspec.structs.replace(record, status="cancelled", cancelled=cancel))
+        await self._book.write(record, new=False)
+        execution = self._executions.get(run_id)
+        if execution is not None:
+            execution.cancel()
+        return record
+
     async def _execute(
         self,
         execution: Execution,
@@ -404,16 +458,22 @@ class Runs:
         resumed: bool,
         on_start: Callable[[Execution], None] | None,
     ) -> RunResult:
+        self._executions[record.run_id] = execution
         try:
             async with execution:
                 if on_start is not None:
                     on_start(execution)
                 result = await execution.wait()
         except Exception as exc:
+            current = await self._book.read(record.run_id)
+            if current is not None and current.status == "cancelled":
+                raise  # cancelled while it ran: the record says so already
             if await self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
                 failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
                 await self._book.write(stamped(failed), new=False)
             raise  # anything else leaves the run running, for resume to continue
+        finally:
+            self._executions.pop(record.run_id, None)
         await self._book.write(stamped(msgspec.structs.replace(record, status="completed")), new=False)
         return RunResult(record.run_id, result, resumed=resumed)
 

@@ -15,13 +15,16 @@ import json
 import re
 from typing import Any, Final
 
+import anyio
+
 from ._arguments import positive_int
+from ._connect import connect, is_url
 from ._errors import UnknownRunError
 from ._tools import tools_for
 
 __all__ = ["add_runs_command", "run_runs_command"]
 
-STATUSES: Final = ("running", "completed", "failed")
+STATUSES: Final = ("running", "completed", "failed", "cancelled")
 _AGO: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -66,10 +69,25 @@ def add_runs_command(commands: Any) -> None:
     show.add_argument("run_id", metavar="RUN_ID", help="the run")
     show.add_argument("--values", action="store_true", help="also print the nodes' confirmed outputs")
     show.add_argument("--json", action="store_true", help="print JSON")
+    cancel = actions.add_parser(
+        "cancel",
+        help="cancel a run: recorded, and its worker stops it at its next lease renewal",
+        description=(
+            "Record RUN_ID as cancelled, with who and why. A PostgreSQL worker running it stops it "
+            "at its next lease renewal; an LMDB ledger must not be open in another process (exit 3). "
+            "What its nodes confirmed stays; a cancelled run is not resumed."
+        ),
+    )
+    cancel.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    cancel.add_argument("run_id", metavar="RUN_ID", help="the run")
+    cancel.add_argument("--reason", required=True, help="why, recorded with the cancel")
+    cancel.add_argument("--by", metavar="NAME", help="who cancels it (default: this host and process)")
 
 
 def run_runs_command(args: argparse.Namespace) -> str:
     """What ``args`` asks for, as the text to print."""
+    if args.action == "cancel":
+        return _cancel(args)
     report = tools_for(args.path).inspect(args.path, getattr(args, "values", False))
     runs: list[dict[str, Any]] = report["runs"]
     if args.action == "show":
@@ -149,3 +167,13 @@ def _shown(run: dict[str, Any]) -> str:
         outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
         lines.append(f"    {where}: {node['status']}, {budget}{outputs}")
     return "\n".join(lines) + "\n"
+
+
+def _cancel(args: argparse.Namespace) -> str:
+    async def cancel() -> str:
+        async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
+            record = await ledger.cancel(args.run_id, reason=args.reason, by=args.by)
+        assert record.cancelled is not None
+        return f"cancelled run {record.run_id!r} by {record.cancelled.by} ({record.cancelled.reason})\n"
+
+    return anyio.run(cancel)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 
@@ -28,8 +29,18 @@ class Held:
         self.runs = runs
         self.book = book
         self.lost = False
+        #: The run was cancelled (``ledger.cancel``, ``runs cancel``): a renewal found it so and stopped it.
+        self.cancelled = False
         #: Leave the lease to run out instead of giving it up: the run is tried again only then.
         self.keep_until_expiry = False
+
+
+def _renewal(conn: Any, lease: Lease, seconds: float) -> str:
+    """Renew ``lease``: "held", "lost" (taken over), or "cancelled" (its run was cancelled meanwhile)."""
+    if not renew(conn, lease, seconds):
+        return "lost"
+    row = conn.execute("SELECT status FROM streamledger_runs WHERE run_id = %s", (lease.run_id,)).fetchone()
+    return "cancelled" if row is not None and row[0] == "cancelled" else "held"
 
 
 @asynccontextmanager
@@ -54,10 +65,11 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
                     while True:
                         await anyio.sleep(seconds / 3)
                         renewed = await connection.call(
-                            lambda view: renew(view.connection, lease, seconds), idempotent=True
+                            lambda view: _renewal(view.connection, lease, seconds), idempotent=True
                         )
-                        if not renewed:
-                            held.lost = True
+                        if renewed != "held":
+                            held.lost = renewed == "lost"
+                            held.cancelled = renewed == "cancelled"
                             tg.cancel_scope.cancel()
                             return
 

@@ -166,4 +166,6 @@ async def _run_leased(
         raise
     if held.lost and outcome not in ("completed", "failed"):
         return "lost"
+    if held.cancelled and outcome != "completed":
+        return "cancelled"
     return outcome

@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from ledger import RunInputsMismatchError, RunMismatchError
-from ledger.postgres import PgBackend
-from streams import Graph, Key, MessageTx, NodeContext, NoValue, SourceNotResumableError, Stream
+from ledger import (
+    RunCancelledError,
+    RunFinishedError,
+    RunInputsMismatchError,
+    RunMismatchError,
+    UnknownRunError,
+)
+from ledger.postgres import PgBackend, open_postgres, work
+from streams import (
+    ExecutionCancelledError,
+    Graph,
+    Key,
+    MessageTx,
+    NodeContext,
+    NoValue,
+    SourceNotResumableError,
+    Stream,
+)
 
 from .conftest import Opener
+
+ROOT = Path(__file__).resolve().parents[2]
 
 N = Key("n", int)
 NOTE = Key("note", str)
@@ -170,3 +190,104 @@ async def test_a_writer_resumed_without_its_promise_is_refused_naming_it_and_not
         assert await _everything(ledger) == before  # not even the run's record: byte for byte
         done = await ledger.start(shop(anyio.Event(), billing_resumable=True), {N: 4}, run_id="r2")
         assert done.result[BILLED] == 4
+
+
+def holding_graph(entered: anyio.Event, ran: list[int]) -> Graph:
+    g = Graph("holding", version="1", inputs=[N])
+
+    @g.node(requires=[N], provides=[DOUBLED])
+    async def slow(ctx: NodeContext) -> None:
+        ran.append(ctx[N])
+        entered.set()
+        await anyio.sleep_forever()
+
+    return g
+
+
+async def test_a_cancelled_run_stops_is_recorded_with_who_and_why_and_is_not_resumed(
+    open_any: Opener,
+) -> None:
+    entered, ran = anyio.Event(), list[int]()
+    async with open_any() as ledger:
+        stopped: list[BaseException] = []
+
+        async def run() -> None:
+            try:
+                await ledger.start(holding_graph(entered, ran), {N: 3}, run_id="c")
+            except ExecutionCancelledError as exc:
+                stopped.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await entered.wait()
+            record = await ledger.cancel("c", reason="the customer withdrew", by="ops@example.org")
+        assert len(stopped) == 1  # the run stopped, as a host's cancel stops it
+        assert (record.status, record.cancelled.by, record.cancelled.reason) == (
+            "cancelled",
+            "ops@example.org",
+            "the customer withdrew",
+        )
+    async with open_any() as ledger:  # another process lifetime
+        [kept] = await ledger.runs()
+        assert kept == record
+        with pytest.raises(RunCancelledError, match=r"run 'c' was cancelled by ops@example\.org"):
+            await ledger.start(holding_graph(entered, ran), {N: 3}, run_id="c")
+        with pytest.raises(RunFinishedError, match="run 'c' is cancelled: there is nothing to cancel"):
+            await ledger.cancel("c", reason="again")
+        with pytest.raises(UnknownRunError):
+            await ledger.cancel("nope", reason="typo")
+        with pytest.raises(ValueError, match="a cancel says why"):
+            await ledger.cancel("c", reason=" ")
+        assert await ledger.runs() == [record]
+    assert ran == [3]  # the cancelled run never ran again
+
+
+async def test_a_worker_stops_a_run_cancelled_from_the_command_line(postgres_url: str) -> None:
+    entered, ran = anyio.Event(), list[int]()
+    graph = holding_graph(entered, ran)
+    async with open_postgres(postgres_url) as ledger:
+        await ledger.submit(graph, {N: 5}, run_id="w")
+    reports: list[tuple[str, str]] = []
+
+    def report(run_id: str, outcome: str) -> None:
+        reports.append((run_id, outcome))
+
+    def cancel() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ledger",
+                "runs",
+                "cancel",
+                postgres_url,
+                "w",
+                "--reason",
+                "stop",
+                "--by",
+                "ops",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            partial(
+                work, postgres_url, {"holding": graph}, lease_seconds=1, poll_seconds=0.05, until_idle=True,
+                report=report,
+            )
+        )  # fmt: skip
+        await entered.wait()
+        done = await anyio.to_thread.run_sync(cancel)
+    assert done.returncode == 0 and done.stdout == "cancelled run 'w' by ops (stop)\n", done.stderr
+    assert reports == [("w", "claimed"), ("w", "cancelled")]  # stopped at its next renewal; the worker ended
+    async with open_postgres(postgres_url) as ledger:
+        [record] = await ledger.runs()
+        assert record.status == "cancelled" and record.cancelled is not None and record.cancelled.by == "ops"
+        assert await ledger.backend.connection.call(
+            lambda view: view.connection.execute("SELECT count(*) FROM streamledger_leases").fetchone()
+        ) == (0,)  # its lease was given up
+    assert ran == [5]
