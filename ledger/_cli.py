@@ -323,8 +323,9 @@ def _main(argv: Sequence[str] | None) -> int:
             print(run_group_command(args))
             return EXIT_OK
         if args.command == "runs":
-            print(run_runs_command(args), end="")
-            return EXIT_OK
+            shown, failed = run_runs_command(args)
+            print(shown, end="")
+            return EXIT_FAILURE if failed else EXIT_OK
         return _inspect(args)
     except (LedgerError, StreamsError) as exc:
         _error(exc)

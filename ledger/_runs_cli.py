@@ -13,11 +13,12 @@ import argparse
 import datetime
 import json
 import re
+import time
 from typing import Any, Final
 
 import anyio
 
-from ._arguments import positive_int
+from ._arguments import positive_float, positive_int
 from ._connect import connect, is_url
 from ._errors import UnknownRunError
 from ._tools import tools_for
@@ -69,6 +70,20 @@ def add_runs_command(commands: Any) -> None:
     show.add_argument("run_id", metavar="RUN_ID", help="the run")
     show.add_argument("--values", action="store_true", help="also print the nodes' confirmed outputs")
     show.add_argument("--json", action="store_true", help="print JSON")
+    follow = actions.add_parser(
+        "follow",
+        help="follow one run live: a line per change of its status or a node's, until it ends",
+        description=(
+            "Print RUN_ID's status, then a line each time it or one of its nodes changes, read as "
+            "inspect reads the ledger every --interval seconds; end when the run does (exit 0, or 1 "
+            "if it failed for good)."
+        ),
+    )
+    follow.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    follow.add_argument("run_id", metavar="RUN_ID", help="the run")
+    follow.add_argument(
+        "--interval", type=positive_float, default=0.5, metavar="S", help="seconds between reads (0.5)"
+    )
     cancel = actions.add_parser(
         "cancel",
         help="cancel a run: recorded, and its worker stops it at its next lease renewal",
@@ -84,17 +99,19 @@ def add_runs_command(commands: Any) -> None:
     cancel.add_argument("--by", metavar="NAME", help="who cancels it (default: this host and process)")
 
 
-def run_runs_command(args: argparse.Namespace) -> str:
-    """What ``args`` asks for, as the text to print."""
+def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
+    """What ``args`` asks for: the text to print, and whether it says a followed run failed for good."""
     if args.action == "cancel":
-        return _cancel(args)
+        return _cancel(args), False
+    if args.action == "follow":
+        return _follow(args)
     report = tools_for(args.path).inspect(args.path, getattr(args, "values", False))
     runs: list[dict[str, Any]] = report["runs"]
     if args.action == "show":
         found = [run for run in runs if run["run_id"] == args.run_id]
         if not found:
             raise UnknownRunError(f"{report['path']} has no run {args.run_id!r}")
-        return json.dumps(found[0]) + "\n" if args.json else _shown(found[0])
+        return (json.dumps(found[0]) + "\n" if args.json else _shown(found[0])), False
     chosen = [
         run
         for run in runs
@@ -106,7 +123,7 @@ def run_runs_command(args: argparse.Namespace) -> str:
     if args.limit is not None:
         chosen = chosen[: args.limit]
     listed = [{k: v for k, v in run.items() if k != "nodes"} for run in chosen]
-    return json.dumps(listed) + "\n" if args.json else _listed(listed)
+    return (json.dumps(listed) + "\n" if args.json else _listed(listed)), False
 
 
 def _changed_since(run: dict[str, Any], since: datetime.datetime) -> bool:
@@ -177,3 +194,37 @@ def _cancel(args: argparse.Namespace) -> str:
         return f"cancelled run {record.run_id!r} by {record.cancelled.by} ({record.cancelled.reason})\n"
 
     return anyio.run(cancel)
+
+
+def _follow(args: argparse.Namespace) -> tuple[str, bool]:
+    """Print the run's changes as they are read; once it ended, its last line and whether it failed."""
+    tools = tools_for(args.path)
+    seen: dict[tuple[str, str], str] = {}
+    status = None
+    while True:
+        report = tools.inspect(args.path, False)
+        found = [run for run in report["runs"] if run["run_id"] == args.run_id]
+        if not found:
+            raise UnknownRunError(f"{report['path']} has no run {args.run_id!r}")
+        run = found[0]
+        for node in run["nodes"]:
+            where = (node["path"], node["boundary"])
+            said = f"{node['status']}, {node['failures']} of {node['limit']} attempt(s) failed"
+            if seen.get(where) != said:
+                seen[where] = said
+                boundary = "" if node["boundary"] == "node" else f", {node['boundary']}"
+                print(f"{_now()} node {node['path']}{boundary}: {said}", flush=True)
+        if run["status"] != status:
+            status = run["status"]
+            if status == "running":
+                print(f"{_now()} run {args.run_id}: running, started {run['starts']} time(s)", flush=True)
+        if status != "running":
+            why = f" ({run['error']})" if run["error"] else ""
+            if run["cancelled"] is not None:
+                why = f" by {run['cancelled']['by']} ({run['cancelled']['reason']})"
+            return f"{_now()} run {args.run_id}: {status}{why}\n", status == "failed"
+        time.sleep(args.interval)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%H:%M:%SZ")

@@ -95,3 +95,50 @@ async def test_runs_are_listed_filtered_and_shown_with_times_holders_and_nodes(o
     unknown = _cli("runs", "show", target, "nope")
     assert unknown.returncode == 2 and unknown.stderr.endswith("has no run 'nope'\n")
     assert unknown.stderr.count("\n") == 1  # one line, no traceback
+
+
+def _following(target: str, run_id: str) -> subprocess.Popen[str]:
+    """``runs follow`` of ``run_id``, reading the ledger every 50 ms, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ledger", "runs", "follow", target, run_id, "--interval", "0.05"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def gated(name: str, gate: anyio.Event, entered: anyio.Event) -> Graph:
+    g = Graph(name, version="1", inputs=[N])
+
+    @g.node(requires=[N], provides=[DOUBLED])
+    async def double(ctx: NodeContext) -> None:
+        entered.set()
+        await gate.wait()
+        ctx.set(DOUBLED, ctx[N] * 2)
+
+    return g
+
+
+async def test_runs_follow_prints_each_change_until_the_run_ends(open_any: Opener) -> None:
+    gate, entered = anyio.Event(), anyio.Event()
+    async with open_any() as ledger:
+        target = _target(ledger)
+        with pytest.raises(ValueError, match="cannot double today"):
+            await ledger.start(doubling("broken", fail=True), {N: 1}, run_id="failed")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: ledger.start(gated("gated", gate, entered), {N: 4}, run_id="g"))
+            await entered.wait()
+            follower = _following(target, "g")
+            assert follower.stdout is not None
+            first = await anyio.to_thread.run_sync(follower.stdout.readline)  # it follows the run now
+            gate.set()
+        out, err = await anyio.to_thread.run_sync(follower.communicate)
+    assert follower.returncode == 0, err
+    lines = [line.split(" ", 1)[1] for line in (first + out).splitlines()]  # without the time
+    assert lines[0] == "run g: running, started 1 time(s)"
+    assert lines[-1] == "run g: completed"
+    assert "node double: completed, 0 of 1 attempt(s) failed" in lines
+    failed = _cli("runs", "follow", target, "failed")
+    assert failed.returncode == 1  # it ended failed: the exit code says so
+    assert failed.stdout.splitlines()[-1].endswith("run failed: failed (ValueError)")
