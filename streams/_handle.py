@@ -256,6 +256,7 @@ class _Run(Generic[T, S]):
         "outputs",
         "parent_attempt",
         "pipeline",
+        "process_attributes",
         "ref",
         "remaining",
         "share_state",
@@ -322,6 +323,8 @@ class _Run(Generic[T, S]):
         # the attributes of its metrics, made once
         self.group_attributes = group_attributes(str(self.ref), self.group_name)
         self.commit_attributes = {**self.group_attributes, ATTR.OPERATION: "commit"}
+        #: OpenTelemetry's consumed-messages metric names its operation: a handler processes
+        self.process_attributes = {**self.group_attributes, ATTR.OPERATION: "process"}
         self.pipeline: ConfirmPipeline[_Cut] = ConfirmPipeline(
             cut=self._cut,
             confirm=self._confirm,
@@ -405,7 +408,7 @@ class _Run(Generic[T, S]):
             else [s for c in batch for s in range(c.message.seq, c.last_seq + 1)]
         )
         stream.local_ack_many(group, seqs)
-        INSTRUMENTS.consumed.add(count, self.group_attributes)
+        INSTRUMENTS.consumed.add(count, self.process_attributes)
         INSTRUMENTS.commit_batch_size.record(count, self.group_attributes)
         for staged in outputs:
             INSTRUMENTS.sent.add(len(staged.values), staged.stream.append_attributes)

@@ -42,6 +42,7 @@ from ._store._records import (
     StreamRef,
 )
 from ._store._rules import FrontierDraft, min_frontier
+from ._tracing import ATTR
 
 __all__ = [
     "GroupSnapshot",
@@ -598,7 +599,7 @@ class StreamCore(Generic[T]):
                 raise
             raise self.latch(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
         self._local_ack(group, seq)
-        INSTRUMENTS.consumed.add(1, group_attributes(str(self.ref), group.name))
+        INSTRUMENTS.consumed.add(1, {**group_attributes(str(self.ref), group.name), ATTR.OPERATION: "ack"})
         self.notify()
 
     @property

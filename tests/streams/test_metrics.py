@@ -64,6 +64,8 @@ async def test_appends_commits_failures_batches_and_lag_are_counted_per_stream_a
         assert result.handled == 10
         group = {"messaging__destination__name": source, "messaging__consumer__group__name": "g"}
         assert metrics_now.value(CONSUMED, **group) == 10
+        # OpenTelemetry's consumed-messages metric requires its operation's name
+        assert metrics_now.value(CONSUMED, **group, messaging__operation__name="process") == 10
         assert metrics_now.value(SENT, messaging__destination__name=out) == 10  # outputs, once committed
         assert (
             metrics_now.value("streamledger.message.failed_attempts", **group, error__type="ValueError") == 1
@@ -103,6 +105,26 @@ async def test_an_exhausted_message_is_counted_with_its_error_type(
     assert metrics_now.value("streamledger.message.failed_attempts", **group, error__type="KeyError") == 2
     assert metrics_now.value("streamledger.message.exhausted", **group, error__type="KeyError") == 1
     assert metrics_now.value(CONSUMED, **group) is None  # nothing was handled
+
+
+async def test_a_readers_acks_are_counted_consumed_by_the_ack_operation(
+    metrics_now: Metrics, anyio_backend: str
+) -> None:
+    scope_name = f"metrics-acks-{anyio_backend}"
+    async with open_scope(MemoryStore(), scope=scope_name) as scope:
+        numbers = await scope.open_stream(NUMBERS, node="src", groups=("r",))
+        for i in range(3):
+            await numbers.writer().send(i)
+        reader = numbers.reader("r")
+        for seq in (1, 2):
+            await reader.receive()
+            await reader.ack(seq)
+    group = {
+        "messaging__destination__name": f"{scope_name}/src/numbers",
+        "messaging__consumer__group__name": "r",
+    }
+    assert metrics_now.value(CONSUMED, **group, messaging__operation__name="ack") == 2
+    assert metrics_now.value(CONSUMED, **group, messaging__operation__name="process") is None
 
 
 async def test_a_dead_lettered_message_is_counted_as_exhausted_dead_lettered_and_consumed(
