@@ -8,6 +8,7 @@ as it was.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from typing import Any, Final, TextIO
 import anyio
 import msgspec
 
-from streams import StoreDamagedError, StreamsError, __version__
+from streams import StoreDamagedError, StreamRef, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
 from ._demo import DemoProgress, DemoSummary
@@ -220,6 +221,14 @@ def _parser() -> argparse.ArgumentParser:
         "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
     )
     messages.add_argument("--limit", type=positive_int, metavar="N", help="at most N messages")
+    messages.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print each message confirmed after, until the stream ends (or Ctrl-C)",
+    )
+    messages.add_argument(
+        "--interval", type=positive_float, default=0.5, metavar="S", help="--follow reads every S seconds"
+    )
 
     keys = commands.add_parser(
         "keys",
@@ -588,8 +597,36 @@ def _messages(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     for message in shown["messages"]:
-        print(json.dumps(message))
+        print(json.dumps(message), flush=args.follow)
+    if not args.follow:
+        return EXIT_OK
+    with contextlib.suppress(KeyboardInterrupt):  # the way to stop following: not an error
+        _follow_messages(args, ref, shown)
     return EXIT_OK
+
+
+def _follow_messages(args: argparse.Namespace, ref: StreamRef, shown: dict[str, Any]) -> None:
+    """Print what is confirmed after ``shown``, read every ``--interval`` seconds, until the stream ends."""
+    tools = tools_for(args.path)
+    kept_from = max(args.start, shown["compacted_through"] + 1)
+    seen = shown["messages"][-1]["seq"] if shown["messages"] else kept_from - 1
+    while True:
+        if shown["finished"] or shown["failed"]:
+            if seen >= shown["appended"]:
+                print(f"stream {ref} {'failed' if shown['failed'] else 'finished'}", file=sys.stderr)
+                return
+        else:
+            time.sleep(args.interval)
+        shown = tools.messages(args.path, ref, seen + 1, None)
+        if shown["compacted_through"] > seen:
+            print(
+                f"messages {seen + 1} to {shown['compacted_through']} were compacted before they were shown",
+                file=sys.stderr,
+            )
+            seen = shown["compacted_through"]
+        for message in shown["messages"]:
+            print(json.dumps(message), flush=True)
+            seen = message["seq"]
 
 
 def _keys(args: argparse.Namespace) -> int:

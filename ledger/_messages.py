@@ -61,6 +61,8 @@ def messages_of(
         "type": desc.type_name,
         "appended": desc.appended,
         "compacted_through": desc.compacted_through,
+        "finished": desc.finished,
+        "failed": desc.failed,
         "messages": messages,
     }
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -137,3 +139,41 @@ def test_a_dry_run_says_what_a_group_change_would_do_and_changes_nothing(target:
     nobody = _cli("group", "remove", target, "s/n/numbers", "b", "--dry-run")
     assert nobody.returncode == 2 and "has no consumer group 'b'" in nobody.stderr
     assert _frontier(target) == before  # nothing moved, on either backend
+
+
+def _following(target: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ledger", "messages", target, "s/n/live", "--follow", "--interval", "0.05"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "postgres"])
+async def test_messages_follow_prints_what_is_confirmed_after_until_the_stream_ends(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    opened: AbstractAsyncContextManager[Any]
+    if backend == "lmdb":
+        target = str(tmp_path / "l")
+        opened = open_ledger(target)
+    else:
+        target = request.getfixturevalue("postgres_url")
+        opened = open_postgres(target)
+    async with opened as ledger, open_scope(ledger.streams, scope="s") as scope:
+        stream = await scope.open_stream(Key("live", Stream[int]), node="n", groups=("g",))
+        writer = stream.writer()
+        await writer.send(1)
+        await writer.flush()
+        follower = _following(target)
+        assert follower.stdout is not None
+        first = await anyio.to_thread.run_sync(follower.stdout.readline)  # it prints what was there
+        for value in (2, 3):  # then what is confirmed after it started
+            await writer.send(value)
+        await writer.finish()
+        out, err = await anyio.to_thread.run_sync(follower.communicate)
+    assert follower.returncode == 0, err
+    assert [json.loads(line)["value"] for line in (first + out).splitlines()] == [1, 2, 3]
+    assert err == "stream s/n/live finished\n"
