@@ -82,7 +82,7 @@ def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(post
         assert producer.wait(timeout=300) == 0  # a safety net: a loaded machine is slow, not wrong
         assert steady.wait(timeout=300) == 0  # it ends once every partition is handled to its end
         paused.send_signal(signal.SIGCONT)
-        assert paused.wait(timeout=120) == 0
+        paused.wait(timeout=120)  # its exit code is checked below, with what every process said
     finally:
         for process in (*members.values(), producer):
             if process.poll() is None:
