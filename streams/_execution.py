@@ -539,9 +539,8 @@ class _Level:
             )
         hooks = self.execution._stream_hooks()
         key = plan.key
-        refs = (ref,) if key.partitions is None else tuple(ref.partition(p) for p in range(key.partitions))
         found: list[StreamDescriptor] = []
-        for part in refs:
+        for part in _stream_refs(ref, key):
 
             def describe(_: CheckpointHooks, part: StreamRef = part) -> Awaitable[StreamDescriptor | None]:
                 return hooks.describe(part)
@@ -684,6 +683,9 @@ class _ReadOnlyStreamHooks:
         raise StreamClosedError("a restored alias of a failed stream is read-only: it takes no call")
 
     open = append = open_message = fail_message = commit = finish = describe = _refuse
+    # a keyed handler of the failed source gets the source's failure, never a missing store: the
+    # endpoint has keyed state (none), and refuses its reads as it refuses everything
+    read_keyed = list_keyed = _refuse
 
 
 _READ_ONLY: Any = _ReadOnlyStreamHooks()
@@ -753,6 +755,24 @@ async def _fail_streams(owned: Mapping[Key[Any], GraphStream]) -> None:
     finally:
         for stream in ended:
             stream._core.confirmed_end(failed=True)
+
+
+def _stream_refs(ref: StreamRef, key: Key[Any]) -> tuple[StreamRef, ...]:
+    """The streams that hold stream ``ref`` of ``key`` in the store: itself, or each of its partitions."""
+    return (ref,) if key.partitions is None else tuple(ref.partition(p) for p in range(key.partitions))
+
+
+def _part_key(key: Key[Any], part: StreamRef) -> Key[Any]:
+    """The key of one stream of ``key``'s: ``key`` itself, or a partition's (``key#p``, no partitions)."""
+    return key if key.partitions is None else Key(part.key, key.type)
+
+
+def _endpoint_of(key: Key[Any], ref: StreamRef, parts: Sequence[ManagedStream[Any]]) -> GraphStream:
+    """The tree's endpoint of ``key`` over the streams of :func:`_stream_refs`, in order."""
+    if key.partitions is None:
+        return parts[0]
+    assert key.partition_key is not None  # a partitioned key has its function
+    return PartitionedStream(key, ref, tuple(parts), key.partition_key)
 
 
 def _parts(owned: Mapping[Key[Any], GraphStream]) -> Iterator[ManagedStream[Any]]:
@@ -918,8 +938,7 @@ class Execution:
                 fix = f"name {plan.key!r} in resumable_inputs (the host continues from writer.position)"
             else:
                 continue
-            count = plan.key.partitions
-            for part in (ref,) if count is None else tuple(ref.partition(p) for p in range(count)):
+            for part in _stream_refs(ref, plan.key):
                 held = await hooks.describe(part)
                 if held is not None and not (held.finished or held.failed):
                     raise SourceNotResumableError(
@@ -1165,7 +1184,7 @@ class Execution:
             await opening.wait()
         existing = self._endpoints.get(ref)
         if existing is not None:
-            if existing.key != plan.key:
+            if (existing.key.item_type, existing.key.partitions) != (plan.key.item_type, plan.key.partitions):
                 raise self._latch(
                     CheckpointError(f"stream {ref} is open with {existing.key!r}, not {plan.key!r}")
                 )
@@ -1179,19 +1198,13 @@ class Execution:
             )
             key = plan.key
             writer = None if host or plan.writer is None else "/".join((*plan.path, plan.writer.name))
-            if key.partitions is None:
-                stream: GraphStream = await self._open_one(key, ref, plan.groups, scope, resumable, writer, 0)
-            else:
-                parts = []
-                for p in range(key.partitions):
-                    part_ref = ref.partition(p)
-                    part_key: Key[Any] = Key(part_ref.key, key.type)
-                    groups, count = plan.groups, key.partitions
-                    part = await self._open_one(part_key, part_ref, groups, scope, resumable, writer, count)
-                    parts.append(part)
-                assert key.partition_key is not None  # a partitioned key has its function
-                stream = PartitionedStream(key, ref, tuple(parts), key.partition_key)
-            self._endpoints[ref] = stream
+            parts = [
+                await self._open_one(
+                    _part_key(key, part), part, plan.groups, scope, resumable, writer, key.partitions or 0
+                )
+                for part in _stream_refs(ref, key)
+            ]
+            stream = self._endpoints[ref] = _endpoint_of(key, ref, parts)
             return stream
         finally:
             del self._opening[ref]
@@ -1263,11 +1276,10 @@ class Execution:
         for descriptor in held:
             part_ref = descriptor.ref
             opened = StreamOpened.empty(part_ref, plan.groups, generation=descriptor.generation, failed=True)
-            part_key: Key[Any] = key if key.partitions is None else Key(part_ref.key, key.type)
             core: StreamCore[Any] = StreamCore(
                 self._spawn,
                 _READ_ONLY,
-                part_key,
+                _part_key(key, part_ref),
                 part_ref,
                 opened,
                 capacity=1,
@@ -1276,13 +1288,7 @@ class Execution:
             )
             parts.append(ManagedStream(core))
             self._streams[part_ref] = parts[-1]
-        stream: GraphStream
-        if key.partitions is None:
-            stream = parts[0]
-        else:
-            assert key.partition_key is not None
-            stream = PartitionedStream(key, ref, tuple(parts), key.partition_key)
-        self._endpoints[ref] = stream
+        stream = self._endpoints[ref] = _endpoint_of(key, ref, parts)
         return stream
 
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -21,17 +21,22 @@ import anyio.lowlevel
 from .._aspects import Retry
 from .._checkpoint import ExecCheckpoint
 from .._context import NodeContext
-from .._errors import CheckpointError, OutputError, PartitionError
+from .._errors import CheckpointError, OutputError, PartitionError, StreamFailedError
 from .._execution import Execution
 from .._graph import Graph
 from .._handle import MessageTx
 from .._keyed import KeyedState
 from .._keys import Key, Stream, type_name
-from .._store._node_records import CheckpointOutput, NodeCheckpoint
-from .._store._records import StreamOpen, StreamRef
+from .._store._node_records import (
+    CheckpointAttemptRequest,
+    CheckpointCommit,
+    CheckpointOutput,
+    NodeCheckpoint,
+)
+from .._store._records import StreamFinish, StreamOpen, StreamRef
 from . import node_streams
 from ._support import raises
-from .node_streams import _crash_when, _finished_event
+from .node_streams import _CountingOpens, _crash_when, _finished_event
 from .nodes import node_check, resumed
 
 __all__: list[str] = []
@@ -323,3 +328,48 @@ async def a_retried_partitioned_writer_continues_from_its_position_sending_nothi
     assert shop.sent[:25] == list(range(1, 26)) and shop.sent[-1] == 60
     assert await _appended(store) == 60  # it went on from the lowest position kept, skipping what others had
     assert await _totals(store, REF, "totals") == _expected(60)
+
+
+@node_check
+async def a_restored_alias_of_a_failed_partitioned_source_fails_its_readers_without_an_open(
+    store: Any,
+) -> None:
+    source = StreamRef("run/src@0.1.0/src", "orders", "orders")
+    for p in range(PARTITIONS):  # a source that failed for good, every partition confirmed failed
+        part = source.partition(p)
+        opened = await store.streams.open(
+            StreamOpen(part, type_name(int), 8, ("totals",), partitions=PARTITIONS)
+        )
+        await store.streams.finish(StreamFinish(part, opened.generation, failed=True))
+    shop = Shop()
+    hooks = _CountingOpens(store)
+    execution = Execution(_exposed(shop), {N: 60}, checkpoint=ExecCheckpoint("run", hooks))
+    reference = CheckpointOutput(
+        "forwarded", "stream", stream=source, terminal="failed", partitions=PARTITIONS
+    )
+    execution.restore_nodes([NodeCheckpoint("src", "completed", (reference,))])
+    async with execution:
+        with raises(StreamFailedError, match="the writer of stream run/src@0.1.0/src/orders/orders#"):
+            await execution.wait()
+    assert hooks.opened == []  # the recorded failure was verified by reads: nothing was opened
+    assert shop.writer_runs == 0 and shop.handled == []
+
+
+@node_check
+async def a_node_commit_ends_only_the_partitions_its_record_names(store: Any) -> None:
+    attempt = await store.open_attempt(CheckpointAttemptRequest("run", "orders", 0, 1))
+    beyond = REF.partition(PARTITIONS)  # one partition past the record's count
+    opened = await store.streams.open(StreamOpen(beyond, type_name(int), 8, ("totals",), partitions=4))
+    output = CheckpointOutput("orders", "stream", stream=REF, terminal="finished", partitions=PARTITIONS)
+    record = NodeCheckpoint("orders", "completed", (output,))
+    with raises(CheckpointError, match="does not write stream"):
+        await store.commit_nodes(
+            [
+                CheckpointCommit(
+                    "run", attempt.scope, record, (StreamFinish(beyond, opened.generation, False),)
+                )
+            ]
+        )
+    assert await store.node_records("run") == ()  # nothing of the refused commit was kept
+    held = await store.streams.describe(beyond)
+    assert held is not None and not held.finished
