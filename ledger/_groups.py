@@ -21,7 +21,7 @@ from streams import (
     move_group,
     remove_group,
 )
-from streams.store import FollowHooks, StreamRead, partition_name
+from streams.store import FollowHooks, StreamRead
 
 from ._arguments import positive_int
 from ._connect import connect, is_url
@@ -133,15 +133,11 @@ def run_group_command(args: argparse.Namespace) -> str:
         raise GroupChangeError(str(exc)) from None
 
 
-def _partition_ref(ref: StreamRef, partition: int) -> StreamRef:
-    return StreamRef(ref.scope, ref.node, partition_name(ref.key, partition))
-
-
 async def _streams(hooks: StreamHooks, ref: StreamRef, partition: int | None) -> list[StreamRef]:
     """The streams a change of ``ref`` means: itself, or the partitions of a partitioned stream."""
     if partition is None and await hooks.describe(ref) is not None:
         return [ref]
-    first = await hooks.describe(_partition_ref(ref, 0))
+    first = await hooks.describe(ref.partition(0))
     if first is None or not first.partitions:
         if partition is not None:
             raise StreamNotFoundError(f"the ledger holds no partitioned stream {ref}")
@@ -151,8 +147,17 @@ async def _streams(hooks: StreamHooks, ref: StreamRef, partition: int | None) ->
             raise GroupChangeError(
                 f"stream {ref} has {first.partitions} partitions: 0 to {first.partitions - 1}"
             )
-        return [_partition_ref(ref, partition)]
-    return [_partition_ref(ref, p) for p in range(first.partitions)]
+        return [ref.partition(partition)]
+    return [ref.partition(p) for p in range(first.partitions)]
+
+
+def _one_sequence_each(ref: StreamRef, refs: list[StreamRef], args: argparse.Namespace) -> None:
+    """Refuse a move of several partitions to one sequence: each partition has sequences of its own."""
+    if len(refs) > 1 and args.action == "move" and isinstance(args.to, int):
+        raise GroupChangeError(
+            f"stream {ref} is partitioned and each partition has its own sequences: move every partition "
+            "to 'earliest' or 'latest', or one with --partition P to a sequence"
+        )
 
 
 async def _change_partitions(
@@ -166,11 +171,7 @@ async def _change_partitions(
     partition changes.
     """
     many = len(refs) > 1
-    if many and args.action == "move" and isinstance(args.to, int):
-        raise GroupChangeError(
-            f"stream {ref} is partitioned and each partition has its own sequences: move every partition "
-            "to 'earliest' or 'latest', or one with --partition P to a sequence"
-        )
+    _one_sequence_each(ref, refs, args)
     for part in refs:
         desc = await hooks.describe(part)
         if desc is None or args.group not in desc.groups:
@@ -204,11 +205,7 @@ async def _dry_run(
     The group's frontier is read as a process that did not open the stream
     reads it (``read_stream``: no generation raised, no message read).
     """
-    if len(refs) > 1 and args.action == "move" and isinstance(args.to, int):
-        raise GroupChangeError(
-            f"stream {ref} is partitioned and each partition has its own sequences: move every partition "
-            "to 'earliest' or 'latest', or one with --partition P to a sequence"
-        )
+    _one_sequence_each(ref, refs, args)
     if not isinstance(hooks, FollowHooks):
         raise GroupChangeError(f"this ledger cannot read the frontier of {ref} without opening it")
     lines = []
