@@ -39,6 +39,7 @@ from ._errors import RunExistsError as RunExistsError
 from ._errors import RunFinishedError as RunFinishedError
 from ._errors import RunInputsMismatchError as RunInputsMismatchError
 from ._errors import RunMismatchError as RunMismatchError
+from ._errors import RunNotEndedError as RunNotEndedError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import ServerUnavailableError as ServerUnavailableError
 from ._errors import StreamNotFoundError as StreamNotFoundError
@@ -52,6 +53,7 @@ from ._runs import RunBook as RunBook
 from ._runs import RunCancel as RunCancel
 from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
+from ._runs import RunRetry as RunRetry
 from ._runs import Runs as Runs
 from .lmdb import LmdbBackend as LmdbBackend
 from .lmdb import open_ledger as open_ledger
@@ -98,11 +100,13 @@ __all__ = [
     "RunAspectsMismatchError",
     "RunCancelledError",
     "RunFinishedError",
+    "RunNotEndedError",
     "RunInputsMismatchError",
     "RunExistsError",
     "RunMismatchError",
     "RunBook",
     "RunCancel",
+    "RunRetry",
     "RunRecord",
     "RunResult",
     "Runs",

@@ -43,6 +43,7 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     │   ├── RunAspectsMismatchError            ... or another aspect chain than the run started with
     │   └── RunInputsMismatchError             ledger.start of a known run with other inputs
     ├── RunActiveError                         the run id is run by another execution of this process
+    ├── RunNotEndedError                       ledger.retry of a run that is still running
     ├── RunCancelledError                      ledger.resume or ledger.start of a cancelled run
     ├── RunFinishedError (ValueError)          ledger.cancel of a run that is not running
     │   the errors of the command line's commands (python -m ledger):
@@ -95,6 +96,7 @@ __all__ = [
     "RunInputsMismatchError",
     "RunExistsError",
     "RunMismatchError",
+    "RunNotEndedError",
     "SchemaVersionError",
     "ServerUnavailableError",
     "StreamNotFoundError",
@@ -266,6 +268,10 @@ class RunCancelledError(LedgerError):
 
 class RunFinishedError(LedgerError, ValueError):
     """``cancel`` of a run that already completed, failed for good, or was cancelled."""
+
+
+class RunNotEndedError(LedgerError):
+    """``retry`` or ``delete`` of a run that is still running: cancel it first."""
 
 
 class RunActiveError(LedgerError):

@@ -14,7 +14,7 @@ from streams.store import NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, t
 
 from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, GraphRunRecord
-from ._runs import RunRecord
+from ._runs import RunRecord, in_root_scope
 
 __all__ = ["graph_runs_report", "node_runs_report", "plain", "stream_entry"]
 
@@ -79,10 +79,10 @@ def node_runs_report(
     """
     report = []
     for run in runs:
-        scope = run.run_id
+        scope = run.scope  # the current root attempt's: a retried run shows the nodes of its retry
         nodes = []
         for attempt in boundaries:
-            if attempt.parent != scope and not attempt.parent.startswith(scope + "/"):
+            if not in_root_scope(attempt.parent, scope):
                 continue
             checkpoint = node_record(attempt.parent, attempt.node) if attempt.committed else None
             if attempt.committed and checkpoint is None:  # its record moved or went missing
@@ -101,6 +101,20 @@ def node_runs_report(
                 "failures": attempt.index,
                 "limit": attempt.limit,
                 "status": status,
+                "started_at": _moment(attempt.started_at or 0),
+                "ended_at": _moment(attempt.ended_at or 0),
+                "seconds": _took(attempt.started_at, attempt.ended_at),
+                "failed": [
+                    {
+                        "attempt": failure.index + 1,
+                        "error_type": failure.error_type,
+                        "message": failure.message,
+                        "started_at": _moment(failure.started_at or 0),
+                        "failed_at": _moment(failure.failed_at),
+                        "seconds": _took(failure.started_at, failure.failed_at),
+                    }
+                    for failure in attempt.failures
+                ],
             }
             if values and checkpoint is not None:
                 node["outputs"] = {
@@ -121,6 +135,17 @@ def node_runs_report(
                 "seconds": _seconds(run),
                 "holder": (holders or {}).get(run.run_id),
                 "cancelled": _cancel(run),
+                "attempt": run.attempt,
+                "retries": [
+                    {
+                        "by": retry.by,
+                        "reason": retry.reason,
+                        "at": _moment(retry.at),
+                        "ended": retry.ended,
+                        "error": retry.error,
+                    }
+                    for retry in run.retries
+                ],
                 "nodes": nodes,
             }
         )
@@ -223,6 +248,11 @@ def _seconds(run: RunRecord) -> float | None:
     if run.status == "running" or run.created_at is None or run.updated_at is None:
         return None
     return round(run.updated_at - run.created_at, 3)
+
+
+def _took(start: float | None, end: float | None) -> float | None:
+    """Seconds from ``start`` to ``end``, to the millisecond; None where either is not known."""
+    return None if start is None or end is None else round(end - start, 3)
 
 
 def _moment(at: float) -> str | None:

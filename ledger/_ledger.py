@@ -83,6 +83,12 @@ class Ledger(Generic[B]):
             run_id, reason=reason, by=by or f"{socket.gethostname()}:{os.getpid()}"
         )
 
+    async def retry(self, run_id: str, *, reason: str, by: str | None = None) -> RunRecord:
+        """Record a new root attempt of run ``run_id``, which failed for good or was cancelled
+        (:meth:`Runs.retry`), with ``by`` (default: this host and process) and ``reason``; then
+        :meth:`resume` (or a worker that claims it) runs the graph again from its start."""
+        return await self._runs.retry(run_id, reason=reason, by=by or f"{socket.gethostname()}:{os.getpid()}")
+
     async def submit(
         self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, aspects: Iterable[Aspect] = ()
     ) -> RunRecord:

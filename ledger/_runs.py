@@ -32,6 +32,7 @@ the LMDB ledger's ``nodes`` database, or a PostgreSQL table.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal, Protocol
@@ -50,9 +51,10 @@ from streams import (
     NoValue,
     describe_aspect,
 )
-from streams.store import CheckpointOutput, codec_for
+from streams.store import CheckpointOutput, codec_for, parse_attempt_scope
 
 from ._errors import (
+    InvalidRunIdError,
     RunActiveError,
     RunAspectsMismatchError,
     RunCancelledError,
@@ -60,6 +62,7 @@ from ._errors import (
     RunFinishedError,
     RunInputsMismatchError,
     RunMismatchError,
+    RunNotEndedError,
     UnknownRunError,
 )
 from ._format import run_id_bytes
@@ -70,6 +73,7 @@ __all__ = [
     "RunCancel",
     "RunRecord",
     "RunResult",
+    "RunRetry",
     "Runs",
 ]
 
@@ -82,6 +86,46 @@ class RunCancel(msgspec.Struct, frozen=True):
     by: str
     reason: str
     at: float
+
+
+class RunRetry(msgspec.Struct, frozen=True):
+    """A retry of a run that had ended without completing: who asked, why, when, and how it had ended."""
+
+    by: str
+    reason: str
+    at: float
+    ended: Literal["failed", "cancelled"]  # the status of the root attempt it replaced
+    error: str | None = None  # that attempt's confirmed final failure (its type), if it failed
+
+
+#: A retried run's root scope: ``{run_id}/retry.{n}``; a new run id of that form is refused.
+_RETRY_SCOPE: Final = re.compile(r"/retry\.[0-9]+\Z")
+
+
+def root_scope(run_id: str, attempt: int) -> str:
+    """The checkpoint scope of root attempt ``attempt`` of run ``run_id``: the run id for the first.
+
+    A retry runs the graph again under a new root attempt, whose scope is
+    apart from the earlier ones (no record of theirs is borrowed, no budget
+    of theirs is spent) and whose streams are new.
+    """
+    return run_id if attempt == 0 else f"{run_id}/retry.{attempt}"
+
+
+def in_root_scope(scope: str, root: str) -> bool:
+    """Whether the records of ``scope`` belong to the run attempt of root scope ``root``.
+
+    ``scope`` is ``root`` itself, or a scope the engine opens under it: an
+    attempt scope ``root/node@p.l.i...``. A scope of a retry
+    (``root/retry.n``) or of another run whose id starts with ``root/`` does
+    not belong.
+    """
+    if scope == root:
+        return True
+    if not scope.startswith(root + "/"):
+        return False
+    first = scope[len(root) + 1 :].split("/", 1)[0]
+    return parse_attempt_scope(f"{root}/{first}") is not None
 
 
 class RunRecord(msgspec.Struct, frozen=True):
@@ -108,6 +152,19 @@ class RunRecord(msgspec.Struct, frozen=True):
     updated_at: float | None = None
     #: The cancel that ended it (status ``cancelled``): its attempts stay as the cancellation left them.
     cancelled: RunCancel | None = None
+    #: The root attempt running now: 0 for the first, one more for each retry (:attr:`retries`).
+    attempt: int = 0
+    retries: tuple[RunRetry, ...] = ()
+
+    @property
+    def scope(self) -> str:
+        """The checkpoint scope of the run's current root attempt (:func:`root_scope`)."""
+        return root_scope(self.run_id, self.attempt)
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """The root scopes of every attempt of the run, the first first."""
+        return tuple(root_scope(self.run_id, n) for n in range(self.attempt + 1))
 
 
 def stamped(record: RunRecord, *, new: bool = False) -> RunRecord:
@@ -190,6 +247,15 @@ def _listed(chain: tuple[str, ...]) -> str:
     return "[" + ", ".join(chain) + "]"
 
 
+def new_run_id(run_id: str) -> None:
+    """Refuse a run id a new run cannot have: not a ledger key, or the form of a retry's root scope."""
+    run_id_bytes(run_id)
+    if _RETRY_SCOPE.search(run_id):
+        raise InvalidRunIdError(
+            f"run id {run_id!r} ends as a retried run's scope does (/retry.N): choose another run id"
+        )
+
+
 def run_exists(run_id: str) -> RunExistsError:
     return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
@@ -261,7 +327,7 @@ class Runs:
         """
         graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
         topology = graph.topology()
-        run_id_bytes(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
+        new_run_id(run_id)  # a run id the ledger can key, or InvalidRunIdError before anything
         aspects = tuple(aspects)
         execution = Execution(
             graph,
@@ -318,7 +384,7 @@ class Runs:
                     raise
         check_graph(record, graph)
         graph.validate(checkpoint=True)
-        execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(run_id, self._book.nodes))
+        execution = Execution(graph, inputs, checkpoint=ExecCheckpoint(record.scope, self._book.nodes))
         check_inputs(record, encode_inputs(graph, execution.checkpoint_inputs()))
         return await self.resume(run_id, graph, aspects=aspects, **options)
 
@@ -333,7 +399,7 @@ class Runs:
         (:class:`RunAspectsMismatchError`).
         """
         graph.validate(checkpoint=True)  # what checkpoint mode cannot run, before any record
-        run_id_bytes(run_id)
+        new_run_id(run_id)
         aspects = tuple(aspects)
         execution = Execution(
             graph, inputs, aspects=aspects, checkpoint=ExecCheckpoint(run_id, self._book.nodes)
@@ -385,10 +451,10 @@ class Runs:
             raise RunCancelledError(
                 f"run {run_id!r} was cancelled{said}; a cancelled run is not resumed: start a new run"
             )
-        if record.status == "failed" or await self._book.nodes.scope_failed(run_id):
+        if record.status == "failed" or await self._book.nodes.scope_failed(record.scope):
             raise ConfirmedFailureError(
                 f"run {run_id!r} failed for good ({record.error or 'a confirmed failure'}); "
-                "a new run of this work needs a new run id"
+                "retry it (a new root attempt, with fresh budgets) or start a new run"
             )
         if record.aspects is not None and record.aspects != given:
             raise RunAspectsMismatchError(
@@ -402,12 +468,12 @@ class Runs:
                 decode_inputs(graph, record),
                 aspects=aspects,
                 on_event=on_event,
-                checkpoint=ExecCheckpoint(run_id, self._book.nodes),
+                checkpoint=ExecCheckpoint(record.scope, self._book.nodes),
                 stream_capacity=stream_capacity,
                 host_readers=host_readers,
                 resumable_inputs=resumable_inputs,
             )
-            execution.restore_nodes(await self._book.nodes.node_records(run_id))
+            execution.restore_nodes(await self._book.nodes.node_records(record.scope))
             if record.status == "completed":
                 async with execution:
                     if on_start is not None:
@@ -450,6 +516,52 @@ class Runs:
             execution.cancel()
         return record
 
+    async def retry(self, run_id: str, *, reason: str, by: str) -> RunRecord:
+        """Record a new root attempt of run ``run_id``, which failed for good or was cancelled.
+
+        The next resume (or the worker that claims it) runs the graph again
+        from its start under the new attempt's scope (:func:`root_scope`):
+        every node runs again with whole Retry budgets, its streams are new,
+        and nothing of the earlier attempts is borrowed, as the rules have it
+        for a parent attempt after a confirmed failure. Those attempts' records
+        and streams stay for inspection until the run is deleted. This is the
+        only act that restarts a run's budgets; it is recorded with ``by``,
+        ``reason`` and how the replaced attempt ended (:class:`RunRetry`).
+
+        A running run is :class:`RunNotEndedError` (cancel it first), a
+        completed one :class:`RunFinishedError`, an unknown id
+        :class:`UnknownRunError`; nothing is written then.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("a retry says why: give reason=")
+        record = await self._book.read(run_id)
+        if record is None:
+            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        ended = record.status
+        if ended == "running" and await self._book.nodes.scope_failed(record.scope):
+            ended = "failed"  # its final failure was confirmed, and its process ended before its record
+        if ended == "completed":
+            raise RunFinishedError(f"run {run_id!r} completed: there is nothing to retry")
+        if ended == "running" or run_id in self._active:
+            raise RunNotEndedError(
+                f"run {run_id!r} is running: only a run that failed for good or was cancelled is "
+                "retried; cancel it first to run it again from its start"
+            )
+        assert ended in ("failed", "cancelled")
+        error = record.error if ended == "failed" else None
+        retry = RunRetry(by, reason, time.time(), ended, error)
+        record = msgspec.structs.replace(
+            record,
+            status="running",
+            error=None,
+            cancelled=None,
+            attempt=record.attempt + 1,
+            retries=(*record.retries, retry),
+        )
+        record = stamped(record)
+        await self._book.write(record, new=False)
+        return record
+
     async def _execute(
         self,
         execution: Execution,
@@ -468,7 +580,7 @@ class Runs:
             current = await self._book.read(record.run_id)
             if current is not None and current.status == "cancelled":
                 raise  # cancelled while it ran: the record says so already
-            if await self._book.nodes.scope_failed(record.run_id):  # confirmed: the run failed for good
+            if await self._book.nodes.scope_failed(record.scope):  # confirmed: the run failed for good
                 failed = msgspec.structs.replace(record, status="failed", error=type(exc).__qualname__)
                 await self._book.write(stamped(failed), new=False)
             raise  # anything else leaves the run running, for resume to continue

@@ -46,7 +46,7 @@ def _since(text: str) -> datetime.datetime:
 
 
 def add_runs_command(commands: Any) -> None:
-    """Register ``runs list`` and ``runs show`` on the CLI's subcommands."""
+    """Register ``runs list|show|follow|cancel|retry|delete`` on the CLI's subcommands."""
     runs = commands.add_parser(
         "runs",
         help="list the runs of ledger.run and workers, or show one",
@@ -97,12 +97,29 @@ def add_runs_command(commands: Any) -> None:
     cancel.add_argument("run_id", metavar="RUN_ID", help="the run")
     cancel.add_argument("--reason", required=True, help="why, recorded with the cancel")
     cancel.add_argument("--by", metavar="NAME", help="who cancels it (default: this host and process)")
+    retry = actions.add_parser(
+        "retry",
+        help="retry a run that failed for good or was cancelled: a new root attempt, fresh budgets",
+        description=(
+            "Record a new root attempt of RUN_ID, with who and why: the next resume of the run (or "
+            "the PostgreSQL worker that claims it) runs its graph again from the start, every node "
+            "with whole budgets and new streams. The earlier attempts' records stay until the run is "
+            "deleted. A running or completed run is refused; an LMDB ledger must not be open in "
+            "another process (exit 3)."
+        ),
+    )
+    retry.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    retry.add_argument("run_id", metavar="RUN_ID", help="the run")
+    retry.add_argument("--reason", required=True, help="why, recorded with the retry")
+    retry.add_argument("--by", metavar="NAME", help="who retries it (default: this host and process)")
 
 
 def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
     """What ``args`` asks for: the text to print, and whether it says a followed run failed for good."""
     if args.action == "cancel":
         return _cancel(args), False
+    if args.action == "retry":
+        return _retry(args), False
     if args.action == "follow":
         return _follow(args)
     report = tools_for(args.path).inspect(args.path, getattr(args, "values", False))
@@ -176,14 +193,35 @@ def _shown(run: dict[str, Any]) -> str:
         f"  started {run['starts']} time(s); created {run['created_at'] or '-'}, updated "
         f"{run['updated_at'] or '-'}{took}",
         f"  held by {_holder(run['holder'])}" if run["holder"] is not None else "  held by no worker",
+        *(
+            f"  retried {retry['at']} by {retry['by']} ({retry['reason']}), after it {retry['ended']}"
+            + (f" with {retry['error']}" if retry["error"] else "")
+            for retry in run["retries"]
+        ),
         "  nodes:" if run["nodes"] else "  no node attempt yet",
     ]
     for node in run["nodes"]:
         budget = f"{node['failures']} of {node['limit']} attempt(s) failed"
         where = node["path"] if node["boundary"] == "node" else f"{node['path']}, {node['boundary']}"
+        ran = ""
+        if node["ended_at"] is not None:
+            took = "" if node["seconds"] is None else f", {node['seconds']:g} s"
+            ran = f", ran {node['started_at'] or '-'} to {node['ended_at']}{took}"
         outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
-        lines.append(f"    {where}: {node['status']}, {budget}{outputs}")
+        lines.append(f"    {where}: {node['status']}, {budget}{ran}{outputs}")
+        for failure in node["failed"]:
+            took = "" if failure["seconds"] is None else f" after {failure['seconds']:g} s"
+            lines.append(
+                f"      attempt {failure['attempt']} failed {failure['failed_at']}{took}: "
+                f"{failure['error_type']}: {_one_line(failure['message'])}"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _one_line(message: str) -> str:
+    """A failure's message on one line of the listing: its first line, marked when more follow."""
+    first, _, rest = message.partition("\n")
+    return first + (" [...]" if rest else "")
 
 
 def _cancel(args: argparse.Namespace) -> str:
@@ -196,10 +234,24 @@ def _cancel(args: argparse.Namespace) -> str:
     return anyio.run(cancel)
 
 
+def _retry(args: argparse.Namespace) -> str:
+    async def retry() -> str:
+        async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
+            record = await ledger.retry(args.run_id, reason=args.reason, by=args.by)
+        said = record.retries[-1]
+        return (
+            f"retried run {record.run_id!r} by {said.by} ({said.reason}): root attempt {record.attempt + 1}, "
+            f"after it {said.ended}{f' with {said.error}' if said.error else ''}; resume it to run it\n"
+        )
+
+    return anyio.run(retry)
+
+
 def _follow(args: argparse.Namespace) -> tuple[str, bool]:
     """Print the run's changes as they are read; once it ended, its last line and whether it failed."""
     tools = tools_for(args.path)
     seen: dict[tuple[str, str], str] = {}
+    told: dict[tuple[str, str], int] = {}  # the last failed attempt printed of each boundary
     status = None
     while True:
         report = tools.inspect(args.path, False)
@@ -214,6 +266,13 @@ def _follow(args: argparse.Namespace) -> tuple[str, bool]:
                 seen[where] = said
                 boundary = "" if node["boundary"] == "node" else f", {node['boundary']}"
                 print(f"{_now()} node {node['path']}{boundary}: {said}", flush=True)
+                for failure in [f for f in node["failed"] if f["attempt"] > told.get(where, 0)]:
+                    print(
+                        f"{_now()} node {node['path']}{boundary}: attempt {failure['attempt']} failed: "
+                        f"{failure['error_type']}: {_one_line(failure['message'])}",
+                        flush=True,
+                    )
+                told[where] = max([told.get(where, 0), *(f["attempt"] for f in node["failed"])])
         if run["status"] != status:
             status = run["status"]
             if status == "running":

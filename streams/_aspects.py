@@ -20,6 +20,7 @@ run with another.
 from __future__ import annotations
 
 import math
+import time
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -28,6 +29,7 @@ import anyio
 
 from ._errors import CheckpointError, ConfirmedFailureError, OutputError, SkippedInputError
 from ._outcome import interrupted
+from ._store._node_records import AttemptFailure
 
 if TYPE_CHECKING:
     from ._execution import NodeContext
@@ -108,16 +110,17 @@ class Retry:
                     f"node {ctx.node!r}: the Retry at position {position} of its chain used its "
                     f"{self.attempts} attempts (confirmed earlier); its budget is not refilled"
                 )
-            mark = ctx._mark()
+            mark, started = ctx._mark(), time.time()
             try:
                 await ctx._within(attempt.scope, proceed, index=attempt.index)
                 return
             except NOT_RETRIED:
                 raise
-            except Exception:
+            except Exception as exc:
                 ctx._rollback(mark)
                 # refused (the cancellation goes on) if the chain was cancelled: no budget is spent
-                attempt = await ctx._fail_attempt(attempt.scope)
+                failure = AttemptFailure.of(exc, index=attempt.index, started_at=started)
+                attempt = await ctx._fail_attempt(attempt.scope, failure)
                 if attempt.exhausted:
                     raise
             await ctx._settle_streams()

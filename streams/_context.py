@@ -34,7 +34,7 @@ from ._partitions import (
     check_endpoint,
     partitions_of,
 )
-from ._store._node_records import CheckpointAttempt
+from ._store._node_records import AttemptFailure, CheckpointAttempt
 from ._stream import ManagedStream, StreamReader, StreamWriter
 
 if TYPE_CHECKING:
@@ -367,8 +367,8 @@ class NodeContext:
     async def _open_attempt(self, position: int, limit: int) -> CheckpointAttempt:
         return await self._level.open_attempt(self._scopes[-1], self.node, position, limit)
 
-    async def _fail_attempt(self, scope: str) -> CheckpointAttempt:
-        return await self._level.fail_attempt(scope)
+    async def _fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        return await self._level.fail_attempt(scope, failure)
 
     def _mark(self) -> int:
         assert self._writes is not None

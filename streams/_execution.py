@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -70,6 +71,7 @@ from ._store._layouts import StreamDescriptor
 from ._store._memory import MemoryStore
 from ._store._node_records import (
     COMPLETE_CHAIN,
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -309,6 +311,7 @@ class _Level:
             return
         execution._status_of[where] = "running"
         execution._emit(Running(self.path, member.name))
+        started = time.time()
         writes = WriteSet() if self.scope else None
         if writes is not None and isinstance(member, NodeDef):
             _restore_values(writes, member, self.slots, "/".join((*self.path, member.name)), attempt)
@@ -345,8 +348,9 @@ class _Level:
                 return
             confirmed = not attempt
             if attempt and execution._latched is None:  # a real failure: confirmed, and final
+                failure = AttemptFailure.of(exc, index=0, started_at=started)
                 with contextlib.suppress(CheckpointError):
-                    await self.fail_attempt(attempt)
+                    await self.fail_attempt(attempt, failure)
                     confirmed = True
             if confirmed and execution._latched is None:
                 await _fail_streams(owned)  # readers get the writer's failure after the tail
@@ -360,7 +364,9 @@ class _Level:
             await self._interrupted(member)
             return
         try:
-            await self._conclude(member, attempt, reason, writes.staged if writes is not None else {}, owned)
+            await self._conclude(
+                member, attempt, reason, writes.staged if writes is not None else {}, owned, started
+            )
         except anyio.get_cancelled_exc_class():  # waiting for its streams' confirmations or sources
             self._cancelled(member)
             raise
@@ -383,6 +389,7 @@ class _Level:
         reason: Conclusion,
         staged: Mapping[Key[Any], tuple[Any, bytes | None]],
         owned: Mapping[Key[Any], GraphStream],
+        started: float | None = None,
     ) -> None:
         """Ordinary mode: the node is done. Checkpoint mode: stage its record for the node commits.
 
@@ -427,7 +434,7 @@ class _Level:
             for s in _parts(owned)
             if not s._core.done
         )
-        commit = CheckpointCommit(self.scope, attempt, record, ends)
+        commit = CheckpointCommit(self.scope, attempt, record, ends, started_at=started, ended_at=time.time())
         values = {key: value for key, (value, _) in staged.items()}
         try:
             if self.execution._latched is not None:
@@ -582,8 +589,10 @@ class _Level:
         request = CheckpointAttemptRequest(parent, node, position, limit)
         return await self.execution._reliable("open_attempt", lambda hooks: hooks.open_attempt(request))
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        return await self.execution._reliable("fail_attempt", lambda hooks: hooks.fail_attempt(scope))
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        return await self.execution._reliable(
+            "fail_attempt", lambda hooks: hooks.fail_attempt(scope, failure)
+        )
 
     def _finish(self, member: NodeDef | SubDef, status: NodeStatus, *, settle: bool = True) -> None:
         if settle:

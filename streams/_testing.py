@@ -11,6 +11,7 @@ import anyio
 from ._store._hooks import STREAM_HOOKS, FollowHooks, KeyedHooks, StreamHooks
 from ._store._layouts import StreamDescriptor
 from ._store._node_records import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -231,8 +232,8 @@ class PassThroughNodeHooks:
         attempt: CheckpointAttempt = await self.inner.open_attempt(request)
         return attempt
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        attempt: CheckpointAttempt = await self.inner.fail_attempt(scope)
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        attempt: CheckpointAttempt = await self.inner.fail_attempt(scope, failure)
         return attempt
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
@@ -279,8 +280,9 @@ class FaultyNodeHooks(PassThroughNodeHooks):
     async def open_attempt(self, request: CheckpointAttemptRequest) -> CheckpointAttempt:
         return await self._call("open_attempt", super().open_attempt, request)
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        return await self._call("fail_attempt", super().fail_attempt, scope)
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        inner = super().fail_attempt
+        return await self._call("fail_attempt", lambda at: inner(at, failure), scope)
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
         return await self._call("open_child", super().open_child, child)

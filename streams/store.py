@@ -38,7 +38,7 @@ The pieces:
   (:class:`KeyedWrite`, keys of at most :data:`MAX_KEY_BYTES`) a
   :class:`MessageCommit` carries, and the listing's :class:`KeyedEntry`;
 * the node hooks, the same way: :class:`CheckpointHooks` and its records
-  (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`,
+  (:class:`CheckpointAttemptRequest`, :class:`CheckpointAttempt`, :class:`AttemptFailure`,
   :class:`CheckpointOutput`, :class:`NodeCheckpoint`,
   :class:`CheckpointChild`, :class:`CheckpointChildOpened`,
   :class:`CheckpointCommit`; :data:`COMPLETE_CHAIN`), the records a store
@@ -84,6 +84,7 @@ from ._store._integrity import tail_problems as tail_problems
 from ._store._layouts import AttemptRecord as AttemptRecord
 from ._store._layouts import StreamDescriptor as StreamDescriptor
 from ._store._node_records import COMPLETE_CHAIN as COMPLETE_CHAIN
+from ._store._node_records import AttemptFailure as AttemptFailure
 from ._store._node_records import CheckpointAttempt as CheckpointAttempt
 from ._store._node_records import CheckpointAttemptRequest as CheckpointAttemptRequest
 from ._store._node_records import CheckpointChild as CheckpointChild
@@ -103,6 +104,7 @@ from ._store._nodes import enclosing_scope as enclosing_scope
 from ._store._nodes import fail_attempt as fail_attempt
 from ._store._nodes import open_attempt as open_attempt
 from ._store._nodes import open_child as open_child
+from ._store._nodes import parse_attempt_scope as parse_attempt_scope
 from ._store._operations import append as append
 from ._store._operations import change_group as change_group
 from ._store._operations import commit as commit
@@ -161,6 +163,7 @@ __all__ = [
     "CheckpointAttemptRequest",
     "CheckpointChild",
     "CheckpointChildOpened",
+    "AttemptFailure",
     "CheckpointCommit",
     "CheckpointHooks",
     "CheckpointOutput",
@@ -216,6 +219,7 @@ __all__ = [
     "tail_problems",
     "open_attempt",
     "open_child",
+    "parse_attempt_scope",
     "open_message",
     "open_stream",
     "key_to_plain",

@@ -22,6 +22,7 @@ import msgspec
 
 from streams import store
 from streams.store import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -132,8 +133,8 @@ class LmdbNodeHooks:
         with self.env.read() as txn:
             return store.open_attempt(LmdbNodeView(txn, self._db), request)
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        return await self._write(lambda view: store.fail_attempt(view, scope))
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        return await self._write(lambda view: store.fail_attempt(view, scope, failure))
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
         return await self._write(lambda view: store.open_child(view, child))

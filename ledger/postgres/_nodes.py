@@ -13,6 +13,7 @@ import msgspec
 
 from streams import store
 from streams.store import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -126,9 +127,9 @@ class PgNodeHooks:
             lambda view: store.open_attempt(PgNodeView(view.connection), request)
         )
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
         return await self._connection.call(
-            lambda view: store.fail_attempt(PgNodeView(view.connection), scope), buffered=False
+            lambda view: store.fail_attempt(PgNodeView(view.connection), scope, failure), buffered=False
         )
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:

@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from ._layouts import StreamDescriptor
 from ._node_records import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -175,8 +176,12 @@ class CheckpointHooks(Protocol):
         """Open the boundary's attempt, or reclaim the active one (same scope and index)."""
         ...
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        """Confirm a real failure of attempt ``scope``; returns the next attempt (maybe exhausted)."""
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        """Confirm a real failure of attempt ``scope``; returns the next attempt (maybe exhausted).
+
+        ``failure`` says what failed and when, for the boundary's record
+        (:attr:`NodeAttemptRecord.failures`); the rules do not depend on it.
+        """
         ...
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:

@@ -17,6 +17,7 @@ from anyio.lowlevel import checkpoint
 from . import _nodes, _operations
 from ._layouts import AttemptRecord, StreamDescriptor
 from ._node_records import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -211,9 +212,9 @@ class MemoryStore:
         await checkpoint()
         return attempt
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
         overlay = _NodeOverlay(self)
-        attempt = _nodes.fail_attempt(overlay, scope)
+        attempt = _nodes.fail_attempt(overlay, scope, failure)
         overlay.merge()
         await checkpoint()
         return attempt

@@ -2,7 +2,8 @@
 
 # No postponed annotations: the records are published as streams.X, and msgspec resolves their
 # field types where they are defined, now.
-from typing import Literal
+import time
+from typing import Literal, Self
 
 import msgspec
 
@@ -10,6 +11,7 @@ from ._records import StreamFinish, StreamRef
 
 __all__ = [
     "COMPLETE_CHAIN",
+    "AttemptFailure",
     "CheckpointAttempt",
     "CheckpointAttemptRequest",
     "CheckpointChild",
@@ -23,6 +25,29 @@ __all__ = [
 
 #: Aspect-chain position of a node's complete chain; a Retry at index i of the chain has i + 1.
 COMPLETE_CHAIN = 0
+#: The most characters of a failure's message a boundary's record keeps.
+MAX_FAILURE_MESSAGE = 1000
+
+
+class AttemptFailure(msgspec.Struct, frozen=True):
+    """A confirmed failure of one attempt: its error's type and message, and when it ran (Unix seconds).
+
+    Kept in the ledger beside the business data it already holds, for an
+    operator (``python -m ledger runs show``); spans and metrics carry the
+    type only. ``message`` is cut to :data:`MAX_FAILURE_MESSAGE` characters;
+    ``started_at`` is None where the attempt's start is not known.
+    """
+
+    index: int  # which attempt of its boundary failed, from 0
+    error_type: str
+    message: str
+    started_at: float | None
+    failed_at: float
+
+    @classmethod
+    def of(cls, exc: BaseException, *, index: int, started_at: float | None) -> Self:
+        """The failure ``exc`` of attempt ``index``, confirmed now."""
+        return cls(index, type(exc).__qualname__, str(exc)[:MAX_FAILURE_MESSAGE], started_at, time.time())
 
 
 class CheckpointAttemptRequest(msgspec.Struct, frozen=True):
@@ -114,3 +139,6 @@ class CheckpointCommit(msgspec.Struct, frozen=True):
     scope: str
     checkpoint: NodeCheckpoint
     streams: tuple[StreamFinish, ...] = ()
+    #: When the attempt began to run and when it concluded (Unix seconds; None where not known).
+    started_at: float | None = None
+    ended_at: float | None = None

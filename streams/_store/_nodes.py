@@ -25,6 +25,7 @@ from .._errors import CheckpointError, CheckpointScopeFailure, SequenceError, St
 from ._integrity import node_problems
 from ._node_records import (
     COMPLETE_CHAIN,
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -49,8 +50,18 @@ __all__ = [
 ]
 
 
+#: The most failures a boundary's record keeps, the latest ones (``index`` counts them all).
+FAILURES_KEPT = 20
+
+
 class NodeAttemptRecord(msgspec.Struct, frozen=True):
-    """A retry boundary's persistent state; ``index`` counts its confirmed failures."""
+    """A retry boundary's persistent state; ``index`` counts its confirmed failures.
+
+    ``failures`` are the latest confirmed failures (at most
+    :data:`FAILURES_KEPT`), and ``started_at``/``ended_at`` when the
+    committed attempt ran: what an operator reads of a node's history.
+    Records written before they were kept have none.
+    """
 
     parent: str
     node: str
@@ -60,6 +71,9 @@ class NodeAttemptRecord(msgspec.Struct, frozen=True):
     scope: str
     exhausted: bool = False
     committed: bool = False
+    failures: tuple[AttemptFailure, ...] = ()
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 class ScopeRecord(msgspec.Struct, frozen=True):
@@ -166,7 +180,7 @@ def open_attempt(view: NodeView, request: CheckpointAttemptRequest) -> Checkpoin
     return CheckpointAttempt(current.scope, current.index, current.exhausted)
 
 
-def fail_attempt(view: NodeView, scope: str) -> CheckpointAttempt:
+def fail_attempt(view: NodeView, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
     current = _attempt_of(view, scope)
     if current is None:
         raise SequenceError(f"fail_attempt: no attempt {scope!r} was opened")
@@ -174,6 +188,9 @@ def fail_attempt(view: NodeView, scope: str) -> CheckpointAttempt:
         state = "exhausted" if current.exhausted else "committed" if current.committed else "superseded"
         raise SequenceError(f"fail_attempt: attempt {scope!r} is {state}; its failure was not recorded again")
     index = current.index + 1
+    if failure is not None:
+        kept = (*current.failures, msgspec.structs.replace(failure, index=current.index))
+        current = msgspec.structs.replace(current, failures=kept[-FAILURES_KEPT:])
     if index >= current.limit:
         failed = msgspec.structs.replace(current, index=index, exhausted=True)
         if current.position == COMPLETE_CHAIN:  # the node failed for good: so did its scope
@@ -240,7 +257,8 @@ def commit_node(view: NodeView, commit: CheckpointCommit) -> None:
         )
     check_owned_streams(commit)
     view.put_node(commit.parent, checkpoint)
-    view.put_attempt(msgspec.structs.replace(current, committed=True))
+    ran = {"started_at": commit.started_at, "ended_at": commit.ended_at}
+    view.put_attempt(msgspec.structs.replace(current, committed=True, **ran))
 
 
 def check_confirmed(

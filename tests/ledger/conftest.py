@@ -27,5 +27,21 @@ def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
 def timeless(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``inspect``'s runs without their times: two ledgers filled at other moments report the same."""
     return [
-        {k: v for k, v in run.items() if k not in ("created_at", "updated_at", "seconds")} for run in runs
+        {
+            k: [_timeless_node(node) for node in v] if k == "nodes" else v
+            for k, v in run.items()
+            if k not in _TIMES
+        }
+        for run in runs
     ]
+
+
+_TIMES = ("created_at", "updated_at", "seconds", "started_at", "ended_at", "failed_at", "at")
+
+
+def _timeless_node(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: [{f: x for f, x in failure.items() if f not in _TIMES} for failure in v] if k == "failed" else v
+        for k, v in node.items()
+        if k not in _TIMES
+    }

@@ -101,6 +101,7 @@ from streams import (
 from streams._store._node_records import COMPLETE_CHAIN
 from streams._store._nodes import attempt_scope
 from streams.store import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -413,8 +414,10 @@ class TroubledHooks:
         result: CheckpointAttempt = await self.call("open_attempt", lambda: self.inner.open_attempt(request))
         return result
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
-        result: CheckpointAttempt = await self.call("fail_attempt", lambda: self.inner.fail_attempt(scope))
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
+        result: CheckpointAttempt = await self.call(
+            "fail_attempt", lambda: self.inner.fail_attempt(scope, failure)
+        )
         return result
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:

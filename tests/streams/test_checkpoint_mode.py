@@ -23,6 +23,7 @@ from streams import (
     run_graph,
 )
 from streams.store import (
+    AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
     CheckpointChild,
@@ -92,7 +93,7 @@ def test_checkpoint_mode_needs_complete_hooks_and_a_scope() -> None:
         streams = MemoryStore()
 
         async def open_attempt(self, request: Any) -> Any: ...
-        async def fail_attempt(self, scope: str) -> Any: ...
+        async def fail_attempt(self, scope: str, failure: Any = None) -> Any: ...
         async def commit_nodes(self, commits: Any) -> None: ...
 
     with pytest.raises(TypeError, match="lack open_child"):
@@ -163,9 +164,9 @@ class Recording(PassThroughNodeHooks):
         self.calls.append("open_attempt")
         return await super().open_attempt(request)
 
-    async def fail_attempt(self, scope: str) -> CheckpointAttempt:
+    async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
         self.calls.append("fail_attempt")
-        return await super().fail_attempt(scope)
+        return await super().fail_attempt(scope, failure)
 
     async def open_child(self, child: CheckpointChild) -> CheckpointChildOpened:
         self.calls.append("open_child")
