@@ -51,6 +51,7 @@ from ._graph_runs import GraphRunBook as GraphRunBook
 from ._ledger import Ledger as Ledger
 from ._runs import RunBook as RunBook
 from ._runs import RunCancel as RunCancel
+from ._runs import RunDeleted as RunDeleted
 from ._runs import RunRecord as RunRecord
 from ._runs import RunResult as RunResult
 from ._runs import RunRetry as RunRetry
@@ -106,6 +107,7 @@ __all__ = [
     "RunMismatchError",
     "RunBook",
     "RunCancel",
+    "RunDeleted",
     "RunRetry",
     "RunRecord",
     "RunResult",

@@ -11,7 +11,7 @@ from streams import Aspect, Graph, Key, StreamHooks
 
 from ._backend import Backend, NodeStore
 from ._graph_runs import GraphRunBook
-from ._runs import RunRecord, RunResult, Runs
+from ._runs import RunDeleted, RunRecord, RunResult, Runs
 
 __all__ = ["Ledger"]
 
@@ -88,6 +88,11 @@ class Ledger(Generic[B]):
         (:meth:`Runs.retry`), with ``by`` (default: this host and process) and ``reason``; then
         :meth:`resume` (or a worker that claims it) runs the graph again from its start."""
         return await self._runs.retry(run_id, reason=reason, by=by or f"{socket.gethostname()}:{os.getpid()}")
+
+    async def delete(self, run_id: str) -> RunDeleted:
+        """Remove run ``run_id``, every attempt's records and the streams they own (:meth:`Runs.delete`);
+        refused while it runs."""
+        return await self._runs.delete(run_id)
 
     async def submit(
         self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, aspects: Iterable[Aspect] = ()

@@ -71,6 +71,7 @@ from ._identity import input_differences, listed, topology_differences
 __all__ = [
     "RunBook",
     "RunCancel",
+    "RunDeleted",
     "RunRecord",
     "RunResult",
     "RunRetry",
@@ -173,6 +174,15 @@ def stamped(record: RunRecord, *, new: bool = False) -> RunRecord:
     return msgspec.structs.replace(record, updated_at=now, created_at=now if new else record.created_at)
 
 
+class RunDeleted(msgspec.Struct, frozen=True):
+    """What deleting a run removed: its record, and the records and streams of every attempt of it."""
+
+    run_id: str
+    streams: int  # the streams its nodes and its host wrote
+    messages: int  # the messages those streams held
+    records: int  # its node records: retry boundaries, scopes and confirmed nodes
+
+
 class RunResult(msgspec.Struct, frozen=True):
     """A run's outcome: the root graph's keys and node statuses, and how this call got there."""
 
@@ -256,6 +266,10 @@ def new_run_id(run_id: str) -> None:
         )
 
 
+def not_ended(run_id: str) -> RunNotEndedError:
+    return RunNotEndedError(f"run {run_id!r} is running: a running run is not deleted; cancel it first")
+
+
 def run_exists(run_id: str) -> RunExistsError:
     return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
@@ -280,6 +294,14 @@ class RunBook(Protocol):
         ...
 
     async def records(self) -> list[RunRecord]: ...
+
+    async def delete(self, record: RunRecord) -> RunDeleted:
+        """Remove run ``record`` in one transaction: its record, the node records of every scope of its
+        attempts (:func:`in_root_scope` of each of :attr:`RunRecord.scopes`), and the streams of those
+        scopes with their messages, groups, budgets and keyed state; a stream's id is never reused.
+        Refuse (:func:`not_ended`) if the record read in that transaction is running while
+        ``record`` is not: a worker claimed it in between."""
+        ...
 
 
 class Runs:
@@ -561,6 +583,24 @@ class Runs:
         record = stamped(record)
         await self._book.write(record, new=False)
         return record
+
+    async def delete(self, run_id: str) -> RunDeleted:
+        """Remove run ``run_id``: its record, every attempt's node records, and the streams they own.
+
+        The streams its nodes and its host wrote go with their messages,
+        groups, budgets and keyed state; the run id can then be used again,
+        for a new run. A running run is :class:`RunNotEndedError` (cancel it
+        first); an unknown id is :class:`UnknownRunError`. On PostgreSQL the
+        record is checked again in the deleting transaction, so a run a
+        worker claimed in between is refused, not deleted under it.
+        """
+        record = await self._book.read(run_id)
+        if record is None:
+            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        ended = record.status != "running" or await self._book.nodes.scope_failed(record.scope)
+        if not ended or run_id in self._active:
+            raise not_ended(run_id)
+        return await self._book.delete(record)
 
     async def _execute(
         self,

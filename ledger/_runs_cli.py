@@ -112,6 +112,18 @@ def add_runs_command(commands: Any) -> None:
     retry.add_argument("run_id", metavar="RUN_ID", help="the run")
     retry.add_argument("--reason", required=True, help="why, recorded with the retry")
     retry.add_argument("--by", metavar="NAME", help="who retries it (default: this host and process)")
+    delete = actions.add_parser(
+        "delete",
+        help="delete a run that ended: its record, its nodes' records and the streams it owns",
+        description=(
+            "Remove RUN_ID and everything of every attempt of it in one transaction: its record, its "
+            "nodes' records, and the streams its nodes and its host wrote, with their messages, groups, "
+            "budgets and keyed state. A running run is refused (cancel it first); the run id can then "
+            "be used for a new run. An LMDB ledger must not be open in another process (exit 3)."
+        ),
+    )
+    delete.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    delete.add_argument("run_id", metavar="RUN_ID", help="the run")
 
 
 def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
@@ -120,6 +132,8 @@ def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
         return _cancel(args), False
     if args.action == "retry":
         return _retry(args), False
+    if args.action == "delete":
+        return _delete(args), False
     if args.action == "follow":
         return _follow(args)
     report = tools_for(args.path).inspect(args.path, getattr(args, "values", False))
@@ -245,6 +259,18 @@ def _retry(args: argparse.Namespace) -> str:
         )
 
     return anyio.run(retry)
+
+
+def _delete(args: argparse.Namespace) -> str:
+    async def delete() -> str:
+        async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
+            gone = await ledger.delete(args.run_id)
+        return (
+            f"deleted run {gone.run_id!r}: {gone.records} node record(s), {gone.streams} stream(s) "
+            f"holding {gone.messages} message(s)\n"
+        )
+
+    return anyio.run(delete)
 
 
 def _follow(args: argparse.Namespace) -> tuple[str, bool]:

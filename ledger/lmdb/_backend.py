@@ -15,7 +15,8 @@ import msgspec
 from .._committer import serving
 from .._graph_runs import GraphRunBook
 from .._ledger import Ledger
-from .._runs import RunRecord, run_exists
+from .._runs import RunDeleted, RunRecord, run_exists
+from ._delete import delete_run
 from ._env import LedgerEnv
 from ._graph_runs import LmdbGraphRuns
 from ._layout import NODE_RUN_PREFIX, node_run_key
@@ -72,6 +73,12 @@ class LmdbRunBook:
 
     async def records(self) -> list[RunRecord]:
         return list(list_runs(self._env))
+
+    async def delete(self, record: RunRecord) -> RunDeleted:
+        dbs = self._env.databases()
+        deleted, gone = await self._env.write(lambda txn: delete_run(txn, dbs, record))
+        self._nodes.streams.forget(gone)  # a new run under this id opens new streams
+        return deleted
 
 
 class LmdbBackend:

@@ -13,6 +13,8 @@ contiguous and in order::
     streams     b"c"                                      last stream id (msgpack int)
     streams     b"r" + msgpack([scope, node, key])        stream id (msgpack int)
     streams     b"d" + id                                 StreamDescriptor
+    streams     b"x" + id                                 a deleted stream's tombstone: its
+                                                          name (msgpack str); ids are never reused
     messages    id + first seq                            msgpack list of payloads: a run of up
                                                           to CHUNK messages from first seq
     groups      id + group (utf-8)                        GroupFrontier
@@ -67,6 +69,7 @@ __all__ = [
     "CHUNK",
     "COUNTER_KEY",
     "DATABASES",
+    "DELETED_PREFIX",
     "DESCRIPTOR_PREFIX",
     "INDEX_PREFIX",
     "KEYED_SCHEMA",
@@ -82,6 +85,7 @@ __all__ = [
     "budget_prefixes",
     "checkpoint_key",
     "databases_of",
+    "deleted_key",
     "descriptor_key",
     "group_key",
     "index_key",
@@ -117,6 +121,7 @@ META_KEY: Final = b"schema"
 COUNTER_KEY: Final = b"c"
 INDEX_PREFIX: Final = b"r"
 DESCRIPTOR_PREFIX: Final = b"d"
+DELETED_PREFIX: Final = b"x"
 #: Longer keys keep their fixed prefix and a 32-byte digest of the rest (LMDB keys end at 511 bytes).
 MAX_KEY: Final = 256
 #: Marks a digested key part; 0xff never starts UTF-8, msgpack arrays or the length prefixes.
@@ -154,6 +159,11 @@ def index_key(ref: StreamRef) -> bytes:
 def descriptor_key(stream_id: int) -> bytes:
     """The ``streams`` key of a stream's descriptor."""
     return DESCRIPTOR_PREFIX + U64.pack(stream_id)
+
+
+def deleted_key(stream_id: int) -> bytes:
+    """The ``streams`` key of a deleted stream's tombstone (its descriptor and index entry went)."""
+    return DELETED_PREFIX + U64.pack(stream_id)
 
 
 def message_key(stream_id: int, first_seq: int) -> bytes:

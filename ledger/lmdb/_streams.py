@@ -437,6 +437,11 @@ class LmdbStreamHooks:
         """A view of the stream records inside another hook's write transaction (a node commit's)."""
         return LmdbView(txn, self._dbs, self._ids)
 
+    def forget(self, refs: Iterable[StreamRef]) -> None:
+        """Forget the ids of ``refs``: their streams were deleted, and a stream opened again gets a new id."""
+        for ref in refs:
+            self._ids.pop(ref, None)
+
     def learn(self, view: LmdbView) -> None:
         """Keep the stream ids ``view`` assigned, once its transaction committed."""
         if view.ids:

@@ -69,6 +69,7 @@ from ._layout import (
     CHECKPOINT_PREFIX,
     COUNTER_KEY,
     DATABASES,
+    DELETED_PREFIX,
     DESCRIPTOR_PREFIX,
     INDEX_PREFIX,
     META_KEY,
@@ -285,6 +286,7 @@ class _Checker:
         counter = 0
         index: dict[bytes, int] = {}
         descriptors: dict[int, StreamDescriptor] = {}
+        deleted: set[int] = set()  # ids of deleted streams, never allocated again
         for key, value in self.items("streams"):
             if key == COUNTER_KEY:
                 counter = self.decode("streams", key, value, int) or 0
@@ -296,6 +298,9 @@ class _Checker:
                 desc = self.decode("streams", key, value, StreamDescriptor)
                 if desc is not None:
                     descriptors[U64.unpack_from(key, 1)[0]] = desc
+            elif key.startswith(DELETED_PREFIX) and len(key) == 9:  # the tombstone of a deleted stream
+                if self.decode("streams", key, value, str) is not None:
+                    deleted.add(U64.unpack_from(key, 1)[0])
             else:
                 self.problem(f"record {key.hex()} in database 'streams' has no known layout")
         for key, stream_id in index.items():
@@ -309,7 +314,11 @@ class _Checker:
         for stream_id, desc in descriptors.items():
             if index.get(index_key(desc.ref)) != stream_id:
                 self.problem(f"stream {desc.ref} (id {stream_id}) has no index entry naming it")
-        for text in stream_id_problems(counter, descriptors):
+        for stream_id in sorted(deleted & descriptors.keys()):
+            self.problem(
+                f"stream {descriptors[stream_id].ref} (id {stream_id}) has a descriptor and a tombstone"
+            )
+        for text in stream_id_problems(counter, descriptors.keys() | deleted):
             self.problem(text)
         return descriptors
 

@@ -7,7 +7,8 @@ from typing import Any, Final
 import msgspec
 
 from .._format import run_id_bytes
-from .._runs import RunRecord, run_exists
+from .._runs import RunDeleted, RunRecord, run_exists
+from ._delete import delete_run
 from ._nodes import PgNodeHooks
 from ._store import Calls
 from ._view import decode_row, keyed, run_row, sound_digest
@@ -84,3 +85,6 @@ class PgRunBook:
             return found
 
         return await self._connection.read(read)
+
+    async def delete(self, record: RunRecord) -> RunDeleted:
+        return await self._connection.call(lambda view: delete_run(view.connection, record), buffered=False)

@@ -77,7 +77,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ledger import Ledger, LmdbBackend, RunAspectsMismatchError, RunRecord, Runs, open_ledger
+from ledger import Ledger, LmdbBackend, RunAspectsMismatchError, RunDeleted, RunRecord, Runs, open_ledger
 from streams import (
     Aspect,
     CheckpointError,
@@ -487,6 +487,9 @@ class TroubledBook:
 
     async def records(self) -> list[RunRecord]:
         return await self._book.records()
+
+    async def delete(self, record: RunRecord) -> RunDeleted:
+        return await self._book.delete(record)
 
 
 T = TypeVar("T")
