@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -549,12 +550,14 @@ def _inspection(args: argparse.Namespace) -> str:
 
 
 def _groups_table(rows: list[dict[str, Any]]) -> str:
+    now = datetime.datetime.now(datetime.UTC)
     header = (
         "GROUP",
         "STREAM",
         "ACKED",
         "APPENDED",
         "LAG",
+        "AGE",
         "EXHAUSTED",
         "DEAD",
         "STOPPED",
@@ -569,6 +572,7 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
             str(r["acked_through"]),
             str(r["appended"]),
             str(r["lag"]),
+            _age(r["oldest_unacked_at"], now),
             str(r["exhausted"]),
             str(r["dead_lettered"]),
             "yes" if r["stopped"] else "no",
@@ -579,6 +583,18 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         for r in rows
     ]
     return "\n".join(aligned(cells, left=2, ragged_last=True)) + "\n"
+
+
+def _age(at: str | None, now: datetime.datetime) -> str:
+    """How long before ``now`` the group's oldest unacknowledged message was appended; ``-`` if none waits."""
+    if at is None:
+        return "-"
+    whole = max(0, int((now - datetime.datetime.fromisoformat(at.replace("Z", "+00:00"))).total_seconds()))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def _owner(owner: dict[str, Any] | None) -> str:

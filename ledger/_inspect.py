@@ -10,13 +10,13 @@ from typing import Any
 import msgspec
 
 from streams import GroupFrontier
-from streams.store import NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, to_plain
+from streams.store import NodeAttemptRecord, NodeCheckpoint, StreamDescriptor, appended_at, to_plain
 
 from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, GraphRunRecord
 from ._runs import RunRecord, in_root_scope
 
-__all__ = ["graph_runs_report", "node_runs_report", "plain", "stream_entry"]
+__all__ = ["graph_runs_report", "moment", "node_runs_report", "plain", "stream_entry"]
 
 
 #: Who holds a group's partition: its member's name and when its lease runs out (PostgreSQL).
@@ -38,9 +38,10 @@ def stream_entry(
             "group": frontier.group,
             "acked_through": frontier.acked_through,
             "pending": desc.appended - frontier.acked_through - len(frontier.acked_above),
+            "oldest_unacked_at": _oldest_unacked(desc, frontier),
             "exhausted": len(frontier.exhausted),
             "dead_lettered": frontier.dead_lettered,
-            "active_at": _moment(frontier.active_at),
+            "active_at": moment(frontier.active_at),
             "stopped": frontier.stopped,
             "state": _state(frontier.state, where),
             "owner": owners.get((str(desc.ref), frontier.group)),
@@ -60,8 +61,22 @@ def stream_entry(
         "compacted_through": desc.compacted_through,
         "retain": desc.retain,
         "partitions": desc.partitions,
+        "last_appended_at": moment(appended_at(desc.marks, desc.appended) or 0) if desc.appended else None,
         "groups": groups,
     }
+
+
+def _oldest_unacked(desc: StreamDescriptor, frontier: GroupFrontier) -> str | None:
+    """When the group's oldest unacknowledged message was appended (UTC), or None if none waits.
+
+    From the stream's append marks (:mod:`streams._store._marks`): at most
+    about a second early, so an age from it is never less than the real
+    one; None too when the stream kept no mark for it. The report holds what
+    the ledger holds, never the clock's now: an age is the reader's to take.
+    """
+    oldest = frontier.acked_through + 1
+    at = appended_at(desc.marks, oldest) if oldest <= desc.appended else None
+    return None if at is None else moment(at)
 
 
 def node_runs_report(
@@ -101,16 +116,16 @@ def node_runs_report(
                 "failures": attempt.index,
                 "limit": attempt.limit,
                 "status": status,
-                "started_at": _moment(attempt.started_at or 0),
-                "ended_at": _moment(attempt.ended_at or 0),
+                "started_at": moment(attempt.started_at or 0),
+                "ended_at": moment(attempt.ended_at or 0),
                 "seconds": _took(attempt.started_at, attempt.ended_at),
                 "failed": [
                     {
                         "attempt": failure.index + 1,
                         "error_type": failure.error_type,
                         "message": failure.message,
-                        "started_at": _moment(failure.started_at or 0),
-                        "failed_at": _moment(failure.failed_at),
+                        "started_at": moment(failure.started_at or 0),
+                        "failed_at": moment(failure.failed_at),
                         "seconds": _took(failure.started_at, failure.failed_at),
                     }
                     for failure in attempt.failures
@@ -130,8 +145,8 @@ def node_runs_report(
                 "status": run.status,
                 "starts": run.starts,
                 "error": run.error,
-                "created_at": _moment(run.created_at or 0),
-                "updated_at": _moment(run.updated_at or 0),
+                "created_at": moment(run.created_at or 0),
+                "updated_at": moment(run.updated_at or 0),
                 "seconds": _seconds(run),
                 "holder": (holders or {}).get(run.run_id),
                 "cancelled": _cancel(run),
@@ -140,7 +155,7 @@ def node_runs_report(
                     {
                         "by": retry.by,
                         "reason": retry.reason,
-                        "at": _moment(retry.at),
+                        "at": moment(retry.at),
                         "ended": retry.ended,
                         "error": retry.error,
                     }
@@ -240,7 +255,7 @@ def _cancel(run: RunRecord) -> dict[str, Any] | None:
     cancel = run.cancelled
     if cancel is None:
         return None
-    return {"by": cancel.by, "reason": cancel.reason, "at": _moment(cancel.at)}
+    return {"by": cancel.by, "reason": cancel.reason, "at": moment(cancel.at)}
 
 
 def _seconds(run: RunRecord) -> float | None:
@@ -255,7 +270,7 @@ def _took(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(end - start, 3)
 
 
-def _moment(at: float) -> str | None:
+def moment(at: float) -> str | None:
     """A wall-clock time as UTC ISO 8601 to the second; None for never."""
     if not at:
         return None

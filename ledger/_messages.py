@@ -17,10 +17,18 @@ import json
 from typing import Any
 
 from streams import KeyedState, StreamRef, UnknownStreamError
-from streams.store import KeyedRange, RecordView, key_to_plain, list_keyed, tail_problems, to_plain
+from streams.store import (
+    KeyedRange,
+    RecordView,
+    appended_at,
+    key_to_plain,
+    list_keyed,
+    tail_problems,
+    to_plain,
+)
 
 from ._errors import MissingRecordError, StreamNotFoundError
-from ._inspect import plain
+from ._inspect import moment, plain
 
 __all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref"]
 
@@ -55,7 +63,14 @@ def messages_of(
     for message in stored:
         if limit is not None and len(messages) >= limit:
             break
-        messages.append({"seq": message.seq, "value": plain(to_plain(message.payload))})
+        at = appended_at(desc.marks, message.seq)
+        messages.append(
+            {
+                "seq": message.seq,
+                "appended_at": None if at is None else moment(at),
+                "value": plain(to_plain(message.payload)),
+            }
+        )
     return {
         "stream": str(ref),
         "type": desc.type_name,
@@ -144,6 +159,7 @@ def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "acked_through": g["acked_through"],
                     "appended": s["appended"],
                     "lag": g["pending"],
+                    "oldest_unacked_at": g["oldest_unacked_at"],
                     "exhausted": g["exhausted"],
                     "dead_lettered": g["dead_lettered"],
                     "last_activity": g["active_at"],

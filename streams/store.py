@@ -83,6 +83,7 @@ from ._store._integrity import tail_floor as tail_floor
 from ._store._integrity import tail_problems as tail_problems
 from ._store._layouts import AttemptRecord as AttemptRecord
 from ._store._layouts import StreamDescriptor as StreamDescriptor
+from ._store._marks import appended_at as appended_at
 from ._store._node_records import COMPLETE_CHAIN as COMPLETE_CHAIN
 from ._store._node_records import AttemptFailure as AttemptFailure
 from ._store._node_records import CheckpointAttempt as CheckpointAttempt
@@ -191,6 +192,7 @@ __all__ = [
     "ScopeRecord",
     "StoredMessage",
     "StreamDescriptor",
+    "appended_at",
     "StreamFinish",
     "StreamOpen",
     "StreamOpened",

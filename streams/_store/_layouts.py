@@ -31,6 +31,9 @@ class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
     format: int = 1
     retain: int = 0  # acknowledged messages kept for groups added later (the last ``retain`` appended)
     partitions: int = 0  # one of this many partitions of a partitioned stream; 0: not partitioned
+    #: When messages were appended: flat ``(seq, unix ms)`` pairs (:mod:`streams._store._marks`);
+    #: empty in a descriptor written before streams kept them.
+    marks: tuple[int, ...] = ()
 
 
 class AttemptRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -25,6 +25,7 @@ from .._errors import (
     UnknownStreamError,
 )
 from ._layouts import AttemptRecord, StreamDescriptor
+from ._marks import marked
 from ._records import (
     MAX_KEY_BYTES,
     AppendBatch,
@@ -238,11 +239,15 @@ def append(view: RecordView, batch: AppendBatch) -> None:
     desc = _descriptor(view, batch.ref, "append")
     check_appendable(desc, batch.generation, batch.first_seq, "append")
     view.put_messages(desc.ref, batch.first_seq, batch.payloads)
+    now_ms = int(time.time() * 1000)
     view.put_descriptor(
         msgspec.structs.replace(
             desc,
             appended=desc.appended + len(batch.payloads),
             position=desc.position if batch.position is None else batch.position,
+            marks=marked(desc.marks, batch.first_seq, now_ms, desc.compacted_through)
+            if batch.payloads
+            else desc.marks,
         )
     )
 

@@ -24,24 +24,35 @@ def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     return lambda: open_postgres(url)
 
 
+#: What a report holds of the clock: times of runs, nodes, failures, appends, and ages.
+_TIMES = frozenset(
+    {
+        "created_at",
+        "updated_at",
+        "seconds",
+        "started_at",
+        "ended_at",
+        "failed_at",
+        "at",
+        "last_appended_at",
+        "oldest_unacked_at",
+        "lag_seconds",
+        "appended_at",
+        "last_activity",
+    }
+)
+
+
+def without_times(value: Any) -> Any:
+    """``value`` (a report or part of one) without what it holds of the clock, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_times(v) for k, v in value.items() if k not in _TIMES}
+    if isinstance(value, list):
+        return [without_times(v) for v in value]
+    return value
+
+
 def timeless(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``inspect``'s runs without their times: two ledgers filled at other moments report the same."""
-    return [
-        {
-            k: [_timeless_node(node) for node in v] if k == "nodes" else v
-            for k, v in run.items()
-            if k not in _TIMES
-        }
-        for run in runs
-    ]
-
-
-_TIMES = ("created_at", "updated_at", "seconds", "started_at", "ended_at", "failed_at", "at")
-
-
-def _timeless_node(node: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: [{f: x for f, x in failure.items() if f not in _TIMES} for failure in v] if k == "failed" else v
-        for k, v in node.items()
-        if k not in _TIMES
-    }
+    found: list[dict[str, Any]] = without_times(runs)
+    return found

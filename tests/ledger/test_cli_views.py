@@ -52,13 +52,14 @@ def test_the_groups_view_has_a_row_per_group_with_its_lag(shop: Path) -> None:
     table = cli("inspect", str(shop), "--groups")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    header = ["GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "EXHAUSTED", "DEAD", "STOPPED", "LAST-ACTIVITY"]
-    assert lines[0].split() == [*header, "PARTITION", "OWNER"]
+    header = ["GROUP", "STREAM", "ACKED", "APPENDED", "LAG", "AGE", "EXHAUSTED", "DEAD", "STOPPED"]
+    assert lines[0].split() == [*header, "LAST-ACTIVITY", "PARTITION", "OWNER"]
     rows = [line.split() for line in lines[1:]]
-    assert [row[:-3] for row in rows] == [
+    assert [row[:5] + row[6:-3] for row in rows] == [
         ["audit", "shop/intake/orders", "0", "5", "5", "0", "0", "no"],
         ["billing", "shop/intake/orders", "3", "5", "2", "0", "0", "no"],
     ]
+    assert all(re.fullmatch(r"\d+s", row[5]) for row in rows)  # appended seconds ago, never acked
     assert rows[0][-3] == "-"  # audit never acknowledged anything
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[1][-3])
     assert [row[-2:] for row in rows] == [["-", "-"], ["-", "-"]]  # a stream of its own: no partition, owner
@@ -80,7 +81,10 @@ def test_inspect_filters_streams_and_groups_by_pattern(shop: Path) -> None:
 def test_view_prints_the_kept_messages_as_json_lines(shop: Path) -> None:
     done = cli("messages", str(shop), "shop/intake/orders", "--from", "2", "--limit", "2")
     assert done.returncode == 0, done.stderr
-    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    appended = [line.pop("appended_at") for line in lines]  # one flush: one batch, one time
+    assert appended[0] == appended[1] and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", appended[0])
+    assert lines == [
         {"seq": 2, "value": {"id": 2, "note": "AAE="}},
         {"seq": 3, "value": {"id": 3, "note": "AAE="}},
     ]

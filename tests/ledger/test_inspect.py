@@ -53,6 +53,12 @@ async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Pat
     for stream in report["streams"]:
         for group in stream["groups"]:  # each acknowledged or failed something just now
             assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", group.pop("active_at"))
+            oldest = group.pop("oldest_unacked_at")
+            if group["pending"]:  # one append each stream: its oldest unacknowledged message's time
+                assert oldest == stream["last_appended_at"]
+            else:
+                assert oldest is None
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stream.pop("last_appended_at"))
     assert report["streams"] == [
         {
             "key": "orders",

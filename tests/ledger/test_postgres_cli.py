@@ -15,7 +15,7 @@ from ledger import open_ledger
 from ledger.postgres import open_postgres
 from streams import Key, KeyedState, MessageTx, Stream, handle_messages, open_scope
 
-from .conftest import timeless
+from .conftest import timeless, without_times
 from .pool_graphs import N, summing
 from .test_cli import cli
 
@@ -58,7 +58,9 @@ def test_inspect_on_a_url_reports_what_inspect_on_a_path_reports(postgres_url: s
     on_lmdb, on_postgres = shown(str(tmp_path / "ledger")), shown(postgres_url)
     assert on_postgres["streams"] and on_postgres["runs"]
     key = lambda s: (s["scope"], s["node"], s["key"])  # noqa: E731
-    assert sorted(on_postgres["streams"], key=key) == sorted(on_lmdb["streams"], key=key)
+    assert without_times(sorted(on_postgres["streams"], key=key)) == without_times(
+        sorted(on_lmdb["streams"], key=key)
+    )
     assert timeless(on_postgres["runs"]) == timeless(on_lmdb["runs"])
     assert all(run["created_at"] and run["updated_at"] for run in (*on_postgres["runs"], *on_lmdb["runs"]))
     assert "postgres" in on_postgres["path"] and "password" not in on_postgres["path"]
