@@ -79,7 +79,7 @@ from ._store._node_records import (
     NodeCheckpoint,
     Terminal,
 )
-from ._store._nodes import enclosing_scope
+from ._store._nodes import destination_template, enclosing_scope
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter
 from ._tracing import ATTR
@@ -1251,10 +1251,16 @@ class Execution:
             on_latch=self._latch,
             node_owned=writer is not None,
             partitions=partitions,
+            template=self._template(ref),
+            graph=self.graph.name,
         )
         stream: ManagedStream[Any] = ManagedStream(core)
         self._streams[ref] = stream
         return stream
+
+    def _template(self, ref: StreamRef) -> str | None:
+        """What the metrics of stream ``ref`` name it by: in checkpoint mode, without the run's id."""
+        return None if self._checkpoint is None else destination_template(ref, self._checkpoint.scope)
 
     def _failed_endpoint(
         self, ref: StreamRef, plan: StreamPlan, held: Sequence[StreamDescriptor]
@@ -1285,6 +1291,8 @@ class Execution:
                 capacity=1,
                 resumable=False,
                 node_owned=True,
+                template=self._template(part_ref),
+                graph=self.graph.name,
             )
             parts.append(ManagedStream(core))
             self._streams[part_ref] = parts[-1]

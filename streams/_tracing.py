@@ -28,8 +28,9 @@ class SPAN:
 
     OPEN_STREAM: Final = "streamledger.open_stream"
     RECOVER: Final = "streamledger.recover"
-    #: handle_messages: OpenTelemetry's messaging name, ``{operation} {destination}``
-    PROCESS: Final = "process {stream}"
+    #: handle_messages: OpenTelemetry's messaging name, ``{operation} {destination}``, the destination
+    #: being the stream's template (a run's streams without the run's id: low cardinality)
+    PROCESS: Final = "process {destination}"
     COMMIT_BATCH: Final = "streamledger.commit_batch"
     INVOKE_GRAPH: Final = "invoke_graph {graph}"
     EXECUTE_STEP: Final = "execute_step {node}"
@@ -69,6 +70,8 @@ class ATTR:
     # OpenTelemetry's messaging and error conventions (metrics)
     MESSAGING_SYSTEM: Final = "messaging.system"
     DESTINATION: Final = "messaging.destination.name"
+    #: a stream's name without its run's id (``{run_id}/node/key``): what metrics are grouped by
+    DESTINATION_TEMPLATE: Final = "messaging.destination.template"
     CONSUMER_GROUP: Final = "messaging.consumer.group.name"
     OPERATION: Final = "messaging.operation.name"
     OPERATION_TYPE: Final = "messaging.operation.type"

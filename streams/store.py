@@ -99,6 +99,7 @@ from ._store._nodes import ScopeRecord as ScopeRecord
 from ._store._nodes import check_confirmed as check_confirmed
 from ._store._nodes import child_scope as child_scope
 from ._store._nodes import commit_node as commit_node
+from ._store._nodes import destination_template as destination_template
 from ._store._nodes import enclosing_scope as enclosing_scope
 from ._store._nodes import fail_attempt as fail_attempt
 from ._store._nodes import open_attempt as open_attempt
@@ -201,6 +202,7 @@ __all__ = [
     "commit",
     "commit_node",
     "describe",
+    "destination_template",
     "enclosing_scope",
     "fail_attempt",
     "fail_message",
