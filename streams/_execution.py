@@ -56,6 +56,7 @@ from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, Stream, check_name, type_name
 from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
+from ._node_spans import node_attempt
 from ._outcome import accept, interrupted, is_fault
 from ._partitions import (
     PartitionedReader,
@@ -317,19 +318,21 @@ class _Level:
             fn = member.fn
 
             async def body() -> None:
-                try:
-                    await fn(ctx)
-                except anyio.get_cancelled_exc_class() as exc:
-                    await anyio.lowlevel.checkpoint_if_cancelled()  # really cancelled: raised again here
-                    raise StrayCancellationError(
-                        f"node {'/'.join(where)!r} raised a cancellation while its execution was not "
-                        "cancelled: a failure of the node, not an interruption"
-                    ) from exc
+                with node_attempt(ctx, self.graph.name):
+                    try:
+                        await fn(ctx)
+                    except anyio.get_cancelled_exc_class() as exc:
+                        await anyio.lowlevel.checkpoint_if_cancelled()  # really cancelled: raised again here
+                        raise StrayCancellationError(
+                            f"node {'/'.join(where)!r} raised a cancellation while its execution was not "
+                            "cancelled: a failure of the node, not an interruption"
+                        ) from exc
 
         else:
 
             async def body() -> None:
-                await self._run_sub(member, ctx)
+                with node_attempt(ctx, self.graph.name):
+                    await self._run_sub(member, ctx)
 
         aspects = (*self.ambient, *member.aspects)
         try:

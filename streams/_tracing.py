@@ -34,6 +34,8 @@ class SPAN:
     COMMIT_BATCH: Final = "streamledger.commit_batch"
     INVOKE_GRAPH: Final = "invoke_graph {graph}"
     EXECUTE_STEP: Final = "execute_step {node}"
+    #: one attempt of a graph node (a Retry's next attempt is a sibling span); a run is INVOKE_GRAPH
+    EXECUTE_NODE: Final = "execute_node {node}"
 
 
 class EVENT:
@@ -99,6 +101,11 @@ class ATTR:
     # durable graph runs and their checkpoints
     RUN_ID: Final = "streamledger.graph.run_id"
     GRAPH: Final = "streamledger.graph.name"
+    GRAPH_VERSION: Final = "streamledger.graph.version"
+    #: a run's span: whether this call resumed it (its attempt is the executions it started)
+    RESUMED: Final = "streamledger.run.resumed"
+    #: a node attempt's span: the failures its innermost Retry confirmed before it (0 for the first)
+    NODE_ATTEMPT: Final = "streamledger.node.attempt"
     ATTEMPT: Final = "streamledger.graph.attempt"
     NODE: Final = "streamledger.graph.node_id"
     REASON: Final = "streamledger.checkpoint.reason"
