@@ -66,6 +66,18 @@ class METRIC:
     LEDGER_COMMIT_DURATION: Final = "streamledger.ledger.commit.duration"
     NODES: Final = "streamledger.nodes"
     EXECUTIONS: Final = "streamledger.executions"
+    # read from a ledger by any process (``ledger.observe_ledger``, ``python -m ledger metrics``)
+    LEDGER_LAG: Final = "streamledger.ledger.consumer.lag"
+    LEDGER_APPENDED: Final = "streamledger.ledger.stream.appended"
+    LEDGER_ACKED: Final = "streamledger.ledger.consumer.acked"
+    LEDGER_EXHAUSTED: Final = "streamledger.ledger.consumer.exhausted"
+    LEDGER_DEAD_LETTERED: Final = "streamledger.ledger.consumer.dead_lettered"
+    LEDGER_RUNS: Final = "streamledger.ledger.runs"
+    LEDGER_NODES: Final = "streamledger.ledger.nodes"
+    LEDGER_FAILED_ATTEMPTS: Final = "streamledger.ledger.node.failed_attempts"
+    LEDGER_GRAPH_RUNS: Final = "streamledger.ledger.graph_runs"
+    LEDGER_UP: Final = "streamledger.ledger.up"
+    LEDGER_READ_DURATION: Final = "streamledger.ledger.read.duration"
 
 
 class ATTR:
@@ -114,6 +126,7 @@ class ATTR:
     NEXT_NODE: Final = "streamledger.checkpoint.next_node"
     # graph executions and the ledger (metrics)
     NODE_STATUS: Final = "streamledger.node.status"
+    RUN_STATUS: Final = "streamledger.run.status"
     EXECUTION_STATUS: Final = "streamledger.execution.status"
     LEDGER: Final = "streamledger.ledger"
 

@@ -69,6 +69,7 @@ from ._codec import to_plain as to_plain
 from ._keyed import key_to_plain as key_to_plain
 from ._keys import type_name as type_name
 from ._metrics import INSTRUMENTS as INSTRUMENTS
+from ._metrics import destination_attributes as destination_attributes
 from ._partitions import partition_name as partition_name
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
@@ -202,6 +203,7 @@ __all__ = [
     "commit",
     "commit_node",
     "describe",
+    "destination_attributes",
     "destination_template",
     "enclosing_scope",
     "fail_attempt",
