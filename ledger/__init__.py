@@ -49,6 +49,12 @@ from ._errors import UnknownRunError as UnknownRunError
 from ._errors import WriteFailedError as WriteFailedError
 from ._graph_runs import GraphRunBook as GraphRunBook
 from ._ledger import Ledger as Ledger
+from ._ledger_metrics import LEDGER_METRICS as LEDGER_METRICS
+from ._ledger_metrics import LedgerMetric as LedgerMetric
+from ._ledger_metrics import LedgerReading as LedgerReading
+from ._ledger_metrics import ObservedLedger as ObservedLedger
+from ._ledger_metrics import observe_ledger as observe_ledger
+from ._ledger_metrics import read_ledger_metrics as read_ledger_metrics
 from ._runs import RunBook as RunBook
 from ._runs import RunCancel as RunCancel
 from ._runs import RunDeleted as RunDeleted
@@ -64,6 +70,7 @@ from .lmdb._nodes import LmdbNodeHooks as LmdbNodeHooks
 from .lmdb._streams import LmdbStreamHooks as LmdbStreamHooks
 
 __all__ = [
+    "LEDGER_METRICS",
     "Backend",
     "BackupDestinationError",
     "CorruptRecordError",
@@ -83,8 +90,10 @@ __all__ = [
     "LedgerError",
     "LedgerInUseError",
     "LedgerLockedError",
+    "LedgerMetric",
     "LedgerPathError",
     "LedgerReadOnlyError",
+    "LedgerReading",
     "LedgerServerError",
     "LedgerUnreachableError",
     "LmdbBackend",
@@ -95,6 +104,7 @@ __all__ = [
     "MissingSchemaError",
     "NodeStore",
     "NotALedgerError",
+    "ObservedLedger",
     "OutcomeUnknownError",
     "PostgresOnlyError",
     "RunActiveError",
@@ -122,7 +132,9 @@ __all__ = [
     "WriteTicket",
     "connect",
     "inspect_ledger",
+    "observe_ledger",
     "open_ledger",
+    "read_ledger_metrics",
 ]
 
 _publish(globals(), __all__)  # tracebacks and docs name the public module

@@ -51,6 +51,7 @@ from ._errors import (
 )
 from ._groups import add_group_command, run_group_command
 from ._messages import filtered, group_rows, key_bytes, parse_ref
+from ._metrics_cli import add_metrics_command, run_metrics_command
 from ._postgres_cli import (
     add_migrate_command,
     add_worker_command,
@@ -255,6 +256,7 @@ def _parser() -> argparse.ArgumentParser:
     add_runs_command(commands)
     add_worker_command(commands)
     add_migrate_command(commands)
+    add_metrics_command(commands)
     check = commands.add_parser(
         "check",
         help="verify every record and reference of a ledger",
@@ -331,6 +333,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return run_worker_command(args)
         if args.command == "migrate":
             return run_migrate_command(args)
+        if args.command == "metrics":
+            return run_metrics_command(args)
         if args.command == "group":
             print(run_group_command(args))
             return EXIT_OK

@@ -67,6 +67,7 @@ from ._errors import (
 )
 from ._format import run_id_bytes
 from ._identity import input_differences, listed, topology_differences
+from ._run_tracing import traced_run
 
 __all__ = [
     "RunBook",
@@ -612,7 +613,7 @@ class Runs:
     ) -> RunResult:
         self._executions[record.run_id] = execution
         try:
-            async with execution:
+            async with traced_run(record, resumed=resumed), execution:
                 if on_start is not None:
                     on_start(execution)
                 result = await execution.wait()

@@ -29,6 +29,8 @@ class Tools:
 
     #: The ledger as messages name it (a URL without its password).
     describe: Callable[[str], str]
+    #: The ledger as its metrics name it (``streamledger.ledger``): the directory's name, the database's.
+    name: Callable[[str], str]
     #: ``inspect``'s report: streams with their groups, runs, graph runs (values only if asked).
     inspect: Callable[[str, bool], dict[str, Any]]
     #: ``messages``: a stream's kept messages from a sequence on, at most a limit.

@@ -57,6 +57,7 @@ from ._graph import Graph, NodeDef, SubDef
 from ._keys import Key, NoValue, NoValueType, Stream, check_name, type_name
 from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
+from ._node_spans import node_attempt
 from ._outcome import accept, interrupted, is_fault
 from ._partitions import (
     PartitionedReader,
@@ -81,7 +82,7 @@ from ._store._node_records import (
     NodeCheckpoint,
     Terminal,
 )
-from ._store._nodes import enclosing_scope
+from ._store._nodes import destination_template, enclosing_scope
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter
 from ._tracing import ATTR
@@ -320,19 +321,21 @@ class _Level:
             fn = member.fn
 
             async def body() -> None:
-                try:
-                    await fn(ctx)
-                except anyio.get_cancelled_exc_class() as exc:
-                    await anyio.lowlevel.checkpoint_if_cancelled()  # really cancelled: raised again here
-                    raise StrayCancellationError(
-                        f"node {'/'.join(where)!r} raised a cancellation while its execution was not "
-                        "cancelled: a failure of the node, not an interruption"
-                    ) from exc
+                with node_attempt(ctx, self.graph.name):
+                    try:
+                        await fn(ctx)
+                    except anyio.get_cancelled_exc_class() as exc:
+                        await anyio.lowlevel.checkpoint_if_cancelled()  # really cancelled: raised again here
+                        raise StrayCancellationError(
+                            f"node {'/'.join(where)!r} raised a cancellation while its execution was not "
+                            "cancelled: a failure of the node, not an interruption"
+                        ) from exc
 
         else:
 
             async def body() -> None:
-                await self._run_sub(member, ctx)
+                with node_attempt(ctx, self.graph.name):
+                    await self._run_sub(member, ctx)
 
         aspects = (*self.ambient, *member.aspects)
         try:
@@ -1260,10 +1263,16 @@ class Execution:
             on_latch=self._latch,
             node_owned=writer is not None,
             partitions=partitions,
+            template=self._template(ref),
+            graph=self.graph.name,
         )
         stream: ManagedStream[Any] = ManagedStream(core)
         self._streams[ref] = stream
         return stream
+
+    def _template(self, ref: StreamRef) -> str | None:
+        """What the metrics of stream ``ref`` name it by: in checkpoint mode, without the run's id."""
+        return None if self._checkpoint is None else destination_template(ref, self._checkpoint.scope)
 
     def _failed_endpoint(
         self, ref: StreamRef, plan: StreamPlan, held: Sequence[StreamDescriptor]
@@ -1294,6 +1303,8 @@ class Execution:
                 capacity=1,
                 resumable=False,
                 node_owned=True,
+                template=self._template(part_ref),
+                graph=self.graph.name,
             )
             parts.append(ManagedStream(core))
             self._streams[part_ref] = parts[-1]

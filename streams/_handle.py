@@ -321,10 +321,19 @@ class _Run(Generic[T, S]):
         self.stager = CommitStager(self.ref, self.group_name, self.generation, node, parent_attempt)
         self.outputs = OutputReservation(self, self.ref)
         # the attributes of its metrics, made once
-        self.group_attributes = group_attributes(str(self.ref), self.group_name)
-        self.commit_attributes = {**self.group_attributes, ATTR.OPERATION: "commit"}
+        self.group_attributes = group_attributes(self.stream.destination, self.group_name)
+        #: a commit settles the messages it confirms (OpenTelemetry's operation type)
+        self.commit_attributes = {
+            **self.group_attributes,
+            ATTR.OPERATION: "commit",
+            ATTR.OPERATION_TYPE: "settle",
+        }
         #: OpenTelemetry's consumed-messages metric names its operation: a handler processes
-        self.process_attributes = {**self.group_attributes, ATTR.OPERATION: "process"}
+        self.process_attributes = {
+            **self.group_attributes,
+            ATTR.OPERATION: "process",
+            ATTR.OPERATION_TYPE: "process",
+        }
         self.pipeline: ConfirmPipeline[_Cut] = ConfirmPipeline(
             cut=self._cut,
             confirm=self._confirm,
@@ -991,11 +1000,10 @@ async def handle_messages(
         # the span outside single_error: it records the error the caller gets, never a group
         with (
             span(
-                SPAN.PROCESS.format(stream=stream.ref),
+                SPAN.PROCESS.format(destination=stream.template),
                 {
-                    **run.group_attributes,
-                    ATTR.OPERATION: "process",
-                    ATTR.OPERATION_TYPE: "process",
+                    **run.process_attributes,
+                    ATTR.DESTINATION: str(stream.ref),  # a span may name the run: its full name
                     ATTR.STREAM: str(stream.ref),
                     ATTR.GROUP: group.name,
                 },

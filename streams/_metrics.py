@@ -11,12 +11,20 @@ message, so metrics cost nothing a batch does not already pay.
 A stream's endpoint is observed for the lag gauge from when it opens until
 its scope ends (:func:`observe_stream`, :func:`forget_stream`); a group is
 reported while it reads: one that stopped, or whose graph node concluded, is not.
+
+No attribute carries a run's id. A stream is named in every metric by its
+``messaging.destination.template``: the streams of a run (whose scope is the
+run's id, or a child scope under it) by the template
+:func:`~streams.store.destination_template` gives (``{run_id}/node/key``),
+with ``streamledger.graph.name``; any other stream by its name, which is then
+its ``messaging.destination.name`` too. The full name of a run's stream is a
+span attribute, never a metric's.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics
@@ -30,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSTRUMENTS",
+    "destination_attributes",
     "forget_stream",
     "group_attributes",
     "observe_stream",
@@ -110,15 +119,31 @@ def _observe_lag(options: CallbackOptions) -> Iterable[Observation]:
 def _lags() -> Iterator[Observation]:
     for stream in list(_streams):
         for name, lag in stream.lags():
-            yield Observation(lag, group_attributes(str(stream.ref), name))
+            yield Observation(lag, group_attributes(stream.destination, name))
 
 
-def stream_attributes(stream: str, operation: str) -> dict[str, str]:
-    return {ATTR.MESSAGING_SYSTEM: SYSTEM, ATTR.DESTINATION: stream, ATTR.OPERATION: operation}
+def destination_attributes(name: str, template: str | None, graph: str | None) -> dict[str, str]:
+    """A stream's attributes in every metric: its template; its name only if it has no other template.
+
+    ``template`` is a run's stream's low-cardinality name (None for any
+    other stream, whose name is its template); ``graph`` the graph whose
+    execution writes it, if any.
+    """
+    attributes = {ATTR.MESSAGING_SYSTEM: SYSTEM, ATTR.DESTINATION_TEMPLATE: template or name}
+    if template is None:
+        attributes[ATTR.DESTINATION] = name
+    if graph is not None:
+        attributes[ATTR.GRAPH] = graph
+    return attributes
 
 
-def group_attributes(stream: str, group: str) -> dict[str, str]:
-    return {ATTR.MESSAGING_SYSTEM: SYSTEM, ATTR.DESTINATION: stream, ATTR.CONSUMER_GROUP: group}
+def stream_attributes(destination: Mapping[str, str], operation: str, kind: str) -> dict[str, str]:
+    """A stream's metric attributes for ``operation`` (OpenTelemetry's operation type ``kind``)."""
+    return {**destination, ATTR.OPERATION: operation, ATTR.OPERATION_TYPE: kind}
+
+
+def group_attributes(destination: Mapping[str, str], group: str) -> dict[str, str]:
+    return {**destination, ATTR.CONSUMER_GROUP: group}
 
 
 INSTRUMENTS: Final = _Instruments(metrics.get_meter("streamledger", __version__))

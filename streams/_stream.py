@@ -27,7 +27,14 @@ from ._errors import (
     StreamStateError,
 )
 from ._keys import Key, Stream
-from ._metrics import INSTRUMENTS, forget_stream, group_attributes, observe_stream, stream_attributes
+from ._metrics import (
+    INSTRUMENTS,
+    destination_attributes,
+    forget_stream,
+    group_attributes,
+    observe_stream,
+    stream_attributes,
+)
 from ._outcome import is_fault
 from ._pipeline import ConfirmPipeline
 from ._store._hooks import FollowHooks, StreamHooks
@@ -156,6 +163,8 @@ class StreamCore(Generic[T]):
         on_latch: Callable[[CheckpointError], object] | None = None,
         node_owned: bool = False,
         partitions: int = 0,
+        template: str | None = None,
+        graph: str | None = None,
     ) -> None:
         self._spawn = spawn  # runs the background flush in the scope's task group
         self._on_latch = on_latch  # an execution's failure latch, which this stream's failures trip too
@@ -209,7 +218,10 @@ class StreamCore(Generic[T]):
         self._broken: CheckpointError | None = None
         self._writer_mode: str | None = None  # "direct" or "handler"
         self._handler_owner: object | None = None  # the handle_messages run writing it
-        self.append_attributes = stream_attributes(str(ref), "append")  # of its metrics, made once
+        #: what its metrics name it by: its template (a run's stream without the run's id, or its name)
+        self.template = template or str(ref)
+        self.destination = destination_attributes(str(ref), template, graph)
+        self.append_attributes = stream_attributes(self.destination, "append", "send")  # made once
         observe_stream(self)
 
     # -- shared state -----------------------------------------------------------------------
@@ -599,7 +611,14 @@ class StreamCore(Generic[T]):
                 raise
             raise self.latch(exc, f"the ack of {seq}")  # noqa: B904 - the latched error keeps its cause
         self._local_ack(group, seq)
-        INSTRUMENTS.consumed.add(1, {**group_attributes(str(self.ref), group.name), ATTR.OPERATION: "ack"})
+        INSTRUMENTS.consumed.add(
+            1,
+            {
+                **group_attributes(self.destination, group.name),
+                ATTR.OPERATION: "ack",
+                ATTR.OPERATION_TYPE: "settle",
+            },
+        )
         self.notify()
 
     @property

@@ -28,11 +28,14 @@ class SPAN:
 
     OPEN_STREAM: Final = "streamledger.open_stream"
     RECOVER: Final = "streamledger.recover"
-    #: handle_messages: OpenTelemetry's messaging name, ``{operation} {destination}``
-    PROCESS: Final = "process {stream}"
+    #: handle_messages: OpenTelemetry's messaging name, ``{operation} {destination}``, the destination
+    #: being the stream's template (a run's streams without the run's id: low cardinality)
+    PROCESS: Final = "process {destination}"
     COMMIT_BATCH: Final = "streamledger.commit_batch"
     INVOKE_GRAPH: Final = "invoke_graph {graph}"
     EXECUTE_STEP: Final = "execute_step {node}"
+    #: one attempt of a graph node (a Retry's next attempt is a sibling span); a run is INVOKE_GRAPH
+    EXECUTE_NODE: Final = "execute_node {node}"
 
 
 class EVENT:
@@ -63,12 +66,26 @@ class METRIC:
     LEDGER_COMMIT_DURATION: Final = "streamledger.ledger.commit.duration"
     NODES: Final = "streamledger.nodes"
     EXECUTIONS: Final = "streamledger.executions"
+    # read from a ledger by any process (``ledger.observe_ledger``, ``python -m ledger metrics``)
+    LEDGER_LAG: Final = "streamledger.ledger.consumer.lag"
+    LEDGER_APPENDED: Final = "streamledger.ledger.stream.appended"
+    LEDGER_ACKED: Final = "streamledger.ledger.consumer.acked"
+    LEDGER_EXHAUSTED: Final = "streamledger.ledger.consumer.exhausted"
+    LEDGER_DEAD_LETTERED: Final = "streamledger.ledger.consumer.dead_lettered"
+    LEDGER_RUNS: Final = "streamledger.ledger.runs"
+    LEDGER_NODES: Final = "streamledger.ledger.nodes"
+    LEDGER_FAILED_ATTEMPTS: Final = "streamledger.ledger.node.failed_attempts"
+    LEDGER_GRAPH_RUNS: Final = "streamledger.ledger.graph_runs"
+    LEDGER_UP: Final = "streamledger.ledger.up"
+    LEDGER_READ_DURATION: Final = "streamledger.ledger.read.duration"
 
 
 class ATTR:
     # OpenTelemetry's messaging and error conventions (metrics)
     MESSAGING_SYSTEM: Final = "messaging.system"
     DESTINATION: Final = "messaging.destination.name"
+    #: a stream's name without its run's id (``{run_id}/node/key``): what metrics are grouped by
+    DESTINATION_TEMPLATE: Final = "messaging.destination.template"
     CONSUMER_GROUP: Final = "messaging.consumer.group.name"
     OPERATION: Final = "messaging.operation.name"
     OPERATION_TYPE: Final = "messaging.operation.type"
@@ -96,6 +113,11 @@ class ATTR:
     # durable graph runs and their checkpoints
     RUN_ID: Final = "streamledger.graph.run_id"
     GRAPH: Final = "streamledger.graph.name"
+    GRAPH_VERSION: Final = "streamledger.graph.version"
+    #: a run's span: whether this call resumed it (its attempt is the executions it started)
+    RESUMED: Final = "streamledger.run.resumed"
+    #: a node attempt's span: the failures its innermost Retry confirmed before it (0 for the first)
+    NODE_ATTEMPT: Final = "streamledger.node.attempt"
     ATTEMPT: Final = "streamledger.graph.attempt"
     NODE: Final = "streamledger.graph.node_id"
     REASON: Final = "streamledger.checkpoint.reason"
@@ -104,6 +126,7 @@ class ATTR:
     NEXT_NODE: Final = "streamledger.checkpoint.next_node"
     # graph executions and the ledger (metrics)
     NODE_STATUS: Final = "streamledger.node.status"
+    RUN_STATUS: Final = "streamledger.run.status"
     EXECUTION_STATUS: Final = "streamledger.execution.status"
     LEDGER: Final = "streamledger.ledger"
 

@@ -69,6 +69,7 @@ from ._codec import to_plain as to_plain
 from ._keyed import key_to_plain as key_to_plain
 from ._keys import type_name as type_name
 from ._metrics import INSTRUMENTS as INSTRUMENTS
+from ._metrics import destination_attributes as destination_attributes
 from ._partitions import partition_name as partition_name
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
@@ -101,6 +102,7 @@ from ._store._nodes import ScopeRecord as ScopeRecord
 from ._store._nodes import check_confirmed as check_confirmed
 from ._store._nodes import child_scope as child_scope
 from ._store._nodes import commit_node as commit_node
+from ._store._nodes import destination_template as destination_template
 from ._store._nodes import enclosing_scope as enclosing_scope
 from ._store._nodes import fail_attempt as fail_attempt
 from ._store._nodes import open_attempt as open_attempt
@@ -206,6 +208,8 @@ __all__ = [
     "commit",
     "commit_node",
     "describe",
+    "destination_attributes",
+    "destination_template",
     "enclosing_scope",
     "fail_attempt",
     "fail_message",

@@ -149,6 +149,17 @@ class Metrics:
                         found.extend((dict(p.attributes or {}), p) for p in metric.data.data_points)
         return found
 
+    def series(self) -> set[tuple[str, frozenset[tuple[str, Any]]]]:
+        """Every series reported now: each instrument's name with each attribute set it has points for."""
+        data = self._reader.get_metrics_data()
+        return {
+            (metric.name, frozenset((point.attributes or {}).items()))
+            for resource in (data.resource_metrics if data is not None else ())
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+        }
+
     def value(self, name: str, **attributes: Any) -> Any:
         """The sum (counters), the point (histograms) or the value (gauges) whose attributes include these."""
         wanted = {k.replace("__", "."): v for k, v in attributes.items()}

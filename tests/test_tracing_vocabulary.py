@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_no_module_but_the_vocabulary_spells_a_telemetry_name() -> None:
     spelled = re.compile(
-        r"""["'](streamledger\.[a-z_.]+|messaging\.[a-z_.]+|error\.type|invoke_graph |execute_step )"""
+        r"""["'](streamledger\.[a-z_.]+|messaging\.[a-z_.]+|error\.type"""
+        r"""|invoke_graph |execute_step |execute_node )"""
     )
     found = [
         f"{path.relative_to(ROOT)}: {match.group(1)}"

@@ -84,6 +84,7 @@ async def _demo(
 
 TOOLS = Tools(
     describe=str,
+    name=lambda path: Path(path).resolve().name,
     inspect=_inspect,
     messages=_messages,
     keys=_keys,

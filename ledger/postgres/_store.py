@@ -49,7 +49,7 @@ from ._schema import ensure_schema
 from ._verify import verify_streams
 from ._view import PgView
 
-__all__ = ["Calls", "PgConnection", "connect", "connected", "describe_url"]
+__all__ = ["Calls", "PgConnection", "connect", "connected", "database_name", "describe_url"]
 
 
 class Calls(Protocol):
@@ -84,7 +84,7 @@ def describe_url(url: str) -> str:
     return f"the PostgreSQL ledger {params.get('dbname') or '(default database)'} on {host}"
 
 
-def _database(url: str) -> str:
+def database_name(url: str) -> str:
     """The name of ``url``'s database, as the ledger's metrics name it."""
     try:
         return str(psycopg.conninfo.conninfo_to_dict(url).get("dbname") or "postgres")
@@ -307,7 +307,7 @@ class PgConnection(ServesWrites["_Call"]):
         return GroupCommitter(
             self._commit,
             where=self.where,
-            attributes={ATTR.LEDGER: _database(self.url)},
+            attributes={ATTR.LEDGER: database_name(self.url)},
             timer=lambda: self.batch_timer,
             before_commit=before_commit,
         )

@@ -9,7 +9,7 @@ from .._tools import Tools
 from ._faults import translated
 from ._inspect import backup_postgres, check_postgres, inspect_postgres, keys_postgres, messages_postgres
 from ._schema import migrate
-from ._store import connect, describe_url
+from ._store import connect, database_name, describe_url
 
 __all__ = ["TOOLS", "migrate_url"]
 
@@ -37,6 +37,7 @@ async def _demo(
 
 TOOLS = Tools(
     describe=describe_url,
+    name=database_name,
     inspect=lambda url, values: inspect_postgres(url, values=values),
     messages=lambda url, ref, start, limit: messages_postgres(url, ref, start=start, limit=limit),
     keys=lambda url, ref, group, start, stop, limit: keys_postgres(

@@ -42,6 +42,7 @@ __all__ = [
     "check_confirmed",
     "child_scope",
     "commit_node",
+    "destination_template",
     "enclosing_scope",
     "fail_attempt",
     "open_attempt",
@@ -143,6 +144,43 @@ def enclosing_scope(scope: str, mount: str) -> str | None:
             return parent if limit == 1 else None
         attempt, inner = parent, position
     return None
+
+
+#: What stands for the run's id in a :func:`destination_template`.
+RUN_ID_PLACEHOLDER = "{run_id}"
+
+
+def destination_template(ref: StreamRef, run: str) -> str | None:
+    """Stream ``ref`` of run ``run`` with the run's id and its attempts taken out: ``{run_id}/node/key``.
+
+    The low-cardinality name of the stream, the same in every run of the
+    graph: ``{run_id}``, the Sub mounts down to the level that writes it (an
+    attempt scope ``m@p.l.i`` of the rules above names no more than its
+    mount ``m``), then its writer node and key. None if ``ref``'s scope is
+    neither ``run`` nor a child scope under it as these rules make one.
+    """
+    scope = ref.scope
+    if scope == run:
+        mounts: list[str] = []
+    elif scope.startswith(run + "/"):
+        mounts = []
+        attempts: list[str] = []  # the attempt scopes of the mount under way, before its name
+        for part in scope[len(run) + 1 :].split("/"):
+            parsed = parse_attempt_scope(f"{run}/{part}")
+            if parsed is not None:
+                if attempts and parsed[1] != attempts[-1]:
+                    return None
+                attempts.append(parsed[1])
+            elif attempts and part == attempts[-1]:
+                mounts.append(part)
+                attempts = []
+            else:
+                return None
+        if attempts:
+            return None
+    else:
+        return None
+    return "/".join((RUN_ID_PLACEHOLDER, *mounts, ref.node, ref.key))
 
 
 def _attempt_of(view: NodeView, scope: str) -> NodeAttemptRecord | None:

@@ -15,6 +15,7 @@ import pytest
 from ledger import open_ledger
 from streams import (
     DeadLetter,
+    ExecCheckpoint,
     Execution,
     Graph,
     Key,
@@ -23,10 +24,12 @@ from streams import (
     MessageTx,
     NodeContext,
     Stream,
+    StreamRef,
     StreamWriter,
     handle_messages,
     open_scope,
 )
+from streams.store import destination_template
 from tests.conftest import Metrics
 
 pytestmark = pytest.mark.anyio
@@ -216,3 +219,58 @@ def test_the_library_records_metrics_without_the_sdk() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')], 'the SDK was imported'\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(__file__).parent)
+
+
+def test_a_runs_stream_template_takes_out_the_run_id_and_the_attempts_of_the_mounts_above_it() -> None:
+    run = "order/42"  # a run id may hold '/'
+    # the scopes the store's rules give: a mount's complete-chain attempt, its Retry's attempts, its child
+    child = f"{run}/pack@0.1.0/pack"
+    retried = f"{run}/pack@0.1.0/pack@1.3.2/pack"
+    nested = f"{child}/box@0.1.0/box"
+    assert destination_template(StreamRef(run, "shop", "orders"), run) == "{run_id}/shop/orders"
+    assert destination_template(StreamRef(child, "fill", "items"), run) == "{run_id}/pack/fill/items"
+    assert destination_template(StreamRef(retried, "fill", "items"), run) == "{run_id}/pack/fill/items"
+    assert destination_template(StreamRef(nested, "tape", "rolls#3"), run) == "{run_id}/pack/box/tape/rolls#3"
+    assert destination_template(StreamRef("order/43", "shop", "orders"), run) is None  # another run
+    assert destination_template(StreamRef(f"{run}/stray", "shop", "orders"), run) is None  # not a child scope
+
+
+async def test_a_runs_streams_are_counted_by_their_template_never_by_the_run_id(
+    metrics_now: Metrics, anyio_backend: str
+) -> None:
+    orders = Key("orders", Stream[int])
+    inner = Graph(f"packing-{anyio_backend}", version="1", inputs=[orders])
+
+    @inner.node(requires=[orders])
+    async def count(ctx: NodeContext) -> None:
+        async def ack(tx: MessageTx[None], value: int) -> None:
+            pass
+
+        await ctx.handle_messages(orders, ack)
+
+    graph = Graph(f"templated-{anyio_backend}", version="1")
+
+    @graph.node(provides=[orders])
+    async def shop(ctx: NodeContext) -> None:
+        for i in range(3):
+            await ctx.writer(orders).send(i)
+
+    graph.sub("pack", inner, inlets={orders: orders})
+    store = MemoryStore()
+    for run_id in ("templated-run-1", "templated-run-2"):
+        async with Execution(graph, checkpoint=ExecCheckpoint(run_id, store)) as execution:
+            await execution.wait()
+    template = {
+        "messaging__destination__template": "{run_id}/shop/orders",
+        "streamledger__graph__name": graph.name,
+    }
+    assert metrics_now.value(SENT, **template) == 6  # both runs: one series
+    consumed = metrics_now.value(CONSUMED, **template, messaging__consumer__group__name="pack/count")
+    assert consumed == 6
+    named = [
+        attributes
+        for name in (SENT, CONSUMED, DURATION, "streamledger.commit.batch.size")
+        for attributes, _ in metrics_now.points(name)
+        if any("templated-run" in str(value) for value in attributes.values())
+    ]
+    assert named == []  # no series names a run
