@@ -17,12 +17,16 @@ of a stream count only while something can still read it: not for the
 streams of a run that ended (its failure, if any, is in the runs by
 status), nor for a group that stopped.
 
-The age of the oldest unacknowledged message is not reported: a message
-keeps no time of its append.
+The age of a group's oldest unacknowledged message comes from its stream's
+append marks (:mod:`streams._store._marks`): never less than the real age,
+at most about a second more; 0 when nothing waits. Where several streams
+share a series (the partitions of a stream, a template's runs), the series
+holds the oldest.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import threading
@@ -77,6 +81,13 @@ LEDGER_METRICS: Final = (
         "{message}",
         "Confirmed messages a consumer group has not handled, of the streams something can still read.",
     ),
+    LedgerMetric(
+        METRIC.LEDGER_LAG_AGE,
+        "gauge",
+        "s",
+        "How long ago a group's oldest unacknowledged message was appended (0: none waits), of the "
+        "streams something can still read.",
+    ),
     LedgerMetric(METRIC.LEDGER_APPENDED, "counter", "{message}", "Messages confirmed in the streams."),
     LedgerMetric(METRIC.LEDGER_ACKED, "counter", "{message}", "Messages a consumer group acknowledged."),
     LedgerMetric(
@@ -129,13 +140,18 @@ def read_ledger_metrics(target: str | os.PathLike[str]) -> LedgerReading:
     base: Attributes = ((ATTR.LEDGER, tools.name(str(target))),)
     started = time.perf_counter()
     report = tools.inspect(str(target), False)
-    points = _points(report, base)
+    points = _points(report, base, time.time())
     points[METRIC.LEDGER_UP] = {base: 1}
     points[METRIC.LEDGER_READ_DURATION] = {base: round(time.perf_counter() - started, 6)}
     return LedgerReading(tools.name(str(target)), points)
 
 
-def _points(report: Mapping[str, Any], base: Attributes) -> dict[str, dict[Attributes, float]]:
+def _seconds(moment: str) -> float:
+    """A report's UTC time (``2026-12-01T09:00:00Z``) as Unix seconds."""
+    return datetime.datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp()
+
+
+def _points(report: Mapping[str, Any], base: Attributes, now: float) -> dict[str, dict[Attributes, float]]:
     points: dict[str, dict[Attributes, float]] = defaultdict(lambda: defaultdict(float))
     runs = {run["run_id"]: run for run in report["runs"]}
     for entry in report["streams"]:
@@ -150,6 +166,9 @@ def _points(report: Mapping[str, Any], base: Attributes) -> dict[str, dict[Attri
             where = _attributes(destination, {ATTR.CONSUMER_GROUP: group["group"]})
             reading = live and not group["stopped"]
             points[METRIC.LEDGER_LAG][where] += group["pending"] if reading else 0
+            oldest = group["oldest_unacked_at"] if reading else None
+            age = 0.0 if oldest is None else max(0.0, now - _seconds(oldest))
+            points[METRIC.LEDGER_LAG_AGE][where] = max(points[METRIC.LEDGER_LAG_AGE][where], age)
             points[METRIC.LEDGER_EXHAUSTED][where] += group["exhausted"] if reading else 0
             points[METRIC.LEDGER_ACKED][where] += entry["appended"] - group["pending"]
             points[METRIC.LEDGER_DEAD_LETTERED][where] += group["dead_lettered"]

@@ -68,6 +68,7 @@ class METRIC:
     EXECUTIONS: Final = "streamledger.executions"
     # read from a ledger by any process (``ledger.observe_ledger``, ``python -m ledger metrics``)
     LEDGER_LAG: Final = "streamledger.ledger.consumer.lag"
+    LEDGER_LAG_AGE: Final = "streamledger.ledger.consumer.lag.age"
     LEDGER_APPENDED: Final = "streamledger.ledger.stream.appended"
     LEDGER_ACKED: Final = "streamledger.ledger.consumer.acked"
     LEDGER_EXHAUSTED: Final = "streamledger.ledger.consumer.exhausted"

@@ -123,6 +123,10 @@ async def test_lag_throughput_runs_and_failures_are_read_from_the_ledger_by_anot
     assert value(found, "streamledger_ledger_up") == 1
     assert value(found, "streamledger_ledger_consumer_lag", **held_orders) == 3  # 5 written, 2 handled
     assert value(found, "streamledger_ledger_consumer_acked_total", **held_orders) == 2
+    # message 3 waits: appended at most a second or so before its mark says, never after
+    assert 0 <= value(found, "streamledger_ledger_consumer_lag_age_seconds", **held_orders) < 120
+    done_orders = {**orders, "streamledger_graph_name": "metered-done"}
+    assert value(found, "streamledger_ledger_consumer_lag_age_seconds", **done_orders) == 0
     # the streams of a run that ended: nothing will read them, so their lag is no one's to catch up
     assert (
         value(found, "streamledger_ledger_consumer_lag", **orders, streamledger_graph_name="metered-done")
