@@ -287,7 +287,7 @@ class GroupChangeError(LedgerError, ValueError):
 
 
 class GraphsNotFoundError(LedgerError, ValueError):
-    """``--graphs`` does not name a mapping of graph names to graphs."""
+    """``--graphs`` does not name a mapping of graph names to graphs, a list of graphs or one graph."""
 
 
 class PostgresOnlyError(LedgerError, ValueError):

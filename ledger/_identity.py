@@ -3,7 +3,9 @@
 A run's record keeps its graph's topology shape (:attr:`streams.Topology.shape`)
 and its inputs, encoded. When a resume or a start is given another graph,
 or other inputs, these say which node, port, type or input differs, so the
-error names it instead of "another topology".
+error names it instead of "another topology". A port's type is named by its
+shape (``Order{number: int}``); when it changed, the difference says which
+type inside it changed and how (``type Order: field 'note' is new``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from streams.store import CheckpointOutput
+from streams.store import CheckpointOutput, type_differences
 
 __all__ = ["input_differences", "topology_differences"]
 
@@ -94,4 +96,6 @@ def _port_differences(
         yield f"{label} {name!r} is new"
     for name in sorted(old.keys() & new.keys()):
         if old[name] != new[name]:
-            yield f"{label} {name!r} was {old[name]}, is {new[name]}"
+            inside = type_differences(old[name], new[name])
+            detail = f" ({', '.join(inside)})" if inside else ""
+            yield f"{label} {name!r} was {old[name]}, is {new[name]}{detail}"

@@ -40,7 +40,7 @@ def add_worker_command(commands: Any) -> None:
         "--graphs",
         required=True,
         metavar="MODULE:NAME",
-        help="a mapping of graph names to Graphs (or a list of Graphs), importable from here",
+        help="a mapping of graph names to Graphs, a list of Graphs or one Graph, importable from here",
     )
     worker.add_argument("--owner", help="this worker's name in its leases (default host:pid)")
     worker.add_argument(
@@ -65,9 +65,11 @@ def _graphs(spec: str) -> Mapping[str, Graph]:
         found = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError) as exc:
         raise GraphsNotFoundError(f"--graphs {spec!r}: {exc}") from None
+    if isinstance(found, Graph):
+        found = [found]
     graphs = {g.name: g for g in found} if isinstance(found, list | tuple) else found
     if not isinstance(graphs, Mapping) or not all(isinstance(g, Graph) for g in graphs.values()):
-        raise GraphsNotFoundError(f"--graphs {spec!r} is not a mapping of graph names to Graphs")
+        raise GraphsNotFoundError(f"--graphs {spec!r} is not a mapping of graph names to Graphs, nor Graphs")
     return graphs
 
 

@@ -49,6 +49,7 @@ from streams import (
     Graph,
     Key,
     NoValue,
+    Topology,
     describe_aspect,
 )
 from streams.store import CheckpointOutput, codec_for, parse_attempt_scope
@@ -221,22 +222,42 @@ def decode_inputs(graph: Graph, record: RunRecord) -> dict[Key[Any], Any]:
 
 
 def check_graph(record: RunRecord, graph: Graph) -> None:
-    """Refuse ``graph`` for run ``record`` unless it is the one the run started with, naming what differs."""
+    """Refuse ``graph`` for run ``record`` unless it is the one the run started with, naming what differs.
+
+    A record written before types were named by their shape holds the
+    legacy fingerprint (:attr:`~streams.Topology.legacy_fingerprint`): the
+    same graph, given by the code that started the run. Records are never
+    rewritten to the new fingerprint, so a process of the release before
+    still resumes them.
+    """
     topology = graph.topology()
-    if (record.graph, record.version, record.fingerprint) == (
-        graph.name,
-        graph.version,
-        topology.fingerprint,
-    ):
+    same_topology = record.fingerprint in (topology.fingerprint, topology.legacy_fingerprint)
+    if (record.graph, record.version) == (graph.name, graph.version) and same_topology:
         return
     problem = (
         f"run {record.run_id!r} started with graph {record.graph!r} version {record.version!r}; the graph "
         f"given is {graph.name!r} version {graph.version!r}"
     )
-    if record.fingerprint != topology.fingerprint:
-        found = topology_differences(record.shape, topology.shape) if record.shape is not None else []
+    if not same_topology:
+        found = _differences(record.shape, topology) if record.shape is not None else []
         problem += f" with another topology ({listed(found)})" if found else " with another topology"
     raise RunMismatchError(problem + ": resume it with the graph it started with, or start a new run")
+
+
+def _differences(recorded: Mapping[str, Any], topology: Topology) -> list[str]:
+    """What differs between the recorded shape and ``topology``, with types named as the record names them.
+
+    A shape recorded before types were named by their shape names them with
+    their modules. Compared with the shape that names them the other way,
+    every port of a class would differ, and the ports that truly differ
+    differ either way: so the comparison with fewer differences is the one
+    in the record's naming.
+    """
+    return min(
+        topology_differences(recorded, topology.shape),
+        topology_differences(recorded, topology.legacy_shape),
+        key=len,
+    )
 
 
 def check_inputs(record: RunRecord, given: tuple[CheckpointOutput, ...]) -> None:

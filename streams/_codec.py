@@ -8,7 +8,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from ._errors import PayloadTypeError, RecordDecodeError
-from ._keys import type_name
+from ._type_names import type_name
 
 __all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "codec_for", "is_immutable", "to_plain"]
 

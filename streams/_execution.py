@@ -54,7 +54,7 @@ from ._errors import (
     StreamClosedError,
 )
 from ._graph import Graph, NodeDef, SubDef
-from ._keys import Key, NoValue, NoValueType, Stream, check_name, type_name
+from ._keys import Key, NoValue, NoValueType, Stream, check_name
 from ._metrics import INSTRUMENTS
 from ._node_commits import NodeCommits, StagedNode
 from ._node_spans import node_attempt
@@ -86,6 +86,7 @@ from ._store._nodes import destination_template, enclosing_scope
 from ._store._records import StreamFinish, StreamOpen, StreamOpened, StreamRef
 from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter
 from ._tracing import ATTR
+from ._type_names import qualified_type_name, type_name
 from ._unwrap import single_error
 
 __all__ = [
@@ -559,7 +560,7 @@ class _Level:
             which = "which" if part == ref else f"whose partition {part}"
             if held is None:
                 raise refused(f"{which} the store never had")
-            if held.type_name != type_name(key.item_type):
+            if held.type_name not in (type_name(key.item_type), qualified_type_name(key.item_type)):
                 raise refused(f"{which} holds {held.type_name} messages, not the {key!r} of its wiring")
             if held.partitions != (key.partitions or 0):
                 raise refused(f"{which} the store holds as a partition of {held.partitions}, not as {key!r}")
@@ -662,14 +663,16 @@ class _Level:
     async def _open_child(
         self, mount: SubDef, parent: str, path: tuple[str, ...]
     ) -> tuple[str, dict[str, RestoredNode]]:
+        topology = mount.graph.topology()
         child = CheckpointChild(
             parent,
             mount.name,
             mount.graph.name,
             mount.graph.version,
-            mount.graph.topology().fingerprint,
+            topology.fingerprint,
             _fixed_fingerprint(mount),
             tuple(sorted((c.name, p.name) for c, p in mount.inlets)),
+            topology.legacy_fingerprint,
         )
         try:
             opened = await self.execution._reliable(
@@ -1237,6 +1240,7 @@ class Execution:
         request = StreamOpen(
             ref=ref,
             type_name=type_name(key.item_type),
+            legacy_type_name=qualified_type_name(key.item_type),
             capacity=self._stream_capacity,
             groups=groups,
             resumable=resumable,

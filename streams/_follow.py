@@ -24,13 +24,15 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
 
 from ._errors import StaleGenerationError, UnknownStreamError
-from ._keys import Key, Stream, check_name, type_name
+from ._keys import Key, Stream, check_name
 from ._partitions import partition_name
 from ._store._hooks import FollowHooks, StreamHooks, check_stream_hooks
 from ._store._records import StreamOpened, StreamRead, StreamRef
 from ._stream import ManagedStream, StreamCore, StreamReader
+from ._type_names import qualified_type_name, type_name
 from ._unwrap import single_error
 
 __all__ = ["follow_stream"]
@@ -86,7 +88,13 @@ async def follow_stream(
         name = partition_name(key.name, index)
     part: Key[Stream[T]] = Key(name, key.type)
     ref = StreamRef(scope=scope, node=node, key=name)
-    request = StreamRead(ref, type_name(key.item_type), (group,), partitions)
+    request = StreamRead(
+        ref,
+        type_name(key.item_type),
+        (group,),
+        partitions,
+        legacy_type_name=qualified_type_name(key.item_type),
+    )
     opened = await reads.read_stream(request)
     if opened is None:
         raise UnknownStreamError(f"stream {ref} was never opened in this store: there is nothing to follow")
@@ -118,7 +126,7 @@ async def _poll(hooks: FollowHooks, core: StreamCore[Any], request: StreamRead, 
 
 
 def _after(request: StreamRead, seq: int) -> StreamRead:
-    return StreamRead(request.ref, request.type_name, request.groups, request.partitions, seq)
+    return msgspec.structs.replace(request, after=seq)
 
 
 def _land(core: StreamCore[Any], latest: StreamOpened) -> None:

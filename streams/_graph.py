@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from ._aliases import StreamPlan, stream_plans
 from ._codec import codec_for
 from ._errors import GraphError, PayloadTypeError
-from ._keys import Key, check_name, type_name
+from ._keys import Key, check_name
+from ._type_names import qualified_type_name, type_name
 
 if TYPE_CHECKING:
     from ._aspects import Aspect
@@ -121,7 +122,10 @@ class Topology:
     """A graph's nodes in an order that runs producers first, and a fingerprint of the structure.
 
     The fingerprint covers names, version, ports with their type names and the
-    wiring of every Sub; it cannot see a change inside a node's function, a
+    wiring of every Sub. A type is named by its shape, never its module
+    (:func:`~streams.store.type_name`), so a graph run as ``python app.py``
+    (its types in ``__main__``) has the fingerprint it has where ``import
+    app`` loaded it. It cannot see a change inside a node's function, a
     fixed value or an aspect: change the graph's ``version`` when those change.
     A node's and a mount's aspects (and ``without_aspects``) place its
     persistent Retry boundaries, so a change to them is such a change. They
@@ -141,6 +145,11 @@ class Topology:
     #: ports and their type names, each Sub with its child's shape and its wiring. A host that keeps
     #: it can say what differs when a fingerprint does not match.
     shape: Mapping[str, Any] = field(compare=False, default_factory=dict, repr=False)
+    #: The fingerprint releases before gave the graph, and its shape: types named with their modules
+    #: (:func:`~streams.store.qualified_type_name`). A run or a Sub scope recorded under it is of this
+    #: graph, when the code that recorded it runs it.
+    legacy_fingerprint: str = field(compare=False, default="")
+    legacy_shape: Mapping[str, Any] = field(compare=False, default_factory=dict, repr=False)
 
 
 class Graph:
@@ -760,24 +769,28 @@ def _topology(graph: Graph) -> Topology:
         for member in _ordered(graph)
     )
     inputs = tuple(k.name for k in graph.inputs)
-    shape = _shape(graph)
-    return Topology(graph.name, graph.version, inputs, nodes, _fingerprint(shape), shape)
+    shape, legacy = _shape(graph, type_name), _shape(graph, qualified_type_name)
+    return Topology(
+        graph.name, graph.version, inputs, nodes, _fingerprint(shape), shape, _fingerprint(legacy), legacy
+    )
 
 
 def _fingerprint(shape: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 
 
-def _shape(graph: Graph) -> dict[str, Any]:
+def _shape(graph: Graph, name: Callable[[Any], str]) -> dict[str, Any]:
+    """What the fingerprint digests, each port's type named by ``name``."""
+
     def ports(keys: Sequence[Key[Any]]) -> list[list[str]]:
-        return sorted([k.name, _port_type(k)] for k in keys)
+        return sorted([k.name, _port_type(k, name)] for k in keys)
 
     members: list[dict[str, Any]] = []
     for member in graph._members:
         shape: dict[str, Any] = {"name": member.name, "requires": ports(member.requires)}
         shape["provides"] = ports(member.provides)
         if isinstance(member, SubDef):
-            shape["graph"] = _shape(member.graph)
+            shape["graph"] = _shape(member.graph, name)
             shape["inlets"] = sorted([c.name, p.name] for c, p in member.inlets)
             shape["outlets"] = sorted([c.name, p.name] for c, p in member.outlets)
             shape["fixed"] = sorted(k.name for k, _ in member.fixed)
@@ -789,10 +802,10 @@ def _shape(graph: Graph) -> dict[str, Any]:
     return shape
 
 
-def _port_type(key: Key[Any]) -> str:
+def _port_type(key: Key[Any], name: Callable[[Any], str]) -> str:
     """A port's type in the fingerprint: a partitioned stream's with its partitions (others as they were)."""
-    name = type_name(key.type)
-    return name if key.partitions is None else f"{name} in {key.partitions} partitions"
+    named = name(key.type)
+    return named if key.partitions is None else f"{named} in {key.partitions} partitions"
 
 
 def _node_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[NodeSpec]:

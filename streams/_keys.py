@@ -6,7 +6,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, Generic, NamedTuple, TypeVar, final, get_args, get_origin, get_type_hints
 
-__all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name", "type_name"]
+from ._type_names import qualified_type_name
+
+__all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -107,8 +109,8 @@ class Key(Generic[T]):
 
     def __repr__(self) -> str:
         if self.partitions is not None:
-            return f"Key({self.name!r}, {type_name(self.type)}, partitions={self.partitions})"
-        return f"Key({self.name!r}, {type_name(self.type)})"
+            return f"Key({self.name!r}, {qualified_type_name(self.type)}, partitions={self.partitions})"
+        return f"Key({self.name!r}, {qualified_type_name(self.type)})"
 
 
 def check_name(name: object, what: str) -> None:
@@ -217,20 +219,20 @@ def _channel_in(tp: Any, refused: _Refused, seen: set[int], where: str) -> str |
     origin = get_origin(tp)
     if origin is Stream:
         return (
-            f"{where} holds {type_name(tp)}: a managed stream is declared only as a key of its own, "
-            "Key(name, Stream[T]), never inside another type"
+            f"{where} holds {qualified_type_name(tp)}: a managed stream is declared only as a key of its "
+            "own, Key(name, Stream[T]), never inside another type"
         )
     cls = origin if isinstance(origin, type) else tp
     inner: list[Any] = list(get_args(tp))
     if isinstance(cls, type):
         if issubclass(cls, refused.endpoints):
             return (
-                f"{where} is or holds {type_name(cls)}, a stream endpoint of a running scope: "
+                f"{where} is or holds {qualified_type_name(cls)}, a stream endpoint of a running scope: "
                 "declare the stream as Key(name, Stream[T]) and open its endpoints from the key"
             )
         if issubclass(cls, refused.channels):
             return (
-                f"{where} is or holds {type_name(cls)}, a local channel no ledger can confirm: "
+                f"{where} is or holds {qualified_type_name(cls)}, a local channel no ledger can confirm: "
                 "declare a managed stream as Key(name, Stream[T])"
             )
         inner.extend(_field_types(cls))
@@ -249,16 +251,3 @@ def _field_types(cls: type) -> list[Any]:
         return list(get_type_hints(cls).values())
     except Exception:  # an annotation that does not resolve here: the codec reports it when built
         return []
-
-
-def type_name(tp: Any) -> str:
-    """A stable name for a type, used in fingerprints and descriptors."""
-    origin = get_origin(tp)
-    if origin is not None:
-        args = ", ".join(type_name(a) for a in get_args(tp))
-        return f"{type_name(origin)}[{args}]"
-    if isinstance(tp, type):
-        if tp.__module__ == "builtins":
-            return tp.__qualname__
-        return f"{tp.__module__}.{tp.__qualname__}"
-    return repr(tp)

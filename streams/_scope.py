@@ -10,12 +10,13 @@ import anyio
 import anyio.abc
 
 from ._errors import PartitionError, ScopeInUseError, StreamStateError
-from ._keys import Key, Stream, check_name, type_name
+from ._keys import Key, Stream, check_name
 from ._partitions import PartitionedStream, check_partitions, partition_name
 from ._store._hooks import StreamHooks, check_stream_hooks
 from ._store._records import StreamOpen, StreamRef
 from ._stream import ManagedStream, StreamCore
 from ._tracing import ATTR, EVENT, SPAN, span
+from ._type_names import qualified_type_name, type_name
 from ._unwrap import single_error
 
 __all__ = ["StreamScope", "open_scope"]
@@ -195,6 +196,7 @@ class StreamScope:
         request = StreamOpen(
             ref=ref,
             type_name=type_name(key.item_type),
+            legacy_type_name=qualified_type_name(key.item_type),
             capacity=capacity,
             groups=tuple(groups),
             resumable=resumable,

@@ -50,6 +50,7 @@ from ._store._records import (
 )
 from ._store._rules import FrontierDraft, min_frontier
 from ._tracing import ATTR
+from ._type_names import qualified_type_name
 
 __all__ = [
     "GroupSnapshot",
@@ -320,6 +321,7 @@ class StreamCore(Generic[T]):
             tuple(g.name for g in self._group_list),
             self.partitions,
             self._confirmed,
+            legacy_type_name=qualified_type_name(self.key.item_type),
         )
         assert isinstance(self.hooks, FollowHooks)
         latest = await self.hooks.read_stream(request)  # a read: a failure confirms and changes nothing

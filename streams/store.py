@@ -58,7 +58,10 @@ This module also gives packages built on streams the library's tracing
 vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`METRIC`, :class:`ATTR`,
 :func:`span`, :func:`tracer`, :func:`failed`) and its metric instruments
 (:data:`INSTRUMENTS`), :func:`single_error` (a task group's lone
-error raised as itself), :func:`to_plain` (a stored value as plain data,
+error raised as itself), :func:`type_name` (a type named by its shape, as
+descriptors and fingerprints name it), :func:`qualified_type_name` (the
+module-qualified name releases before kept there) and
+:func:`type_differences` (what differs inside two such names), :func:`to_plain` (a stored value as plain data,
 for inspection), :func:`key_to_plain` (a stored keyed-state key, the same
 way), :func:`codec_for` (the codec of a type) and
 :func:`publish` (name exported objects after their package).
@@ -67,7 +70,6 @@ way), :func:`codec_for` (the codec of a type) and
 from ._codec import codec_for as codec_for
 from ._codec import to_plain as to_plain
 from ._keyed import key_to_plain as key_to_plain
-from ._keys import type_name as type_name
 from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._metrics import destination_attributes as destination_attributes
 from ._partitions import partition_name as partition_name
@@ -149,6 +151,9 @@ from ._tracing import SPAN as SPAN
 from ._tracing import failed as failed
 from ._tracing import span as span
 from ._tracing import tracer as tracer
+from ._type_names import qualified_type_name as qualified_type_name
+from ._type_names import type_differences as type_differences
+from ._type_names import type_name as type_name
 from ._unwrap import single_error as single_error
 
 __all__ = [
@@ -234,6 +239,8 @@ __all__ = [
     "read_stream",
     "single_error",
     "partition_name",
+    "qualified_type_name",
+    "type_differences",
     "type_name",
     "span",
     "to_plain",

@@ -14,6 +14,7 @@ from .._errors import require_extra as _require_extra
 
 _require_extra("pydantic_graph", "pydantic-graph", "ledger.graphs (durable pydantic-graph runs)")
 
+from ._annotations import remember_builder_locals as _remember_builder_locals
 from ._errors import GraphInputTypeError as GraphInputTypeError
 from ._errors import GraphRunActiveError as GraphRunActiveError
 from ._errors import GraphStateTypeError as GraphStateTypeError
@@ -47,3 +48,6 @@ __all__ = [
 ]
 
 _publish(globals(), __all__)  # tracebacks and docs name the public module
+
+# graphs built from now on keep the builder's locals, so their annotations resolve once it returned
+_remember_builder_locals()

@@ -3,24 +3,32 @@
 pydantic-graph resolves a step's annotations with ``get_type_hints`` while the
 builder runs, with the builder's frame as the local namespace, so types local
 to the builder and names imported inside it resolve there, with or without
-``from __future__ import annotations``. A durable graph is registered after
-the builder returned, when that frame is gone, so it looks names up in
-everything that still reaches them, most specific first:
+``from __future__ import annotations``. A durable graph is usually registered
+after the builder returned, when that frame is gone. So importing
+``ledger.graphs`` makes ``GraphBuilder.build`` keep the locals of the function
+that calls it (:func:`remember_builder_locals`: the frame pydantic-graph's own
+``GraphBuilder.add`` reads, at the end of the builder), and a graph looks
+names up in everything that still reaches them, most specific first:
 
 1. the function's own closure (what its body uses);
-2. the locals of the function that registers the graph, when that function
+2. the locals of the function that called ``build()``, when that function is
+   not a module: a ``Literal`` alias, a class or a name imported inside the
+   builder;
+3. the locals of the function that registers the graph, when that function
    is not a module (a graph registered inside its builder sees the builder's
    frame, as pydantic-graph does);
-3. the graph's own types by name: state, deps, input and output types, the
+4. the graph's own types by name: state, deps, input and output types, the
    classes decisions match, ``BaseNode`` classes;
-4. the closures of the graph's other steps;
-5. pydantic-graph's public names (``StepContext``, ``GraphBuilder`` …);
-6. the module globals of whoever registers the graph.
+5. the closures of the graph's other steps;
+6. pydantic-graph's public names (``StepContext``, ``GraphBuilder`` …);
+7. the module globals of whoever registers the graph.
 
-Layers 1 and 2 take precedence over the function's module globals, as the
-builder's frame does for pydantic-graph; layers 3 to 6 only fill names the
-module does not define. A name none of these reaches does not resolve: the
-caller gets the ``NameError`` and says so in plain words
+Layers 1 to 3 take precedence over the function's module globals, as the
+builder's frame does for pydantic-graph; layers 4 to 7 only fill names the
+module does not define. A name none of these reaches does not resolve (one
+imported only under ``if TYPE_CHECKING:``, or local to a function other than
+the one that built the graph, or a graph built before ``ledger.graphs`` was
+imported): the caller gets the ``NameError`` and says so in plain words
 (:func:`resolve_annotation`).
 
 The same namespace completes pydantic adapters whose types refer to such names
@@ -32,19 +40,30 @@ The same namespace completes pydantic adapters whose types refer to such names
 
 from __future__ import annotations
 
+import functools
 import inspect
+import weakref
 from collections.abc import Callable, Mapping
-from types import FrameType, SimpleNamespace
-from typing import Any, Final, get_origin, get_type_hints
+from types import FrameType, ModuleType, SimpleNamespace
+from typing import Any, Final, NewType, TypeVar, get_origin, get_type_hints
 
 import msgspec
 import pydantic_graph
 from pydantic import PydanticUserError, TypeAdapter
 from pydantic.errors import PydanticUndefinedAnnotation
-from pydantic_graph import Decision, Graph, Step
+from pydantic_graph import Decision, Graph, GraphBuilder, Step
 from pydantic_graph.step import NodeStep
 
-__all__ = ["NO_ANNOTATION", "GraphNamespace", "Incomplete", "Unresolved", "caller_frame", "complete_adapter"]
+__all__ = [
+    "NO_ANNOTATION",
+    "GraphNamespace",
+    "Incomplete",
+    "Unresolved",
+    "builder_locals",
+    "caller_frame",
+    "complete_adapter",
+    "remember_builder_locals",
+]
 
 
 class Unresolved(msgspec.Struct, frozen=True):
@@ -81,12 +100,62 @@ def caller_frame(depth: int) -> FrameType | None:
     return frame
 
 
+#: The locals of the function that built each graph built since ``ledger.graphs`` was imported, by
+#: the graph's id; an entry goes with its graph.
+_BUILT_IN: dict[int, dict[str, Any]] = {}
+
+
+def builder_locals(graph: Graph) -> Mapping[str, Any]:
+    """The locals of the function that called ``build()`` for ``graph``, as they were then (or none)."""
+    return _BUILT_IN.get(id(graph), {})
+
+
+def remember_builder_locals() -> None:
+    """Make ``GraphBuilder.build`` keep the locals of the function that calls it (once per process).
+
+    The graph it returns is the one pydantic-graph built, unchanged; only
+    the caller's locals are kept beside it, until the graph is collected. A
+    builder called from a module (where locals are its globals) keeps
+    nothing. It wraps the public ``GraphBuilder.build`` only, which reads no
+    frame itself (``GraphBuilder.add`` reads its caller's, and is left as it
+    is).
+    """
+    build = GraphBuilder.build
+    if getattr(build, "_keeps_builder_locals", False):
+        return
+
+    @functools.wraps(build)
+    def build_keeping_locals(self: Any, *args: Any, **kwargs: Any) -> Any:
+        graph = build(self, *args, **kwargs)
+        builder = caller_frame(1)
+        if builder is not None and builder.f_locals is not builder.f_globals:
+            _BUILT_IN[id(graph)] = {n: v for n, v in builder.f_locals.items() if _nameable(v)}
+            weakref.finalize(graph, _BUILT_IN.pop, id(graph), None)
+        return graph
+
+    build_keeping_locals._keeps_builder_locals = True  # type: ignore[attr-defined]
+    setattr(GraphBuilder, "build", build_keeping_locals)  # noqa: B010 - mypy refuses assigning a method
+
+
+def _nameable(value: object) -> bool:
+    """Whether an annotation can name ``value``: a class, a module, a typing form or alias.
+
+    Only those are kept of a builder's locals: its other values (the builder,
+    the graph itself, data) would be held as long as the graph, and the
+    graph would never be collected if they held it.
+    """
+    if isinstance(value, type | ModuleType | TypeVar | NewType) or get_origin(value) is not None:
+        return True
+    return type(value).__module__ in ("typing", "typing_extensions")
+
+
 class GraphNamespace:
     """Where the names in a graph's annotations are looked up (see the module docstring)."""
 
-    __slots__ = ("_caller_locals", "_fallback")
+    __slots__ = ("_builder_locals", "_caller_locals", "_fallback")
 
     def __init__(self, graph: Graph, caller: FrameType | None) -> None:
+        self._builder_locals = dict(builder_locals(graph))
         self._caller_locals: dict[str, Any] = {}
         self._fallback: dict[str, Any] = {}
         if caller is not None:
@@ -110,12 +179,13 @@ class GraphNamespace:
         module: dict[str, Any] = getattr(target, "__globals__", {})
         local = {name: value for name, value in self._fallback.items() if name not in module}
         local.update(self._caller_locals)
+        local.update(self._builder_locals)
         local.update(_closure(target))
         return module, local
 
     def for_types(self) -> dict[str, Any]:
         """The namespace to complete adapters of the graph's types with."""
-        return {**self._fallback, **self._caller_locals}
+        return {**self._fallback, **self._caller_locals, **self._builder_locals}
 
     def resolve_annotation(self, fn: Callable[..., Any], name: str) -> Any:
         """``fn``'s annotation ``name`` (a parameter or ``"return"``), resolved.

@@ -117,9 +117,9 @@ def graph_types(graph: Graph, input_types: Mapping[str, Any], namespace: GraphNa
     if refused:
         raise GraphInputTypeError(
             f"the input types of these steps of {name} do not resolve, so no checkpoint could be "
-            f"saved before them: {'; '.join(refused)}. Define those names at module level, register "
-            "the graph inside the function that defines them, or name each step's input type with "
-            "DurableGraph(..., input_types={step id: type})"
+            f"saved before them: {'; '.join(refused)}. Define those names at module level, build "
+            "(or register) the graph inside the function that defines them, or name each step's input "
+            "type with DurableGraph(..., input_types={step id: type})"
         )
     for named, tp in input_types.items():
         node_id = NodeID(named)
@@ -320,8 +320,8 @@ def _fix(problem: Incomplete | None, otherwise: str) -> str:
     if problem is None:
         return otherwise
     return (
-        "define the types it names at module level, or register the graph inside the function that "
-        "defines them"
+        "define the types it names at module level, or build (or register) the graph inside the "
+        "function that defines them"
     )
 
 

@@ -63,7 +63,7 @@ from streams import (
     follow_stream,
     handle_messages,
 )
-from streams.store import StreamRead, partition_name, single_error, type_name
+from streams.store import StreamRead, partition_name, qualified_type_name, single_error, type_name
 
 from .._errors import LeaseLostError
 from ._faults import find_cause
@@ -375,7 +375,13 @@ class _Member:
         """Whether every partition's end is confirmed and the group handled all of it."""
         for p in range(self.partitions):
             ref = StreamRef(scope=self.scope, node=self.node, key=partition_name(self.key.name, p))
-            request = StreamRead(ref, type_name(self.key.item_type), (self.group,), self.partitions)
+            request = StreamRead(
+                ref,
+                type_name(self.key.item_type),
+                (self.group,),
+                self.partitions,
+                legacy_type_name=qualified_type_name(self.key.item_type),
+            )
             read = await self.reads.read_stream(request)
             if read is None or not read.finished or read.groups[0].acked_through < read.appended:
                 return False

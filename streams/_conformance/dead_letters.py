@@ -23,8 +23,8 @@ from .. import (
     handle_messages,
     open_scope,
 )
-from .._keys import type_name
 from .._store._records import MessageAttempt
+from .._type_names import type_name
 from ..store import MessageCommit, MessageFail, StreamOpen
 from ..testing import InjectedFault, PassThroughHooks
 from ._support import World, check, raises

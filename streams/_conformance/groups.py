@@ -21,8 +21,8 @@ from .. import (
     open_scope,
     remove_group,
 )
-from .._keys import type_name
 from .._store._records import GroupFrontier, OutputBatch, StreamOpened
+from .._type_names import type_name
 from ..store import AppendBatch, MessageCommit, MessageFail, MessageOpen, MessageRef, StreamOpen
 from ._support import World, check, raises
 from .records import NUMBERS

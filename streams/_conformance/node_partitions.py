@@ -26,7 +26,7 @@ from .._execution import Execution
 from .._graph import Graph
 from .._handle import MessageTx
 from .._keyed import KeyedState
-from .._keys import Key, Stream, type_name
+from .._keys import Key, Stream
 from .._store._node_records import (
     CheckpointAttemptRequest,
     CheckpointCommit,
@@ -34,6 +34,7 @@ from .._store._node_records import (
     NodeCheckpoint,
 )
 from .._store._records import StreamFinish, StreamOpen, StreamRef
+from .._type_names import type_name
 from . import node_streams
 from ._support import raises
 from .node_streams import _CountingOpens, _crash_when, _finished_event

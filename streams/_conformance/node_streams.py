@@ -21,7 +21,7 @@ from .._errors import CheckpointError, RestorePlanError, StreamFailedError, Stre
 from .._execution import Execution, ExecutionEvent, Finished
 from .._graph import Graph, NodeDef
 from .._handle import MessageTx
-from .._keys import Key, Stream, type_name
+from .._keys import Key, Stream
 from .._partitions import PartitionedWriter
 from .._store._node_records import (
     CheckpointAttemptRequest,
@@ -31,6 +31,7 @@ from .._store._node_records import (
 )
 from .._store._records import AppendBatch, StreamFinish, StreamOpen, StreamRef
 from .._stream import StreamWriter
+from .._type_names import type_name
 from ..testing import FaultyHooks, PassThroughNodeHooks
 from ._support import raises
 from .nodes import node_check, resumed

@@ -499,6 +499,28 @@ async def open_child_of_a_child_failed_for_good_signals_the_attempt_that_asked(s
 
 
 @node_check
+async def a_child_scope_opened_under_its_legacy_fingerprint_is_the_same_child(store: Any) -> None:
+    mount = await store.open_attempt(CheckpointAttemptRequest("run", "m", COMPLETE_CHAIN, 1))
+    older = CheckpointChild(mount.scope, "m", "child", "1", "by-module", "x", ())  # as a release before
+    opened = await store.open_child(older)
+    node = await store.open_attempt(CheckpointAttemptRequest(opened.scope, "n", COMPLETE_CHAIN, 1))
+    await store.commit_nodes(
+        [CheckpointCommit(opened.scope, node.scope, NodeCheckpoint("n", "completed", ()))]
+    )
+    now = CheckpointChild(mount.scope, "m", "child", "1", "by-shape", "x", (), legacy_fingerprint="by-module")
+    again = await store.open_child(now)
+    assert again.scope == opened.scope and [n.node for n in again.nodes] == ["n"]
+    other = msgspec.structs.replace(now, legacy_fingerprint="another", fixed="y")
+    with raises(CheckpointError, match="another child \\(fingerprint differs, fixed differs\\)"):
+        await store.open_child(other)
+    first = msgspec.structs.replace(
+        now, mount="first"
+    )  # a new scope keeps its identity without the legacy one
+    assert (await store.open_child(first)).nodes == ()
+    assert (await store.open_child(msgspec.structs.replace(first, legacy_fingerprint=None))).nodes == ()
+
+
+@node_check
 async def a_child_reopened_with_other_fixed_values_is_refused_as_incompatible_history(store: Any) -> None:
     lang = Key("lang", str)
     doc = Doc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from .. import KeyedState, MessageTx, PartitionError, StreamRef, handle_messages, open_scope
-from .._keys import type_name
+from .._type_names import type_name
 from ..store import StreamOpen
 from ._support import World, check, raises
 from .records import ORDERS, Order

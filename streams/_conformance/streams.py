@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import anyio
+import msgspec
 
 from .. import (
     CheckpointError,
@@ -18,7 +21,7 @@ from .. import (
     StreamRef,
     open_scope,
 )
-from .._keys import type_name
+from .._type_names import qualified_type_name, type_name
 from ..store import AppendBatch, MessageCommit, MessageRef, StreamFinish, StreamOpen
 from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ._support import World, check, raises
@@ -220,6 +223,48 @@ async def test_generation_is_raised_on_every_open_and_fences_older_records(world
         assert third.generation == second.generation + 1
         assert third.groups[0].acked_through == 0
         assert [m.seq for m in third.tail] == [1, 2]
+
+
+@check
+async def test_a_stream_named_by_its_types_module_in_an_older_release_reopens_for_the_same_type(
+    world: World,
+) -> None:
+    ref = StreamRef("s", "src", "orders")
+    older = qualified_type_name(Order)  # how releases before named it: streams._conformance.records.Order
+    async with world.session() as hooks:
+        opened = await hooks.open(StreamOpen(ref, older, 16, ("g",), resumable=True))
+        await hooks.append(AppendBatch(ref, opened.generation, 1, (msgspec.msgpack.encode(Order(1, 5)),)))
+    async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
+        stream = await scope.open_stream(ORDERS, node="src", groups=("g",), resumable=True)
+        await stream.writer().send(Order(2, 7), send_at=2)
+        await stream.writer().finish()
+        assert [m.value async for m in stream.reader("g")] == [Order(1, 5), Order(2, 7)]
+        held = await hooks.describe(ref)
+        assert held is not None and held.type_name == older  # kept as written: older releases read it still
+        with raises(SourceNotResumableError, match="holds streams._conformance.records.Order messages"):
+            await hooks.open(StreamOpen(ref, type_name(int), 16, ("g",), legacy_type_name="int"))
+
+
+@check
+async def test_a_stream_reopened_with_a_type_whose_fields_changed_is_refused_naming_the_field(
+    world: World,
+) -> None:
+    ref = StreamRef("s", "src", "orders")
+    noted = msgspec.defstruct("Order", [("id", int), ("amount", int), ("note", str, "")], frozen=True)
+    async with world.session() as hooks:
+        await hooks.open(
+            StreamOpen(ref, type_name(Order), 16, ("g",), legacy_type_name=qualified_type_name(Order))
+        )
+        with raises(SourceNotResumableError, match=re.escape("(type Order: field 'note' is new)")) as refused:
+            await hooks.open(
+                StreamOpen(
+                    ref, type_name(noted), 16, ("g",), True, legacy_type_name=qualified_type_name(noted)
+                )
+            )
+    assert (
+        "holds Order{id: int, amount: int} messages, but was reopened as Order{id: int, amount: int, "
+        in str(refused.value)
+    )
 
 
 @check

@@ -102,13 +102,16 @@ class NodeCheckpoint(msgspec.Struct, frozen=True):
     outputs: tuple[CheckpointOutput, ...]
 
 
-class CheckpointChild(msgspec.Struct, frozen=True):
+class CheckpointChild(msgspec.Struct, frozen=True, omit_defaults=True):
     """A Sub mount asking for its child's scope under ``parent`` (the mount's current attempt).
 
     The store keeps the first identity it sees for the scope and refuses a
     different one: the graph, its version and topology fingerprint, the
     fixed values' fingerprint, and the bindings (child input to the parent
-    key wired to it). Inputs that already arrived are not part of it.
+    key wired to it). Inputs that already arrived are not part of it. A
+    scope kept with ``legacy_fingerprint`` (the fingerprint releases before
+    gave the child, :attr:`~streams.Topology.legacy_fingerprint`) is the same
+    child; the store keeps the identity without it.
     """
 
     parent: str
@@ -118,6 +121,7 @@ class CheckpointChild(msgspec.Struct, frozen=True):
     fingerprint: str
     fixed: str
     bindings: tuple[tuple[str, str], ...]
+    legacy_fingerprint: str | None = None
 
 
 class CheckpointChildOpened(msgspec.Struct, frozen=True):

@@ -248,11 +248,12 @@ def open_child(view: NodeView, child: CheckpointChild) -> CheckpointChildOpened:
         raise SequenceError(f"open_child: {child.parent!r} is not a current attempt")
     scope = child_scope(child.parent, child.mount)
     record = view.get_scope(scope)
+    kept = msgspec.structs.replace(child, legacy_fingerprint=None)  # the identity, as it is kept
     if record is None:
-        view.put_scope(scope, ScopeRecord(child))
+        view.put_scope(scope, ScopeRecord(kept))
         return CheckpointChildOpened(scope)
-    if record.child != child:
-        differences = _differences(record.child, child)
+    if not _same_child(record.child, child):
+        differences = _differences(record.child, kept)
         raise CheckpointError(
             f"open_child: scope {scope!r} holds results of another child ({differences}); "
             "change the business version (and the run) when a graph's meaning changes"
@@ -260,6 +261,16 @@ def open_child(view: NodeView, child: CheckpointChild) -> CheckpointChildOpened:
     if record.failed:
         raise CheckpointScopeFailure(child.parent)  # the signal names the attempt that asked
     return CheckpointChildOpened(scope, view.nodes(scope))
+
+
+def _same_child(recorded: CheckpointChild | None, asked: CheckpointChild) -> bool:
+    """Whether the scope was opened for the child ``asked`` names: the same identity, its fingerprint
+    the one asked for or, in a scope a release before opened, the legacy one."""
+    if recorded is None:
+        return False
+    if recorded.fingerprint == asked.legacy_fingerprint:
+        recorded = msgspec.structs.replace(recorded, fingerprint=asked.fingerprint)
+    return recorded == msgspec.structs.replace(asked, legacy_fingerprint=None)
 
 
 def _differences(before: CheckpointChild | None, now: CheckpointChild) -> str:

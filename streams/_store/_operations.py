@@ -56,7 +56,9 @@ from ._rules import (
     min_frontier,
     partitioned,
     reopen,
+    same_type,
     state_for,
+    type_change,
 )
 from ._view import AttemptKey, RecordView
 
@@ -180,8 +182,11 @@ def read_stream(view: RecordView, request: StreamRead) -> StreamOpened | None:
     desc = view.get_descriptor(ref)
     if desc is None:
         return None
-    if desc.type_name != request.type_name:
-        raise PayloadTypeError(f"stream {ref} holds {desc.type_name} messages, not {request.type_name}")
+    if not same_type(desc, request):
+        raise PayloadTypeError(
+            f"stream {ref} holds {desc.type_name} messages, not "
+            f"{request.type_name}{type_change(desc.type_name, request.type_name)}"
+        )
     if desc.partitions != request.partitions:
         raise PartitionError(
             f"stream {ref} is {partitioned(desc.partitions)}, "

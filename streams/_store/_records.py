@@ -77,6 +77,10 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     #: A partition of a stream of this many partitions (0: a stream of its own). A stream keeps the
     #: number it was created with: another is refused.
     partitions: int = 0
+    #: The name releases before named the message type by (with its module,
+    #: :func:`~streams.store.qualified_type_name`): a stream whose descriptor was written under it
+    #: is the same stream. None: only ``type_name``.
+    legacy_type_name: str | None = None
 
 
 class StreamRead(msgspec.Struct, frozen=True, gc=False):
@@ -94,6 +98,7 @@ class StreamRead(msgspec.Struct, frozen=True, gc=False):
     groups: tuple[str, ...]
     partitions: int = 0
     after: int | None = None
+    legacy_type_name: str | None = None  # as StreamOpen's
 
 
 class GroupFrontier(msgspec.Struct, frozen=True, gc=False):

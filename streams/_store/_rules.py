@@ -21,8 +21,9 @@ from .._errors import (
     StaleGenerationError,
     StreamFinishedError,
 )
+from .._type_names import type_differences
 from ._layouts import StreamDescriptor
-from ._records import GroupFrontier, StreamOpen
+from ._records import GroupFrontier, StreamOpen, StreamRead
 
 __all__ = [
     "FrontierDraft",
@@ -32,7 +33,25 @@ __all__ = [
     "is_acked",
     "partitioned",
     "reopen",
+    "same_type",
+    "type_change",
 ]
+
+
+def same_type(current: StreamDescriptor, request: StreamOpen | StreamRead) -> bool:
+    """Whether the stream holds the messages ``request`` names.
+
+    A descriptor names its message type as the release that created the
+    stream did: by its shape (``type_name``), or, written before, with its
+    module (``legacy_type_name``). Either is the same type.
+    """
+    return current.type_name in (request.type_name, request.legacy_type_name)
+
+
+def type_change(held: str, asked: str) -> str:
+    """What differs inside the two type names, for a refusal: `` (type Order: field 'note' is new)``."""
+    found = type_differences(held, asked)
+    return f" ({'; '.join(found)})" if found else ""
 
 
 def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescriptor:
@@ -52,10 +71,10 @@ def reopen(current: StreamDescriptor | None, request: StreamOpen) -> StreamDescr
             f"stream {request.ref} is {partitioned(current.partitions)}, but was opened as "
             f"{partitioned(request.partitions)}; a stream keeps its partitions: use a new key or scope"
         )
-    if current.type_name != request.type_name:
+    if not same_type(current, request):
         raise SourceNotResumableError(
-            f"stream {request.ref} holds {current.type_name} messages, "
-            f"but was reopened as {request.type_name}; use a new key or scope"
+            f"stream {request.ref} holds {current.type_name} messages, but was reopened as "
+            f"{request.type_name}{type_change(current.type_name, request.type_name)}; use a new key or scope"
         )
     active = not (current.finished or current.failed)
     if active and not request.resumable:  # also when it sent nothing yet: its writer may have begun

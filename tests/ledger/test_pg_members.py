@@ -24,7 +24,7 @@ from ledger.postgres._leases import FencedConnection
 from ledger.postgres._members import _claim, share_of
 from ledger.postgres._streams import PgStreamHooks
 from streams import StreamRef, open_scope
-from streams.store import KeyedWrite, MessageCommit, MessageRef, StreamRead
+from streams.store import KeyedWrite, MessageCommit, MessageRef, StreamRead, type_name
 
 from .test_postgres_store import execute
 
@@ -163,7 +163,7 @@ async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_u
         assert new.token == 2
         zombie = PgStreamHooks(FencedConnection(connection, old))
         read = await ledger.backend.streams.read_stream(
-            StreamRead(ref, "customer_members.Order", ("totals",), 4)
+            StreamRead(ref, type_name(shop.Order), ("totals",), 4)
         )
         assert read is not None and read.appended > 0
         message = MessageRef(ref, "totals", read.generation, 1)
@@ -171,7 +171,7 @@ async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_u
         with pytest.raises(LeaseLostError, match="'new' \\(claim 2\\) holds it now: nothing was confirmed"):
             await zombie.commit([commit])
         again = await ledger.backend.streams.read_stream(
-            StreamRead(ref, "customer_members.Order", ("totals",), 4)
+            StreamRead(ref, type_name(shop.Order), ("totals",), 4)
         )
         assert again is not None and again.groups[0].acked_through == 0  # nothing changed
         await PgStreamHooks(FencedConnection(connection, new)).commit([commit])  # the holder's is taken
@@ -194,7 +194,7 @@ async def test_a_process_restarted_under_its_name_fences_the_one_before_it(postg
         assert (before.token, after.token) == (1, 2)
         ref = StreamRef("shop", "checkout", "orders#0")
         read = await ledger.backend.streams.read_stream(
-            StreamRead(ref, "customer_members.Order", ("totals",), 4)
+            StreamRead(ref, type_name(shop.Order), ("totals",), 4)
         )
         assert read is not None
         commit = MessageCommit(message=MessageRef(ref, "totals", read.generation, 1))

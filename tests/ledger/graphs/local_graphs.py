@@ -2,7 +2,9 @@
 
 Nothing is imported at module level but the future import itself: the step
 context, the state, deps and input types are all local to the builders, so
-the step annotations are strings that name builder locals.
+the step annotations are strings that name builder locals. A builder given
+``built=False`` returns its ``GraphBuilder`` unbuilt: built elsewhere, the
+graph cannot know the builder's locals.
 """
 
 # mypy: disable-error-code="type-arg"
@@ -75,12 +77,12 @@ def counting() -> Any:
     return g.build(), Counter, Faults, Tick
 
 
-def journal(ledger: Any = None) -> Any:
+def journal(ledger: Any = None, *, built: bool = True) -> Any:
     """start -> write -> end, whose state names ``Note``, a class only annotations name.
 
-    Once the builder returns nothing reaches ``Note``. Given a ledger, the
-    builder registers the graph itself, where ``Note`` is a local, and returns
-    the ``DurableGraph``.
+    Once the builder returns only the locals its ``build()`` kept reach
+    ``Note``. Given a ledger, the builder registers the graph itself, where
+    ``Note`` is a local, and returns the ``DurableGraph``.
     """
     from dataclasses import dataclass, field
 
@@ -102,6 +104,8 @@ def journal(ledger: Any = None) -> Any:
         return len(kept.notes)
 
     g.add(g.edge_from(g.start_node).to(write), g.edge_from(write).to(g.end_node))
+    if not built:
+        return g
     graph = g.build()
     if ledger is not None:
         from ledger.graphs import DurableGraph
@@ -110,7 +114,7 @@ def journal(ledger: Any = None) -> Any:
     return graph
 
 
-def shouting() -> Any:
+def shouting(*, built: bool = True) -> Any:
     """start -> shout -> end, where ``shout`` is typed with ``Label``, a name only its annotation uses."""
     from typing import NewType
 
@@ -125,4 +129,59 @@ def shouting() -> Any:
         return str(ctx.inputs).upper()
 
     g.add(g.edge_from(g.start_node).to(shout), g.edge_from(shout).to(g.end_node))
-    return g.build()
+    return g.build() if built else g
+
+
+def choosing(*, built: bool = True) -> Any:
+    """start -> pick -> route? (small | large) -> end; ``pick`` returns ``Choice``, a builder's local Literal.
+
+    Deps (``Faults``) record the steps that ran and, with ``fail_small``, fail
+    ``small`` once. Returns the graph (or its builder, unbuilt) and the deps class.
+    """
+    from dataclasses import dataclass, field
+    from typing import Literal
+
+    from pydantic_graph import GraphBuilder, StepContext
+
+    Choice = Literal["small", "large"]
+
+    @dataclass
+    class Faults:
+        fail_small: bool = False
+        ran: list[str] = field(default_factory=list)
+
+    g = GraphBuilder(name="choosing", deps_type=Faults, input_type=int, output_type=str)
+
+    @g.step
+    async def pick(ctx: StepContext[None, Faults, int]) -> Choice:
+        faults: Faults = ctx.deps
+        faults.ran.append("pick")
+        return "small" if ctx.inputs < 10 else "large"
+
+    @g.step
+    async def small(ctx: StepContext[None, Faults, str]) -> str:
+        faults: Faults = ctx.deps
+        faults.ran.append("small")
+        if faults.fail_small:
+            faults.fail_small = False
+            raise RuntimeError("small fails once")
+        return f"a {ctx.inputs} order"
+
+    @g.step
+    async def large(ctx: StepContext[None, Faults, str]) -> str:
+        faults: Faults = ctx.deps
+        faults.ran.append("large")
+        return f"a {ctx.inputs} order"
+
+    route = (
+        g.decision(node_id="route")
+        .branch(g.match(str, matches=lambda choice: choice == "small").to(small))
+        .branch(g.match(str).to(large))
+    )
+    g.add(
+        g.edge_from(g.start_node).to(pick),
+        g.edge_from(pick).to(route),
+        g.edge_from(small).to(g.end_node),
+        g.edge_from(large).to(g.end_node),
+    )
+    return (g.build() if built else g), Faults
