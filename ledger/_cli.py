@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -55,6 +56,7 @@ from ._postgres_cli import (
     run_migrate_command,
     run_worker_command,
 )
+from ._progress import as_clock, progress_on
 from ._runs_cli import add_runs_command, run_runs_command
 from ._table import aligned
 from ._tools import tools_for
@@ -400,7 +402,7 @@ class _ProgressLine:
             filled = int(done * self.WIDTH)
             bar = "#" * filled + "-" * (self.WIDTH - filled)
             left = p.messages - p.audited
-            eta = "--:--" if p.rate <= 0 else _clock(left / p.rate)
+            eta = "--:--" if p.rate <= 0 else as_clock(left / p.rate)
             self._out.write(f"\r[{bar}] {done:4.0%}  {text}  ETA {eta}\x1b[K")
             self._open = True
         else:
@@ -412,14 +414,6 @@ class _ProgressLine:
             self._out.write("\n")
             self._out.flush()
             self._open = False
-
-
-def _clock(seconds: float) -> str:
-    """``seconds`` as m:ss (or h:mm:ss)."""
-    whole = int(seconds + 0.5)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -486,7 +480,8 @@ async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> No
 
 
 def _check(args: argparse.Namespace) -> int:
-    report = tools_for(args.path).check(args.path)  # beside a running owner, like inspect
+    with progress_on(sys.stderr, quiet=args.json) as progress:
+        report = tools_for(args.path).check(args.path, progress=progress)  # beside a running owner
     if args.json:
         print(json.dumps(msgspec.to_builtins(report) | {"sound": report.sound}))
     else:
@@ -505,7 +500,8 @@ def _backup(args: argparse.Namespace) -> int:
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
     tools = tools_for(args.path)
-    report = tools.backup(args.path, destination)
+    with progress_on(sys.stderr) as progress:
+        report = tools.backup(args.path, destination, progress=progress)
     if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
         print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
         return EXIT_DAMAGED
@@ -589,20 +585,33 @@ def _owner(owner: dict[str, Any] | None) -> str:
 
 def _messages(args: argparse.Namespace) -> int:
     ref = parse_ref(args.stream)
-    shown = tools_for(args.path).messages(args.path, ref, args.start, args.limit)
+    with progress_on(sys.stderr) as progress:  # erased before anything else is shown
+        shown = tools_for(args.path).messages(args.path, ref, args.start, args.limit, progress=progress)
     if args.start <= shown["compacted_through"]:
         print(
             f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "
             "away; showing what is kept",
             file=sys.stderr,
         )
-    for message in shown["messages"]:
-        print(json.dumps(message), flush=args.follow)
+    # while they are written, only into a file: a terminal, or a pipe's reader (less, jq), shares the screen
+    with progress_on(sys.stderr, quiet=not _is_file(sys.stdout)) as progress:
+        progress.phase("writing", len(shown["messages"]), unit="messages")
+        for message in shown["messages"]:
+            print(json.dumps(message), flush=args.follow)
+            progress.advance()
     if not args.follow:
         return EXIT_OK
     with contextlib.suppress(KeyboardInterrupt):  # the way to stop following: not an error
         _follow_messages(args, ref, shown)
     return EXIT_OK
+
+
+def _is_file(out: TextIO) -> bool:
+    """Whether ``out`` is a regular file (``> messages.jsonl``)."""
+    try:
+        return stat.S_ISREG(os.fstat(out.fileno()).st_mode)
+    except (OSError, ValueError):  # no file descriptor: a test's capture
+        return False
 
 
 def _follow_messages(args: argparse.Namespace, ref: StreamRef, shown: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from streams.store import KeyedRange, RecordView, key_to_plain, list_keyed, tail
 
 from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import plain
+from ._progress import SILENT, Progress
 
 __all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref"]
 
@@ -34,28 +35,38 @@ def parse_ref(text: str) -> StreamRef:
 
 
 def messages_of(
-    view: RecordView, ref: StreamRef, where: str, *, start: int = 1, limit: int | None = None
+    view: RecordView,
+    ref: StreamRef,
+    where: str,
+    *,
+    start: int = 1,
+    limit: int | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` from sequence ``start`` on (at most ``limit``), as JSON values.
 
     ``view`` is one read-only snapshot of either backend.
     ``compacted_through`` says which messages every group acknowledged and
-    the ledger removed: they cannot be shown.
+    the ledger removed: they cannot be shown. Every kept message after
+    ``start`` is read, to check that none is missing; ``progress`` counts
+    them, of the total the stream's descriptor gives.
     """
     view.load(descriptors=(ref,))
     desc = view.get_descriptor(ref)
     if desc is None:
         raise StreamNotFoundError(f"{where} holds no stream {ref}")
     after = max(start, desc.compacted_through + 1) - 1
+    progress.phase(f"reading {ref}", max(desc.appended - after, 0), unit="messages")
     messages: list[dict[str, Any]] = []
-    stored = list(view.messages_after(ref, after))
-    problems = tail_problems(desc, after, [m.seq for m in stored])
+    seqs: list[int] = []
+    for message in view.messages_after(ref, after):
+        seqs.append(message.seq)
+        if limit is None or len(messages) < limit:
+            messages.append({"seq": message.seq, "value": plain(to_plain(message.payload))})
+        progress.advance()
+    problems = tail_problems(desc, after, seqs)
     if problems:  # a run of messages missing or moved: never shown as a shorter stream
         raise MissingRecordError(f"{where} is damaged: {problems[0]}; restore it from a copy")
-    for message in stored:
-        if limit is not None and len(messages) >= limit:
-            break
-        messages.append({"seq": message.seq, "value": plain(to_plain(message.payload))})
     return {
         "stream": str(ref),
         "type": desc.type_name,
