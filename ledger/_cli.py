@@ -26,6 +26,7 @@ import msgspec
 from streams import StoreDamagedError, StreamRef, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
+from ._colour import Colours, colours_for
 from ._demo import DemoProgress, DemoSummary
 from ._errors import (
     BackupDestinationError,
@@ -316,12 +317,13 @@ def _drop_stdout() -> None:
 def _main(argv: Sequence[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
+        colours = colours_for(sys.stdout, json=getattr(args, "json", False))
         if args.command == "demo":
             return _demo(args)
         if args.command == "check":
-            return _check(args)
+            return _check(args, colours)
         if args.command == "backup":
-            return _backup(args)
+            return _backup(args, colours)
         if args.command == "messages":
             return _messages(args)
         if args.command == "keys":
@@ -334,10 +336,10 @@ def _main(argv: Sequence[str] | None) -> int:
             print(run_group_command(args))
             return EXIT_OK
         if args.command == "runs":
-            shown, failed = run_runs_command(args)
+            shown, failed = run_runs_command(args, colours)
             print(shown, end="")
             return EXIT_FAILURE if failed else EXIT_OK
-        return _inspect(args)
+        return _inspect(args, colours)
     except (LedgerError, StreamsError) as exc:
         _error(exc)
         return _exit_code(exc)
@@ -479,7 +481,7 @@ async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> No
 # -- check and backup -----------------------------------------------------------------------
 
 
-def _check(args: argparse.Namespace) -> int:
+def _check(args: argparse.Namespace, colours: Colours) -> int:
     with progress_on(sys.stderr, quiet=args.json) as progress:
         report = tools_for(args.path).check(args.path, progress=progress)  # beside a running owner
     if args.json:
@@ -487,15 +489,16 @@ def _check(args: argparse.Namespace) -> int:
     else:
         total = sum(report.records.values())
         if report.sound:
-            print(f"ledger {report.path}: {total} records checked, sound")
+            print(f"ledger {report.path}: {total} records checked, {colours.status('sound')}")
         else:
-            print(f"ledger {report.path}: {total} records checked, {len(report.problems)} problems")
+            problems = colours.status(f"{len(report.problems)} problems", "failed")
+            print(f"ledger {report.path}: {total} records checked, {problems}")
             for problem in report.problems:
                 print(f"  {problem}")
     return EXIT_OK if report.sound else EXIT_DAMAGED
 
 
-def _backup(args: argparse.Namespace) -> int:
+def _backup(args: argparse.Namespace, colours: Colours) -> int:
     destination = Path(args.destination)
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
@@ -508,7 +511,7 @@ def _backup(args: argparse.Namespace) -> int:
     note = f" ({tools.backup_note})" if tools.backup_note else ""
     print(
         f"ledger {tools.describe(args.path)} copied to {destination}: "
-        f"{sum(report.records.values())} records, sound{note}"
+        f"{sum(report.records.values())} records, {colours.status('sound')}{note}"
     )
     return EXIT_OK
 
@@ -516,13 +519,13 @@ def _backup(args: argparse.Namespace) -> int:
 # -- inspect --------------------------------------------------------------------------------
 
 
-def _inspect(args: argparse.Namespace) -> int:
+def _inspect(args: argparse.Namespace, colours: Colours) -> int:
     if args.watch is None:
-        print(_inspection(args), end="")
+        print(_inspection(args, colours), end="")
         return EXIT_OK
     try:
         while True:
-            shown = _inspection(args)
+            shown = _inspection(args, colours)
             if sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: the view is redrawn in place
             print(f"every {args.watch:g} s, Ctrl-C to stop: {time.strftime('%H:%M:%S')}")
@@ -532,17 +535,25 @@ def _inspect(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
-def _inspection(args: argparse.Namespace) -> str:
+def _inspection(args: argparse.Namespace, colours: Colours) -> str:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
     found = tools_for(args.path).inspect(args.path, args.values)
     report = filtered(found, stream=args.stream, group=args.group)
     if args.groups:
         rows = group_rows(report)
-        return json.dumps(rows) + "\n" if args.json else _groups_table(rows)
-    return json.dumps(report) + "\n" if args.json else _table(report)
+        return json.dumps(rows) + "\n" if args.json else _groups_table(rows, colours)
+    return json.dumps(report) + "\n" if args.json else _table(report, colours)
 
 
-def _groups_table(rows: list[dict[str, Any]]) -> str:
+#: The columns of ``inspect --groups`` coloured when their row's field is not 0 or false: its status word.
+_GROUP_WARNINGS: Final = {
+    "LAG": ("lag", "lagging"),  # behind what its stream appended
+    "EXHAUSTED": ("exhausted", "exhausted"),  # a message out of budget holds it back
+    "STOPPED": ("stopped", "stopped"),  # its handler stopped it
+}
+
+
+def _groups_table(rows: list[dict[str, Any]], colours: Colours) -> str:
     header = (
         "GROUP",
         "STREAM",
@@ -572,7 +583,15 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    return "\n".join(aligned(cells, left=2, ragged_last=True)) + "\n"
+
+    def paint(row: int, column: int, cell: str) -> str:
+        warning = _GROUP_WARNINGS.get(header[column])
+        if row == 0 or warning is None or not rows[row - 1][warning[0]]:
+            return cell
+        return colours.status(cell, warning[1])
+
+    lines = aligned(cells, left=2, ragged_last=True, paint=paint)
+    return "\n".join([colours.header(lines[0]), *lines[1:]]) + "\n"
 
 
 def _owner(owner: dict[str, Any] | None) -> str:
@@ -648,7 +667,7 @@ def _keys(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _table(report: dict[str, Any]) -> str:
+def _table(report: dict[str, Any], colours: Colours) -> str:
     lines = [f"ledger {report['path']}"]
     streams = report["streams"]
     if not streams:
@@ -658,7 +677,7 @@ def _table(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             f"stream {s['scope']}/{s['node']}/{s['key']}  generation {s['generation']}  "
-            f"appended {s['appended']}  {status}"
+            f"appended {s['appended']}  {colours.status(status)}"
         )
         rows = [("group", "acked_through", "pending", "exhausted", "state")]
         for g in s["groups"]:
@@ -671,38 +690,44 @@ def _table(report: dict[str, Any]) -> str:
                     json.dumps(g["state"]),
                 )
             )
-        lines.extend("  " + line for line in aligned(rows, left=1, ragged_last=True))
-    lines.extend(_node_runs_table(report["runs"]))
-    lines.extend(_runs_table(report["graph_runs"]))
+
+        def paint(row: int, column: int, cell: str, groups: list[dict[str, Any]] = s["groups"]) -> str:
+            exhausted = row > 0 and column == 3 and groups[row - 1]["exhausted"]
+            return colours.status(cell, "exhausted") if exhausted else cell
+
+        table = aligned(rows, left=1, ragged_last=True, paint=paint)
+        lines.extend("  " + line for line in [colours.header(table[0]), *table[1:]])
+    lines.extend(_node_runs_table(report["runs"], colours))
+    lines.extend(_runs_table(report["graph_runs"], colours))
     return "\n".join(lines) + "\n"
 
 
-def _node_runs_table(runs: list[dict[str, Any]]) -> list[str]:
+def _node_runs_table(runs: list[dict[str, Any]], colours: Colours) -> list[str]:
     """Runs of ledger.run: one line each, then each node's boundary, budget and conclusion."""
     if not runs:
         return []
-    lines = ["", "runs"]
+    lines = ["", colours.header("runs")]
     for run in runs:
         failed = f", failed with {run['error']}" if run["error"] else ""
         lines.append(
-            f"  {run['run_id']}: graph {run['graph']} version {run['version']}, {run['status']}{failed}, "
-            f"started {run['starts']} time(s)"
+            f"  {run['run_id']}: graph {run['graph']} version {run['version']}, "
+            f"{colours.status(run['status'])}{failed}, started {run['starts']} time(s)"
         )
         for node in run["nodes"]:
             budget = f"{node['failures']} of {node['limit']} attempt(s) failed"
             if node["boundary"] == "node":
                 outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
-                lines.append(f"    {node['path']}: {node['status']}, {budget}{outputs}")
+                lines.append(f"    {node['path']}: {colours.status(node['status'])}, {budget}{outputs}")
             else:
-                exhausted = ", exhausted" if node["status"] == "failed" else ""
+                exhausted = f", {colours.status('exhausted')}" if node["status"] == "failed" else ""
                 lines.append(f"    {node['path']}, {node['boundary']}: {budget}{exhausted}")
     return lines
 
 
-def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
+def _runs_table(runs: list[dict[str, Any]], colours: Colours) -> list[str]:
     if not runs:
         return ["no graph runs"]
-    lines = ["", "graph runs"]
+    lines = ["", colours.header("graph runs")]
     rows = [("run", "graph", "status", "attempts", "checkpoints", "resumes at", "notes")]
     for run in runs:
         notes = []
@@ -725,13 +750,20 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
+    for r, row in enumerate(rows):
         cells = [
-            cell.rjust(w) if i in (3, 4) else cell.ljust(w)
+            " " * (w - len(cell)) + cell if i in (3, 4) else _padded(colours, r, i, cell, w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
-        lines.append("  " + "  ".join(cells).rstrip())
+        line = "  " + "  ".join(cells).rstrip()
+        lines.append(colours.header(line) if r == 0 else line)
     for run in runs:
         if "values" in run:
             lines.append(f"  {run['run_id']}: {json.dumps(run['values'])}")
     return lines
+
+
+def _padded(colours: Colours, row: int, column: int, cell: str, width: int) -> str:
+    """A left-aligned cell of the graph runs table; its status (column 2) in its colour."""
+    shown = colours.status(cell) if row > 0 and column == 2 else cell
+    return shown + " " * (width - len(cell))

@@ -1,5 +1,6 @@
 """The command line on a terminal: a progress line on stderr for ``check``, ``backup`` and ``messages``,
-and none in a pipe or with ``--json``; through subprocesses on a pseudo-terminal."""
+colour on stdout, and neither in a pipe, with ``--json`` or with ``NO_COLOR``; through subprocesses on a
+pseudo-terminal."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import anyio
 import pytest
 
 from ledger import open_ledger
+from ledger._colour import Colours, colours_for
 from ledger._progress import Progress, progress_on
 from ledger.postgres import open_postgres
 from streams import Key, Stream, open_scope
@@ -224,3 +226,59 @@ def test_progress_is_drawn_a_few_times_a_second_and_erased_at_the_end() -> None:
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
+
+
+# -- colour ---------------------------------------------------------------------------------------
+
+
+def test_status_words_and_headers_are_coloured_on_a_terminal(target: str, scratch: Path) -> None:
+    groups = _run("inspect", target, "--groups", stdout_tty=True, tmp=scratch)
+    assert groups.code == 0, groups.stderr
+    header, row = groups.terminal.splitlines()[:2]
+    assert header.startswith("\x1b[1mGROUP") and header.endswith("\x1b[0m")
+    assert "\x1b[33m300\x1b[0m" in row  # a group 300 behind: lagging, in yellow
+    plain = re.sub(r"\x1b\[\d+m", "", groups.terminal)
+    assert plain == _piped("inspect", target, "--groups").stdout  # the columns line up as in a pipe
+    checked = _run("check", target, stdout_tty=True, tmp=scratch)
+    assert checked.terminal.endswith("records checked, \x1b[32msound\x1b[0m\n")
+
+
+@pytest.mark.parametrize(
+    ("env", "args"),
+    [
+        ({"NO_COLOR": "1"}, ()),
+        ({"NO_COLOR": "1", "FORCE_COLOR": "1"}, ()),
+        ({}, ("--json",)),
+        ({"TERM": "dumb"}, ()),
+    ],
+)
+def test_no_colour_with_no_color_json_or_a_dumb_terminal(
+    target: str, scratch: Path, env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    shown = _run("inspect", target, "--groups", *args, stdout_tty=True, tmp=scratch, env=env)
+    assert shown.code == 0, shown.stderr
+    assert "GROUP" in shown.terminal or "acked_through" in shown.terminal
+    assert ESCAPE not in shown.terminal
+
+
+def test_no_colour_in_a_pipe_unless_forced(target: str) -> None:
+    assert ESCAPE not in _piped("inspect", target, "--groups").stdout
+    assert ESCAPE not in _piped("check", target).stdout
+    forced = _piped("inspect", target, "--groups", FORCE_COLOR="1")
+    assert forced.stdout.startswith("\x1b[1mGROUP")
+
+
+def test_the_colour_decision_follows_no_color_then_force_color_then_the_terminal() -> None:
+    screen, pipe = _Terminal(), io.StringIO()
+    assert colours_for(screen, environ={}).enabled
+    assert not colours_for(pipe, environ={}).enabled
+    assert not colours_for(screen, environ={"NO_COLOR": "x"}).enabled  # any value but empty (no-color.org)
+    assert colours_for(screen, environ={"NO_COLOR": ""}).enabled
+    assert not colours_for(screen, environ={"NO_COLOR": "1", "FORCE_COLOR": "1"}).enabled
+    assert colours_for(pipe, environ={"FORCE_COLOR": "1"}).enabled
+    assert not colours_for(screen, environ={"TERM": "dumb"}).enabled
+    assert not colours_for(screen, json=True, environ={"FORCE_COLOR": "1"}).enabled
+    on = Colours(enabled=True)
+    assert on.status("failed") == "\x1b[31mfailed\x1b[0m"
+    assert on.status("3", "exhausted") == "\x1b[31m3\x1b[0m"
+    assert on.status("open") == "open"  # no status word: as it is
