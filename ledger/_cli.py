@@ -50,7 +50,7 @@ from ._errors import (
     UnknownRunError,
 )
 from ._groups import add_group_command, run_group_command
-from ._messages import filtered, group_rows, key_bytes, parse_ref
+from ._messages import filtered, group_rows, key_bytes, parse_ref, with_rates
 from ._postgres_cli import (
     add_migrate_command,
     add_worker_command,
@@ -205,7 +205,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         const=2.0,
         metavar="SECONDS",
-        help="show it again every SECONDS (default 2) until Ctrl-C",
+        help=(
+            "show it again every SECONDS (default 2) until Ctrl-C; with --groups, from the second "
+            "view on, the messages per second each stream appended and each group handled"
+        ),
+    )
+    inspect.add_argument(
+        "--count", type=positive_int, metavar="N", help="with --watch: stop after showing it N times"
     )
 
     messages = commands.add_parser(
@@ -316,7 +322,10 @@ def _drop_stdout() -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if args.command == "inspect" and args.count is not None and args.watch is None:
+            parser.error("--count counts the views of --watch: add --watch")
         colours = colours_for(sys.stdout, json=getattr(args, "json", False))
         if args.command == "demo":
             return _demo(args)
@@ -521,28 +530,53 @@ def _backup(args: argparse.Namespace, colours: Colours) -> int:
 
 def _inspect(args: argparse.Namespace, colours: Colours) -> int:
     if args.watch is None:
-        print(_inspection(args, colours), end="")
+        print(_inspection(args, colours, None), end="")
         return EXIT_OK
+    earlier: _Sample | None = None  # the view before: rates are counted from it
+    shown = 0
     try:
         while True:
-            shown = _inspection(args, colours)
+            sample = _Sample(time.monotonic(), _report(args))
+            text = _inspection(args, colours, (sample, earlier))
             if sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: the view is redrawn in place
             print(f"every {args.watch:g} s, Ctrl-C to stop: {time.strftime('%H:%M:%S')}")
-            print(shown, end="", flush=True)
+            print(text, end="", flush=True)
+            shown += 1
+            if shown == args.count:
+                return EXIT_OK
+            earlier = sample
             time.sleep(args.watch)
     except KeyboardInterrupt:  # the way to stop watching: not an error
         return EXIT_OK
 
 
-def _inspection(args: argparse.Namespace, colours: Colours) -> str:
+class _Sample(msgspec.Struct, frozen=True):
+    """One view of a watch: when it was read (the monotonic clock) and what it found."""
+
+    at: float
+    report: dict[str, Any]
+
+
+def _report(args: argparse.Namespace) -> dict[str, Any]:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
     found = tools_for(args.path).inspect(args.path, args.values)
-    report = filtered(found, stream=args.stream, group=args.group)
-    if args.groups:
-        rows = group_rows(report)
-        return json.dumps(rows) + "\n" if args.json else _groups_table(rows, colours)
-    return json.dumps(report) + "\n" if args.json else _table(report, colours)
+    return filtered(found, stream=args.stream, group=args.group)
+
+
+def _inspection(
+    args: argparse.Namespace, colours: Colours, watched: tuple[_Sample, _Sample | None] | None
+) -> str:
+    """What ``inspect`` shows; ``watched``, a watch's sample and the one before it, adds the rates."""
+    report = _report(args) if watched is None else watched[0].report
+    if not args.groups:
+        return json.dumps(report) + "\n" if args.json else _table(report, colours)
+    rows = group_rows(report)
+    if watched is not None:
+        sample, earlier = watched
+        before = None if earlier is None else group_rows(earlier.report)
+        rows = with_rates(rows, before, sample.at - earlier.at if earlier is not None else 0.0)
+    return json.dumps(rows) + "\n" if args.json else _groups_table(rows, colours)
 
 
 #: The columns of ``inspect --groups`` coloured when their row's field is not 0 or false: its status word.
@@ -554,12 +588,15 @@ _GROUP_WARNINGS: Final = {
 
 
 def _groups_table(rows: list[dict[str, Any]], colours: Colours) -> str:
+    """One line per group; a watch's rows (:func:`with_rates`) add the rates after the lag."""
+    rated = bool(rows) and "handled_per_s" in rows[0]
     header = (
         "GROUP",
         "STREAM",
         "ACKED",
         "APPENDED",
         "LAG",
+        *(("APPENDED/S", "HANDLED/S") if rated else ()),
         "EXHAUSTED",
         "DEAD",
         "STOPPED",
@@ -574,6 +611,7 @@ def _groups_table(rows: list[dict[str, Any]], colours: Colours) -> str:
             str(r["acked_through"]),
             str(r["appended"]),
             str(r["lag"]),
+            *((_per_second(r["appended_per_s"]), _per_second(r["handled_per_s"])) if rated else ()),
             str(r["exhausted"]),
             str(r["dead_lettered"]),
             "yes" if r["stopped"] else "no",
@@ -592,6 +630,13 @@ def _groups_table(rows: list[dict[str, Any]], colours: Colours) -> str:
 
     lines = aligned(cells, left=2, ragged_last=True, paint=paint)
     return "\n".join([colours.header(lines[0]), *lines[1:]]) + "\n"
+
+
+def _per_second(rate: float | None) -> str:
+    """A rate as the watch shows it: ``-`` until there is one to show."""
+    if rate is None:
+        return "-"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
 
 
 def _owner(owner: dict[str, Any] | None) -> str:

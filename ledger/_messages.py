@@ -23,7 +23,7 @@ from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import plain
 from ._progress import SILENT, Progress
 
-__all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref"]
+__all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref", "with_rates"]
 
 
 def parse_ref(text: str) -> StreamRef:
@@ -164,3 +164,33 @@ def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return sorted(rows, key=lambda r: (r["group"], r["stream"]))
+
+
+def with_rates(
+    rows: list[dict[str, Any]], earlier: list[dict[str, Any]] | None, seconds: float
+) -> list[dict[str, Any]]:
+    """``rows`` of :func:`group_rows`, each with the messages per second its stream appended
+    (``appended_per_s``) and its group handled (``handled_per_s``: its ``acked_through``) since
+    ``earlier``, the rows of a view read ``seconds`` before.
+
+    A rate is None where there is nothing to count from: no view before, a
+    stream or group new since, or a count that went back (a group moved
+    back, a stream made again). Messages keep no time of their append, so
+    this is the only rate there is, and no age is shown.
+    """
+    appended = {} if earlier is None else {r["stream"]: r["appended"] for r in earlier}
+    acked = {} if earlier is None else {(r["group"], r["stream"]): r["acked_through"] for r in earlier}
+
+    def per_second(now: int, then: int | None) -> float | None:
+        if then is None or now < then or seconds <= 0:
+            return None
+        return (now - then) / seconds
+
+    return [
+        {
+            **r,
+            "appended_per_s": per_second(r["appended"], appended.get(r["stream"])),
+            "handled_per_s": per_second(r["acked_through"], acked.get((r["group"], r["stream"]))),
+        }
+        for r in rows
+    ]
