@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ import msgspec
 from streams import StoreDamagedError, StreamRef, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
+from ._colour import Colours, colours_for
 from ._demo import DemoProgress, DemoSummary
 from ._errors import (
     BackupDestinationError,
@@ -50,7 +52,7 @@ from ._errors import (
     UnknownRunError,
 )
 from ._groups import add_group_command, run_group_command
-from ._messages import filtered, group_rows, key_bytes, parse_ref
+from ._messages import filtered, group_rows, key_bytes, parse_ref, with_rates
 from ._metrics_cli import add_metrics_command, run_metrics_command
 from ._postgres_cli import (
     add_migrate_command,
@@ -58,6 +60,7 @@ from ._postgres_cli import (
     run_migrate_command,
     run_worker_command,
 )
+from ._progress import as_clock, progress_on
 from ._runs_cli import add_runs_command, run_runs_command
 from ._table import aligned
 from ._tools import tools_for
@@ -206,7 +209,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         const=2.0,
         metavar="SECONDS",
-        help="show it again every SECONDS (default 2) until Ctrl-C",
+        help=(
+            "show it again every SECONDS (default 2) until Ctrl-C; with --groups, from the second "
+            "view on, the messages per second each stream appended and each group handled"
+        ),
+    )
+    inspect.add_argument(
+        "--count", type=positive_int, metavar="N", help="with --watch: stop after showing it N times"
     )
 
     messages = commands.add_parser(
@@ -318,13 +327,17 @@ def _drop_stdout() -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if args.command == "inspect" and args.count is not None and args.watch is None:
+            parser.error("--count counts the views of --watch: add --watch")
+        colours = colours_for(sys.stdout, json=getattr(args, "json", False))
         if args.command == "demo":
             return _demo(args)
         if args.command == "check":
-            return _check(args)
+            return _check(args, colours)
         if args.command == "backup":
-            return _backup(args)
+            return _backup(args, colours)
         if args.command == "messages":
             return _messages(args)
         if args.command == "keys":
@@ -339,10 +352,10 @@ def _main(argv: Sequence[str] | None) -> int:
             print(run_group_command(args))
             return EXIT_OK
         if args.command == "runs":
-            shown, failed = run_runs_command(args)
+            shown, failed = run_runs_command(args, colours)
             print(shown, end="")
             return EXIT_FAILURE if failed else EXIT_OK
-        return _inspect(args)
+        return _inspect(args, colours)
     except (LedgerError, StreamsError) as exc:
         _error(exc)
         return _exit_code(exc)
@@ -407,7 +420,7 @@ class _ProgressLine:
             filled = int(done * self.WIDTH)
             bar = "#" * filled + "-" * (self.WIDTH - filled)
             left = p.messages - p.audited
-            eta = "--:--" if p.rate <= 0 else _clock(left / p.rate)
+            eta = "--:--" if p.rate <= 0 else as_clock(left / p.rate)
             self._out.write(f"\r[{bar}] {done:4.0%}  {text}  ETA {eta}\x1b[K")
             self._open = True
         else:
@@ -419,14 +432,6 @@ class _ProgressLine:
             self._out.write("\n")
             self._out.flush()
             self._open = False
-
-
-def _clock(seconds: float) -> str:
-    """``seconds`` as m:ss (or h:mm:ss)."""
-    whole = int(seconds + 0.5)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -492,34 +497,37 @@ async def _cancel_on_signal(scope: anyio.CancelScope, received: list[int]) -> No
 # -- check and backup -----------------------------------------------------------------------
 
 
-def _check(args: argparse.Namespace) -> int:
-    report = tools_for(args.path).check(args.path)  # beside a running owner, like inspect
+def _check(args: argparse.Namespace, colours: Colours) -> int:
+    with progress_on(sys.stderr, quiet=args.json) as progress:
+        report = tools_for(args.path).check(args.path, progress=progress)  # beside a running owner
     if args.json:
         print(json.dumps(msgspec.to_builtins(report) | {"sound": report.sound}))
     else:
         total = sum(report.records.values())
         if report.sound:
-            print(f"ledger {report.path}: {total} records checked, sound")
+            print(f"ledger {report.path}: {total} records checked, {colours.status('sound')}")
         else:
-            print(f"ledger {report.path}: {total} records checked, {len(report.problems)} problems")
+            problems = colours.status(f"{len(report.problems)} problems", "failed")
+            print(f"ledger {report.path}: {total} records checked, {problems}")
             for problem in report.problems:
                 print(f"  {problem}")
     return EXIT_OK if report.sound else EXIT_DAMAGED
 
 
-def _backup(args: argparse.Namespace) -> int:
+def _backup(args: argparse.Namespace, colours: Colours) -> int:
     destination = Path(args.destination)
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
     tools = tools_for(args.path)
-    report = tools.backup(args.path, destination)
+    with progress_on(sys.stderr) as progress:
+        report = tools.backup(args.path, destination, progress=progress)
     if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
         print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
         return EXIT_DAMAGED
     note = f" ({tools.backup_note})" if tools.backup_note else ""
     print(
         f"ledger {tools.describe(args.path)} copied to {destination}: "
-        f"{sum(report.records.values())} records, sound{note}"
+        f"{sum(report.records.values())} records, {colours.status('sound')}{note}"
     )
     return EXIT_OK
 
@@ -527,33 +535,68 @@ def _backup(args: argparse.Namespace) -> int:
 # -- inspect --------------------------------------------------------------------------------
 
 
-def _inspect(args: argparse.Namespace) -> int:
+def _inspect(args: argparse.Namespace, colours: Colours) -> int:
     if args.watch is None:
-        print(_inspection(args), end="")
+        print(_inspection(args, colours, None), end="")
         return EXIT_OK
+    earlier: _Sample | None = None  # the view before: rates are counted from it
+    shown = 0
     try:
         while True:
-            shown = _inspection(args)
+            sample = _Sample(time.monotonic(), _report(args))
+            text = _inspection(args, colours, (sample, earlier))
             if sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: the view is redrawn in place
             print(f"every {args.watch:g} s, Ctrl-C to stop: {time.strftime('%H:%M:%S')}")
-            print(shown, end="", flush=True)
+            print(text, end="", flush=True)
+            shown += 1
+            if shown == args.count:
+                return EXIT_OK
+            earlier = sample
             time.sleep(args.watch)
     except KeyboardInterrupt:  # the way to stop watching: not an error
         return EXIT_OK
 
 
-def _inspection(args: argparse.Namespace) -> str:
+class _Sample(msgspec.Struct, frozen=True):
+    """One view of a watch: when it was read (the monotonic clock) and what it found."""
+
+    at: float
+    report: dict[str, Any]
+
+
+def _report(args: argparse.Namespace) -> dict[str, Any]:
     # read-only: no owner lock, so a ledger can be inspected while its owner runs
     found = tools_for(args.path).inspect(args.path, args.values)
-    report = filtered(found, stream=args.stream, group=args.group)
-    if args.groups:
-        rows = group_rows(report)
-        return json.dumps(rows) + "\n" if args.json else _groups_table(rows)
-    return json.dumps(report) + "\n" if args.json else _table(report)
+    return filtered(found, stream=args.stream, group=args.group)
 
 
-def _groups_table(rows: list[dict[str, Any]]) -> str:
+def _inspection(
+    args: argparse.Namespace, colours: Colours, watched: tuple[_Sample, _Sample | None] | None
+) -> str:
+    """What ``inspect`` shows; ``watched``, a watch's sample and the one before it, adds the rates."""
+    report = _report(args) if watched is None else watched[0].report
+    if not args.groups:
+        return json.dumps(report) + "\n" if args.json else _table(report, colours)
+    rows = group_rows(report)
+    if watched is not None:
+        sample, earlier = watched
+        before = None if earlier is None else group_rows(earlier.report)
+        rows = with_rates(rows, before, sample.at - earlier.at if earlier is not None else 0.0)
+    return json.dumps(rows) + "\n" if args.json else _groups_table(rows, colours)
+
+
+#: The columns of ``inspect --groups`` coloured when their row's field is not 0 or false: its status word.
+_GROUP_WARNINGS: Final = {
+    "LAG": ("lag", "lagging"),  # behind what its stream appended
+    "EXHAUSTED": ("exhausted", "exhausted"),  # a message out of budget holds it back
+    "STOPPED": ("stopped", "stopped"),  # its handler stopped it
+}
+
+
+def _groups_table(rows: list[dict[str, Any]], colours: Colours) -> str:
+    """One line per group; a watch's rows (:func:`with_rates`) add the rates after the lag."""
+    rated = bool(rows) and "handled_per_s" in rows[0]
     now = datetime.datetime.now(datetime.UTC)
     header = (
         "GROUP",
@@ -562,6 +605,7 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         "APPENDED",
         "LAG",
         "AGE",
+        *(("APPENDED/S", "HANDLED/S") if rated else ()),
         "EXHAUSTED",
         "DEAD",
         "STOPPED",
@@ -577,6 +621,7 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
             str(r["appended"]),
             str(r["lag"]),
             _age(r["oldest_unacked_at"], now),
+            *((_per_second(r["appended_per_s"]), _per_second(r["handled_per_s"])) if rated else ()),
             str(r["exhausted"]),
             str(r["dead_lettered"]),
             "yes" if r["stopped"] else "no",
@@ -586,7 +631,22 @@ def _groups_table(rows: list[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    return "\n".join(aligned(cells, left=2, ragged_last=True)) + "\n"
+
+    def paint(row: int, column: int, cell: str) -> str:
+        warning = _GROUP_WARNINGS.get(header[column])
+        if row == 0 or warning is None or not rows[row - 1][warning[0]]:
+            return cell
+        return colours.status(cell, warning[1])
+
+    lines = aligned(cells, left=2, ragged_last=True, paint=paint)
+    return "\n".join([colours.header(lines[0]), *lines[1:]]) + "\n"
+
+
+def _per_second(rate: float | None) -> str:
+    """A rate as the watch shows it: ``-`` until there is one to show."""
+    if rate is None:
+        return "-"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
 
 
 def _age(at: str | None, now: datetime.datetime) -> str:
@@ -611,20 +671,33 @@ def _owner(owner: dict[str, Any] | None) -> str:
 
 def _messages(args: argparse.Namespace) -> int:
     ref = parse_ref(args.stream)
-    shown = tools_for(args.path).messages(args.path, ref, args.start, args.limit)
+    with progress_on(sys.stderr) as progress:  # erased before anything else is shown
+        shown = tools_for(args.path).messages(args.path, ref, args.start, args.limit, progress=progress)
     if args.start <= shown["compacted_through"]:
         print(
             f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "
             "away; showing what is kept",
             file=sys.stderr,
         )
-    for message in shown["messages"]:
-        print(json.dumps(message), flush=args.follow)
+    # while they are written, only into a file: a terminal, or a pipe's reader (less, jq), shares the screen
+    with progress_on(sys.stderr, quiet=not _is_file(sys.stdout)) as progress:
+        progress.phase("writing", len(shown["messages"]), unit="messages")
+        for message in shown["messages"]:
+            print(json.dumps(message), flush=args.follow)
+            progress.advance()
     if not args.follow:
         return EXIT_OK
     with contextlib.suppress(KeyboardInterrupt):  # the way to stop following: not an error
         _follow_messages(args, ref, shown)
     return EXIT_OK
+
+
+def _is_file(out: TextIO) -> bool:
+    """Whether ``out`` is a regular file (``> messages.jsonl``)."""
+    try:
+        return stat.S_ISREG(os.fstat(out.fileno()).st_mode)
+    except (OSError, ValueError):  # no file descriptor: a test's capture
+        return False
 
 
 def _follow_messages(args: argparse.Namespace, ref: StreamRef, shown: dict[str, Any]) -> None:
@@ -661,7 +734,7 @@ def _keys(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _table(report: dict[str, Any]) -> str:
+def _table(report: dict[str, Any], colours: Colours) -> str:
     lines = [f"ledger {report['path']}"]
     streams = report["streams"]
     if not streams:
@@ -671,7 +744,7 @@ def _table(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             f"stream {s['scope']}/{s['node']}/{s['key']}  generation {s['generation']}  "
-            f"appended {s['appended']}  {status}"
+            f"appended {s['appended']}  {colours.status(status)}"
         )
         rows = [("group", "acked_through", "pending", "exhausted", "state")]
         for g in s["groups"]:
@@ -684,38 +757,44 @@ def _table(report: dict[str, Any]) -> str:
                     json.dumps(g["state"]),
                 )
             )
-        lines.extend("  " + line for line in aligned(rows, left=1, ragged_last=True))
-    lines.extend(_node_runs_table(report["runs"]))
-    lines.extend(_runs_table(report["graph_runs"]))
+
+        def paint(row: int, column: int, cell: str, groups: list[dict[str, Any]] = s["groups"]) -> str:
+            exhausted = row > 0 and column == 3 and groups[row - 1]["exhausted"]
+            return colours.status(cell, "exhausted") if exhausted else cell
+
+        table = aligned(rows, left=1, ragged_last=True, paint=paint)
+        lines.extend("  " + line for line in [colours.header(table[0]), *table[1:]])
+    lines.extend(_node_runs_table(report["runs"], colours))
+    lines.extend(_runs_table(report["graph_runs"], colours))
     return "\n".join(lines) + "\n"
 
 
-def _node_runs_table(runs: list[dict[str, Any]]) -> list[str]:
+def _node_runs_table(runs: list[dict[str, Any]], colours: Colours) -> list[str]:
     """Runs of ledger.run: one line each, then each node's boundary, budget and conclusion."""
     if not runs:
         return []
-    lines = ["", "runs"]
+    lines = ["", colours.header("runs")]
     for run in runs:
         failed = f", failed with {run['error']}" if run["error"] else ""
         lines.append(
-            f"  {run['run_id']}: graph {run['graph']} version {run['version']}, {run['status']}{failed}, "
-            f"started {run['starts']} time(s)"
+            f"  {run['run_id']}: graph {run['graph']} version {run['version']}, "
+            f"{colours.status(run['status'])}{failed}, started {run['starts']} time(s)"
         )
         for node in run["nodes"]:
             budget = f"{node['failures']} of {node['limit']} attempt(s) failed"
             if node["boundary"] == "node":
                 outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
-                lines.append(f"    {node['path']}: {node['status']}, {budget}{outputs}")
+                lines.append(f"    {node['path']}: {colours.status(node['status'])}, {budget}{outputs}")
             else:
-                exhausted = ", exhausted" if node["status"] == "failed" else ""
+                exhausted = f", {colours.status('exhausted')}" if node["status"] == "failed" else ""
                 lines.append(f"    {node['path']}, {node['boundary']}: {budget}{exhausted}")
     return lines
 
 
-def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
+def _runs_table(runs: list[dict[str, Any]], colours: Colours) -> list[str]:
     if not runs:
         return ["no graph runs"]
-    lines = ["", "graph runs"]
+    lines = ["", colours.header("graph runs")]
     rows = [("run", "graph", "status", "attempts", "checkpoints", "resumes at", "notes")]
     for run in runs:
         notes = []
@@ -738,13 +817,20 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
+    for r, row in enumerate(rows):
         cells = [
-            cell.rjust(w) if i in (3, 4) else cell.ljust(w)
+            " " * (w - len(cell)) + cell if i in (3, 4) else _padded(colours, r, i, cell, w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
-        lines.append("  " + "  ".join(cells).rstrip())
+        line = "  " + "  ".join(cells).rstrip()
+        lines.append(colours.header(line) if r == 0 else line)
     for run in runs:
         if "values" in run:
             lines.append(f"  {run['run_id']}: {json.dumps(run['values'])}")
     return lines
+
+
+def _padded(colours: Colours, row: int, column: int, cell: str, width: int) -> str:
+    """A left-aligned cell of the graph runs table; its status (column 2) in its colour."""
+    shown = colours.status(cell) if row > 0 and column == 2 else cell
+    return shown + " " * (width - len(cell))

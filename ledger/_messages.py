@@ -29,8 +29,9 @@ from streams.store import (
 
 from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import moment, plain
+from ._progress import SILENT, Progress
 
-__all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref"]
+__all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref", "with_rates"]
 
 
 def parse_ref(text: str) -> StreamRef:
@@ -42,35 +43,45 @@ def parse_ref(text: str) -> StreamRef:
 
 
 def messages_of(
-    view: RecordView, ref: StreamRef, where: str, *, start: int = 1, limit: int | None = None
+    view: RecordView,
+    ref: StreamRef,
+    where: str,
+    *,
+    start: int = 1,
+    limit: int | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` from sequence ``start`` on (at most ``limit``), as JSON values.
 
     ``view`` is one read-only snapshot of either backend.
     ``compacted_through`` says which messages every group acknowledged and
-    the ledger removed: they cannot be shown.
+    the ledger removed: they cannot be shown. Every kept message after
+    ``start`` is read, to check that none is missing; ``progress`` counts
+    them, of the total the stream's descriptor gives.
     """
     view.load(descriptors=(ref,))
     desc = view.get_descriptor(ref)
     if desc is None:
         raise StreamNotFoundError(f"{where} holds no stream {ref}")
     after = max(start, desc.compacted_through + 1) - 1
+    progress.phase(f"reading {ref}", max(desc.appended - after, 0), unit="messages")
     messages: list[dict[str, Any]] = []
-    stored = list(view.messages_after(ref, after))
-    problems = tail_problems(desc, after, [m.seq for m in stored])
+    seqs: list[int] = []
+    for message in view.messages_after(ref, after):
+        seqs.append(message.seq)
+        if limit is None or len(messages) < limit:
+            at = appended_at(desc.marks, message.seq)
+            messages.append(
+                {
+                    "seq": message.seq,
+                    "appended_at": None if at is None else moment(at),
+                    "value": plain(to_plain(message.payload)),
+                }
+            )
+        progress.advance()
+    problems = tail_problems(desc, after, seqs)
     if problems:  # a run of messages missing or moved: never shown as a shorter stream
         raise MissingRecordError(f"{where} is damaged: {problems[0]}; restore it from a copy")
-    for message in stored:
-        if limit is not None and len(messages) >= limit:
-            break
-        at = appended_at(desc.marks, message.seq)
-        messages.append(
-            {
-                "seq": message.seq,
-                "appended_at": None if at is None else moment(at),
-                "value": plain(to_plain(message.payload)),
-            }
-        )
     return {
         "stream": str(ref),
         "type": desc.type_name,
@@ -169,3 +180,33 @@ def group_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return sorted(rows, key=lambda r: (r["group"], r["stream"]))
+
+
+def with_rates(
+    rows: list[dict[str, Any]], earlier: list[dict[str, Any]] | None, seconds: float
+) -> list[dict[str, Any]]:
+    """``rows`` of :func:`group_rows`, each with the messages per second its stream appended
+    (``appended_per_s``) and its group handled (``handled_per_s``: its ``acked_through``) since
+    ``earlier``, the rows of a view read ``seconds`` before.
+
+    A rate is None where there is nothing to count from: no view before, a
+    stream or group new since, or a count that went back (a group moved
+    back, a stream made again). Messages keep no time of their append, so
+    this is the only rate there is, and no age is shown.
+    """
+    appended = {} if earlier is None else {r["stream"]: r["appended"] for r in earlier}
+    acked = {} if earlier is None else {(r["group"], r["stream"]): r["acked_through"] for r in earlier}
+
+    def per_second(now: int, then: int | None) -> float | None:
+        if then is None or now < then or seconds <= 0:
+            return None
+        return (now - then) / seconds
+
+    return [
+        {
+            **r,
+            "appended_per_s": per_second(r["appended"], appended.get(r["stream"])),
+            "handled_per_s": per_second(r["acked_through"], acked.get((r["group"], r["stream"]))),
+        }
+        for r in rows
+    ]

@@ -19,8 +19,10 @@ from typing import Any, Final
 import anyio
 
 from ._arguments import positive_float, positive_int
+from ._colour import PLAIN, Colours
 from ._connect import connect, is_url
 from ._errors import UnknownRunError
+from ._table import aligned
 from ._tools import tools_for
 
 __all__ = ["add_runs_command", "run_runs_command"]
@@ -126,7 +128,7 @@ def add_runs_command(commands: Any) -> None:
     delete.add_argument("run_id", metavar="RUN_ID", help="the run")
 
 
-def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
+def run_runs_command(args: argparse.Namespace, colours: Colours = PLAIN) -> tuple[str, bool]:
     """What ``args`` asks for: the text to print, and whether it says a followed run failed for good."""
     if args.action == "cancel":
         return _cancel(args), False
@@ -135,14 +137,14 @@ def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
     if args.action == "delete":
         return _delete(args), False
     if args.action == "follow":
-        return _follow(args)
+        return _follow(args, colours)
     report = tools_for(args.path).inspect(args.path, getattr(args, "values", False))
     runs: list[dict[str, Any]] = report["runs"]
     if args.action == "show":
         found = [run for run in runs if run["run_id"] == args.run_id]
         if not found:
             raise UnknownRunError(f"{report['path']} has no run {args.run_id!r}")
-        return (json.dumps(found[0]) + "\n" if args.json else _shown(found[0])), False
+        return (json.dumps(found[0]) + "\n" if args.json else _shown(found[0], colours)), False
     chosen = [
         run
         for run in runs
@@ -154,7 +156,7 @@ def run_runs_command(args: argparse.Namespace) -> tuple[str, bool]:
     if args.limit is not None:
         chosen = chosen[: args.limit]
     listed = [{k: v for k, v in run.items() if k != "nodes"} for run in chosen]
-    return (json.dumps(listed) + "\n" if args.json else _listed(listed)), False
+    return (json.dumps(listed) + "\n" if args.json else _listed(listed, colours)), False
 
 
 def _changed_since(run: dict[str, Any], since: datetime.datetime) -> bool:
@@ -163,7 +165,7 @@ def _changed_since(run: dict[str, Any], since: datetime.datetime) -> bool:
     return datetime.datetime.fromisoformat(run["updated_at"].replace("Z", "+00:00")) >= since
 
 
-def _listed(runs: list[dict[str, Any]]) -> str:
+def _listed(runs: list[dict[str, Any]], colours: Colours) -> str:
     if not runs:
         return "no runs\n"
     rows = [
@@ -184,11 +186,13 @@ def _listed(runs: list[dict[str, Any]]) -> str:
         )
         for run in runs
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return (
-        "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
-        + "\n"
-    )
+    status = rows[0].index("STATUS")
+
+    def paint(row: int, column: int, cell: str) -> str:
+        return colours.status(cell) if row > 0 and column == status else cell
+
+    lines = aligned(rows, left=len(rows[0]), paint=paint)
+    return "\n".join([colours.header(lines[0]), *lines[1:]]) + "\n"
 
 
 def _holder(holder: dict[str, Any] | None) -> str:
@@ -199,11 +203,12 @@ def _holder(holder: dict[str, Any] | None) -> str:
     )
 
 
-def _shown(run: dict[str, Any]) -> str:
+def _shown(run: dict[str, Any], colours: Colours) -> str:
     failed = f", failed with {run['error']}" if run["error"] else ""
     took = "" if run["seconds"] is None else f", took {run['seconds']:g} s"
+    status = colours.status(run["status"])
     lines = [
-        f"run {run['run_id']}: graph {run['graph']} version {run['version']}, {run['status']}{failed}",
+        f"run {run['run_id']}: graph {run['graph']} version {run['version']}, {status}{failed}",
         f"  started {run['starts']} time(s); created {run['created_at'] or '-'}, updated "
         f"{run['updated_at'] or '-'}{took}",
         f"  held by {_holder(run['holder'])}" if run["holder"] is not None else "  held by no worker",
@@ -222,7 +227,7 @@ def _shown(run: dict[str, Any]) -> str:
             took = "" if node["seconds"] is None else f", {node['seconds']:g} s"
             ran = f", ran {node['started_at'] or '-'} to {node['ended_at']}{took}"
         outputs = f"  {json.dumps(node['outputs'])}" if "outputs" in node else ""
-        lines.append(f"    {where}: {node['status']}, {budget}{ran}{outputs}")
+        lines.append(f"    {where}: {colours.status(node['status'])}, {budget}{ran}{outputs}")
         for failure in node["failed"]:
             took = "" if failure["seconds"] is None else f" after {failure['seconds']:g} s"
             lines.append(
@@ -273,7 +278,7 @@ def _delete(args: argparse.Namespace) -> str:
     return anyio.run(delete)
 
 
-def _follow(args: argparse.Namespace) -> tuple[str, bool]:
+def _follow(args: argparse.Namespace, colours: Colours) -> tuple[str, bool]:
     """Print the run's changes as they are read; once it ended, its last line and whether it failed."""
     tools = tools_for(args.path)
     seen: dict[tuple[str, str], str] = {}
@@ -291,7 +296,8 @@ def _follow(args: argparse.Namespace) -> tuple[str, bool]:
             if seen.get(where) != said:
                 seen[where] = said
                 boundary = "" if node["boundary"] == "node" else f", {node['boundary']}"
-                print(f"{_now()} node {node['path']}{boundary}: {said}", flush=True)
+                shown = f"{colours.status(node['status'])}{said[len(node['status']) :]}"
+                print(f"{_now()} node {node['path']}{boundary}: {shown}", flush=True)
                 for failure in [f for f in node["failed"] if f["attempt"] > told.get(where, 0)]:
                     print(
                         f"{_now()} node {node['path']}{boundary}: attempt {failure['attempt']} failed: "
@@ -302,12 +308,13 @@ def _follow(args: argparse.Namespace) -> tuple[str, bool]:
         if run["status"] != status:
             status = run["status"]
             if status == "running":
-                print(f"{_now()} run {args.run_id}: running, started {run['starts']} time(s)", flush=True)
+                running = colours.status("running")
+                print(f"{_now()} run {args.run_id}: {running}, started {run['starts']} time(s)", flush=True)
         if status != "running":
             why = f" ({run['error']})" if run["error"] else ""
             if run["cancelled"] is not None:
                 why = f" by {run['cancelled']['by']} ({run['cancelled']['reason']})"
-            return f"{_now()} run {args.run_id}: {status}{why}\n", status == "failed"
+            return f"{_now()} run {args.run_id}: {colours.status(run['status'])}{why}\n", status == "failed"
         time.sleep(args.interval)
 
 

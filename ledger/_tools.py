@@ -4,7 +4,9 @@ Each backend package exports one :class:`Tools` (``ledger.lmdb.TOOLS``,
 ``ledger.postgres.TOOLS``); the command line picks it with
 :func:`tools_for` and never reaches into a backend's private modules. Every
 tool reads one snapshot beside the ledger's running owners and writes
-nothing, except ``backup`` (into its new destination).
+nothing, except ``backup`` (into its new destination). The long ones,
+``messages``, ``check`` and ``backup``, report to a
+:class:`~ledger._progress.Progress` the command line draws on a terminal.
 """
 
 from __future__ import annotations
@@ -13,14 +15,35 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from streams import StreamRef
 
 from ._check import LedgerCheck
 from ._connect import is_url
+from ._progress import SILENT, Progress
 
-__all__ = ["Tools", "tools_for"]
+__all__ = ["BackupTool", "CheckTool", "MessagesTool", "Tools", "tools_for"]
+
+
+class MessagesTool(Protocol):
+    """``messages``: a stream's kept messages from sequence ``start`` on, at most ``limit``."""
+
+    def __call__(
+        self, target: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+    ) -> dict[str, Any]: ...
+
+
+class CheckTool(Protocol):
+    """``check``: every record decoded and every reference followed."""
+
+    def __call__(self, target: str, /, *, progress: Progress = SILENT) -> LedgerCheck: ...
+
+
+class BackupTool(Protocol):
+    """``backup``: a consistent copy into the new directory ``destination``, and the check of the copy."""
+
+    def __call__(self, target: str, destination: Path, /, *, progress: Progress = SILENT) -> LedgerCheck: ...
 
 
 @dataclass(frozen=True)
@@ -34,13 +57,13 @@ class Tools:
     #: ``inspect``'s report: streams with their groups, runs, graph runs (values only if asked).
     inspect: Callable[[str, bool], dict[str, Any]]
     #: ``messages``: a stream's kept messages from a sequence on, at most a limit.
-    messages: Callable[[str, StreamRef, int, int | None], dict[str, Any]]
+    messages: MessagesTool
     #: ``keys``: a group's confirmed keyed state from a key (included) to a key (excluded), at most a limit.
     keys: Callable[[str, StreamRef, str, bytes, bytes | None, int], dict[str, Any]]
     #: ``check``: every record decoded and every reference followed.
-    check: Callable[[str], LedgerCheck]
+    check: CheckTool
     #: ``backup``: a consistent copy into a new directory, and the check of what was copied.
-    backup: Callable[[str, Path], LedgerCheck]
+    backup: BackupTool
     #: What the copy is and how it is brought back, said after ``backup``'s line (or nothing).
     backup_note: str
     #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit).

@@ -25,6 +25,7 @@ def test_the_operating_page_shows_watching_viewing_runs_a_dry_run_and_both_repai
     assert shown == [
         "demo",
         "inspect",
+        "inspect",
         "messages",
         "runs",
         "runs",

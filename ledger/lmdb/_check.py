@@ -21,19 +21,23 @@ import lmdb
 
 from .._check import LedgerCheck
 from .._errors import CorruptRecordError
+from .._progress import SILENT, Progress
 from ._env import LedgerEnv
 from ._verify import check_records
 
 __all__ = ["check_ledger"]
 
 
-def check_ledger(env: LedgerEnv) -> LedgerCheck:
-    """Verify every record and reference of ``env``'s ledger; the problems say which record and why."""
+def check_ledger(env: LedgerEnv, *, progress: Progress = SILENT) -> LedgerCheck:
+    """Verify every record and reference of ``env``'s ledger; the problems say which record and why.
+
+    ``progress`` counts the records read.
+    """
     problems: list[str] = []
     records: dict[str, int] = {}
     try:
         with env.read() as txn:
-            check_records(txn, env.databases(), problems, records)
+            check_records(txn, env.databases(), problems, records, progress=progress)
     except (lmdb.Error, CorruptRecordError) as exc:  # LMDB's own damage, met outside any one record
         problems.append(f"LMDB could not read the ledger: {exc}")
     return LedgerCheck(str(env.path), records, problems)

@@ -400,6 +400,11 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
         destination.mkdir(parents=True)
         self._env.copy(str(destination), compact=True)
 
+    def used_size(self) -> int:
+        """Bytes of the map in use, up to its last page written: a compacted copy writes at most this."""
+        self._check_open()
+        return (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+
     def info(self) -> dict[str, int]:
         """LMDB's environment info (map size, last transaction id, readers)."""
         return {name: int(value) for name, value in self._env.info().items()}  # type: ignore[call-overload]

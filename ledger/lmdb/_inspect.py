@@ -14,6 +14,7 @@ from streams import GroupFrontier, StreamRef
 from .._errors import StreamNotFoundError
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._messages import keys_of, messages_of
+from .._progress import SILENT, Progress
 from ._backend import list_runs as list_node_runs
 from ._env import LedgerEnv
 from ._graph_runs import list_runs
@@ -82,14 +83,15 @@ def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
 
 
 def view_messages(
-    env: LedgerEnv, ref: StreamRef, *, start: int = 1, limit: int | None = None
+    env: LedgerEnv, ref: StreamRef, *, start: int = 1, limit: int | None = None, progress: Progress = SILENT
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` in the LMDB ledger ``env`` (:func:`messages_of`)."""
     if not (env.has_db("streams") and env.has_db("messages")):
         raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
     dbs = {name: env.db(name) for name in ("streams", "messages")}
+    where = f"the ledger at {env.path}"
     with env.read() as txn:
-        return messages_of(LmdbView(txn, dbs, {}), ref, f"the ledger at {env.path}", start=start, limit=limit)
+        return messages_of(LmdbView(txn, dbs, {}), ref, where, start=start, limit=limit, progress=progress)
 
 
 def view_keys(

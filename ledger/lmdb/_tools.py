@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from streams import StreamRef
 
 from .._check import LedgerCheck
 from .._errors import BackupDestinationError
+from .._progress import SILENT, Progress, watching
 from .._tools import Tools
 from ._check import check_ledger
 from ._env import LedgerEnv
@@ -36,9 +38,11 @@ def _inspect(path: str, values: bool) -> dict[str, Any]:
         return inspect_ledger(env, values=values)
 
 
-def _messages(path: str, ref: StreamRef, start: int, limit: int | None) -> dict[str, Any]:
+def _messages(
+    path: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+) -> dict[str, Any]:
     with _read_only(path) as env:
-        return view_messages(env, ref, start=start, limit=limit)
+        return view_messages(env, ref, start=start, limit=limit, progress=progress)
 
 
 def _keys(
@@ -48,20 +52,34 @@ def _keys(
         return view_keys(env, ref, group, start=start, stop=stop, limit=limit)
 
 
-def _check(path: str) -> LedgerCheck:
+def _check(path: str, /, *, progress: Progress = SILENT) -> LedgerCheck:
     with _read_only(path, verify=False) as env:  # it lists the damage instead of stopping at it
-        return check_ledger(env)
+        return check_ledger(env, progress=progress)
 
 
-def _backup(path: str, destination: Path) -> LedgerCheck:
-    """A compacted copy as of the moment it starts (the owner may keep writing); the copy's check."""
+def _backup(path: str, destination: Path, /, *, progress: Progress = SILENT) -> LedgerCheck:
+    """A compacted copy as of the moment it starts (the owner may keep writing); the copy's check.
+
+    ``progress`` follows the copy's file as it grows, of the source's map in
+    use, then the check of the copy.
+    """
     with _read_only(path, verify=False) as env:  # the copy is checked below
+        progress.phase("copying", env.used_size(), unit="bytes")
         try:
-            env.copy_to(destination)
+            with watching(progress, partial(_size, destination / "data.mdb")):
+                env.copy_to(destination)
         except (OSError, lmdb.Error) as exc:  # a read-only or full destination, one this user may not write
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise BackupDestinationError(f"the copy cannot be written to {destination}: {reason}") from None
-    return _check(str(destination))
+    return _check(str(destination), progress=progress)
+
+
+def _size(path: Path) -> int:
+    """The size of the file at ``path`` so far (0 before it is made)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 async def _demo(

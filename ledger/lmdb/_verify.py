@@ -43,6 +43,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+import lmdb
 import msgspec
 
 from streams import GroupFrontier
@@ -63,6 +64,7 @@ from streams.store import (
 from .._errors import CorruptRecordError, MissingRecordError
 from .._format import LedgerMeta
 from .._graph_runs import GraphRunRecord
+from .._progress import SILENT, Progress
 from .._runs import RunRecord
 from ._env import SCHEMA_VERSION
 from ._layout import (
@@ -145,8 +147,18 @@ def verify_open(
     return checker.tallies
 
 
-def check_records(txn: Any, dbs: Mapping[str, Any], problems: list[str], records: dict[str, int]) -> None:
-    """Every record and reference of the ledger, messages included; each problem appended to ``problems``."""
+def check_records(
+    txn: Any,
+    dbs: Mapping[str, Any],
+    problems: list[str],
+    records: dict[str, int],
+    *,
+    progress: Progress = SILENT,
+) -> None:
+    """Every record and reference of the ledger, messages included; each problem appended to ``problems``.
+
+    ``progress`` counts the records read, of the entries LMDB says its databases hold.
+    """
     manifests = any(txn.get(manifest_key(db), db=dbs["meta"]) is not None for db in MANIFESTED)
     raw = txn.get(META_KEY, db=dbs["meta"])
     schema_version = SCHEMA_VERSION  # a damaged schema record is a problem of its own
@@ -155,9 +167,24 @@ def check_records(txn: Any, dbs: Mapping[str, Any], problems: list[str], records
             schema_version = decode_record(bytes(raw), _meta, db="meta", key=META_KEY).schema_version
             manifests |= schema_version >= 4
     checker = _Checker(
-        txn, dbs, problems=problems, manifests=manifests, records=records, schema_version=schema_version
+        txn,
+        dbs,
+        problems=problems,
+        manifests=manifests,
+        records=records,
+        schema_version=schema_version,
+        progress=progress,
     )
+    progress.phase("checking", _entries(txn, dbs) if progress.live else None)
     checker.run(whole_messages=True)
+
+
+def _entries(txn: Any, dbs: Mapping[str, Any]) -> int | None:
+    """The records the databases hold, as LMDB counts them (no total if it cannot: the check will say why)."""
+    try:
+        return sum(int(txn.stat(handle)["entries"]) for handle in dbs.values())
+    except lmdb.Error:
+        return None
 
 
 class _Checker:
@@ -172,8 +199,10 @@ class _Checker:
         manifests: bool,
         schema_version: int,
         records: dict[str, int] | None = None,
+        progress: Progress = SILENT,
     ) -> None:
         self.txn = txn
+        self.progress = progress
         self.schema_version = schema_version
         self.dbs = dbs
         self.listing = problems
@@ -193,10 +222,12 @@ class _Checker:
         tally = self.tallies[db] = KeyTally()
         previous: bytes | None = None
         get = self.txn.get
+        advance = self.progress.advance
         with self.txn.cursor(db=handle) as cursor:
             for raw_key, raw_value in cursor:
                 key, value = bytes(raw_key), bytes(raw_value)
                 self.records[db] = self.records.get(db, 0) + 1
+                advance()
                 if previous is not None and key <= previous:
                     self.problem(f"record {key.hex()} in database {db!r} is out of key order (a damaged key)")
                 previous = key

@@ -6,12 +6,15 @@ ledger's workers go on) and write nothing.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 import psycopg
@@ -31,6 +34,7 @@ from .._errors import BackupDestinationError, CorruptRecordError
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
 from .._messages import keys_of, messages_of
+from .._progress import SILENT, Progress, watching
 from .._runs import RunRecord
 from ._faults import translated
 from ._schema import ensure_schema
@@ -169,11 +173,12 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
 
 
 def messages_postgres(
-    url: str, ref: StreamRef, *, start: int = 1, limit: int | None = None
+    url: str, ref: StreamRef, *, start: int = 1, limit: int | None = None, progress: Progress = SILENT
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref``, as ``python -m ledger messages`` prints them."""
     with _snapshot(url) as conn:
-        return messages_of(PgView(conn, {}), ref, describe_url(url), start=start, limit=limit)
+        where = describe_url(url)
+        return messages_of(PgView(conn, {}), ref, where, start=start, limit=limit, progress=progress)
 
 
 def keys_postgres(
@@ -185,14 +190,15 @@ def keys_postgres(
         return keys_of(view, ref, group, describe_url(url), start=start, stop=stop, limit=limit)
 
 
-def backup_postgres(url: str, destination: Path) -> LedgerCheck:
+def backup_postgres(url: str, destination: Path, /, *, progress: Progress = SILENT) -> LedgerCheck:
     """Dump the ledger's tables into the new directory ``destination``, as of one snapshot; its check.
 
     ``pg_dump`` (PostgreSQL's client tools) writes its directory format from
     a snapshot this process exported, and :func:`check_postgres` reads the
     same snapshot, so the records counted are the records dumped, even while
     workers run. ``pg_restore --dbname URL DEST`` restores it into a
-    database whose schema of the same name exists.
+    database whose schema of the same name exists. ``progress`` counts the
+    rows checked, then the bytes ``pg_dump`` wrote (it compresses: no total).
     """
     dump = shutil.which("pg_dump")
     if dump is None:
@@ -202,40 +208,85 @@ def backup_postgres(url: str, destination: Path) -> LedgerCheck:
         )
     with _snapshot(url, verify=False) as conn:
         (snapshot, schema) = conn.execute("SELECT pg_export_snapshot(), current_schema()").fetchone()
-        report = _check(conn, describe_url(url))
-        done = subprocess.run(
-            [
-                dump,
-                "--format=directory",
-                f"--file={destination}",
-                f"--snapshot={snapshot}",
-                f"--table={schema}.streamledger_*",
-                "--no-owner",
-                f"--dbname={url}",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        report = _check(conn, describe_url(url), progress)
+        progress.phase("dumping", None, unit="bytes")
+        with watching(progress, partial(_size, destination)):
+            done = subprocess.run(
+                [
+                    dump,
+                    "--format=directory",
+                    f"--file={destination}",
+                    f"--snapshot={snapshot}",
+                    f"--table={schema}.streamledger_*",
+                    "--no-owner",
+                    f"--dbname={url}",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
     if done.returncode != 0:
         reason = " ".join(done.stderr.strip().splitlines()[-1:]) or f"exit {done.returncode}"
         raise BackupDestinationError(f"pg_dump could not write the backup to {destination}: {reason}")
     return report
 
 
-def check_postgres(url: str) -> LedgerCheck:
-    """Decode every record, and follow every reference between them; the problems say which and why."""
+def _size(directory: Path) -> int:
+    """The bytes of the files in ``directory`` so far (0 before it is made)."""
+    total = 0
+    with contextlib.suppress(OSError):  # not made yet, or a file renamed while counted
+        for entry in os.scandir(directory):
+            with contextlib.suppress(OSError):
+                total += entry.stat().st_size
+    return total
+
+
+def check_postgres(url: str, /, *, progress: Progress = SILENT) -> LedgerCheck:
+    """Decode every record, and follow every reference between them; the problems say which and why.
+
+    ``progress`` counts the rows read, of the total PostgreSQL estimates for
+    the tables (``pg_class.reltuples``, kept by its autovacuum).
+    """
     with _snapshot(url, verify=False) as conn:
-        return _check(conn, describe_url(url))
+        return _check(conn, describe_url(url), progress)
 
 
-def _check(conn: Any, where: str) -> LedgerCheck:
+#: The tables :func:`_check` reads row by row.
+_CHECKED: Final = (
+    "streamledger_streams",
+    "streamledger_groups",
+    "streamledger_messages",
+    "streamledger_keyed",
+    "streamledger_attempts",
+    "streamledger_node_attempts",
+    "streamledger_scopes",
+    "streamledger_nodes",
+    "streamledger_graph_runs",
+    "streamledger_runs",
+)
+
+
+def _estimated_rows(conn: Any) -> int:
+    """The rows of the checked tables as PostgreSQL's statistics estimate them (never analysed: 0)."""
+    (rows,) = conn.execute(
+        "SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class"
+        " WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
+        " AND relkind = 'r' AND relname = ANY(%s)",
+        (list(_CHECKED),),
+    ).fetchone()
+    return int(rows)
+
+
+def _check(conn: Any, where: str, progress: Progress = SILENT) -> LedgerCheck:
     problems: list[str] = []
     records: dict[str, int] = {}
+    progress.phase("checking", _estimated_rows(conn) if progress.live else None)
 
     def each(table: str, columns: str) -> Iterator[tuple[Any, ...]]:
+        assert table in _CHECKED
         for row in conn.execute(f"SELECT {columns} FROM {table}").fetchall():
             records[table] = records.get(table, 0) + 1
+            progress.advance()
             yield row
 
     def decoded(tp: type[T], raw: bytes, what: str) -> T | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from streams import StreamRef
+
+from .._progress import SILENT, Progress
 from .._tools import Tools
 from ._faults import translated
 from ._inspect import backup_postgres, check_postgres, inspect_postgres, keys_postgres, messages_postgres
@@ -35,11 +38,17 @@ async def _demo(
     return await run_demo_postgres(url, messages, workers=workers)
 
 
+def _messages(
+    url: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+) -> dict[str, Any]:
+    return messages_postgres(url, ref, start=start, limit=limit, progress=progress)
+
+
 TOOLS = Tools(
     describe=describe_url,
     name=database_name,
     inspect=lambda url, values: inspect_postgres(url, values=values),
-    messages=lambda url, ref, start, limit: messages_postgres(url, ref, start=start, limit=limit),
+    messages=_messages,
     keys=lambda url, ref, group, start, stop, limit: keys_postgres(
         url, ref, group, start=start, stop=stop, limit=limit
     ),

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from ledger import open_ledger
+from ledger._messages import with_rates
 from streams import Key, Stream, open_scope
 
 from .test_cli import cli
@@ -111,3 +112,45 @@ def test_watch_shows_the_view_again_until_ctrl_c_which_ends_it_cleanly(shop: Pat
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=30)
     assert run.returncode == 0 and "Traceback" not in err
+
+
+def test_a_watch_of_the_groups_adds_their_rates_from_its_second_view(shop: Path) -> None:
+    done = cli("inspect", str(shop), "--groups", "--watch", "0.01", "--count", "2")
+    assert done.returncode == 0, done.stderr
+    views = [
+        view.splitlines()
+        for view in re.split(r"^every 0\.01 s, Ctrl-C to stop: .*\n", done.stdout, flags=re.M)[1:]
+    ]
+    assert len(views) == 2  # --count 2: two views, then it ends by itself
+    for view in views:
+        assert view[0].split()[3:7] == ["APPENDED", "LAG", "APPENDED/S", "HANDLED/S"]
+    first, second = ([row.split()[5:7] for row in view[1:]] for view in views)
+    assert first == [["-", "-"], ["-", "-"]]  # one view: nothing to count a rate from
+    assert second == [["0.0", "0.0"], ["0.0", "0.0"]]  # nothing appended or handled in between
+    watched = cli("inspect", str(shop), "--groups", "--json", "--watch", "0.01", "--count", "2")
+    rows = [json.loads(line) for line in watched.stdout.splitlines() if line.startswith("[")]
+    assert [[(r["appended_per_s"], r["handled_per_s"]) for r in view] for view in rows] == [
+        [(None, None), (None, None)],
+        [(0.0, 0.0), (0.0, 0.0)],
+    ]
+    alone = cli("inspect", str(shop), "--groups", "--count", "2")
+    assert alone.returncode == 2 and "--count counts the views of --watch" in alone.stderr
+
+
+def test_rates_are_counted_per_second_between_two_views() -> None:
+    def row(group: str, stream: str, acked: int, appended: int) -> dict[str, object]:
+        return {"group": group, "stream": stream, "acked_through": acked, "appended": appended}
+
+    before = [row("billing", "s/n/orders", 10, 100), row("audit", "s/n/orders", 50, 100)]
+    now = [
+        row("billing", "s/n/orders", 30, 140),  # 20 handled, 40 appended, in 2 s
+        row("audit", "s/n/orders", 20, 140),  # moved back: no rate to show
+        row("new", "s/n/refunds", 5, 5),  # not in the view before
+    ]
+    rated = with_rates(now, before, 2.0)
+    assert [(r["appended_per_s"], r["handled_per_s"]) for r in rated] == [
+        (20.0, 10.0),
+        (20.0, None),
+        (None, None),
+    ]
+    assert all(r["appended_per_s"] is None for r in with_rates(now, None, 0.0))
