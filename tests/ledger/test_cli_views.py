@@ -123,8 +123,8 @@ def test_a_watch_of_the_groups_adds_their_rates_from_its_second_view(shop: Path)
     ]
     assert len(views) == 2  # --count 2: two views, then it ends by itself
     for view in views:
-        assert view[0].split()[3:7] == ["APPENDED", "LAG", "APPENDED/S", "HANDLED/S"]
-    first, second = ([row.split()[5:7] for row in view[1:]] for view in views)
+        assert view[0].split()[3:8] == ["APPENDED", "LAG", "AGE", "APPENDED/S", "HANDLED/S"]
+    first, second = ([row.split()[6:8] for row in view[1:]] for view in views)
     assert first == [["-", "-"], ["-", "-"]]  # one view: nothing to count a rate from
     assert second == [["0.0", "0.0"], ["0.0", "0.0"]]  # nothing appended or handled in between
     watched = cli("inspect", str(shop), "--groups", "--json", "--watch", "0.01", "--count", "2")
