@@ -131,7 +131,8 @@ class NodeContext:
 
     @property
     def run_id(self) -> str | None:
-        """The durable run: the execution's checkpoint scope (``ledger.run``'s ``run_id``).
+        """The durable run: the execution's checkpoint scope (``ledger.run``'s ``run_id``, and
+        ``<run_id>/retry.<n>`` in the attempt ``ledger.retry`` gave a run, which is another attempt).
 
         ``None`` in ordinary mode, which has no durable run (a process-local
         execution is no identity anything could resume).

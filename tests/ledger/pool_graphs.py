@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import anyio
 
 from streams import Graph, Key, MessageTx, NodeContext, Stream
@@ -12,6 +14,17 @@ TOTAL = Key("total", int)
 ANSWER = Key("answer", int)
 #: Seconds each node takes: long enough for a kill or a pause to land inside a run.
 STEP = 0.15
+#: A file named in a worker's environment under this name holds every run's last node there while
+#: it exists: a pause then lands inside a run, however fast the run is (the test removes the file).
+HOLD_WHILE = "POOL_HOLD_WHILE"
+
+
+async def _held() -> None:
+    """Wait while the file ``HOLD_WHILE`` names exists (never, without one)."""
+    hold = os.environ.get(HOLD_WHILE)
+    # another process's file: nothing to wait on but its presence, looked at every 50 ms
+    while hold and await anyio.Path(hold).exists():  # noqa: ASYNC110
+        await anyio.sleep(0.05)
 
 
 def answer(n: int) -> int:
@@ -40,6 +53,7 @@ def summing(version: str = "1") -> Graph:
 
     @g.node(requires=[TOTAL], provides=[ANSWER])
     async def finish(ctx: NodeContext) -> None:
+        await _held()
         await anyio.sleep(STEP)
         ctx.set(ANSWER, ctx[TOTAL] * 2 + 1)
 

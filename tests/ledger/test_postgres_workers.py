@@ -23,7 +23,7 @@ from streams import Graph, NodeContext, StreamRef
 from streams.store import StreamOpen
 
 from . import pg_fault_child
-from .pool_graphs import ANSWER, GRAPHS, N, answer, summing
+from .pool_graphs import ANSWER, GRAPHS, HOLD_WHILE, N, answer, summing
 
 pytestmark = pytest.mark.anyio
 
@@ -94,7 +94,8 @@ async def test_a_worker_whose_lease_was_taken_over_confirms_nothing(postgres_url
         assert opened.created  # the zombie's refused open left nothing
 
 
-def _worker(url: str, owner: str) -> subprocess.Popen[str]:
+def _worker(url: str, owner: str, *, hold: Path | None = None) -> subprocess.Popen[str]:
+    env = None if hold is None else {**os.environ, HOLD_WHILE: str(hold)}
     return subprocess.Popen(
         [
             sys.executable,
@@ -116,6 +117,7 @@ def _worker(url: str, owner: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -131,11 +133,14 @@ def _claims(process: subprocess.Popen[str]) -> str:
 
 
 def test_workers_killed_and_paused_past_their_lease_leave_every_run_with_its_answer(
-    postgres_url: str,
+    postgres_url: str, tmp_path: Path
 ) -> None:
     runs = {f"run-{i:02}": 20 + i for i in range(12)}
     anyio.run(submit, postgres_url, runs)
-    killed, paused, steady = (_worker(postgres_url, name) for name in ("killed", "paused", "steady"))
+    killed, steady = _worker(postgres_url, "killed"), _worker(postgres_url, "steady")
+    hold = tmp_path / "hold"
+    hold.touch()  # the paused worker's runs wait at their last node while it exists
+    paused = _worker(postgres_url, "paused", hold=hold)
     try:
         _claims(killed)
         killed.send_signal(signal.SIGKILL)  # dies inside a run: its lease runs out, another resumes it
@@ -147,6 +152,7 @@ def test_workers_killed_and_paused_past_their_lease_leave_every_run_with_its_ans
             pass
         assert line, "the steady worker never took the paused worker's run over"
         paused.send_signal(signal.SIGCONT)
+        hold.unlink()  # its lease is lost: what it claims next runs to its end
         out_paused, err_paused = paused.communicate(timeout=120)
         _, err_steady = steady.communicate(timeout=120)
     finally:
