@@ -28,9 +28,11 @@ from streams import StoreDamagedError, StreamRef, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
 from ._colour import Colours, colours_for
+from ._console_cli import add_console_command, run_console_command
 from ._demo import DemoProgress, DemoSummary
 from ._errors import (
     BackupDestinationError,
+    ConsoleTokenError,
     CorruptRecordError,
     DamagedLedgerError,
     DemoMismatchError,
@@ -106,6 +108,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
             GroupChangeError,
             GraphsNotFoundError,
             PostgresOnlyError,
+            ConsoleTokenError,
             NotALedgerError,
             LedgerPathError,
             DemoMismatchError,
@@ -266,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     add_worker_command(commands)
     add_migrate_command(commands)
     add_metrics_command(commands)
+    add_console_command(commands)
     check = commands.add_parser(
         "check",
         help="verify every record and reference of a ledger",
@@ -348,6 +352,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return run_migrate_command(args)
         if args.command == "metrics":
             return run_metrics_command(args)
+        if args.command == "console":
+            return run_console_command(args)
         if args.command == "group":
             print(run_group_command(args))
             return EXIT_OK

@@ -52,6 +52,7 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── GroupChangeError (ValueError)          group move to a sequence the stream cannot start the group at
     ├── GraphsNotFoundError (ValueError)       worker --graphs names no mapping of graph names to graphs
     ├── PostgresOnlyError (ValueError)         worker or migrate given an LMDB ledger's path
+    ├── ConsoleTokenError (ValueError)         console on an address not loopback without a token
     ├── DemoMismatchError (ValueError)         the ledger holds another demo (another --messages), or more
     └── DemoWorkerError                        a worker process of the PostgreSQL demo stopped with an error
 
@@ -65,6 +66,7 @@ from streams import CheckpointError
 
 __all__ = [
     "BackupDestinationError",
+    "ConsoleTokenError",
     "CorruptRecordError",
     "DamagedLedgerError",
     "DemoMismatchError",
@@ -223,6 +225,10 @@ class BackupDestinationError(LedgerError, ValueError):
 
 class ServerUnavailableError(LedgerError, RuntimeError):
     """No PostgreSQL binaries on this machine, or the private server would not start."""
+
+
+class ConsoleTokenError(LedgerError, ValueError):
+    """``console`` on an address that is not loopback without a token every request must carry."""
 
 
 class MissingExtraError(LedgerError, ImportError):

@@ -150,6 +150,7 @@ def node_runs_report(
                 "seconds": _seconds(run),
                 "holder": (holders or {}).get(run.run_id),
                 "cancelled": _cancel(run),
+                "topology": run.shape,  # the graph's members and their ports, to draw it
                 "attempt": run.attempt,
                 "retries": [
                     {

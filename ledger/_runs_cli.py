@@ -155,7 +155,7 @@ def run_runs_command(args: argparse.Namespace, colours: Colours = PLAIN) -> tupl
     chosen.sort(key=lambda run: (run["updated_at"] or "", run["run_id"]), reverse=True)
     if args.limit is not None:
         chosen = chosen[: args.limit]
-    listed = [{k: v for k, v in run.items() if k != "nodes"} for run in chosen]
+    listed = [{k: v for k, v in run.items() if k not in ("nodes", "topology")} for run in chosen]
     return (json.dumps(listed) + "\n" if args.json else _listed(listed, colours)), False
 
 

@@ -50,6 +50,8 @@ def test_the_wheel_holds_streams_and_ledger_only_with_their_licence_and_version(
         licence = archive.read(f"{info}/licenses/LICENSE").decode()
     assert {name.split("/")[0] for name in names} == {"streams", "ledger", info}
     assert {"streams/py.typed", "ledger/py.typed"} <= set(names)
+    static = {f"ledger/console/static/{name}" for name in ("index.html", "console.js", "console.css")}
+    assert static <= set(names)  # the console's pages ship in the wheel: nothing fetched at run time
     assert metadata["Version"] == streams.__version__ == ledger.__version__
     assert metadata["License-Expression"] == "MIT" and licence.startswith("MIT License")
     assert "Typing :: Typed" in metadata.get_all("Classifier", [])

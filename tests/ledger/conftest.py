@@ -39,6 +39,7 @@ _TIMES = frozenset(
         "lag_seconds",
         "appended_at",
         "last_activity",
+        "lease_expires",
     }
 )
 

@@ -1,0 +1,69 @@
+"""``python -m ledger console PATH|URL``: the read-only web console (:mod:`ledger.console`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ._arguments import positive_float
+from ._errors import ConsoleTokenError
+
+__all__ = ["add_console_command", "run_console_command"]
+
+
+def add_console_command(commands: Any) -> None:
+    console = commands.add_parser(
+        "console",
+        help="serve a read-only web console of a ledger: streams, lag, runs and their nodes, live",
+        description=(
+            "Serve a read-only web console at http://HOST:PORT: streams and consumer groups with lag, "
+            "rates and the age of the oldest unacknowledged message, plotted while it watches; runs by "
+            "status; a run's graph, node timeline and failures. It reads the ledger as inspect does, "
+            "every --interval seconds, beside the running programs. On a loopback address it needs no "
+            "token; on any other, --token (or STREAMLEDGER_CONSOLE_TOKEN) must be given, and every "
+            "request must carry it. Ctrl-C stops it (exit 0)."
+        ),
+    )
+    console.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    console.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    console.add_argument(
+        "--port", type=int, default=8400, help="the port to listen on (default 8400; 0 picks a free one)"
+    )
+    console.add_argument(
+        "--token", help="the token every request must carry (default: STREAMLEDGER_CONSOLE_TOKEN)"
+    )
+    console.add_argument(
+        "--interval",
+        type=positive_float,
+        default=2.0,
+        metavar="S",
+        help="seconds between two reads of the ledger (default 2)",
+    )
+
+
+def run_console_command(args: argparse.Namespace) -> int:
+    from .console import ConsoleServer, Watcher
+
+    token = args.token or os.environ.get("STREAMLEDGER_CONSOLE_TOKEN") or None
+    watcher = Watcher(args.path, interval=args.interval)
+    watcher.read()  # the ledger's own error and exit code if it is none
+    if watcher.overview()["error"] is not None:
+        from ._tools import tools_for
+
+        tools_for(args.path).inspect(args.path, False)  # raised again, as the command's error
+    try:
+        server = ConsoleServer(watcher, args.host, args.port, token)
+    except ValueError as exc:
+        raise ConsoleTokenError(str(exc)) from None
+    watcher.start()
+    shown = server.url + (f"?token={token}" if token else "")
+    print(f"serving the console of {watcher.where} at {shown} (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:  # the way to stop serving: not an error
+        return 0
+    finally:
+        watcher.stop()
+        server.httpd.server_close()
+    return 0

@@ -1,0 +1,263 @@
+"""What the console shows, read from the ledger as ``inspect`` reads it, and kept while it watches.
+
+A :class:`Watcher` reads the ledger every ``interval`` seconds on a thread
+of its own (one read-only snapshot each, beside the owner or the workers;
+on LMDB a read never waits on the owner's writes) and keeps the last
+:data:`KEPT` samples of every consumer group: its lag, what its stream
+appended and what it acknowledged, so a page can plot them over the time
+the console has watched, with rates between samples and the age of the
+oldest unacknowledged message from the stream's append marks. Each view is
+a JSON value; message contents are read only when a view asks for them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from streams import StreamRef
+
+from .._tools import Tools, tools_for
+
+__all__ = ["KEPT", "Watcher", "health_of"]
+
+#: Samples kept per group: an hour at the default interval of two seconds.
+KEPT: Final = 1800
+#: Statuses of a run a page filters by.
+RUN_STATUSES: Final = ("running", "completed", "failed", "cancelled")
+
+
+def _seconds(moment: str | None) -> float | None:
+    if moment is None:
+        return None
+    return datetime.datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class _Series:
+    """A group's samples: (when, lag, appended, acknowledged), oldest first."""
+
+    points: deque[tuple[float, int, int, int]] = field(default_factory=lambda: deque(maxlen=KEPT))
+
+    def rates(self) -> tuple[float | None, float | None]:
+        """Messages appended and handled per second between the last two samples."""
+        if len(self.points) < 2:
+            return None, None
+        (t0, _, a0, k0), (t1, _, a1, k1) = self.points[-2], self.points[-1]
+        span = t1 - t0
+        if span <= 0 or a1 < a0 or k1 < k0:  # a count went back (a group moved): no rate
+            return None, None
+        return round((a1 - a0) / span, 1), round((k1 - k0) / span, 1)
+
+
+def health_of(group: dict[str, Any]) -> str:
+    """One word for a group at a glance: stopped, exhausted, lagging or ok."""
+    if group["stopped"]:
+        return "stopped"
+    if group["exhausted"]:
+        return "exhausted"
+    if group["pending"]:
+        return "lagging"
+    return "ok"
+
+
+class Watcher:
+    """The ledger at ``target``, read every ``interval`` seconds; the console's views of it."""
+
+    def __init__(self, target: str, *, interval: float = 2.0, clock: Callable[[], float] = time.time) -> None:
+        self.target = target
+        self.interval = interval
+        self._tools: Tools = tools_for(target)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._report: dict[str, Any] | None = None
+        self._read_at = 0.0
+        self._reads = 0
+        self._error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def where(self) -> str:
+        return self._tools.describe(self.target)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self) -> None:
+        """Read the ledger once and keep the sample; a failed read is kept as the error it was."""
+        try:
+            report = self._tools.inspect(self.target, False)
+        except Exception as exc:  # shown on every page until a read succeeds again
+            with self._changed:
+                self._error = f"{type(exc).__name__}: {exc}"
+                self._reads += 1
+                self._changed.notify_all()
+            return
+        now = self._clock()
+        with self._changed:
+            for stream in report["streams"]:
+                name = _name(stream)
+                for group in stream["groups"]:
+                    series = self._series.setdefault((name, group["group"]), _Series())
+                    acked = stream["appended"] - group["pending"]
+                    series.points.append((now, group["pending"], stream["appended"], acked))
+            self._report, self._read_at, self._error = report, now, None
+            self._reads += 1
+            self._changed.notify_all()
+
+    def start(self) -> None:
+        """Read now, then every ``interval`` seconds on a thread, until :meth:`stop`."""
+        self.read()
+
+        def watch() -> None:
+            while not self._stop.wait(self.interval):
+                self.read()
+
+        self._thread = threading.Thread(target=watch, name="console-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def reads_after(self, seen: int, timeout: float) -> int:
+        """Wait until a read after the ``seen``-th (or ``timeout`` seconds, or the stop); the count now."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._reads > seen or self._stop.is_set(), timeout)
+            return self._reads
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _current(self) -> tuple[dict[str, Any], float, str | None]:
+        with self._lock:
+            report = self._report or {"streams": [], "runs": [], "graph_runs": []}
+            return report, self._read_at, self._error
+
+    # -- views -----------------------------------------------------------------------------
+
+    def overview(self) -> dict[str, Any]:
+        """Streams with their groups' health, lag, age and rates; runs by status; what needs a look."""
+        report, read_at, error = self._current()
+        streams = [self._stream_summary(stream, read_at) for stream in report["streams"]]
+        runs: dict[str, int] = dict.fromkeys(RUN_STATUSES, 0)
+        for run in report["runs"]:
+            runs[run["status"]] = runs.get(run["status"], 0) + 1
+        groups = [g for s in streams for g in s["groups"]]
+        return {
+            "ledger": self.where,
+            "read_at": _moment(read_at),
+            "error": error,
+            "interval": self.interval,
+            "streams": streams,
+            "runs": runs,
+            "graph_runs": len(report["graph_runs"]),
+            "attention": {
+                "lagging": sum(g["health"] == "lagging" for g in groups),
+                "exhausted": sum(g["health"] == "exhausted" for g in groups),
+                "stopped": sum(g["health"] == "stopped" for g in groups),
+                "failed_runs": runs.get("failed", 0),
+            },
+        }
+
+    def _stream_summary(self, stream: dict[str, Any], read_at: float) -> dict[str, Any]:
+        name = _name(stream)
+        groups = []
+        for group in stream["groups"]:
+            series = self._series.get((name, group["group"]))
+            appended_rate, handled_rate = series.rates() if series is not None else (None, None)
+            oldest = _seconds(group["oldest_unacked_at"])
+            groups.append(
+                {
+                    "group": group["group"],
+                    "acked_through": group["acked_through"],
+                    "lag": group["pending"],
+                    "age_seconds": None if oldest is None else round(max(0.0, read_at - oldest), 1),
+                    "appended_per_s": appended_rate,
+                    "handled_per_s": handled_rate,
+                    "exhausted": group["exhausted"],
+                    "dead_lettered": group["dead_lettered"],
+                    "stopped": group["stopped"],
+                    "health": health_of(group),
+                }
+            )
+        return {
+            "stream": name,
+            "type": stream["type"],
+            "appended": stream["appended"],
+            "finished": stream["finished"],
+            "failed": stream["failed"],
+            "partitions": stream["partitions"],
+            "last_appended_at": stream["last_appended_at"],
+            "groups": groups,
+        }
+
+    def stream(self, name: str, *, messages: bool = False, limit: int = 20) -> dict[str, Any] | None:
+        """One stream: its groups with their samples; its latest kept messages only if asked."""
+        report, read_at, error = self._current()
+        found = [s for s in report["streams"] if _name(s) == name]
+        if not found:
+            return None
+        summary = self._stream_summary(found[0], read_at)
+        with self._lock:
+            history = {
+                g["group"]: [list(p) for p in self._series.get((name, g["group"]), _Series()).points]
+                for g in summary["groups"]
+            }
+        view: dict[str, Any] = {**summary, "error": error, "read_at": _moment(read_at), "history": history}
+        if messages:
+            start = max(1, summary["appended"] - limit + 1)  # the latest: never a read of the whole stream
+            view["messages"] = self._tools.messages(self.target, _ref(name), start, limit)["messages"]
+        return view
+
+    def runs(self, *, status: str | None = None, graph: str | None = None) -> list[dict[str, Any]]:
+        """The runs, newest first, as ``runs list --json`` gives them."""
+        report, _, _ = self._current()
+        chosen = [
+            {k: v for k, v in run.items() if k not in ("nodes", "topology")}
+            for run in report["runs"]
+            if (status is None or run["status"] == status)
+            and (graph is None or fnmatch.fnmatch(run["graph"], graph))
+        ]
+        chosen.sort(key=lambda run: (run["updated_at"] or "", run["run_id"]), reverse=True)
+        return chosen
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run as ``runs show --json`` gives it, with its graph's topology to draw it by."""
+        report, _, _ = self._current()
+        for run in report["runs"]:
+            if run["run_id"] == run_id:
+                return dict(run)
+        return None
+
+    def groups(self) -> Iterator[tuple[str, str]]:
+        with self._lock:
+            yield from list(self._series)
+
+
+def _name(stream: dict[str, Any]) -> str:
+    return f"{stream['scope']}/{stream['node']}/{stream['key']}"
+
+
+def _ref(name: str) -> StreamRef:
+    scope_node, _, key = name.rpartition("/")
+    scope, _, node = scope_node.rpartition("/")
+    return StreamRef(scope, node, key)
+
+
+def _moment(at: float) -> str | None:
+    if not at:
+        return None
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
