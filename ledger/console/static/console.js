@@ -134,6 +134,22 @@ function plot(points, read) {
   return chart;
 }
 
+function lagPlot(group, points) {
+  // the plot, and what it shows as attributes: how many samples, the lag now and at its highest
+  const lags = points.map((p) => p[1]);
+  return el(
+    "div",
+    {
+      class: "lag-plot",
+      "data-group": group,
+      "data-samples": points.length,
+      "data-last-lag": lags.length ? lags[lags.length - 1] : "",
+      "data-max-lag": lags.length ? Math.max(...lags) : "",
+    },
+    plot(points, (p) => p[1]),
+  );
+}
+
 async function stream(name, withMessages) {
   const s = await get(`api/streams/${encodeURIComponent(name)}${withMessages ? "?messages=1" : ""}`);
   const parts = [
@@ -144,11 +160,12 @@ async function stream(name, withMessages) {
     parts.push(
       el("h2", {}, `Group ${g.group} `, word(g.health)),
       el("p", {}, `lag ${g.lag}, oldest unacknowledged ${age(g.age_seconds)} ago, ${rate(g.handled_per_s)} handled, ${g.exhausted} exhausted, ${g.dead_lettered} dead-lettered`),
-      el("div", { class: "lag-plot", "data-group": g.group, "data-samples": (s.history[g.group] || []).length }, plot(s.history[g.group] || [], (p) => p[1])),
+      lagPlot(g.group, s.history[g.group] || []),
     );
   }
   if (withMessages) {
     parts.push(el("h2", {}, "Latest messages"));
+    if (!s.messages.length) parts.push(el("p", { class: "muted" }, "none kept: every group acknowledged them, and they were compacted away"));
     for (const m of s.messages) {
       parts.push(el("pre", { class: "message" }, `#${m.seq} ${m.appended_at || ""}\n${JSON.stringify(m.value, null, 2)}`));
     }
@@ -298,6 +315,7 @@ async function refresh() {
     await current();
     status.textContent = `updated ${new Date().toISOString().slice(11, 19)}Z`;
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+    window.dispatchEvent(new Event("console:updated")); // what a watcher of the page waits on
   } catch (error) {
     status.textContent = String(error);
   } finally {

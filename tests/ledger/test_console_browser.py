@@ -1,0 +1,124 @@
+"""The console in a real headless Chromium, beside a running program: lag that falls, a run that fails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import pytest
+
+from streams import Graph, Key, MessageTx, NodeContext, Stream
+
+from ..browser import chromium, chromium_path
+from .conftest import Opener
+from .test_console import _target, console
+
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+
+N = Key("n", int)
+NOTES = Key("notes", Stream[str])
+SENT = Key("sent", int)
+COUNT = Key("count", int)
+#: Where the screenshots docs/operating.md shows are written, with STREAMLEDGER_DOC_SCREENSHOTS=1.
+SHOTS_FOR_DOCS = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+
+def checkout(release: anyio.Event, *, fail: bool) -> Graph:
+    """Notes all written, then counted two at first and the rest once ``release`` is set."""
+    g = Graph("checkout", version="1", inputs=[N])
+
+    @g.node(requires=[N], provides=[NOTES, SENT])
+    async def write(ctx: NodeContext) -> None:
+        for i in range(ctx[N]):
+            await ctx.writer(NOTES).send(f"<b>note {i}</b><script>document.title='owned'</script>")
+        ctx.set(SENT, ctx[N])
+
+    @g.node(requires=[NOTES, SENT], provides=[COUNT])
+    async def count(ctx: NodeContext) -> None:
+        async def one(tx: MessageTx[int], note: str) -> None:
+            tx.set_state(tx.state + 1)
+            tx.set(COUNT, tx.state)
+
+        first = await ctx.handle_messages(NOTES, one, initial_state=0, limit=2)
+        await release.wait()
+        await ctx.handle_messages(NOTES, one, initial_state=first.state)
+        if fail:
+            raise LookupError("the <i>till</i> is offline")
+
+    return g
+
+
+async def test_the_console_shows_lag_falling_and_a_run_failing_live_in_a_browser(
+    open_any: Opener, tmp_path: Path
+) -> None:
+    paid, broke = anyio.Event(), anyio.Event()
+    async with open_any() as ledger, anyio.create_task_group() as tg:
+        target = _target(ledger)
+
+        async def run(graph: Graph, run_id: str) -> None:
+            with contextlib.suppress(LookupError):  # the failure the page must show
+                await ledger.start(graph, {N: 6}, run_id=run_id)
+
+        tg.start_soon(run, checkout(paid, fail=False), "order-1")
+        tg.start_soon(run, checkout(broke, fail=True), "order-2")
+        with console(target) as url, chromium(tmp_path / "profile") as page:
+
+            async def on(method: Any, *args: Any) -> Any:
+                return await anyio.to_thread.run_sync(method, *args)
+
+            await on(page.open, url)
+            # the overview: the two runs' groups are behind by four notes each
+            await on(page.until, "document.querySelector('[data-attention=lagging] b').textContent === '2'")
+            await on(page.screenshot, tmp_path / "overview.png")
+            # a stream's lag plot, while its group catches up: it moves without a reload
+            notes = quote("order-1/write/notes", safe="")
+            await on(page.value, f"location.hash = '#/stream/{notes}'")
+            plot = "document.querySelector('.lag-plot')"
+            await on(page.until, f"{plot} && {plot}.dataset.lastLag === '4' && {plot}.dataset.samples >= 2")
+            paid.set()
+            await on(page.until, f"{plot}.dataset.lastLag === '0' && {plot}.dataset.maxLag === '4'")
+            assert (
+                await on(
+                    page.value, f"{plot}.querySelector('polyline').getAttribute('points').split(' ').length"
+                )
+                >= 3
+            )
+            await on(page.screenshot, tmp_path / "stream.png")
+            # messages, only when asked (order-1's may be compacted: order-2 keeps its four unhandled):
+            # markup in them is text, never run
+            await on(page.value, f"location.hash = '#/stream/{quote('order-2/write/notes', safe='')}'")
+            await on(page.until, "document.querySelector('h1').textContent === 'Stream order-2/write/notes'")
+            await on(page.value, "document.getElementById('show-messages').click()")
+            await on(
+                page.until, "document.querySelectorAll('pre.message').length >= 4"
+            )  # kept: 3 to 6 at least
+            shown = await on(page.value, "document.querySelector('pre.message').textContent")
+            assert "<script>document.title='owned'</script>" in shown
+            assert await on(page.value, "document.querySelectorAll('#page script, #page b').length") == 0
+            assert await on(page.value, "document.title") == "streamledger console"
+            # a run's graph and timeline; it fails while the page is open
+            await on(page.value, "location.hash = '#/run/order-2'")
+            await on(page.until, "document.querySelectorAll('[data-node]').length === 2")
+            await on(page.until, "document.querySelector('[data-node=write]').dataset.status === 'completed'")
+            assert (
+                await on(page.value, "document.querySelector('h1 [data-status]').dataset.status") == "running"
+            )
+            broke.set()
+            await on(page.until, "document.querySelector('h1 [data-status]').dataset.status === 'failed'")
+            await on(page.until, "document.querySelector('[data-node=count]').dataset.status === 'failed'")
+            assert await on(page.value, "document.querySelectorAll('[data-bar]').length") >= 2
+            failures = await on(page.value, "document.querySelector('main table').innerText")
+            assert "LookupError" in failures and "the <i>till</i> is offline" in failures
+            await on(page.screenshot, tmp_path / "run.png")
+        tg.cancel_scope.cancel()
+    for name in ("overview.png", "stream.png", "run.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    if os.environ.get("STREAMLEDGER_DOC_SCREENSHOTS") == "1" and "postgres" not in target:
+        SHOTS_FOR_DOCS.mkdir(exist_ok=True)  # the pictures of docs/operating.md, made here
+        for name in ("overview.png", "stream.png", "run.png"):
+            shutil.copy(tmp_path / name, SHOTS_FOR_DOCS / f"console-{name}")
