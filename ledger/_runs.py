@@ -485,9 +485,7 @@ class Runs:
         """
         aspects = tuple(aspects)
         given = describe_chain(aspects)
-        record = await self._book.read(run_id)
-        if record is None:
-            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        record = await self._known(run_id)
         check_graph(record, graph)
         if record.status == "cancelled":
             cancel = record.cancelled
@@ -547,9 +545,7 @@ class Runs:
         """
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError("a cancel says why: give reason=")
-        record = await self._book.read(run_id)
-        if record is None:
-            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        record = await self._known(run_id)
         if record.status != "running":
             raise RunFinishedError(f"run {run_id!r} is {record.status}: there is nothing to cancel")
         cancel = RunCancel(by, reason, time.time())
@@ -578,9 +574,7 @@ class Runs:
         """
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError("a retry says why: give reason=")
-        record = await self._book.read(run_id)
-        if record is None:
-            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        record = await self._known(run_id)
         ended = record.status
         if ended == "running" and await self._book.nodes.scope_failed(record.scope):
             ended = "failed"  # its final failure was confirmed, and its process ended before its record
@@ -616,9 +610,7 @@ class Runs:
         record is checked again in the deleting transaction, so a run a
         worker claimed in between is refused, not deleted under it.
         """
-        record = await self._book.read(run_id)
-        if record is None:
-            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        record = await self._known(run_id)
         ended = record.status != "running" or await self._book.nodes.scope_failed(record.scope)
         if not ended or run_id in self._active:
             raise not_ended(run_id)
@@ -650,6 +642,13 @@ class Runs:
             self._executions.pop(record.run_id, None)
         await self._book.write(stamped(msgspec.structs.replace(record, status="completed")), new=False)
         return RunResult(record.run_id, result, resumed=resumed)
+
+    async def _known(self, run_id: str) -> RunRecord:
+        """Run ``run_id``'s record, or :class:`UnknownRunError`."""
+        record = await self._book.read(run_id)
+        if record is None:
+            raise UnknownRunError(f"{self._book.where} has no run {run_id!r}")
+        return record
 
     def _owning(self, run_id: str) -> _Owning:
         return _Owning(self._active, run_id)

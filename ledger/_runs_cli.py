@@ -95,10 +95,7 @@ def add_runs_command(commands: Any) -> None:
             "What its nodes confirmed stays; a cancelled run is not resumed."
         ),
     )
-    cancel.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-    cancel.add_argument("run_id", metavar="RUN_ID", help="the run")
-    cancel.add_argument("--reason", required=True, help="why, recorded with the cancel")
-    cancel.add_argument("--by", metavar="NAME", help="who cancels it (default: this host and process)")
+    _recorded_act(cancel, "cancel", "cancels")
     retry = actions.add_parser(
         "retry",
         help="retry a run that failed for good or was cancelled: a new root attempt, fresh budgets",
@@ -110,10 +107,7 @@ def add_runs_command(commands: Any) -> None:
             "another process (exit 3)."
         ),
     )
-    retry.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-    retry.add_argument("run_id", metavar="RUN_ID", help="the run")
-    retry.add_argument("--reason", required=True, help="why, recorded with the retry")
-    retry.add_argument("--by", metavar="NAME", help="who retries it (default: this host and process)")
+    _recorded_act(retry, "retry", "retries")
     delete = actions.add_parser(
         "delete",
         help="delete a run that ended: its record, its nodes' records and the streams it owns",
@@ -126,6 +120,14 @@ def add_runs_command(commands: Any) -> None:
     )
     delete.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     delete.add_argument("run_id", metavar="RUN_ID", help="the run")
+
+
+def _recorded_act(parser: Any, act: str, does: str) -> None:
+    """The arguments of an act on a run that is recorded with who and why: cancel, retry."""
+    parser.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    parser.add_argument("run_id", metavar="RUN_ID", help="the run")
+    parser.add_argument("--reason", required=True, help=f"why, recorded with the {act}")
+    parser.add_argument("--by", metavar="NAME", help=f"who {does} it (default: this host and process)")
 
 
 def run_runs_command(args: argparse.Namespace, colours: Colours = PLAIN) -> tuple[str, bool]:
