@@ -742,6 +742,10 @@ def _keys(args: argparse.Namespace) -> int:
 
 def _table(report: dict[str, Any], colours: Colours) -> str:
     lines = [f"ledger {report['path']}"]
+    owner = report.get("owner")
+    if owner is not None:
+        gone = {False: ", no longer running", None: ""}.get(owner["running"], "")
+        lines.append(f"owned by process {owner['pid']} on {owner['host']} since {owner['since']}{gone}")
     streams = report["streams"]
     if not streams:
         lines.append("no streams")

@@ -158,6 +158,7 @@ class Watcher:
         groups = [g for s in streams for g in s["groups"]]
         return {
             "ledger": self.where,
+            "owner": report.get("owner"),
             "read_at": _moment(read_at),
             "error": error,
             "interval": self.interval,

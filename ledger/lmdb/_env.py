@@ -49,6 +49,7 @@ from ._commit import LmdbBatches, LmdbWrite
 from ._files import check_data_file, damaged, holds_no_commit, never_held_records
 from ._layout import DATABASES, KEYED_SCHEMA, META_KEY, databases_of
 from ._manifest import MANIFESTED, Manifest, put_manifest
+from ._owner import OWNER_FILE, clear_owner, read_owner, write_owner
 from ._seal import decode_record, seal
 
 __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket", "write_mode"]
@@ -191,6 +192,7 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
                 try:
                     env.reader_check()
                     self = _complete(cls, p, env, lock_fd, max_map_size=max_map_size, step=step)
+                    write_owner(p)  # who holds the lock, for an operator (inspect, a refused open)
                 except lmdb.Error as exc:  # a damaged page met while reading the schema or databases
                     env.close()
                     raise damaged(p, exc) from None
@@ -416,6 +418,7 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
         self._closed = True
         self._env.close()
         if self._lock_fd >= 0 and self._lock_fd in _lock_fds:
+            clear_owner(self.path)
             _lock_fds.discard(self._lock_fd)
             os.close(self._lock_fd)
         with _open_paths_lock:
@@ -523,7 +526,7 @@ def _check_path(path: Path, *, create: bool) -> bool:
 
 
 #: The files a ledger's creation makes; a directory holding only these and no data is a fresh one.
-_CREATION_FILES: Final = frozenset({"owner.lock", "lock.mdb", "data.mdb"})
+_CREATION_FILES: Final = frozenset({"owner.lock", "lock.mdb", "data.mdb", OWNER_FILE})
 
 
 def _new(path: Path, names: set[str], *, create: bool) -> bool:
@@ -733,8 +736,12 @@ def _take_owner_lock(path: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise LedgerLockedError(
-            f"ledger {path} is owned by another process; stop it or use another path"
-        ) from None
+        owner = read_owner(path)
+        who = (
+            f"process {owner['pid']} on {owner['host']} (since {owner['since']})"
+            if owner is not None
+            else "another process"
+        )
+        raise LedgerLockedError(f"ledger {path} is owned by {who}; stop it or use another path") from None
     _lock_fds.add(fd)
     return fd

@@ -20,6 +20,7 @@ from ._env import LedgerEnv
 from ._graph_runs import list_runs
 from ._layout import DESCRIPTOR_PREFIX
 from ._nodes import node_attempts, node_record
+from ._owner import read_owner
 from ._streams import LmdbView, decode_descriptor, decode_frontier
 
 __all__ = ["inspect_ledger", "view_messages"]
@@ -65,6 +66,7 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
 def _report(env: LedgerEnv, streams: list[dict[str, Any]], *, values: bool) -> dict[str, Any]:
     return {
         "path": str(env.path),
+        "owner": read_owner(env.path),  # the process that has it open for writing, as it said
         "streams": streams,
         "runs": _node_runs(env, values=values),
         "graph_runs": _graph_runs(env, values=values),

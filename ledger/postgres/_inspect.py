@@ -164,6 +164,7 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
             graph_runs.append((keyed(graph_run, graph_run.run_id, run_id, what), checkpoint))
         return {
             "path": describe_url(url),
+            "owner": None,  # a server's ledger has no one owner: its workers hold runs by lease
             "streams": streams,
             "runs": node_runs_report(runs, boundaries, node_record, values=values, holders=holders)
             if runs

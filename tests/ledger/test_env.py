@@ -182,7 +182,10 @@ def owned_by_another_process(path: Path) -> Iterator[subprocess.Popen[str]]:
 
 def test_a_second_process_on_the_same_ledger_gets_ledger_locked(tmp_path: Path) -> None:
     path = tmp_path / "l"
-    with owned_by_another_process(path), pytest.raises(LedgerLockedError, match="owned by another process"):
+    with (
+        owned_by_another_process(path) as owner,
+        pytest.raises(LedgerLockedError, match=rf"owned by process {owner.pid} on "),
+    ):
         LedgerEnv.open(path)
     LedgerEnv.open(path).close()  # free again once the owner is gone
 
@@ -194,7 +197,7 @@ def test_deleting_the_ledgers_other_files_does_not_let_a_second_process_in(tmp_p
         for other in path.iterdir():
             if other.name != "data.mdb":
                 other.unlink()
-        with pytest.raises(LedgerLockedError, match="owned by another process"):
+        with pytest.raises(LedgerLockedError, match="owned by another process"):  # its file went too
             LedgerEnv.open(path)
 
 

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import socket
 from pathlib import Path
 
 import msgspec
@@ -24,8 +26,16 @@ class Totals(msgspec.Struct):
 
 async def test_an_empty_ledger_has_no_streams_and_no_graph_runs(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
-        empty = {"path": str(tmp_path / "l"), "streams": [], "runs": [], "graph_runs": []}
-        assert inspect_ledger(ledger.backend.env) == empty
+        owner = {"host": socket.gethostname(), "pid": os.getpid(), "running": True}
+        report = inspect_ledger(ledger.backend.env)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", report["owner"].pop("since"))
+        assert report == {
+            "path": str(tmp_path / "l"),
+            "owner": owner,
+            "streams": [],
+            "runs": [],
+            "graph_runs": [],
+        }
 
 
 async def test_inspect_reports_streams_groups_and_plain_json_state(tmp_path: Path) -> None:

@@ -65,7 +65,8 @@ function streamLink(name) {
 
 async function overview() {
   const o = await get("api/overview");
-  document.getElementById("ledger").textContent = o.ledger;
+  const owner = o.owner ? ` (owned by process ${o.owner.pid} on ${o.owner.host}${o.owner.running === false ? ", gone" : ""})` : "";
+  document.getElementById("ledger").textContent = o.ledger + owner;
   const a = o.attention;
   const cards = el(
     "div",
