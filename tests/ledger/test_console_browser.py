@@ -81,7 +81,8 @@ async def test_the_console_shows_lag_falling_and_a_run_failing_live_in_a_browser
             plot = "document.querySelector('.lag-plot')"
             await on(page.until, f"{plot} && {plot}.dataset.lastLag === '4' && {plot}.dataset.samples >= 2")
             paid.set()
-            await on(page.until, f"{plot}.dataset.lastLag === '0' && {plot}.dataset.maxLag === '4'")
+            # (an early sample may have seen all six behind, before the first two were counted)
+            await on(page.until, f"{plot}.dataset.lastLag === '0' && Number({plot}.dataset.maxLag) >= 4")
             assert (
                 await on(
                     page.value, f"{plot}.querySelector('polyline').getAttribute('points').split(' ').length"

@@ -173,7 +173,14 @@ def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_
             txn.drop(raw.open_db(name, txn=txn), delete=True)
     env = LedgerEnv.open_readonly(path)
     try:
-        assert inspect_ledger(env) == {"path": str(path), "streams": [], "runs": [], "graph_runs": []}
+        empty: dict[str, object] = {
+            "path": str(path),
+            "owner": None,
+            "streams": [],
+            "runs": [],
+            "graph_runs": [],
+        }
+        assert inspect_ledger(env) == empty
         with pytest.raises(NotALedgerError, match="no 'streams' database: its creation was interrupted"):
             env.db("streams")
     finally:
