@@ -12,6 +12,7 @@ object, bytes are base64.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import json
 from typing import Any
@@ -57,7 +58,10 @@ def messages_of(
     ``compacted_through`` says which messages every group acknowledged and
     the ledger removed: they cannot be shown. Every kept message after
     ``start`` is read, to check that none is missing; ``progress`` counts
-    them, of the total the stream's descriptor gives.
+    them, of the total the stream's descriptor gives. ``appends`` are the
+    stream's append marks: the first sequence of an append and its time, at
+    most about a second apart, thinned as the stream grows
+    (:mod:`streams.store` ``appended_at``).
     """
     view.load(descriptors=(ref,))
     desc = view.get_descriptor(ref)
@@ -89,8 +93,18 @@ def messages_of(
         "compacted_through": desc.compacted_through,
         "finished": desc.finished,
         "failed": desc.failed,
+        "appends": [  # when the stream reached each marked sequence: its kept history of appends
+            {"seq": seq, "at": _to_the_ms(ms)}
+            for seq, ms in zip(desc.marks[::2], desc.marks[1::2], strict=True)
+        ],
         "messages": messages,
     }
+
+
+def _to_the_ms(ms: int) -> str:
+    """A mark's time as UTC ISO 8601 to the millisecond, as the mark keeps it."""
+    at = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def key_bytes(text: str) -> bytes:

@@ -21,16 +21,42 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from streams import StreamRef
+from streams import DeadLetter, StreamRef
+from streams.store import type_name
 
+from .._errors import StreamNotFoundError
 from .._tools import Tools, tools_for
 
-__all__ = ["KEPT", "Watcher", "health_of"]
+__all__ = ["KEPT", "BadQueryError", "Watcher", "health_of", "is_dead_letter_stream"]
 
 #: Samples kept per group: an hour at the default interval of two seconds.
 KEPT: Final = 1800
 #: Statuses of a run a page filters by.
 RUN_STATUSES: Final = ("running", "completed", "failed", "cancelled")
+#: How a stream of dead letters names its type: by shape, or by module as releases before did.
+_DEAD_LETTER_TYPES: Final = (type_name(DeadLetter), "streams._dead_letter.DeadLetter[")
+
+
+class BadQueryError(ValueError):
+    """A view asked for with a value it cannot take (a time that is not ISO 8601)."""
+
+
+def is_dead_letter_stream(stream: dict[str, Any]) -> bool:
+    """Whether a stream of ``inspect``'s report holds :class:`~streams.DeadLetter`\\ s."""
+    return str(stream["type"]).startswith(_DEAD_LETTER_TYPES)
+
+
+def _instant(text: str | None, what: str) -> str | None:
+    """``text`` as the report writes times (UTC, to the second), to compare as text; None if not given."""
+    if not text:
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadQueryError(f"{what} takes an ISO 8601 time (2026-12-01T10:00:00Z), not {text!r}") from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=datetime.UTC)
+    return at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _seconds(moment: str | None) -> float | None:
@@ -165,11 +191,14 @@ class Watcher:
             "streams": streams,
             "runs": runs,
             "graph_runs": len(report["graph_runs"]),
+            "graphs": sorted({run["graph"] for run in report["runs"]}),
+            "dead_letter_streams": [s["stream"] for s in streams if s["dead_letters"]],
             "attention": {
                 "lagging": sum(g["health"] == "lagging" for g in groups),
                 "exhausted": sum(g["health"] == "exhausted" for g in groups),
                 "stopped": sum(g["health"] == "stopped" for g in groups),
                 "failed_runs": runs.get("failed", 0),
+                "dead_lettered": sum(g["dead_lettered"] for g in groups),
             },
         }
 
@@ -202,11 +231,13 @@ class Watcher:
             "failed": stream["failed"],
             "partitions": stream["partitions"],
             "last_appended_at": stream["last_appended_at"],
+            "dead_letters": is_dead_letter_stream(stream),
             "groups": groups,
         }
 
     def stream(self, name: str, *, messages: bool = False, limit: int = 20) -> dict[str, Any] | None:
-        """One stream: its groups with their samples; its latest kept messages only if asked."""
+        """One stream: its groups with their samples, its append marks (the kept history of its
+        appends, from its descriptor); its latest kept messages only if asked."""
         report, read_at, error = self._current()
         found = [s for s in report["streams"] if _name(s) == name]
         if not found:
@@ -217,27 +248,85 @@ class Watcher:
                 g["group"]: [list(p) for p in self._series.get((name, g["group"]), _Series()).points]
                 for g in summary["groups"]
             }
-        view: dict[str, Any] = {**summary, "error": error, "read_at": _moment(read_at), "history": history}
+        # the latest `limit` messages, or none: never a read of the whole stream
+        start = max(1, summary["appended"] - limit + 1) if messages else summary["appended"] + 1
+        try:
+            shown = self._tools.messages(self.target, _ref(name), start, limit if messages else 0)
+        except StreamNotFoundError:  # deleted with its run since the last read
+            return None
+        view: dict[str, Any] = {
+            **summary,
+            "error": error,
+            "read_at": _moment(read_at),
+            "history": history,
+            "appends": [[mark["seq"], _seconds(mark["at"])] for mark in shown["appends"]],
+            "dead_letter_streams": [s for s in self._dead_letter_streams(report) if s != name],
+        }
         if messages:
-            start = max(1, summary["appended"] - limit + 1)  # the latest: never a read of the whole stream
-            view["messages"] = self._tools.messages(self.target, _ref(name), start, limit)["messages"]
+            view["messages"] = shown["messages"]
         return view
 
-    def runs(self, *, status: str | None = None, graph: str | None = None) -> list[dict[str, Any]]:
-        """The runs, newest first, as ``runs list --json`` gives them."""
+    def dead_letters(
+        self, *, source: str | None = None, limit: int = 50, messages: bool = False
+    ) -> dict[str, Any]:
+        """The latest ``limit`` letters of each dead-letter stream (those of ``source`` only, if given):
+        where each came from, its group, node, attempts and error type; the message only if asked."""
+        report, read_at, error = self._current()
+        letters: list[dict[str, Any]] = []
+        streams = self._dead_letter_streams(report)
+        for name in streams:
+            appended = next(s["appended"] for s in report["streams"] if _name(s) == name)
+            try:
+                shown = self._tools.messages(self.target, _ref(name), max(1, appended - limit + 1), limit)
+            except StreamNotFoundError:  # deleted with its run since the last read
+                continue
+            for message in shown["messages"]:
+                letter = message["value"]
+                if source is not None and letter.get("source") != source:
+                    continue
+                kept = {"stream": name, "stream_seq": message["seq"], "appended_at": message["appended_at"]}
+                fields = _LETTER_FIELDS if messages else _LETTER_FIELDS[:-1]
+                letters.append({**kept, **{k: letter.get(k) for k in fields}})
+        letters.sort(key=lambda x: (x["appended_at"] or "", x["stream"], x["stream_seq"]), reverse=True)
+        return {
+            "error": error,
+            "read_at": _moment(read_at),
+            "streams": streams,
+            "source": source,
+            "letters": letters,
+        }
+
+    @staticmethod
+    def _dead_letter_streams(report: dict[str, Any]) -> list[str]:
+        return [_name(s) for s in report["streams"] if is_dead_letter_stream(s)]
+
+    def runs(
+        self,
+        *,
+        status: str | None = None,
+        graph: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The runs, newest first, as ``runs list --json`` gives them: of ``status``, of the graphs
+        ``graph`` matches (a shell pattern), created at or after ``since`` and before ``until``."""
+        first, last = _instant(since, "since"), _instant(until, "until")
         report, _, _ = self._current()
         chosen = [
             {k: v for k, v in run.items() if k not in ("nodes", "topology")}
             for run in report["runs"]
             if (status is None or run["status"] == status)
-            and (graph is None or fnmatch.fnmatch(run["graph"], graph))
+            and (graph is None or fnmatch.fnmatchcase(run["graph"], graph))
+            and (first is None or (run["created_at"] or "") >= first)
+            and (last is None or (run["created_at"] or "") < last)
         ]
         chosen.sort(key=lambda run: (run["updated_at"] or "", run["run_id"]), reverse=True)
         return chosen
 
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        """One run as ``runs show --json`` gives it, with its graph's topology to draw it by."""
-        report, _, _ = self._current()
+    def run(self, run_id: str, *, values: bool = False) -> dict[str, Any] | None:
+        """One run as ``runs show --json`` gives it, with its graph's topology to draw it by; with
+        ``values``, read from the ledger now with each confirmed node's outputs (``--values``)."""
+        report = self._tools.inspect(self.target, True) if values else self._current()[0]
         for run in report["runs"]:
             if run["run_id"] == run_id:
                 return dict(run)
@@ -246,6 +335,10 @@ class Watcher:
     def groups(self) -> Iterator[tuple[str, str]]:
         with self._lock:
             yield from list(self._series)
+
+
+#: What the dead-letter view shows of each letter, besides where it is kept.
+_LETTER_FIELDS: Final = ("source", "seq", "group", "node", "attempts", "error_type", "message")
 
 
 def _name(stream: dict[str, Any]) -> str:

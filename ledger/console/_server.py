@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ._model import Watcher
+from ._model import BadQueryError, Watcher
 
 __all__ = ["COOKIE", "ConsoleServer", "is_loopback"]
 
@@ -53,6 +53,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _limit(query: dict[str, str], default: int) -> int:
+    """How many messages a view asks for: ``?limit=N``, 1 to 200."""
+    given = query.get("limit", "")
+    return max(1, min(int(given), 200)) if given.isdigit() else default
 
 
 def _static(name: str) -> bytes:
@@ -119,20 +125,32 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/api/overview":
                 self._json(200, watcher.overview())
             elif path == "/api/runs":
-                self._json(
-                    200, watcher.runs(status=query.get("status") or None, graph=query.get("graph") or None)
-                )
+                try:
+                    chosen = watcher.runs(
+                        status=query.get("status") or None,
+                        graph=query.get("graph") or None,
+                        since=query.get("since") or None,
+                        until=query.get("until") or None,
+                    )
+                except BadQueryError as exc:
+                    self._json(400, {"error": str(exc)})
+                else:
+                    self._json(200, chosen)
             elif path.startswith("/api/runs/"):
-                found = watcher.run(unquote(path.removeprefix("/api/runs/")))
-                self._found(found, "run")
+                run_id = unquote(path.removeprefix("/api/runs/"))
+                self._found(watcher.run(run_id, values=query.get("values") == "1"), "run")
+            elif path == "/api/dead-letters":
+                self._json(
+                    200,
+                    watcher.dead_letters(
+                        source=query.get("source") or None,
+                        limit=_limit(query, 50),
+                        messages=query.get("messages") == "1",
+                    ),
+                )
             elif path.startswith("/api/streams/"):
                 name = unquote(path.removeprefix("/api/streams/"))
-                limit = query.get("limit", "20")
-                view = watcher.stream(
-                    name,
-                    messages=query.get("messages") == "1",
-                    limit=max(1, min(int(limit), 200)) if limit.isdigit() else 20,
-                )
+                view = watcher.stream(name, messages=query.get("messages") == "1", limit=_limit(query, 20))
                 self._found(view, "stream")
             elif path == "/api/events":
                 self._events()

@@ -419,11 +419,13 @@ def commit(view: RecordView, commits: Sequence[MessageCommit]) -> None:
                 )
             target.payloads.extend(out.payloads)
             target.appended += len(out.payloads)
+    now = time.time()
     for draft in streams.values():
         if draft.payloads:
-            view.put_messages(draft.desc.ref, draft.first, draft.payloads)
-            view.put_descriptor(msgspec.structs.replace(draft.desc, appended=draft.appended))
-    now = time.time()
+            desc = draft.desc
+            view.put_messages(desc.ref, draft.first, draft.payloads)
+            marks = marked(desc.marks, draft.first, int(now * 1000), desc.compacted_through)
+            view.put_descriptor(msgspec.structs.replace(desc, appended=draft.appended, marks=marks))
     for (ref, _), (_, group) in groups.items():
         group.active_at = now
         view.put_group(ref, group.record())

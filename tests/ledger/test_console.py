@@ -16,8 +16,9 @@ from urllib.parse import quote, urlsplit
 import anyio
 import pytest
 
+import streams._store._marks as marks
 from ledger import LmdbBackend
-from streams import Graph, Key, MessageTx, NodeContext, Retry, Stream
+from streams import DeadLetter, Graph, Key, MessageTx, NodeContext, Retry, Stream
 
 from .conftest import Opener, without_times
 
@@ -53,6 +54,57 @@ def noting(*, fail: bool = False, hold: anyio.Event | None = None) -> Graph:
             raise LookupError("the <i>catalogue</i> is down")
 
     return g
+
+
+REJECTS = Key("rejects", Stream[DeadLetter[str]])
+ALL_SENT = Key("all_sent", int)
+TALLY = Key("tally", int)
+DOUBLED = Key("doubled", int)
+LABEL = Key("label", str)
+SHOWN = Key("shown", str)
+
+
+def intake(more: anyio.Event | None = None) -> Graph:
+    """Notes written in two appends (the second once ``more`` is set), the bad ones dead-lettered,
+    the good ones counted, and the count labelled in a Sub of two nodes."""
+    summary = Graph("summary", version="1", inputs=[TALLY])
+
+    @summary.node(requires=[TALLY], provides=[DOUBLED])
+    async def double(ctx: NodeContext) -> None:
+        ctx.set(DOUBLED, ctx[TALLY] * 2)
+
+    @summary.node(requires=[DOUBLED], provides=[LABEL])
+    async def label(ctx: NodeContext) -> None:
+        ctx.set(LABEL, f"<b>{ctx[DOUBLED]}</b>")
+
+    g = Graph("intake", version="1", inputs=[N], outlets=[REJECTS])
+
+    @g.node(requires=[N], provides=[NOTES, ALL_SENT])
+    async def write(ctx: NodeContext) -> None:
+        notes = ctx.writer(NOTES)
+        for i in range(ctx[N]):
+            if i == ctx[N] // 2 and more is not None:
+                await notes.flush()  # the first append confirmed, the second later: two marks
+                await more.wait()
+            await notes.send(f"bad <i>{i}</i>" if i % 2 else f"ok {i}")
+        ctx.set(ALL_SENT, ctx[N])
+
+    @g.node(requires=[NOTES, ALL_SENT], provides=[COUNT, REJECTS])
+    async def check(ctx: NodeContext) -> None:
+        async def one(tx: MessageTx[int], note: str) -> None:
+            if note.startswith("bad"):
+                raise ValueError("not a good note")
+            tx.set_state(tx.state + 1)
+            tx.set(COUNT, tx.state)
+
+        await ctx.handle_messages(NOTES, one, initial_state=0, attempts=1, dead_letter=REJECTS)
+
+    g.sub("summary", summary, inlets={TALLY: COUNT}, outlets={LABEL: SHOWN})
+    return g
+
+
+#: The host's group of the dead letters: nobody in the graph reads them, so they stay kept.
+SUPPORT = {REJECTS: ["support"]}
 
 
 def _target(ledger: Any) -> str:
@@ -225,3 +277,72 @@ def test_the_pages_ship_in_the_package_load_only_from_the_console_and_never_pars
         lines = [events.fp.readline() for _ in range(2)]
         connection.close()
         assert lines[0] == b"event: read\n" and lines[1].startswith(b"data: ")
+
+
+async def test_the_console_shows_dead_letters_outputs_on_demand_appends_and_filters_runs(
+    open_any: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(marks, "MARK_SPACING_MS", 0)  # a mark per append, however close they come
+    more = anyio.Event()
+    more.set()
+    async with open_any() as ledger:
+        target = _target(ledger)
+        await ledger.start(intake(more), {N: 4}, run_id="in-1", host_readers=SUPPORT)
+        await ledger.start(noting(), {N: 1}, run_id="other")
+        with console(target) as url:
+            views = {
+                path: await anyio.to_thread.run_sync(got, url, path)
+                for path in (
+                    "/api/overview",
+                    "/api/dead-letters",
+                    "/api/dead-letters?messages=1&limit=1",
+                    f"/api/dead-letters?source={quote('in-1/write/notes', safe='')}",
+                    "/api/dead-letters?source=elsewhere",
+                    f"/api/streams/{quote('in-1/write/notes', safe='')}",
+                    "/api/runs?graph=int*",
+                    "/api/runs?since=2000-01-01T00:00:00Z",
+                    "/api/runs?since=2999-01-01T00:00:00Z",
+                    "/api/runs?until=2000-01-01",
+                    "/api/runs/in-1",
+                    "/api/runs/in-1?values=1",
+                )
+            }
+            bad_time = await anyio.to_thread.run_sync(request, url, "/api/runs?since=yesterday")
+            shown = await anyio.to_thread.run_sync(_cli, "runs", "show", target, "in-1", "--values", "--json")
+    overview = views["/api/overview"]
+    assert overview["attention"]["dead_lettered"] == 2
+    assert overview["dead_letter_streams"] == ["in-1/check/rejects"]
+    assert overview["graphs"] == ["intake", "noting"]
+    # dead letters: where each came from, without its message unless asked
+    letters = views["/api/dead-letters"]
+    assert letters["streams"] == ["in-1/check/rejects"]
+    where = [(x["source"], x["seq"], x["group"], x["node"], x["attempts"]) for x in letters["letters"]]
+    assert sorted(where) == [
+        ("in-1/write/notes", 2, "check", "check", 1),
+        ("in-1/write/notes", 4, "check", "check", 1),
+    ]
+    assert all(x["error_type"].endswith("ValueError") and "message" not in x for x in letters["letters"])
+    assert all(x["appended_at"] for x in letters["letters"])  # appended by a commit: marked all the same
+    [latest] = views["/api/dead-letters?messages=1&limit=1"]["letters"]
+    assert (latest["seq"], latest["message"]) == (4, "bad <i>3</i>")
+    assert len(views[f"/api/dead-letters?source={quote('in-1/write/notes', safe='')}"]["letters"]) == 2
+    assert views["/api/dead-letters?source=elsewhere"]["letters"] == []
+    # the stream's append marks: its kept history, one per append here
+    notes = views[f"/api/streams/{quote('in-1/write/notes', safe='')}"]
+    seqs = [seq for seq, _ in notes["appends"]]
+    assert seqs[0] == 1 and len(seqs) >= 2 and seqs == sorted(set(seqs)) and seqs[-1] <= 4
+    assert all(isinstance(at, float) for _, at in notes["appends"])
+    assert notes["dead_letter_streams"] == ["in-1/check/rejects"] and "messages" not in notes
+    # runs by graph and by when they were created
+    assert [r["run_id"] for r in views["/api/runs?graph=int*"]] == ["in-1"]
+    assert {r["run_id"] for r in views["/api/runs?since=2000-01-01T00:00:00Z"]} == {"in-1", "other"}
+    assert views["/api/runs?since=2999-01-01T00:00:00Z"] == [] == views["/api/runs?until=2000-01-01"]
+    assert bad_time[0] == 400 and b"ISO 8601" in bad_time[2]
+    # outputs only when asked, as runs show --values gives them
+    assert all("outputs" not in n for n in views["/api/runs/in-1"]["nodes"])
+    with_values = views["/api/runs/in-1?values=1"]
+    assert without_times(with_values) == without_times(shown)
+    outputs = {n["path"]: n.get("outputs") for n in with_values["nodes"]}
+    assert outputs["summary/label"] == {"label": "<b>4</b>"}
+    members = {m["name"]: m for m in with_values["topology"]["members"]}
+    assert members["summary"]["graph"]["name"] == "summary"  # a Sub, drawn with its own nodes

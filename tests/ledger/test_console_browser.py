@@ -1,4 +1,5 @@
-"""The console in a real headless Chromium, beside a running program: lag that falls, a run that fails."""
+"""The console in a real headless Chromium, beside a running program: lag that falls, a run that
+fails; a Sub drawn with its nodes, outputs and dead letters when asked, runs filtered."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from urllib.parse import quote
 import anyio
 import pytest
 
+import streams._store._marks as marks
 from streams import Graph, Key, MessageTx, NodeContext, Stream
 
 from ..browser import chromium, chromium_path
 from .conftest import Opener
-from .test_console import _target, console
+from .test_console import SUPPORT, _target, console, intake, noting
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -117,9 +119,75 @@ async def test_the_console_shows_lag_falling_and_a_run_failing_live_in_a_browser
             assert "LookupError" in failures and "the <i>till</i> is offline" in failures
             await on(page.screenshot, tmp_path / "run.png")
         tg.cancel_scope.cancel()
-    for name in ("overview.png", "stream.png", "run.png"):
+    _keep_shots(tmp_path, target, ("overview.png", "stream.png", "run.png"))
+
+
+def _keep_shots(tmp_path: Path, target: str, names: tuple[str, ...]) -> None:
+    """Check the screenshots are pictures; with STREAMLEDGER_DOC_SCREENSHOTS=1, copy them for the docs."""
+    for name in names:
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
     if os.environ.get("STREAMLEDGER_DOC_SCREENSHOTS") == "1" and "postgres" not in target:
         SHOTS_FOR_DOCS.mkdir(exist_ok=True)  # the pictures of docs/operating.md, made here
-        for name in ("overview.png", "stream.png", "run.png"):
+        for name in names:
             shutil.copy(tmp_path / name, SHOTS_FOR_DOCS / f"console-{name}")
+
+
+async def test_the_console_draws_subs_and_shows_outputs_dead_letters_and_filtered_runs_in_a_browser(
+    open_any: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(marks, "MARK_SPACING_MS", 0)  # a mark per append: the history has two
+    more = anyio.Event()
+    more.set()
+    rows = "document.querySelectorAll('main table tbody tr').length"
+    async with open_any() as ledger:
+        target = _target(ledger)
+        await ledger.start(intake(more), {N: 4}, run_id="in-1", host_readers=SUPPORT)
+        await ledger.start(noting(), {N: 1}, run_id="other")
+        with console(target) as url, chromium(tmp_path / "profile") as page:
+
+            async def on(method: Any, *args: Any) -> Any:
+                return await anyio.to_thread.run_sync(method, *args)
+
+            await on(page.open, f"{url}#/run/in-1")
+            # the Sub drawn as a box holding its two nodes, each with its status
+            await on(page.until, "document.querySelectorAll('[data-node]').length === 4")
+            for node in ("write", "check", "summary/double", "summary/label"):
+                status = f"document.querySelector('[data-node=\"{node}\"]').dataset.status"
+                assert await on(page.value, status) == "completed", node
+            assert await on(page.value, "document.querySelector('[data-sub=summary]').dataset.status") == (
+                "completed"
+            )
+            # outputs only when asked, and markup in them is text
+            assert await on(page.value, "document.querySelectorAll('pre.message').length") == 0
+            await on(page.value, "document.getElementById('show-outputs').click()")
+            await on(page.until, "document.querySelectorAll('pre.message').length >= 4")
+            assert "<b>4</b>" in await on(page.value, "document.getElementById('page').innerText")
+            assert await on(page.value, "document.querySelectorAll('#page b, #page i').length") == 0
+            await on(page.screenshot, tmp_path / "run-sub.png")
+            # dead letters: where they came from, their messages only when asked
+            await on(page.value, "location.hash = '#/dead-letters'")
+            heading = "document.querySelector('h1').textContent"
+            await on(page.until, f"{heading} === 'Dead letters' && {rows} === 2")
+            assert await on(page.value, "document.querySelectorAll('pre.message').length") == 0
+            await on(page.value, "document.getElementById('show-letters').click()")
+            await on(page.until, "document.querySelectorAll('pre.message').length === 2")
+            assert "bad <i>3</i>" in await on(page.value, "document.getElementById('page').innerText")
+            assert await on(page.value, "document.querySelectorAll('#page i').length") == 0
+            await on(page.screenshot, tmp_path / "dead-letters.png")
+            # runs, by graph and by when they were created
+            await on(page.value, "location.hash = '#/runs'")
+            await on(page.until, f"document.querySelector('h1').textContent === 'Runs' && {rows} === 2")
+            await on(page.value, "document.querySelector('[data-filter=\"graph=intake\"]').click()")
+            await on(page.until, f"{rows} === 1")
+            await on(page.value, "document.querySelector('[data-filter=\"within=3600\"]').click()")
+            await on(page.until, "location.hash.includes('within=3600')")
+            await on(page.until, f"{rows} === 1 && location.hash.includes('graph=intake')")
+            # a stream's kept history of appends, from its marks
+            await on(page.value, f"location.hash = '#/stream/{quote('in-1/write/notes', safe='')}'")
+            plot = "document.querySelector('.appends-plot')"
+            await on(page.until, f"{plot} && Number({plot}.dataset.marks) >= 2")
+            assert await on(page.value, f"{plot}.querySelectorAll('polyline.appended').length") == 1
+            assert await on(page.value, "document.querySelector('a.dead-letters').textContent") == (
+                "2 dead-lettered"
+            )
+    _keep_shots(tmp_path, target, ("run-sub.png", "dead-letters.png"))

@@ -75,8 +75,9 @@ async function overview() {
       ["lagging", a.lagging],
       ["exhausted", a.exhausted],
       ["stopped", a.stopped],
-      ["failed runs", a.failed_runs],
-    ].map(([label, n]) => el("div", { class: `card ${n ? "error" : "ok"}`, "data-attention": label }, el("b", {}, n), label)),
+      ["failed runs", a.failed_runs, "#/runs?status=failed"],
+      ["dead-lettered", a.dead_lettered, "#/dead-letters"],
+    ].map(([label, n, href]) => el(href ? "a" : "div", { class: `card ${n ? "error" : "ok"}`, "data-attention": label, href }, el("b", {}, n), label)),
   );
   const rows = [];
   for (const s of o.streams) {
@@ -151,16 +152,60 @@ function lagPlot(group, points) {
   );
 }
 
+function clock(seconds) {
+  return new Date(seconds * 1000).toISOString().slice(0, 19).replace("T", " ") + "Z";
+}
+
+function appendsPlot(s) {
+  // the kept history of appends, from the stream's append marks: the sequence it reached over time,
+  // and each group's position across it (where its line meets the curve: when its next message came)
+  const marks = s.appends.filter((m) => m[1] !== null);
+  const points = marks.map(([seq, at]) => [at, seq - 1]);
+  if (marks.length && s.appended >= marks[marks.length - 1][0]) {
+    const last = s.last_appended_at ? Date.parse(s.last_appended_at) / 1000 : marks[marks.length - 1][1];
+    points.push([Math.max(last, marks[marks.length - 1][1]), s.appended]);
+  }
+  const width = 640, height = 160, pad = 30;
+  const chart = svg("svg", { width, height, class: "plot", role: "img" });
+  chart.append(svg("line", { class: "axis", x1: pad, y1: height - pad, x2: width - 5, y2: height - pad }));
+  chart.append(svg("line", { class: "axis", x1: pad, y1: 5, x2: pad, y2: height - pad }));
+  const box = el("div", { class: "appends-plot", "data-marks": marks.length, "data-appended": s.appended }, chart);
+  if (points.length < 2) {
+    chart.append(svg("text", { x: pad + 8, y: height / 2 }, "one append mark so far: the history grows a mark a second"));
+    return box;
+  }
+  const t0 = points[0][0], t1 = Math.max(points[points.length - 1][0], t0 + 1);
+  const low = points[0][1], top = Math.max(low + 1, s.appended);
+  const x = (t) => pad + ((t - t0) / (t1 - t0)) * (width - pad - 10);
+  const y = (v) => height - pad - ((v - low) / (top - low)) * (height - pad - 10);
+  const line = points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  chart.append(svg("polyline", { class: "appended", points: line }));
+  for (const g of s.groups) {
+    if (g.acked_through < low) continue; // behind the kept history: its position is off this plot
+    const gy = y(g.acked_through).toFixed(1);
+    chart.append(svg("line", { class: "position", x1: pad, y1: gy, x2: width - 10, y2: gy, "data-group": g.group }, svg("title", {}, `${g.group}: acknowledged through ${g.acked_through}`)));
+    chart.append(svg("text", { x: width - 10 - 7 * g.group.length, y: Number(gy) - 3 }, g.group));
+  }
+  chart.append(svg("text", { x: 2, y: 14 }, String(top)));
+  chart.append(svg("text", { x: pad, y: height - 8 }, `${clock(t0)} to ${clock(t1)}`));
+  return box;
+}
+
 async function stream(name, withMessages) {
   const s = await get(`api/streams/${encodeURIComponent(name)}${withMessages ? "?messages=1" : ""}`);
   const parts = [
     el("h1", {}, `Stream ${s.stream}`),
     el("p", {}, `${s.type}, ${s.appended} appended, last ${s.last_appended_at || "-"}`, s.failed ? word("failed") : "", s.finished ? " finished" : ""),
   ];
+  if (s.dead_letters) {
+    parts.push(el("p", {}, "a stream of dead letters: ", el("a", { href: `#/dead-letters?stream=${encodeURIComponent(s.stream)}` }, "show them")));
+  }
+  parts.push(el("h2", {}, "Appends over the kept history"), appendsPlot(s));
   for (const g of s.groups) {
+    const dead = g.dead_lettered ? el("a", { href: `#/dead-letters?source=${encodeURIComponent(s.stream)}`, class: "dead-letters" }, `${g.dead_lettered} dead-lettered`) : "0 dead-lettered";
     parts.push(
       el("h2", {}, `Group ${g.group} `, word(g.health)),
-      el("p", {}, `lag ${g.lag}, oldest unacknowledged ${age(g.age_seconds)} ago, ${rate(g.handled_per_s)} handled, ${g.exhausted} exhausted, ${g.dead_lettered} dead-lettered`),
+      el("p", {}, `lag ${g.lag}, oldest unacknowledged ${age(g.age_seconds)} ago, ${rate(g.handled_per_s)} handled, ${g.exhausted} exhausted, `, dead),
       lagPlot(g.group, s.history[g.group] || []),
     );
   }
@@ -176,12 +221,70 @@ async function stream(name, withMessages) {
   page(...parts);
 }
 
+// -- dead letters --------------------------------------------------------------------------
+
+function hashWith(path, query, changes) {
+  // the page's address with some of its query changed (a value of "" drops it)
+  const next = new URLSearchParams(query);
+  for (const [k, v] of Object.entries(changes)) {
+    if (v) next.set(k, v);
+    else next.delete(k);
+  }
+  const text = next.toString();
+  return `#${path}${text ? `?${text}` : ""}`;
+}
+
+async function deadLetters(query) {
+  const source = query.get("source") || "", only = query.get("stream") || "", withMessages = query.get("messages") === "1";
+  const asked = new URLSearchParams();
+  if (source) asked.set("source", source);
+  if (withMessages) asked.set("messages", "1");
+  const d = await get(`api/dead-letters?${asked}`);
+  const letters = d.letters.filter((l) => !only || l.stream === only);
+  const rows = letters.map((l) => [
+    l.stream === only ? l.stream : el("a", { href: hashWith("/dead-letters", query, { stream: l.stream }) }, l.stream),
+    l.stream_seq,
+    l.appended_at || "-",
+    l.source ? streamLink(l.source) : "-",
+    l.seq,
+    l.group,
+    l.node,
+    l.attempts,
+    l.error_type || "-",
+    ...(withMessages ? [el("pre", { class: "message" }, JSON.stringify(l.message, null, 2))] : []),
+  ]);
+  const headers = ["kept in", "#", "appended", "from", "seq", "group", "node", "attempts", "error", ...(withMessages ? ["message"] : [])];
+  page(
+    el("h1", {}, "Dead letters", source ? ` of ${source}` : "", only ? ` in ${only}` : ""),
+    el("p", { class: "muted" }, `messages that used their whole attempt budget, the latest of each of ${d.streams.length} dead-letter stream(s)`),
+    source || only ? el("p", {}, el("a", { href: "#/dead-letters" }, "all dead letters")) : "",
+    withMessages
+      ? el("p", {}, el("a", { href: hashWith("/dead-letters", query, { messages: "" }) }, "hide the messages"))
+      : el("p", {}, el("a", { href: hashWith("/dead-letters", query, { messages: "1" }), id: "show-letters" }, "show the messages")),
+    rows.length ? table(headers, rows) : el("p", { class: "muted" }, d.streams.length ? "none kept" : "no stream of dead letters"),
+  );
+}
+
 // -- runs ----------------------------------------------------------------------------------
 
+const WINDOWS = [["", "any time"], ["3600", "last hour"], ["86400", "last day"], ["604800", "last week"]];
+
 async function runs(query) {
-  const status = query.get("status") || "";
-  const list = await get(`api/runs${status ? `?status=${encodeURIComponent(status)}` : ""}`);
-  const filter = el("p", {}, "status: ", ...["", "running", "completed", "failed", "cancelled"].map((s) => el("a", { href: `#/runs${s ? `?status=${s}` : ""}`, style: "margin-right:.8em" }, s || "all")));
+  const status = query.get("status") || "", graph = query.get("graph") || "", within = query.get("within") || "";
+  const asked = new URLSearchParams();
+  if (status) asked.set("status", status);
+  if (graph) asked.set("graph", graph);
+  if (within) asked.set("since", new Date(Date.now() - Number(within) * 1000).toISOString().slice(0, 19) + "Z");
+  const [list, o] = await Promise.all([get(`api/runs?${asked}`), get("api/overview")]);
+  const choice = (name, value, label, current) =>
+    el("a", { href: hashWith("/runs", query, { [name]: value }), class: value === current ? "chosen" : "", "data-filter": `${name}=${value}` }, label);
+  const filter = el(
+    "div",
+    { class: "filters" },
+    el("p", {}, "status: ", ...["", ...Object.keys(o.runs)].map((s) => choice("status", s, s || "all", status))),
+    el("p", {}, "graph: ", ...["", ...o.graphs].map((g) => choice("graph", g, g || "all", graph))),
+    el("p", {}, "created: ", ...WINDOWS.map(([w, label]) => choice("within", w, label, within))),
+  );
   page(
     el("h1", {}, "Runs"),
     filter,
@@ -194,9 +297,8 @@ async function runs(query) {
   );
 }
 
-function levels(topology) {
+function levels(members) {
   // members by level: a member after every member that provides a key it requires
-  const members = topology.members;
   const providers = new Map();
   for (const m of members) for (const [key] of m.provides) providers.set(key, m.name);
   const level = new Map();
@@ -216,38 +318,110 @@ function levels(topology) {
   return { level, providers };
 }
 
+function later(a, b) {
+  // whether attempt numbers a come after b, mount by mount from the run down
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] > b[i];
+  return a.length > b.length;
+}
+
+function nodeStatuses(run) {
+  // each node's status by its path in the graph ("sub/node"): a mount's later attempt ("sub#2") wins
+  const found = new Map();
+  for (const n of run.nodes) {
+    if (n.boundary !== "node") continue;
+    const parts = n.path.split("/").map((p) => p.split("#"));
+    const path = parts.map(([name]) => name).join("/");
+    const attempt = parts.map(([, i]) => Number(i || 1));
+    const seen = found.get(path);
+    if (!seen || later(attempt, seen.attempt)) found.set(path, { status: n.status, attempt });
+  }
+  return new Map([...found].map(([path, { status }]) => [path, status]));
+}
+
+function subStatus(statuses) {
+  // a Sub at a glance, from its nodes: failed or running if one is, completed when all are
+  if (statuses.includes("failed")) return "failed";
+  if (statuses.includes("active")) return "active";
+  if (statuses.length && statuses.every((s) => s !== "waiting")) return "completed";
+  return statuses.some((s) => s !== "waiting") ? "active" : "waiting";
+}
+
+const NODE_W = 150, NODE_H = 40, GAP_X = 60, GAP_Y = 20, SUB_PAD = 12, SUB_TITLE = 22;
+
+function layout(shape, prefix, status) {
+  // a graph's members placed by level, Subs expanded into boxes holding their own graph's layout;
+  // returns its size, each member's box and status, and a function drawing it at an offset
+  const members = shape.members;
+  const { level, providers } = levels(members);
+  const inner = new Map();
+  const size = (m) => {
+    if (!m.graph) return [NODE_W, NODE_H];
+    const laid = layout(m.graph, `${prefix}${m.name}/`, status);
+    inner.set(m.name, laid);
+    return [laid.width + 2 * SUB_PAD, laid.height + SUB_TITLE + SUB_PAD];
+  };
+  const columns = new Map();
+  for (const m of members) {
+    const d = level.get(m.name);
+    if (!columns.has(d)) columns.set(d, []);
+    columns.get(d).push([m, size(m)]);
+  }
+  const boxes = new Map();
+  let x = 0, height = 0;
+  for (const d of [...columns.keys()].sort((a, b) => a - b)) {
+    let y = 0, widest = 0;
+    for (const [m, [w, h]] of columns.get(d)) {
+      boxes.set(m.name, [x, y, w, h]);
+      y += h + GAP_Y;
+      widest = Math.max(widest, w);
+    }
+    height = Math.max(height, y - GAP_Y);
+    x += widest + GAP_X;
+  }
+  const states = new Map();
+  for (const m of members) {
+    const path = `${prefix}${m.name}`;
+    states.set(m.name, m.graph ? subStatus([...inner.get(m.name).states.values()]) : status.get(path) || "waiting");
+  }
+  const draw = (drawing, ox, oy) => {
+    for (const m of members) {
+      for (const [key] of m.requires) {
+        const from = providers.get(key);
+        if (!from || !boxes.has(from)) continue;
+        const [x1, y1, w1, h1] = boxes.get(from), [x2, y2, , h2] = boxes.get(m.name);
+        const a = [ox + x1 + w1, oy + y1 + h1 / 2], b = [ox + x2, oy + y2 + h2 / 2];
+        drawing.append(svg("path", { class: "edge", d: `M${a[0]},${a[1]} C${a[0] + GAP_X / 2},${a[1]} ${b[0] - GAP_X / 2},${b[1]} ${b[0]},${b[1]}` }));
+      }
+    }
+    for (const m of members) {
+      const [bx, by, w, h] = boxes.get(m.name);
+      const path = `${prefix}${m.name}`, state = states.get(m.name);
+      if (m.graph) {
+        const group = svg("g", { class: `sub ${state}`, "data-sub": path, "data-status": state }, svg("rect", { x: ox + bx, y: oy + by, width: w, height: h, rx: 6 }), svg("text", { x: ox + bx + 8, y: oy + by + 15 }, `Sub ${m.name} (${m.graph.name}) ${state}`));
+        drawing.append(group);
+        inner.get(m.name).draw(drawing, ox + bx + SUB_PAD, oy + by + SUB_TITLE);
+      } else {
+        drawing.append(svg("g", { class: `node ${state}`, "data-node": path, "data-status": state }, svg("rect", { x: ox + bx, y: oy + by, width: w, height: h, rx: 4 }), svg("text", { x: ox + bx + 8, y: oy + by + 17 }, m.name), svg("text", { x: ox + bx + 8, y: oy + by + 32 }, state)));
+      }
+    }
+  };
+  return { width: Math.max(x - GAP_X, NODE_W), height: Math.max(height, NODE_H), states, draw };
+}
+
 function graphDrawing(run) {
   const topology = run.topology;
   if (!topology) return el("p", { class: "muted" }, "this run's record keeps no topology (written before runs kept one)");
-  const status = new Map(run.nodes.filter((n) => n.boundary === "node").map((n) => [n.path.split("/")[0], n.status]));
-  const { level, providers } = levels(topology);
-  const columns = new Map();
-  for (const m of topology.members) {
-    const d = level.get(m.name);
-    if (!columns.has(d)) columns.set(d, []);
-    columns.get(d).push(m);
-  }
-  const w = 150, h = 40, gx = 60, gy = 20;
-  const where = new Map();
-  let rows = 0;
-  for (const [d, ms] of columns) ms.forEach((m, i) => { where.set(m.name, [20 + d * (w + gx), 20 + i * (h + gy)]); rows = Math.max(rows, i + 1); });
-  const drawing = svg("svg", { width: 40 + columns.size * (w + gx), height: 40 + rows * (h + gy), class: "graph" });
+  const laid = layout(topology, "", nodeStatuses(run));
+  const drawing = svg("svg", { width: laid.width + 40, height: laid.height + 40, class: "graph" });
   drawing.append(svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto" }, svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#999" }))));
-  for (const m of topology.members) {
-    for (const [key] of m.requires) {
-      const from = providers.get(key);
-      if (!from || !where.has(from)) continue;
-      const [x1, y1] = where.get(from), [x2, y2] = where.get(m.name);
-      drawing.append(svg("path", { class: "edge", d: `M${x1 + w},${y1 + h / 2} C${x1 + w + gx / 2},${y1 + h / 2} ${x2 - gx / 2},${y2 + h / 2} ${x2},${y2 + h / 2}` }));
-    }
-  }
-  for (const m of topology.members) {
-    const [x, y] = where.get(m.name);
-    const state = status.get(m.name) || "waiting";
-    const kind = m.graph ? "Sub " : "";
-    drawing.append(svg("g", { class: `node ${state}`, "data-node": m.name, "data-status": state }, svg("rect", { x, y, width: w, height: h, rx: 4 }), svg("text", { x: x + 8, y: y + 17 }, `${kind}${m.name}`), svg("text", { x: x + 8, y: y + 32 }, state)));
-  }
+  laid.draw(drawing, 20, 20);
   return drawing;
+}
+
+function outputs(run) {
+  // each confirmed node's outputs, as runs show --values gives them
+  const rows = run.nodes.filter((n) => n.outputs).flatMap((n) => Object.entries(n.outputs).map(([key, value]) => [n.path, key, el("pre", { class: "message" }, JSON.stringify(value, null, 2))]));
+  return rows.length ? table(["node", "output", "value"], rows) : el("p", { class: "muted" }, "no node confirmed an output yet");
 }
 
 function timeline(run) {
@@ -273,8 +447,9 @@ function timeline(run) {
   return chart;
 }
 
-async function run(id) {
-  const r = await get(`api/runs/${encodeURIComponent(id)}`);
+async function run(id, withOutputs) {
+  const r = await get(`api/runs/${encodeURIComponent(id)}${withOutputs ? "?values=1" : ""}`);
+  const here = `#/run/${encodeURIComponent(id)}`;
   const failures = r.nodes.flatMap((n) => n.failed.map((f) => [n.path, n.boundary, f.attempt, f.error_type, f.message, f.failed_at]));
   page(
     el("h1", {}, `Run ${r.run_id} `, word(r.status)),
@@ -285,6 +460,10 @@ async function run(id) {
     r.nodes.length ? timeline(r) : el("p", { class: "muted" }, "no node attempt confirmed yet"),
     el("h2", {}, "Failures"),
     failures.length ? table(["node", "boundary", "attempt", "error", "message", "at"], failures) : el("p", { class: "muted" }, "none"),
+    el("h2", {}, "Outputs"),
+    withOutputs
+      ? outputs(r)
+      : el("p", {}, el("a", { href: `${here}?outputs=1`, id: "show-outputs" }, "show the nodes' confirmed outputs")),
   );
 }
 
@@ -298,9 +477,11 @@ function route() {
     current = () => stream(name, query.get("messages") === "1");
   } else if (path.startsWith("/run/")) {
     const id = decodeURIComponent(path.slice("/run/".length));
-    current = () => run(id);
+    current = () => run(id, query.get("outputs") === "1");
   } else if (path === "/runs") {
     current = () => runs(query);
+  } else if (path === "/dead-letters") {
+    current = () => deadLetters(query);
   } else {
     current = overview;
   }
