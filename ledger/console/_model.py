@@ -67,15 +67,18 @@ def _seconds(moment: str | None) -> float | None:
 
 @dataclass
 class _Series:
-    """A group's samples: (when, lag, appended, acknowledged), oldest first."""
+    """A group's samples: (when, lag, appended, acknowledged, age of the oldest unacknowledged message
+    in seconds or None), oldest first."""
 
-    points: deque[tuple[float, int, int, int]] = field(default_factory=lambda: deque(maxlen=KEPT))
+    points: deque[tuple[float, int, int, int, float | None]] = field(
+        default_factory=lambda: deque(maxlen=KEPT)
+    )
 
     def rates(self) -> tuple[float | None, float | None]:
         """Messages appended and handled per second between the last two samples."""
         if len(self.points) < 2:
             return None, None
-        (t0, _, a0, k0), (t1, _, a1, k1) = self.points[-2], self.points[-1]
+        (t0, _, a0, k0, _), (t1, _, a1, k1, _) = self.points[-2], self.points[-1]
         span = t1 - t0
         if span <= 0 or a1 < a0 or k1 < k0:  # a count went back (a group moved): no rate
             return None, None
@@ -134,7 +137,9 @@ class Watcher:
                 for group in stream["groups"]:
                     series = self._series.setdefault((name, group["group"]), _Series())
                     acked = stream["appended"] - group["pending"]
-                    series.points.append((now, group["pending"], stream["appended"], acked))
+                    oldest = _seconds(group["oldest_unacked_at"])
+                    age = None if oldest is None else round(max(0.0, now - oldest), 1)
+                    series.points.append((now, group["pending"], stream["appended"], acked, age))
             self._report, self._read_at, self._error = report, now, None
             self._reads += 1
             self._changed.notify_all()

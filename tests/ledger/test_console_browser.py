@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,7 +20,7 @@ from streams import Graph, Key, MessageTx, NodeContext, Stream
 
 from ..browser import chromium, chromium_path
 from .conftest import Opener
-from .test_console import SUPPORT, _target, console, intake, noting
+from .test_console import ROOT, SUPPORT, _target, console, intake, noting
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -191,3 +193,46 @@ async def test_the_console_draws_subs_and_shows_outputs_dead_letters_and_filtere
                 "2 dead-lettered"
             )
     _keep_shots(tmp_path, target, ("run-sub.png", "dead-letters.png"))
+
+
+async def test_the_console_beside_the_demo_shows_its_run_complete_live(
+    open_any: Opener, tmp_path: Path
+) -> None:
+    async with open_any() as ledger:  # an empty ledger for the console to open before the demo starts
+        target = _target(ledger)
+    with console(target) as url, chromium(tmp_path / "profile") as page:
+
+        async def on(method: Any, *args: Any) -> Any:
+            return await anyio.to_thread.run_sync(method, *args)
+
+        await on(page.open, url)
+        runs = "document.querySelector('a[href=\"#/runs?status={}\"] b').textContent"
+        assert await on(page.value, runs.format("completed")) == "0"
+        demo = await anyio.run_process(
+            [sys.executable, "-m", "ledger", "demo", target, "--messages", "2000"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
+        assert demo.returncode == 0, demo.stderr.decode()
+        # the page, never reloaded, follows the runs to their end (one, or one a shard on
+        # PostgreSQL): all handled, nothing behind
+        done = f"{runs.format('running')} === '0' && Number({runs.format('completed')}) >= 1"
+        cells = "[...document.querySelectorAll('main table td [data-status]')]"
+        healthy = f"{cells}.every(s => s.dataset.status === 'ok')"
+        lagging = "document.querySelector('[data-attention=lagging] b').textContent === '0'"
+        await on(page.until, f"{done} && {healthy} && {lagging}")
+        assert await on(page.value, f"{cells}.length") >= 2  # billing's and audit's, of every shard
+        rows = "[...document.querySelectorAll('main table tr')]"
+        orders = (
+            f"{rows}.filter(r => r.innerText.includes('/source/orders') && r.cells.length === 6)"
+            ".map(r => Number(r.cells[2].innerText))"
+        )
+        assert sum(await on(page.value, orders)) == 2000  # the streams table's appended column
+        # a run of it, with its three nodes completed
+        await on(page.value, "location.hash = '#/runs?status=completed'")
+        first = "document.querySelector('main table tbody a')"
+        await on(page.until, f"document.querySelector('h1').textContent === 'Runs' && {first}")
+        await on(page.value, f"{first}.click()")
+        completed = "document.querySelectorAll('[data-node][data-status=completed]').length"
+        await on(page.until, f"{completed} === 3")

@@ -112,15 +112,22 @@ async function overview() {
       : el("p", { class: "muted" }, "no stream has a consumer group"),
     el("h2", {}, "Runs"),
     runs,
+    el("h2", {}, "Streams"),
+    o.streams.length
+      ? table(
+          ["stream", "type", "appended", "last appended", "groups", "state"],
+          o.streams.map((s) => [streamLink(s.stream), s.dead_letters ? "dead letters" : s.type, s.appended, s.last_appended_at || "-", s.groups.length, s.failed ? word("failed") : s.finished ? "finished" : "open"]),
+        )
+      : el("p", { class: "muted" }, "no stream"),
     el("p", { class: "muted" }, `read ${o.read_at || "-"} (every ${o.interval} s)`),
   );
 }
 
 // -- a stream ------------------------------------------------------------------------------
 
-function plot(points, read) {
-  // points: [when, lag, appended, acked]; the lag over the time the console watched
-  const width = 640, height = 160, pad = 30;
+function plot(points, read, width = 640, height = 160) {
+  // points: [when, lag, appended, acked, age]; what `read` takes of them over the time the console watched
+  const pad = 30;
   const chart = svg("svg", { width, height, class: "plot", role: "img" });
   chart.append(svg("line", { class: "axis", x1: pad, y1: height - pad, x2: width - 5, y2: height - pad }));
   chart.append(svg("line", { class: "axis", x1: pad, y1: 5, x2: pad, y2: height - pad }));
@@ -149,6 +156,27 @@ function lagPlot(group, points) {
       "data-max-lag": lags.length ? Math.max(...lags) : "",
     },
     plot(points, (p) => p[1]),
+  );
+}
+
+function handledRates(points) {
+  // messages acknowledged per second between samples, at the later one: [when, _, _, _, _, rate]
+  const rates = [];
+  for (let i = 1; i < points.length; i++) {
+    const span = points[i][0] - points[i - 1][0], done = points[i][3] - points[i - 1][3];
+    if (span > 0 && done >= 0) rates.push([...points[i], done / span]);
+  }
+  return rates;
+}
+
+function smallPlots(points) {
+  // beside the lag: the rate it was handled at and the age of its oldest unacknowledged message
+  const rates = handledRates(points);
+  return el(
+    "div",
+    { class: "small-plots" },
+    el("figure", { class: "rate-plot", "data-samples": rates.length }, el("figcaption", {}, "handled per second"), plot(rates, (p) => Math.round(p[5]), 312, 110)),
+    el("figure", { class: "age-plot", "data-samples": points.length }, el("figcaption", {}, "age of the oldest unacknowledged, seconds"), plot(points, (p) => p[4] ?? 0, 312, 110)),
   );
 }
 
@@ -206,7 +234,9 @@ async function stream(name, withMessages) {
     parts.push(
       el("h2", {}, `Group ${g.group} `, word(g.health)),
       el("p", {}, `lag ${g.lag}, oldest unacknowledged ${age(g.age_seconds)} ago, ${rate(g.handled_per_s)} handled, ${g.exhausted} exhausted, `, dead),
+      el("p", { class: "muted" }, "lag while the console watched"),
       lagPlot(g.group, s.history[g.group] || []),
+      smallPlots(s.history[g.group] || []),
     );
   }
   if (withMessages) {
