@@ -150,6 +150,15 @@ async def test_the_console_draws_subs_and_shows_outputs_dead_letters_and_filtere
             async def on(method: Any, *args: Any) -> Any:
                 return await anyio.to_thread.run_sync(method, *args)
 
+            async def on_demand(link: str, count: str, text: str, markup: str) -> None:
+                """What a page shows only when asked: nothing before its link is followed, then text."""
+                shown = "document.querySelectorAll('pre.message').length"
+                assert await on(page.value, shown) == 0
+                await on(page.value, f"document.getElementById('{link}').click()")
+                await on(page.until, f"{shown} {count}")
+                assert text in await on(page.value, "document.getElementById('page').innerText")
+                assert await on(page.value, f"document.querySelectorAll('{markup}').length") == 0
+
             await on(page.open, f"{url}#/run/in-1")
             # the Sub drawn as a box holding its two nodes, each with its status
             await on(page.until, "document.querySelectorAll('[data-node]').length === 4")
@@ -160,21 +169,13 @@ async def test_the_console_draws_subs_and_shows_outputs_dead_letters_and_filtere
                 "completed"
             )
             # outputs only when asked, and markup in them is text
-            assert await on(page.value, "document.querySelectorAll('pre.message').length") == 0
-            await on(page.value, "document.getElementById('show-outputs').click()")
-            await on(page.until, "document.querySelectorAll('pre.message').length >= 4")
-            assert "<b>4</b>" in await on(page.value, "document.getElementById('page').innerText")
-            assert await on(page.value, "document.querySelectorAll('#page b, #page i').length") == 0
+            await on_demand("show-outputs", ">= 4", "<b>4</b>", "#page b, #page i")
             await on(page.screenshot, tmp_path / "run-sub.png")
             # dead letters: where they came from, their messages only when asked
             await on(page.value, "location.hash = '#/dead-letters'")
             heading = "document.querySelector('h1').textContent"
             await on(page.until, f"{heading} === 'Dead letters' && {rows} === 2")
-            assert await on(page.value, "document.querySelectorAll('pre.message').length") == 0
-            await on(page.value, "document.getElementById('show-letters').click()")
-            await on(page.until, "document.querySelectorAll('pre.message').length === 2")
-            assert "bad <i>3</i>" in await on(page.value, "document.getElementById('page').innerText")
-            assert await on(page.value, "document.querySelectorAll('#page i').length") == 0
+            await on_demand("show-letters", "=== 2", "bad <i>3</i>", "#page i")
             await on(page.screenshot, tmp_path / "dead-letters.png")
             # runs, by graph and by when they were created
             await on(page.value, "location.hash = '#/runs'")
