@@ -96,6 +96,7 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     fsyncs: list[float] = []
     lateness: list[float] = []  # the probe's, during the durable graph runs
+    memory_lateness: list[float] = []  # the same probe beside the MemoryStore runs: no ledger
 
     def record(name: str, rate: float, extra: dict[str, Any] | None = None) -> None:
         figures.setdefault(name, []).append(rate)
@@ -123,8 +124,9 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
             for sync, suffix in ((True, ""), (False, "_nondurable")):
                 sq = run_sqlite(n, sync=sync, workdir=workdir)
                 record(f"sqlite{suffix}", sq.msgs_per_s)
-        memory = run_memory(n, window=args.window, backend=args.backend)
+        memory = run_memory(n, window=args.window, backend=args.backend, probe=True)
         record("memory_store", memory.msgs_per_s, {"batches": memory.stats()})
+        memory_lateness.extend(memory.lateness)
         engine = run_engine_only(n, window=args.window, backend=args.backend)
         record("engine_only", engine.msgs_per_s)
 
@@ -149,6 +151,7 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
     out["graph_cost_us_per_order"] = (1 / sl - 1 / med["streamledger_bare"]) * 1e6
     out["ratio_streamledger_to_raw_lmdb_nondurable"] = sl_nd / med["raw_lmdb_nondurable"]
     out["loop_lateness_p99_us"] = p99_us(lateness)
+    out["memory_store_loop_lateness_p99_us"] = p99_us(memory_lateness)
     goals: dict[str, bool] = {
         "durable_at_least_30000_msgs_per_s": sl >= GOAL_DURABLE_MSGS_PER_S,
         f"at_least_{GOAL_RAW_LMDB_RATIO}_of_raw_lmdb": (
@@ -356,7 +359,10 @@ def show_streams(out: dict[str, Any]) -> str:
         f"  the graph: {out['graph_cost_us_per_order']:.2f} µs per order over bare streams "
         f"({_ratio(out['ratio_streamledger_to_bare_streams'])} of their rate)"
     )
-    cost.append(f"  loop lateness p99 (durable): {_shown(out, 'loop_lateness_p99_us', _rate)} µs")
+    cost.append(
+        f"  loop lateness p99: {_shown(out, 'loop_lateness_p99_us', _rate)} µs durable, "
+        f"{_shown(out, 'memory_store_loop_lateness_p99_us', _rate)} µs on MemoryStore"
+    )
     per_order = "\n".join(cost)
     return f"{head}\n{_table(rows)}\nstreamledger µs per order:\n{per_order}\ngoals: {goals}"
 
@@ -656,6 +662,10 @@ def bench_nodes(args: argparse.Namespace) -> dict[str, Any]:
         for shape in ("wide", "chain"):
             ordinary = run_ordinary_nodes(shape, n)
             durable = run_durable_nodes(shape, n, workdir=workdir)
+            # what the loop's other tasks see with no ledger at all: a run of its own, probed
+            figures.setdefault(f"{shape}_ordinary_probed", []).append(
+                run_ordinary_nodes(shape, n, probe=True)
+            )
             batch = 1 if shape == "chain" else max(1, round(n / max(durable.txns, 1)))
             raw = run_raw_nodes(n, batch, workdir=workdir)
             named = [(f"{shape}_ordinary", ordinary), (f"{shape}_durable", durable), (f"{shape}_raw", raw)]
@@ -666,6 +676,8 @@ def bench_nodes(args: argparse.Namespace) -> dict[str, Any]:
                 _progress(quiet, f"  {name}: {fig.nodes_per_s:,.0f} nodes/s ({fig.txns} txns)")
     out: dict[str, Any] = {"bench": "nodes", "nodes": n, "repeat": args.repeat, "verified": True}
     for name, figs in figures.items():
+        if name.endswith("_probed"):
+            continue
         out[f"{name}_nodes_per_s"] = median([f.nodes_per_s for f in figs])
         out[f"{name}_txns"] = median([float(f.txns) for f in figs])
     out["raw_lmdb_commits_per_s"] = out["chain_raw_nodes_per_s"]  # one fsynced transaction per node
@@ -682,6 +694,8 @@ def bench_nodes(args: argparse.Namespace) -> dict[str, Any]:
         samples = [s for fig in figures[f"{shape}_durable"] for s in fig.lateness]
         out[f"{shape}_durable_loop_lateness_p99_us"] = p99_us(samples)
         lateness.extend(samples)
+        probed = [s for fig in figures[f"{shape}_ordinary_probed"] for s in fig.lateness]
+        out[f"{shape}_ordinary_loop_lateness_p99_us"] = p99_us(probed)
     out["loop_lateness_p99_us"] = p99_us(lateness)
     goals: dict[str, bool] = {
         f"wide_at_least_{GOAL_WIDE_DURABLE_NODES_PER_S}_durable_nodes_per_s": (
@@ -727,6 +741,11 @@ def show_nodes(out: dict[str, Any]) -> str:
             "loop lateness p99 µs (durable)",
             us("wide_durable_loop_lateness_p99_us"),
             us("chain_durable_loop_lateness_p99_us"),
+        ),
+        (
+            "loop lateness p99 µs (ordinary, no ledger)",
+            us("wide_ordinary_loop_lateness_p99_us"),
+            us("chain_ordinary_loop_lateness_p99_us"),
         ),
     ]
     goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals"].items())

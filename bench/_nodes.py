@@ -115,18 +115,25 @@ def _check(shape: str, n: int, values: Any) -> None:
         raise BenchError(f"{shape}: the last node set {last}, not {expected}")
 
 
-def run_ordinary_nodes(shape: str, n: int) -> NodeFigure:
+def run_ordinary_nodes(shape: str, n: int, *, probe: bool = False) -> NodeFigure:
+    """The graph in ordinary mode; with ``probe``, beside the lateness probe (the durable runs' baseline)."""
     graph = shaped(shape, n)
+    lateness: list[float] = []
 
     async def main() -> float:
         gc.collect()  # each run starts the collector's cycle afresh, whatever ran before it
         started = time.perf_counter()
-        result = await run_graph(graph, {N_KEY: 1})
+        if probe:
+            async with lateness_probe() as samples:
+                result = await run_graph(graph, {N_KEY: 1})
+            lateness.extend(samples)
+        else:
+            result = await run_graph(graph, {N_KEY: 1})
         seconds = time.perf_counter() - started
         _check(shape, n, result)
         return seconds
 
-    return NodeFigure(f"{shape}_ordinary", n, anyio.run(main))
+    return NodeFigure(f"{shape}_ordinary", n, anyio.run(main), lateness=lateness)
 
 
 def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> NodeFigure:

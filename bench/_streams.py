@@ -380,11 +380,24 @@ def verify_ledger(path: Path, n: int) -> None:
         raise BenchError(f"the ledger at {path} holds the wrong result: {found!r}")
 
 
-def run_memory(n: int, *, window: int = WINDOW, backend: str = "asyncio") -> PipelineRun:
-    """One pipeline run on :class:`~streams.MemoryStore`: the engine's own CPU ceiling."""
+def run_memory(n: int, *, window: int = WINDOW, backend: str = "asyncio", probe: bool = False) -> PipelineRun:
+    """One pipeline run on :class:`~streams.MemoryStore`: the engine's own CPU ceiling.
+
+    With ``probe``, beside the lateness probe: what the loop's other tasks see with no ledger.
+    """
     counting = CountingHooks(MemoryStore())
-    seconds = anyio.run(functools.partial(run_pipeline, counting, n, window=window), backend=backend)
-    return PipelineRun("memory", False, n, seconds, counting.counts)
+    lateness: list[float] = []
+
+    async def main() -> float:
+        if not probe:
+            return await run_pipeline(counting, n, window=window)
+        async with lateness_probe() as samples:
+            seconds = await run_pipeline(counting, n, window=window)
+        lateness.extend(samples)
+        return seconds
+
+    seconds = anyio.run(main, backend=backend)
+    return PipelineRun("memory", False, n, seconds, counting.counts, lateness=lateness)
 
 
 def run_engine_only(n: int, *, window: int = WINDOW, backend: str = "asyncio") -> PipelineRun:

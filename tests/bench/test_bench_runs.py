@@ -49,6 +49,7 @@ def test_streams_bench_reports_every_figure_and_ratio(
         "at_least_5x_sqlite",
     }
     assert out["loop_lateness_p99_us"] >= 0  # a probe task beside the durable runs
+    assert out["memory_store_loop_lateness_p99_us"] >= 0  # and beside the runs with no ledger
 
 
 def test_streams_bench_takes_medians_over_repeats(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -210,6 +211,11 @@ def test_nodes_bench_reports_every_figure_and_goal(
         "chain_durable_loop_lateness_p99_us",
     ):
         assert isinstance(out[key], float), key
+    for shape in ("wide", "chain"):  # None when a run of 20 nodes ends before the probe's first wake-up
+        assert (
+            out[f"{shape}_ordinary_loop_lateness_p99_us"] is None
+            or out[f"{shape}_ordinary_loop_lateness_p99_us"] >= 0
+        )
     assert out["chain_durable_txns"] >= 20  # a chain cannot batch: at least one commit per node
     reference = 1 / (1 / out["chain_ordinary_nodes_per_s"] + 1 / out["raw_lmdb_commits_per_s"])
     assert out["chain_reference_nodes_per_s"] == pytest.approx(reference)
