@@ -41,6 +41,7 @@ from ledger import open_ledger
 from ledger.lmdb._env import write_mode
 from streams import HandleResult, MessageTx, StreamHooks, handle_messages, open_scope
 
+from ._lateness import lateness_probe, p99_us
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
 from ._streams import CAPACITY, WINDOW, verify_ledger
 
@@ -377,9 +378,19 @@ def _put(txn: lmdb.Transaction, *, key: bytes, db: Any) -> bool:
 
 
 def time_ledger_writes(
-    count: int, *, sync: bool = True, backend: str = "asyncio", workdir: Path | None = None
+    count: int,
+    *,
+    sync: bool = True,
+    backend: str = "asyncio",
+    workdir: Path | None = None,
+    lateness: list[float] | None = None,
 ) -> Percentiles:
-    """``count`` bare ``await ledger.backend.env.write(...)`` of the same put, one after another."""
+    """``count`` bare ``await ledger.backend.env.write(...)`` of the same put, one after another.
+
+    With a ``lateness`` list, ``count`` more writes follow beside a probe task
+    (:mod:`bench._lateness`), whose wake-ups' lateness goes to the list: what
+    the round trips cost the loop's other tasks. The timed writes run without it.
+    """
     walls: list[float] = []
     with tempfile.TemporaryDirectory(prefix="streamledger-round-trip-", dir=workdir) as tmp:
 
@@ -391,6 +402,13 @@ def time_ledger_writes(
                     started = time.perf_counter()
                     await ledger.backend.env.write(functools.partial(_put, key=key, db=db))
                     walls.append(time.perf_counter() - started)
+                if lateness is None:
+                    return
+                async with lateness_probe() as samples:
+                    for i in range(count, 2 * count):
+                        key = _KEY + i.to_bytes(8, "big")
+                        await ledger.backend.env.write(functools.partial(_put, key=key, db=db))
+                lateness.extend(samples)
 
         anyio.run(main, backend=backend)
     return percentiles(walls)
@@ -426,6 +444,7 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     runs: dict[str, list[LatencyRun]] = {}
     raw: list[Percentiles] = []
     round_trips: list[Percentiles] = []
+    lateness: list[float] = []  # the probe's, beside the bare ledger writes
     pg, pg_skipped, stack = postgres_target(args, progress)
     if pg is not None:
         configs.append(("postgres", True))
@@ -433,7 +452,11 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         for k in range(args.repeat):
             progress(f"round {k + 1}/{args.repeat}")
             raw.append(time_raw_commits(args.commits, workdir=args.workdir))
-            round_trips.append(time_ledger_writes(args.commits, backend=args.backend, workdir=args.workdir))
+            round_trips.append(
+                time_ledger_writes(
+                    args.commits, backend=args.backend, workdir=args.workdir, lateness=lateness
+                )
+            )
             progress(
                 f"  raw py-lmdb commit p50 {raw[-1]['p50']:,.0f} µs; "
                 f"ledger write round trip p50 {round_trips[-1]['p50']:,.0f} µs"
@@ -485,6 +508,7 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     }
     out.update(_percentile_keys("raw_lmdb_commit", _median_of(raw)))
     out.update(_percentile_keys("ledger_write", _median_of(round_trips)))
+    out["loop_lateness_p99_us"] = p99_us(lateness)
     for name, figs in runs.items():
         out.update(_percentile_keys(name, _median_of([f.latency for f in figs])))
         out[f"{name}_orders_per_s"] = statistics.median(f.orders / f.seconds for f in figs)
@@ -619,7 +643,11 @@ def show_latency(out: dict[str, Any]) -> str:
         f"result verified; load average {out['load_average_1m']:.1f}"
     )
     skipped = out.get("postgres_skipped")
-    notes = [f"PostgreSQL skipped: {skipped}"] if skipped else []
+    lateness = out.get("loop_lateness_p99_us")
+    shown = "-" if lateness is None else f"{lateness:,.0f}"
+    notes = [f"loop lateness p99 beside the round trips: {shown} µs"]
+    if skipped:
+        notes.append(f"PostgreSQL skipped: {skipped}")
     if out.get("pg_highest_sustained_rate") is not None:
         notes.append(f"PostgreSQL sustained up to {out['pg_highest_sustained_rate']:,.0f} orders/s here")
     goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())

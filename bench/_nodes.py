@@ -14,6 +14,19 @@ node checkpoint and its attempt record per node) with plain py-lmdb: for
 the wide graph in the batches the ledger made, for the chain one fsynced
 transaction per node.
 
+The peer, when its packages are installed (``.[bench-peers]``), is
+LangGraph with ``SqliteSaver`` (WAL, ``synchronous=FULL``,
+``durability="sync"``) running the same two shapes: a ``StateGraph`` of N
+nodes, each writing its own key of the state, all from ``START`` (wide: one
+superstep, so one checkpoint) or in a line (chain: a checkpoint per node).
+It runs in a child process (``python -m bench._nodes langgraph SHAPE N
+[WORKDIR]``), as the graphs bench runs its peers.
+
+While each durable run goes on, a probe task of the same loop asks to be
+woken every millisecond and records how late it was
+(:mod:`bench._lateness`): what the ledger's commits cost the loop's other
+tasks.
+
 Each timed run starts right after a full collection: the wide graph holds
 thousands of tasks at once, and a full collection falling inside its run
 or not (which depends on what ran before, down to declaring the graph's
@@ -23,9 +36,14 @@ keys) moved its figure by a third.
 from __future__ import annotations
 
 import gc
+import importlib
+import importlib.util
+import json
+import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,9 +58,18 @@ from ledger.lmdb._seal import seal
 from streams import Graph, Key, NodeContext, run_graph
 from streams.store import CheckpointOutput, NodeAttemptRecord, NodeCheckpoint
 
+from ._lateness import lateness_probe
 from ._shape import BenchError
 
-__all__ = ["NodeFigure", "run_durable_nodes", "run_ordinary_nodes", "run_raw_nodes", "shaped"]
+__all__ = [
+    "NodeFigure",
+    "nodes_peer_missing",
+    "run_durable_nodes",
+    "run_langgraph_nodes",
+    "run_ordinary_nodes",
+    "run_raw_nodes",
+    "shaped",
+]
 
 N_KEY: Final = Key("n", int)
 
@@ -53,6 +80,8 @@ class NodeFigure:
     nodes: int
     seconds: float
     txns: int = 0
+    #: How late each wake-up of the lateness probe was, in seconds (durable runs only).
+    lateness: list[float] = field(default_factory=list)
 
     @property
     def nodes_per_s(self) -> float:
@@ -86,31 +115,41 @@ def _check(shape: str, n: int, values: Any) -> None:
         raise BenchError(f"{shape}: the last node set {last}, not {expected}")
 
 
-def run_ordinary_nodes(shape: str, n: int) -> NodeFigure:
+def run_ordinary_nodes(shape: str, n: int, *, probe: bool = False) -> NodeFigure:
+    """The graph in ordinary mode; with ``probe``, beside the lateness probe (the durable runs' baseline)."""
     graph = shaped(shape, n)
+    lateness: list[float] = []
 
     async def main() -> float:
         gc.collect()  # each run starts the collector's cycle afresh, whatever ran before it
         started = time.perf_counter()
-        result = await run_graph(graph, {N_KEY: 1})
+        if probe:
+            async with lateness_probe() as samples:
+                result = await run_graph(graph, {N_KEY: 1})
+            lateness.extend(samples)
+        else:
+            result = await run_graph(graph, {N_KEY: 1})
         seconds = time.perf_counter() - started
         _check(shape, n, result)
         return seconds
 
-    return NodeFigure(f"{shape}_ordinary", n, anyio.run(main))
+    return NodeFigure(f"{shape}_ordinary", n, anyio.run(main), lateness=lateness)
 
 
 def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> NodeFigure:
     graph = shaped(shape, n)
     batches: list[int] = []
+    lateness: list[float] = []
 
     async def main(path: Path) -> float:
         async with open_ledger(path) as ledger:
             ledger.backend.env.batch_observer = lambda writes, _ok: batches.append(writes)
             gc.collect()
-            started = time.perf_counter()
-            outcome = await ledger.run(graph, {N_KEY: 1}, run_id="bench")
-            seconds = time.perf_counter() - started
+            async with lateness_probe() as samples:
+                started = time.perf_counter()
+                outcome = await ledger.run(graph, {N_KEY: 1}, run_id="bench")
+                seconds = time.perf_counter() - started
+            lateness.extend(samples)
             ledger.backend.env.batch_observer = None
             _check(shape, n, outcome.result)
             records = await ledger.nodes.node_records("bench")
@@ -120,7 +159,7 @@ def run_durable_nodes(shape: str, n: int, *, workdir: Path | None = None) -> Nod
 
     with tempfile.TemporaryDirectory(prefix="nodes-bench-", dir=workdir) as tmp:
         seconds = anyio.run(main, Path(tmp) / "ledger")
-    return NodeFigure(f"{shape}_durable", n, seconds, txns=len(batches))
+    return NodeFigure(f"{shape}_durable", n, seconds, txns=len(batches), lateness=lateness)
 
 
 def run_raw_nodes(n: int, batch: int, *, workdir: Path | None = None) -> NodeFigure:
@@ -155,3 +194,100 @@ def run_raw_nodes(n: int, batch: int, *, workdir: Path | None = None) -> NodeFig
     if stored != 2 * n:
         raise BenchError(f"the raw loop stored {stored} records, not {2 * n}")
     return NodeFigure("raw_lmdb", n, seconds, txns=txns)
+
+
+# -- the peer, in a child process ----------------------------------------------------------------
+
+#: The modules LangGraph with its SQLite checkpointer needs.
+LANGGRAPH_MODULES: Final = ("langgraph", "langgraph.checkpoint.sqlite")
+_PEER_TIMEOUT_S: Final = 900
+
+
+def nodes_peer_missing() -> str | None:
+    """Why LangGraph cannot run here (its packages are not importable), or None if it can."""
+    for module in LANGGRAPH_MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            return f"{module} is not importable (pip install -e '.[bench-peers]')"
+    return None
+
+
+def run_langgraph_nodes(shape: str, n: int, *, workdir: Path | None = None) -> NodeFigure:
+    """LangGraph's graph of ``shape`` and ``n`` nodes on SqliteSaver, in a child process, once verified."""
+    argv = [sys.executable, "-m", "bench._nodes", "langgraph", shape, str(n), str(workdir or "")]
+    try:
+        child = subprocess.run(argv, capture_output=True, text=True, timeout=_PEER_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"langgraph did not finish the {shape} graph in {_PEER_TIMEOUT_S} s") from None
+    if child.returncode != 0:
+        tail = "\n".join(child.stderr.strip().splitlines()[-5:])
+        raise BenchError(f"langgraph failed on the {shape} graph (exit {child.returncode}): {tail}")
+    try:
+        report = json.loads(child.stdout.strip().splitlines()[-1])
+        return NodeFigure(f"langgraph_{shape}", n, float(report["seconds"]), txns=int(report["checkpoints"]))
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        raise BenchError(f"langgraph printed no report ({exc!r}): {child.stdout[-500:]!r}") from None
+
+
+def _langgraph(shape: str, n: int, tmp: Path) -> tuple[float, int]:
+    """The graph as a LangGraph ``StateGraph`` on its SQLite checkpointer; seconds and checkpoints."""
+    import sqlite3
+    from typing import TypedDict
+
+    graph_module = importlib.import_module("langgraph.graph")
+    saver_module = importlib.import_module("langgraph.checkpoint.sqlite")
+    fields: dict[str, Any] = {"n": int, **{f"k{i}": int for i in range(n)}}
+    state_type: Any = TypedDict("NodesState", fields, total=False)  # type: ignore[misc]
+
+    def setter(needs: str, gives: str) -> Any:
+        def node(state: dict[str, int]) -> dict[str, int]:
+            return {gives: state[needs] + 1}
+
+        return node
+
+    builder = graph_module.StateGraph(state_type)
+    for i in range(n):
+        needs = "n" if shape == "wide" or i == 0 else f"k{i - 1}"
+        builder.add_node(f"n{i}", setter(needs, f"k{i}"))
+        before = graph_module.START if shape == "wide" or i == 0 else f"n{i - 1}"
+        builder.add_edge(before, f"n{i}")
+    conn = sqlite3.connect(tmp / "langgraph.sqlite", check_same_thread=False)
+    try:
+        saver = saver_module.SqliteSaver(conn)
+        saver.setup()  # sets journal_mode=WAL
+        conn.execute("PRAGMA synchronous=FULL")  # an fsync per commit, like the ledger
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "bench-0"}, "recursion_limit": n + 10}
+        gc.collect()
+        started = time.perf_counter()
+        output = graph.invoke({"n": 1}, config, durability="sync")
+        seconds = time.perf_counter() - started
+        checkpoints = sum(1 for _ in saver.list({"configurable": {"thread_id": "bench-0"}}))
+    finally:
+        conn.close()
+    expected = 2 if shape == "wide" else n + 1
+    if output.get(f"k{n - 1}") != expected:
+        raise BenchError(f"langgraph's {shape} graph set {output.get(f'k{n - 1}')!r}, not {expected}")
+    return seconds, checkpoints
+
+
+def _peer_main(argv: list[str]) -> int:
+    """Child process: ``python -m bench._nodes langgraph SHAPE N [WORKDIR]``; prints one JSON line."""
+    shape, n = argv[1], int(argv[2])
+    workdir = Path(argv[3]) if len(argv) > 3 and argv[3] else None
+    with tempfile.TemporaryDirectory(prefix="langgraph-nodes-bench-", dir=workdir) as tmp:
+        try:
+            seconds, checkpoints = _langgraph(shape, n, Path(tmp))
+        except BenchError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 1
+    print(json.dumps({"peer": "langgraph", "shape": shape, "seconds": seconds, "checkpoints": checkpoints}))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_peer_main(sys.argv[1:]))

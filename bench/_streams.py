@@ -50,6 +50,7 @@ from streams.store import (
 )
 from streams.testing import PassThroughHooks, PassThroughNodeHooks
 
+from ._lateness import lateness_probe
 from ._shape import INVOICES, ORDERS, BenchError, Invoice, Order, Totals, expected_total
 
 __all__ = [
@@ -158,6 +159,8 @@ class PipelineRun:
     txn_writes: int = 0  # hook calls those transactions carried
     loop_cpu: float | None = None  # CPU seconds of the event-loop thread during the run
     writer_cpu: float | None = None  # CPU seconds of the writer thread, first to last batch
+    #: How late each wake-up of a probe task of the same loop was, in seconds (``probe=True`` runs).
+    lateness: list[float] = field(default_factory=list)
 
     @property
     def msgs_per_s(self) -> float:
@@ -289,17 +292,21 @@ def run_streamledger(
     backend: str = "asyncio",
     workdir: Path | None = None,
     graph: bool = True,
+    probe: bool = False,
 ) -> PipelineRun:
     """One pipeline run on a fresh LMDB ledger in a temporary directory: the demo's graph, or bare streams.
 
     Besides the time it records the CPU time of the event-loop thread and of
     the ledger's writer thread (read at the end of each commit batch, on that
-    thread), and the size of every commit batch.
+    thread), and the size of every commit batch. With ``probe`` a task of the
+    same loop records how late each of its wake-ups, one a millisecond, came
+    (:mod:`bench._lateness`).
     """
     batches: list[int] = []
     writer_cpu: dict[int, list[float]] = {}
     loop_cpu: list[float] = []
     counting: list[CountingHooks] = []
+    lateness: list[float] = []
 
     def observe(writes: int, _ok: int) -> None:
         batches.append(writes)
@@ -312,12 +319,21 @@ def run_streamledger(
             async with open_ledger(Path(tmp) / "ledger", sync=sync) as ledger:
                 hooks = CountingHooks(ledger.streams)
                 counting.append(hooks)
-                ledger.backend.env.batch_observer = observe
-                started = time.thread_time()
-                try:
+
+                async def pipeline() -> float:
                     if graph:
                         return await run_graph_pipeline(ledger.nodes, hooks, n, window=window)
                     return await run_pipeline(hooks, n, window=window)
+
+                ledger.backend.env.batch_observer = observe
+                started = time.thread_time()
+                try:
+                    if not probe:
+                        return await pipeline()
+                    async with lateness_probe() as samples:
+                        seconds = await pipeline()
+                    lateness.extend(samples)
+                    return seconds
                 finally:
                     loop_cpu.append(time.thread_time() - started)
                     ledger.backend.env.batch_observer = None
@@ -334,6 +350,7 @@ def run_streamledger(
         txn_writes=sum(batches),
         loop_cpu=loop_cpu[0],
         writer_cpu=sum(last - first for first, last in writer_cpu.values()),
+        lateness=lateness,
     )
 
 
@@ -363,11 +380,24 @@ def verify_ledger(path: Path, n: int) -> None:
         raise BenchError(f"the ledger at {path} holds the wrong result: {found!r}")
 
 
-def run_memory(n: int, *, window: int = WINDOW, backend: str = "asyncio") -> PipelineRun:
-    """One pipeline run on :class:`~streams.MemoryStore`: the engine's own CPU ceiling."""
+def run_memory(n: int, *, window: int = WINDOW, backend: str = "asyncio", probe: bool = False) -> PipelineRun:
+    """One pipeline run on :class:`~streams.MemoryStore`: the engine's own CPU ceiling.
+
+    With ``probe``, beside the lateness probe: what the loop's other tasks see with no ledger.
+    """
     counting = CountingHooks(MemoryStore())
-    seconds = anyio.run(functools.partial(run_pipeline, counting, n, window=window), backend=backend)
-    return PipelineRun("memory", False, n, seconds, counting.counts)
+    lateness: list[float] = []
+
+    async def main() -> float:
+        if not probe:
+            return await run_pipeline(counting, n, window=window)
+        async with lateness_probe() as samples:
+            seconds = await run_pipeline(counting, n, window=window)
+        lateness.extend(samples)
+        return seconds
+
+    seconds = anyio.run(main, backend=backend)
+    return PipelineRun("memory", False, n, seconds, counting.counts, lateness=lateness)
 
 
 def run_engine_only(n: int, *, window: int = WINDOW, backend: str = "asyncio") -> PipelineRun:

@@ -127,7 +127,12 @@ class ConfirmPipeline(Generic[B]):
         Raises the pipeline's failure instead: after a failed confirmation
         nothing more is taken.
         """
-        if self._accept(units):
+        # _accept inline: stage() is called for every message of every handler
+        if self.failure is not None:
+            raise self.failure
+        self.staged += units
+        if not self._running:
+            self._running = True
             assert self._spawn is not None, "a pipeline without spawn is led by its callers: stage_and_lead"
             self._spawn(self._commit)
         return self.staged

@@ -77,10 +77,14 @@ class OutputReservation:
         The payloads go to ``run`` (the stager's open run of first attempts),
         or into the returned batches, one per stream, for a commit of their own.
         """
-        if len(outputs) == 1:
+        if len(outputs) == 1:  # a message's one output: reserve and _publish_later inline
             out, value, payload = outputs[0]
-            first = out.reserve(1)
-            self._publish_later(out, first).append(value)
+            first = out.next_seq
+            out.next_seq = first + 1
+            pending = self._staged.get(id(out))
+            if pending is None:
+                pending = self._staged[id(out)] = StagedOutputs(out, first)
+            pending.values.append(value)
             if run is not None:
                 run.run_output_one(out, first, payload)
                 return ()

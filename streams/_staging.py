@@ -118,7 +118,10 @@ class CommitStager:
 
     def run_output_one(self, stream: Any, first: int, payload: bytes) -> None:
         """The one output of the message last staged by :meth:`run_message`."""
-        self._run_output(stream, first).payloads.append(payload)
+        staged = self._outputs.get(id(stream))  # _run_output inline: once per message
+        if staged is None:
+            staged = self._outputs[id(stream)] = _RunOutput(stream.ref, stream.generation, first)
+        staged.payloads.append(payload)
 
     def _run_output(self, stream: Any, first: int) -> _RunOutput:
         staged = self._outputs.get(id(stream))

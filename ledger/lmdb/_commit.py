@@ -76,24 +76,12 @@ class LmdbBatches:
     def _try_batch(self, writes: list[LmdbWrite]) -> list[tuple[bool, Any]]:
         txn = self._env.begin_write()
         try:
-            outcomes: list[tuple[bool, Any]] = []
-            for write in writes:
-                child = self._env.begin_write(parent=txn)
-                try:
-                    value = write(child)
-                except lmdb.MapFullError:
-                    child.abort()
-                    raise
-                except lmdb.Error as exc:  # a damaged page met while writing: the whole batch fails
-                    child.abort()
-                    raise damaged(self._env.path, exc) from None
-                except Exception as exc:
-                    child.abort()
-                    outcomes.append((False, exc))
-                else:
-                    child.commit()
-                    outcomes.append((True, value))
-            txn.commit()
+            alone = len(writes) == 1
+            outcomes = self._run_alone(txn, writes[0]) if alone else self._run_nested(txn, writes)
+            if outcomes[-1][0] or not alone:
+                txn.commit()
+            else:  # a lone write refused: nothing to commit
+                txn.abort()
         except lmdb.MapFullError:
             txn.abort()
             raise
@@ -112,6 +100,43 @@ class LmdbBatches:
         if observer is not None:
             observer(len(writes), sum(1 for ok, _ in outcomes if ok))
         return outcomes
+
+    def _run_nested(self, txn: lmdb.Transaction, writes: list[LmdbWrite]) -> list[tuple[bool, Any]]:
+        """Each write in a transaction nested in ``txn``, so that one that raises is rolled back alone."""
+        outcomes: list[tuple[bool, Any]] = []
+        for write in writes:
+            child = self._env.begin_write(parent=txn)
+            try:
+                value = write(child)
+            except lmdb.MapFullError:
+                child.abort()
+                raise
+            except lmdb.Error as exc:  # a damaged page met while writing: the whole batch fails
+                child.abort()
+                raise damaged(self._env.path, exc) from None
+            except Exception as exc:
+                child.abort()
+                outcomes.append((False, exc))
+            else:
+                child.commit()
+                outcomes.append((True, value))
+        return outcomes
+
+    def _run_alone(self, txn: lmdb.Transaction, write: LmdbWrite) -> list[tuple[bool, Any]]:
+        """A batch of one write, in ``txn`` itself: a write that raises aborts ``txn``, which held only it.
+
+        The same outcome as a nested transaction rolled back alone, without
+        the nested transaction's begin and merge (the lone write's case: a
+        chain of nodes, a graph's steps, one run's checkpoints).
+        """
+        try:
+            return [(True, write(txn))]
+        except lmdb.MapFullError:
+            raise
+        except lmdb.Error as exc:  # a damaged page met while writing: the whole batch fails
+            raise damaged(self._env.path, exc) from None
+        except Exception as exc:
+            return [(False, exc)]
 
 
 def _disk_note(path: Path) -> str:

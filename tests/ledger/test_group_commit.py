@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,39 @@ async def test_a_lone_write_is_handed_over_at_the_end_of_its_step(tmp_path: Path
         assert await ticket.wait() == b"b"
         ledger.backend.env.batch_observer = None
     assert batches == [1, 1]
+
+
+async def test_a_lone_write_that_raises_leaves_nothing_of_it(tmp_path: Path) -> None:
+    class Refused(Exception):
+        pass
+
+    def half_then_raise(db: Any) -> Callable[[lmdb.Transaction], None]:
+        def fn(txn: lmdb.Transaction) -> None:
+            txn.put(b"half", b"v", db=db)
+            raise Refused
+
+        return fn
+
+    async with open_ledger(tmp_path / "l") as ledger:
+        env = ledger.backend.env
+        db = env.db("messages")
+        batches: list[tuple[int, int]] = []
+        env.batch_observer = lambda writes, ok: batches.append((writes, ok))
+        with pytest.raises(Refused):
+            await env.write(half_then_raise(db))  # alone in its batch: no nested transaction
+        assert await env.write(put(db, b"after")) == b"after"
+        env.batch_observer = None
+        with env.read() as txn:
+            assert txn.get(b"half", db=db) is None
+            assert txn.get(b"after", db=db) == b"v"
+    assert batches == [(1, 0), (1, 1)]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+async def test_the_writer_thread_runs_under_sched_batch(tmp_path: Path) -> None:
+    async with open_ledger(tmp_path / "l") as ledger:
+        policy = await ledger.backend.env.write(lambda txn: os.sched_getscheduler(0))
+    assert policy == os.SCHED_BATCH
 
 
 async def test_postgres_calls_made_in_one_step_share_one_transaction(postgres_url: str) -> None:
