@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,9 @@ def _stop_member_at(directory: Path, point: str, once: Any) -> None:
 
     def stop(partition: int) -> None:
         (directory / "paused").write_text(str(partition))
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # sent to this thread, which stops here: sent to the process, another thread may take it,
+        # and this one runs on until its next system call (into the statements after this point)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
     def check_then_stop(lease: Any, conn: Any) -> None:
         check(lease, conn)  # holds the lease row FOR SHARE until the transaction ends

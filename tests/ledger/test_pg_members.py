@@ -7,6 +7,7 @@ kills and pauses real processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -311,11 +312,13 @@ async def test_a_member_whose_commit_is_lost_with_its_session_counts_the_partiti
         assert handled == N
 
 
+@pytest.mark.parametrize("where", ["idle", "pipeline"])
 async def test_a_session_stuck_in_a_transaction_holding_a_lease_row_is_ended_once_its_owner_ran_out(
-    postgres_url: str,
+    postgres_url: str, where: str
 ) -> None:
-    """PostgreSQL does not end a session idle in a transaction whose last message was a Flush (psycopg
-    ends every pipeline with one): a member stopped there would hold its lease row for ever."""
+    """PostgreSQL ends no session waiting for its client in the middle of a pipeline, nor one idle in a
+    transaction whose last message was a Flush (psycopg ends every pipeline with one): a member
+    stopped there would hold its lease row, and its partition, for as long as it is stopped."""
     import psycopg
 
     from ledger.postgres._members import end_stuck_sessions
@@ -327,22 +330,27 @@ async def test_a_session_stuck_in_a_transaction_holding_a_lease_row_is_ended_onc
         "INSERT INTO streamledger_members VALUES (%s, 'totals', 'old', now() + interval '1 min')",
         (stream,),
     )
+    lock = "SELECT token FROM streamledger_partition_leases WHERE partition = 0 FOR SHARE"
     async with open_postgres(postgres_url) as ledger:
         connection = ledger.backend.connection
         claim = partial(_claim, stream=stream, group="totals", partitions=[0], idle_seconds=0)
         [old] = await connection.call(partial(claim, owner="old"))
-        stuck = psycopg.connect(postgres_url)  # a session the server's idle timeout does not end
-        stuck.execute("SET idle_in_transaction_session_timeout = 0")
-        stuck.commit()
-        stuck.execute(
-            "SELECT token FROM streamledger_partition_leases WHERE partition = 0 FOR SHARE"
-        ).fetchall()
-        ending = partial(end_stuck_sessions, stream=stream, group="totals", partition=0, idle_seconds=0)
-        assert await connection.call(ending) == 0  # its owner is alive: it holds the partition
-        assert stuck.execute("SELECT 1").fetchone() == (1,)
-        execute(postgres_url, "UPDATE streamledger_members SET expires_at = now() - interval '1 s'")
-        [new] = await connection.call(partial(claim, owner="new"))  # ends the stuck session first
-        assert (old.token, new.token) == (1, 2)
-        with pytest.raises(psycopg.OperationalError):
-            stuck.execute("SELECT 1")
+        stuck = psycopg.connect(postgres_url)
+        with contextlib.ExitStack() as stack:
+            if where == "idle":  # a session the server's idle timeout does not end
+                stuck.execute("SET idle_in_transaction_session_timeout = 0")
+                stuck.commit()
+                stuck.execute(lock).fetchall()
+            else:  # sent, with no Sync after it: the server waits for the rest of the pipeline
+                stack.enter_context(pytest.raises(psycopg.OperationalError))
+                stack.enter_context(stuck.pipeline())
+                stuck.execute(lock)
+            ending = partial(end_stuck_sessions, stream=stream, group="totals", partition=0, idle_seconds=0)
+            assert await connection.call(ending) == 0  # its owner is alive: it holds the partition
+            execute(postgres_url, "UPDATE streamledger_members SET expires_at = now() - interval '1 s'")
+            [new] = await connection.call(partial(claim, owner="new"))  # ends the stuck session first
+            assert (old.token, new.token) == (1, 2)
+            if where == "idle":
+                with pytest.raises(psycopg.OperationalError):
+                    stuck.execute("SELECT 1")
         stuck.close()
