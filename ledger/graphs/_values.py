@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 from pydantic import BaseModel, PydanticUserError, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -61,45 +61,85 @@ def write_down(
 
 
 def holds_one_shot(value: Any) -> bool:
-    """Whether ``value`` is, or holds in a container, dataclass or model, an iterator."""
+    """Whether ``value`` is, or holds in a container, dataclass or model, an iterator.
+
+    What to do with a value is decided once per class (:func:`_kind`): a
+    step's state and inputs are of a few classes, met at every step.
+    """
     seen: set[int] = set()
     stack = [value]
     while stack:
         item = stack.pop()
-        if type(item) in _ATOMIC:  # the common case first: no ABC check for plain values
+        cls = type(item)
+        if cls in _ATOMIC:  # the common case first
             continue
-        if isinstance(item, Iterator | AsyncIterator):
+        kind = _KINDS.get(cls)
+        if kind is None:
+            kind = _KINDS[cls] = _kind(cls)
+        if kind is _LEAF:
+            continue
+        if kind is _ONE_SHOT:
             return True
-        if isinstance(item, str | bytes | bytearray | int | float | bool | None) or id(item) in seen:
+        if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, list | tuple | set | frozenset):
+        if kind is _ITEMS:
             stack.extend(item)
-        elif isinstance(item, dict):
+        elif kind is _MAPPING:
             stack.extend(item.keys())
             stack.extend(item.values())
         else:
-            stack.extend(getattr(item, name) for name in _attribute_names(type(item)))
+            stack.extend(getattr(item, name) for name in cast(tuple[str, ...], kind))
     return False
+
+
+class _Kind:
+    """What :func:`holds_one_shot` does with a value of a class (the classes' fields are tuples)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_LEAF: Final = _Kind("leaf")  # holds nothing that could be an iterator
+_ONE_SHOT: Final = _Kind("one_shot")  # an iterator (async or not)
+_ITEMS: Final = _Kind("items")  # a list, tuple, set or frozenset: look at its items
+_MAPPING: Final = _Kind("mapping")  # a dict: look at its keys and values
+
+
+def _kind(cls: type[object]) -> _Kind | tuple[str, ...]:
+    """What a value of ``cls`` is to :func:`holds_one_shot`; a tuple names the fields to look into.
+
+    ``isinstance`` against the iterator ABCs asks the class, so the answer
+    holds for every instance of it.
+    """
+    if cls in _ATOMIC:
+        return _LEAF
+    if issubclass(cls, Iterator | AsyncIterator):
+        return _ONE_SHOT
+    if issubclass(cls, str | bytes | bytearray | int | float | bool):
+        return _LEAF
+    if issubclass(cls, list | tuple | set | frozenset):
+        return _ITEMS
+    if issubclass(cls, dict):
+        return _MAPPING
+    return _attribute_names(cls) or _LEAF
 
 
 def _attribute_names(cls: type[object]) -> tuple[str, ...]:
     """The fields of a pydantic model or dataclass, which may hold iterators; none for other classes."""
-    names = _ATTRIBUTE_NAMES.get(cls)
-    if names is None:
-        if issubclass(cls, BaseModel):
-            names = tuple(cls.model_fields)
-        elif dataclasses.is_dataclass(cls):
-            names = tuple(field.name for field in dataclasses.fields(cls))
-        else:
-            names = ()
-        _ATTRIBUTE_NAMES[cls] = names
-    return names
+    if issubclass(cls, BaseModel):
+        return tuple(cls.model_fields)
+    if dataclasses.is_dataclass(cls):
+        return tuple(field.name for field in dataclasses.fields(cls))
+    return ()
 
 
-_ATTRIBUTE_NAMES: Final[weakref.WeakKeyDictionary[type[object], tuple[str, ...]]] = (
-    weakref.WeakKeyDictionary()
-)
+_KINDS: Final[weakref.WeakKeyDictionary[type[object], _Kind | tuple[str, ...]]] = weakref.WeakKeyDictionary()
 
 
 _ATOMIC: Final = frozenset({str, bytes, bytearray, int, float, bool, type(None)})

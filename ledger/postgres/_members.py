@@ -16,7 +16,13 @@ row ``FOR SHARE`` and refuses to go on unless the token is still its own
 (:class:`~ledger.LeaseLostError`), as a worker's writes for its run do
 (:mod:`ledger.postgres._leases`): a member paused or cut off past its
 lease (a zombie) can confirm nothing once another took the partition over,
-so nothing is applied twice.
+so nothing is applied twice. A member whose transaction on a partition
+failed with its session (stopped inside it past the server's
+``idle_in_transaction_session_timeout``, cut off, the server restarted)
+confirmed nothing it had not confirmed before, whatever that transaction
+was: it counts the partition lost, as when it finds the lease taken over,
+and goes on, claiming it again if it is still its share and no live member
+holds it (:data:`LOST_WITH_ITS_SESSION`).
 
 Its transactions are repeatable read, on two connections: one for the
 records it confirms, one for its rows, its leases and its reads of the
@@ -53,6 +59,7 @@ import psycopg
 
 from streams import (
     Backoff,
+    CompactedHistoryError,
     Key,
     KeyedState,
     StaleGenerationError,
@@ -65,10 +72,10 @@ from streams import (
 )
 from streams.store import StreamRead, partition_name, qualified_type_name, single_error, type_name
 
-from .._errors import LeaseLostError
+from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import find_cause
 from ._leases import FencedConnection, held_or_lost
-from ._store import RECONNECT_SECONDS, PgConnection, connected
+from ._store import IDLE_IN_TRANSACTION_SECONDS, RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
 from ._view import PgView
 
@@ -82,9 +89,27 @@ DEFAULT_LEASE_SECONDS: Final = 10.0
 UNSETTLED_SECONDS: Final = 1.0
 
 #: A member's report of what it did with a partition: (partition, event), the event one of
-#: "claimed", "released" (its share changed), "lost" (its lease was taken over) or "done" (the
-#: writer's end is confirmed and the group handled every message of the partition).
+#: "claimed", "released" (its share changed), "lost" (its lease was taken over, or its session
+#: ended inside a transaction there) or "done" (the writer's end is confirmed and the group handled
+#: every message of the partition).
 MemberReport = Callable[[int, str], None]
+
+#: What ends a partition's handling when the member can confirm nothing more there, and so counts
+#: the partition lost rather than failing: its lease was taken over (``LeaseLostError``); its
+#: session ended inside a commit, so whether it landed is for the ledger to say
+#: (``OutcomeUnknownError``: a process stopped in a transaction past the server's idle timeout, a
+#: connection cut, a server restarted); the server stayed away past ``reconnect_seconds``
+#: (``LedgerUnreachableError``: the member's next renewal then decides whether it goes on); or the
+#: group was confirmed past what it reads (``CompactedHistoryError``: another member handled those
+#: messages while this one was away). In each, what its handling had not confirmed was never
+#: published (acks, state and keyed state are published only after their commit), and a new claim
+#: follows the partition again from what the ledger holds.
+LOST_WITH_ITS_SESSION: Final = (
+    LeaseLostError,
+    OutcomeUnknownError,
+    LedgerUnreachableError,
+    CompactedHistoryError,
+)
 
 
 def print_member_report(partition: int, event: str) -> None:
@@ -165,12 +190,53 @@ RETURNING token
 """
 
 
+#: Ends the session of a member that stopped inside a transaction holding a partition's lease row,
+#: once its owner's row ran out and the session has waited for its client there past the server's
+#: own idle timeout, which did not end it. PostgreSQL arms that timeout only when it told the
+#: client it is ready for a query: not in the middle of a pipeline (the session shows ``active``,
+#: waiting on ``ClientRead``), and not after a Flush that followed the pipeline's Sync (as psycopg
+#: ends every pipeline; the Flush disarms it). A process stopped there would hold the row, and the
+#: partition, for as long as it is stopped. The locking transaction is the one whose id is the
+#: row's ``xmax``; ending its session rolls it back, as the server's timeout would have. Only
+#: sessions this role may end are asked.
+_END_STUCK: Final = """
+SELECT pg_terminate_backend(a.pid, 1000)
+FROM streamledger_partition_leases l JOIN pg_stat_activity a ON a.backend_xid = l.xmax
+WHERE l.stream = %(stream)s AND l.grp = %(grp)s AND l.partition = %(partition)s
+  AND a.state IN ('idle in transaction', 'active') AND a.wait_event = 'ClientRead'
+  AND a.state_change < now() - make_interval(secs => %(idle)s)
+  AND pg_has_role(a.usesysid, 'MEMBER')
+  AND NOT EXISTS (
+    SELECT 1 FROM streamledger_members m
+    WHERE m.stream = l.stream AND m.grp = l.grp AND m.member = l.owner AND m.expires_at > now()
+  )
+"""
+
+
+def end_stuck_sessions(view: PgView, *, stream: str, group: str, partition: int, idle_seconds: float) -> int:
+    """End the sessions stuck holding ``partition``'s lease row (:data:`_END_STUCK`); how many."""
+    params = {"stream": stream, "grp": group, "partition": partition, "idle": idle_seconds}
+    return len(view.connection.execute(_END_STUCK, params).fetchall())
+
+
 def _claim(
-    view: PgView, *, stream: str, group: str, owner: str, partitions: list[int]
+    view: PgView,
+    *,
+    stream: str,
+    group: str,
+    owner: str,
+    partitions: list[int],
+    idle_seconds: float = IDLE_IN_TRANSACTION_SECONDS,
 ) -> list[PartitionLease]:
-    """Claim each of ``partitions`` that no live member holds; the leases won."""
+    """Claim each of ``partitions`` that no live member holds; the leases won.
+
+    A session stuck idle in a transaction for more than ``idle_seconds``
+    that holds a partition's lease row, for an owner whose row ran out, is
+    ended first (:data:`_END_STUCK`).
+    """
     won: list[PartitionLease] = []
     for partition in partitions:
+        end_stuck_sessions(view, stream=stream, group=group, partition=partition, idle_seconds=idle_seconds)
         params = {"stream": stream, "grp": group, "partition": partition, "owner": owner}
         row = view.connection.execute(_CLAIM, params).fetchone()
         if row is not None:
@@ -300,8 +366,11 @@ class _Member:
         taken = self.held.keys() | self.done | tick.held_by_others
         wanted = sorted(share - taken)
         if wanted:
+            # a claim run twice is one claim (a lease its name holds is claimed again): one whose
+            # commit was lost with its session runs again, rather than failing the member
             won = await self.coordination.call(
-                partial(_claim, stream=self.stream, group=self.group, owner=self.owner, partitions=wanted)
+                partial(_claim, stream=self.stream, group=self.group, owner=self.owner, partitions=wanted),
+                idempotent=True,
             )
             for lease in won:
                 part = self.held[lease.partition] = _Held(lease)
@@ -359,8 +428,8 @@ class _Member:
                         part.outcome = "done"
                         return
                     except Exception as exc:
-                        if find_cause(exc, LeaseLostError) is not None:
-                            part.outcome = "lost"  # another member's now: this one confirmed nothing
+                        if _lost_with_its_session(exc):
+                            part.outcome = "lost"  # it confirmed nothing more: claimed again if its share
                             return
                         if find_cause(exc, StaleGenerationError) is None and not isinstance(
                             exc, UnknownStreamError
@@ -447,6 +516,11 @@ async def consume(
         finally:
             await member.leave()
     return member.handled
+
+
+def _lost_with_its_session(exc: BaseException) -> bool:
+    """Whether a partition's handling ended with :data:`LOST_WITH_ITS_SESSION` (the engine may wrap it)."""
+    return any(find_cause(exc, kind) is not None for kind in LOST_WITH_ITS_SESSION)
 
 
 def _acked(reader: StreamReader[Any]) -> int:

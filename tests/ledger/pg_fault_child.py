@@ -4,10 +4,12 @@
 
     python -m tests.ledger.pg_fault_child DIR POINT worker URL [worker options...]
     python -m tests.ledger.pg_fault_child DIR POINT program URL N
+    python -m tests.ledger.pg_fault_child DIR POINT member URL NAME LEASE_SECONDS
 
 ``worker`` is ``python -m ledger worker URL --graphs tests.ledger.pool_graphs:GRAPHS ...``;
 ``program`` opens the ledger with ``ledger.connect(URL)``, runs the summing
-graph over ``N`` itself as run ``program`` and prints ``answer A``.
+graph over ``N`` itself as run ``program`` and prints ``answer A``;
+``member`` is ``python examples/customer_members.py member URL NAME LEASE_SECONDS``.
 
 POINT is where it pauses, the first time it gets there:
 
@@ -15,7 +17,15 @@ POINT is where it pauses, the first time it gets there:
 - ``pipeline``: a pipelined write of messages was sent, not yet synced;
 - ``transaction``: a fenced transaction holds the run's lease row (its third);
   here the process stops itself with SIGSTOP, a frozen worker;
+- ``partition``: a member's fenced transaction holds its partition's lease
+  row (its third such transaction), with the statements of its commit still
+  to send; the process stops itself with SIGSTOP, a frozen member;
+- ``commit``: a member's fenced transaction ran every statement and is about
+  to send its COMMIT (its third such transaction); it stops itself there;
 - ``none``: nowhere.
+
+With ``partition`` and ``commit`` the file ``DIR/paused`` holds the
+partition whose lease the stopped transaction checked.
 
 It pauses by writing ``DIR/paused`` and waiting for ``DIR/go`` (the test
 stops and restarts the server meanwhile); with ``transaction`` the test
@@ -28,6 +38,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -97,8 +108,53 @@ def _install(directory: Path, point: str) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
 
         _leases.Lease.check = check_then_stop  # type: ignore[method-assign, assignment]
+    elif point in ("partition", "commit"):
+        _stop_member_at(directory, point, once)
     elif point != "none":
         raise SystemExit(f"no pause point {point!r}")
+
+
+def _stop_member_at(directory: Path, point: str, once: Any) -> None:
+    from ledger.postgres import _members
+
+    check = _members.PartitionLease.check
+    checks: list[int] = []
+    fenced: dict[int, int] = {}  # a connection whose open transaction checked a lease: its partition
+
+    def stop(partition: int) -> None:
+        (directory / "paused").write_text(str(partition))
+        # sent to this thread, which stops here: sent to the process, another thread may take it,
+        # and this one runs on until its next system call (into the statements after this point)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+    def check_then_stop(lease: Any, conn: Any) -> None:
+        check(lease, conn)  # holds the lease row FOR SHARE until the transaction ends
+        checks.append(1)
+        if len(checks) == 3 and point == "partition" and once():
+            stop(lease.partition)
+        elif len(checks) >= 3 and point == "commit":
+            fenced[id(conn)] = lease.partition
+
+    _members.PartitionLease.check = check_then_stop  # type: ignore[method-assign, assignment]
+    if point != "commit":
+        return
+    leave = psycopg.Transaction.__exit__
+
+    def stop_then_commit(tx: Any, kind: Any, exc: Any, tb: Any) -> bool:
+        if not tx.savepoint_name:  # the outermost block: ending without an error, it sends COMMIT
+            partition = fenced.pop(id(tx.connection), None)
+            if kind is None and partition is not None and once():
+                stop(partition)
+        return leave(tx, kind, exc, tb)
+
+    psycopg.Transaction.__exit__ = stop_then_commit  # type: ignore[method-assign]
+
+
+async def _member(url: str, name: str, lease_seconds: float) -> int:
+    import customer_members  # from examples/, on the path main made
+
+    handled: int = await customer_members.member(url, name, lease_seconds)
+    return handled
 
 
 async def _program(url: str, n: int) -> None:
@@ -116,6 +172,10 @@ def main(argv: list[str]) -> int:
     _install(Path(directory), point)
     if mode == "program":
         anyio.run(_program, url, int(rest[0]))
+        return 0
+    if mode == "member":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+        print(f"handled {anyio.run(_member, url, rest[0], float(rest[1]))}", flush=True)
         return 0
     from ledger._cli import main as cli
 

@@ -1,13 +1,18 @@
 """Three member processes share a group on PostgreSQL; one is SIGKILLed, one SIGSTOPped past its lease.
 
 They run ``examples/customer_members.py``, the tutorial's example, with
-leases of two seconds, while its producer appends the orders. Whatever
-moment the signals land at, every customer's total is exact: nothing the
-killed member confirmed is lost, nothing the paused one did after its
-partitions were taken over is confirmed (a late commit there would write
-totals from its stale cache), and no partition is left unhandled (the
-steady member ends only once every order is handled, and every
-partition's lag is 0).
+leases of two seconds, while its producer appends the orders. The killed
+member dies while handling; the paused one stops itself inside one of its
+transactions (:mod:`tests.ledger.pg_fault_child`), holding its partition's
+lease row, either before its commit's statements or just before its
+COMMIT, and is let go once the others handled everything: the server has
+ended its session meanwhile, so its transaction fails, and it counts that
+partition lost and goes on, never ending with the session's error. Every
+customer's total is exact: nothing the killed member confirmed is lost,
+nothing the paused one did after its partitions were taken over is
+confirmed (a late commit there would write totals from its stale cache),
+and no partition is left unhandled (the steady member ends only once every
+order is handled, and every partition's lag is 0).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from . import pg_fault_child
 from .test_postgres_workers import _lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,9 +40,25 @@ CUSTOMERS = 1_000
 
 
 def _run(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, EXAMPLE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return _spawn([sys.executable, EXAMPLE, *args])
+
+
+def _spawn(command: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_stopped(process: subprocess.Popen[str], timeout: float) -> None:
+    """Wait until ``process`` stopped itself (SIGSTOP): the kernel says so, no polling."""
+    status: list[int] = []
+
+    def wait() -> None:
+        status.append(os.waitpid(process.pid, os.WUNTRACED)[1])
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    assert status, f"the member did not stop within {timeout} s"
+    assert os.WIFSTOPPED(status[0]), f"the member ended instead of stopping: status {status[0]}"
 
 
 def _expected() -> dict[str, int]:
@@ -69,28 +92,27 @@ def _rest(lines: queue.Queue[str]) -> str:
     return "".join(out)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known race under load: the paused member may be stopped inside a transaction, and after "
-        "SIGCONT it can end with that session's error instead of counting its partition lost"
-    ),
-)
-def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(postgres_url: str) -> None:
-    members = {name: _run("member", postgres_url, name, "2") for name in ("killed", "paused", "steady")}
+@pytest.mark.parametrize("point", ["partition", "commit"])
+def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(
+    postgres_url: str, tmp_path: Path, point: str
+) -> None:
+    killed, steady = _run("member", postgres_url, "killed", "2"), _run("member", postgres_url, "steady", "2")
+    # stops itself inside a transaction holding its partition's lease row: before its commit's
+    # statements (``partition``) or once they ran, before its COMMIT (``commit``)
+    paused = _spawn(pg_fault_child.command(tmp_path, point, "member", postgres_url, "paused", "2"))
+    members = {"killed": killed, "paused": paused, "steady": steady}
     producer = _run("produce", postgres_url, str(N), str(CUSTOMERS))
     lines = {name: _lines(process) for name, process in members.items()}
-    killed, paused, steady = members.values()
     try:
         deadline = time.monotonic() + 120
         _until_claimed(lines["killed"], deadline)
         killed.send_signal(signal.SIGKILL)  # dies while handling: its leases run out, the others take over
         killed.wait()
-        _until_claimed(lines["paused"], deadline)
-        paused.send_signal(signal.SIGSTOP)  # a zombie: alive, but silent past its lease
+        _wait_stopped(paused, timeout=120)  # a zombie: alive, silent past its lease, its rows locked
+        stopped_in = int((tmp_path / "paused").read_text())
         assert producer.wait(timeout=300) == 0  # a safety net: a loaded machine is slow, not wrong
         assert steady.wait(timeout=300) == 0  # it ends once every partition is handled to its end
-        paused.send_signal(signal.SIGCONT)
+        paused.send_signal(signal.SIGCONT)  # its session is gone: the transaction it was in fails
         paused.wait(timeout=120)  # its exit code is checked below, with what every process said
     finally:
         for process in (*members.values(), producer):
@@ -101,9 +123,10 @@ def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(post
             name: process.communicate()[1] for name, process in (*members.items(), ("producer", producer))
         }
     assert (steady.returncode, paused.returncode, producer.returncode) == (0, 0, 0), errors
-    # resumed, the paused member finds its partition taken over at its next commit (``lost``), or
-    # already handled to its end by the steady one, if it had not begun (``done``, none handled)
+    # resumed, the paused member finds the transaction it was in failed and its partition taken
+    # over: it counts that partition lost, and goes on (finding every partition handled to its end)
     out_paused = _rest(lines["paused"])
+    assert f"partition {stopped_in}: lost\n" in out_paused, (out_paused, errors["paused"])
     assert out_paused.endswith("\n") and "handled " in out_paused, out_paused
     groups = subprocess.run(
         [sys.executable, "-m", "ledger", "inspect", postgres_url, "--groups", "--json"],

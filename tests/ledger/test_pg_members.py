@@ -7,6 +7,7 @@ kills and pauses real processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -238,3 +239,118 @@ async def test_inspect_shows_the_member_holding_each_partition_and_until_when(po
     assert table[0].split()[-1] == "OWNER"
     assert re.search(r"0/4  host-a:41 \(until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)$", table[1]), table[1]
     assert table[2].endswith("1/4  host-b:7 (lease expired)") and table[4].endswith("3/4  -")
+
+
+class _LoseTheSession:
+    """Ends the session of a member's third fenced transaction at its COMMIT (from the test's side).
+
+    ``landed`` says whether the COMMIT reaches the server first (its answer is then lost with the
+    session) or not (the server rolls the transaction back). Either way the member's ledger call
+    raises ``OutcomeUnknownError``. Faults are wrapped around the named functions, in this process
+    only: nothing in the library knows of them.
+    """
+
+    def __init__(self, url: str, *, landed: bool) -> None:
+        self.url = url
+        self.landed = landed
+        self.checks = 0
+        self.fenced: dict[int, int] = {}  # a connection whose open transaction checked a lease
+        self.partition: int | None = None  # the partition of the transaction whose session ended
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import psycopg
+
+        check = PartitionLease.check
+        leave = psycopg.Transaction.__exit__
+
+        def counted_check(lease: PartitionLease, conn: Any) -> None:
+            check(lease, conn)
+            self.checks += 1
+            if self.checks == 3:
+                self.fenced[id(conn)] = lease.partition
+
+        def lose_at_commit(tx: Any, kind: Any, exc: Any, tb: Any) -> bool:
+            partition = None if tx.savepoint_name else self.fenced.pop(id(tx.connection), None)
+            if kind is not None or partition is None:
+                return leave(tx, kind, exc, tb)
+            self.partition = partition
+            if self.landed:
+                leave(tx, kind, exc, tb)  # committed; its answer is lost with the session below
+            self.end(tx.connection)
+            tx.connection.execute("SELECT 1")  # raises: the session is gone
+            raise AssertionError("the session outlived pg_terminate_backend")
+
+        monkeypatch.setattr(PartitionLease, "check", counted_check)
+        monkeypatch.setattr(psycopg.Transaction, "__exit__", lose_at_commit)
+
+    def end(self, conn: Any) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as other:
+            ended = other.execute("SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,))
+            assert ended.fetchone() == (True,)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["rolled-back", "landed"])
+async def test_a_member_whose_commit_is_lost_with_its_session_counts_the_partition_lost_and_goes_on(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    """Its commit fails with OutcomeUnknownError (a process stopped in a transaction past the idle
+    timeout, then continued, meets the same): it reports the partition lost and claims it again."""
+    await shop.produce(postgres_url, N, CUSTOMERS)
+    fault = _LoseTheSession(postgres_url, landed=landed)
+    fault.install(monkeypatch)
+    events = Events()
+    handled = await member(postgres_url, "a", events)()
+    lost = fault.partition
+    assert lost is not None
+    mine = [(p, e) for m, p, e in events.seen if m == "a" and p == lost]
+    assert mine[:3] == [(lost, "claimed"), (lost, "lost"), (lost, "claimed")]  # then handled to its end
+    assert (lost, "done") in mine
+    assert await shop.totals(postgres_url) == expected()  # nothing twice, nothing left out
+    if not landed:  # what the lost transaction held was handled again, once
+        assert handled == N
+
+
+@pytest.mark.parametrize("where", ["idle", "pipeline"])
+async def test_a_session_stuck_in_a_transaction_holding_a_lease_row_is_ended_once_its_owner_ran_out(
+    postgres_url: str, where: str
+) -> None:
+    """PostgreSQL ends no session waiting for its client in the middle of a pipeline, nor one idle in a
+    transaction whose last message was a Flush (psycopg ends every pipeline with one): a member
+    stopped there would hold its lease row, and its partition, for as long as it is stopped."""
+    import psycopg
+
+    from ledger.postgres._members import end_stuck_sessions
+
+    await shop.produce(postgres_url, 40, CUSTOMERS)
+    stream = "shop/checkout/orders"
+    execute(
+        postgres_url,
+        "INSERT INTO streamledger_members VALUES (%s, 'totals', 'old', now() + interval '1 min')",
+        (stream,),
+    )
+    lock = "SELECT token FROM streamledger_partition_leases WHERE partition = 0 FOR SHARE"
+    async with open_postgres(postgres_url) as ledger:
+        connection = ledger.backend.connection
+        claim = partial(_claim, stream=stream, group="totals", partitions=[0], idle_seconds=0)
+        [old] = await connection.call(partial(claim, owner="old"))
+        stuck = psycopg.connect(postgres_url)
+        with contextlib.ExitStack() as stack:
+            if where == "idle":  # a session the server's idle timeout does not end
+                stuck.execute("SET idle_in_transaction_session_timeout = 0")
+                stuck.commit()
+                stuck.execute(lock).fetchall()
+            else:  # sent, with no Sync after it: the server waits for the rest of the pipeline
+                stack.enter_context(pytest.raises(psycopg.OperationalError))
+                stack.enter_context(stuck.pipeline())
+                stuck.execute(lock)
+            ending = partial(end_stuck_sessions, stream=stream, group="totals", partition=0, idle_seconds=0)
+            assert await connection.call(ending) == 0  # its owner is alive: it holds the partition
+            execute(postgres_url, "UPDATE streamledger_members SET expires_at = now() - interval '1 s'")
+            [new] = await connection.call(partial(claim, owner="new"))  # ends the stuck session first
+            assert (old.token, new.token) == (1, 2)
+            if where == "idle":
+                with pytest.raises(psycopg.OperationalError):
+                    stuck.execute("SELECT 1")
+        stuck.close()

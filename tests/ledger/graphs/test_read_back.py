@@ -4,19 +4,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 from pydantic_graph import BaseNode, End, Graph, GraphBuilder, GraphRunContext, StepContext, reduce_sum
 
 from ledger.graphs import UntypedNodeWarning
+from ledger.graphs._values import holds_one_shot
 
 from .graphs import Calls, Log, enter, events, fail_then_retry
 
@@ -364,3 +368,100 @@ async def test_graph_inputs_that_do_not_read_back_leave_no_checkpoint(
     )
     assert trail.retry == ["one", "two"]
     assert ("two", "reads_back_different") in skip_reasons(trail.spans)
+
+
+# -- the one-shot check, decided once per class ----------------------------------------------
+
+
+def holds_one_shot_by_isinstance(value: Any) -> bool:
+    """What holds_one_shot answers, asked of every value anew (the check before it was decided per
+    class): the oracle its per-class decisions must agree with."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Iterator | AsyncIterator):
+            return True
+        if isinstance(item, str | bytes | bytearray | int | float | bool | None) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, BaseModel):
+            stack.extend(getattr(item, name) for name in type(item).model_fields)
+        elif dataclasses.is_dataclass(item):
+            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
+    return False
+
+
+class Label(str):
+    pass
+
+
+class Table(dict[Any, Any]):
+    pass
+
+
+class Row(tuple[Any, ...]):
+    pass
+
+
+class Chars(str):
+    """A str that is also an iterator: an iterator first."""
+
+    def __next__(self) -> str:
+        raise StopIteration
+
+
+@dataclass
+class Box:
+    held: Any = None
+
+
+class Holder(BaseModel):
+    held: Any = None
+
+
+class Opaque:
+    """An object of no known shape: its attributes are not looked into."""
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+
+
+_LEAVES = st.one_of(
+    st.integers(),
+    st.text(max_size=3),
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.binary(max_size=3),
+    st.builds(Label, st.text(max_size=3)),
+    st.builds(Chars, st.text(max_size=3)),
+    st.builds(lambda n: iter(range(n)), st.integers(0, 3)),
+    st.builds(lambda n: (i for i in range(n)), st.integers(0, 3)),
+)
+_NESTED = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.lists(inner, max_size=3).map(Row),
+        st.frozensets(st.integers(), max_size=3),
+        st.dictionaries(st.text(max_size=2), inner, max_size=3),
+        st.dictionaries(st.text(max_size=2), inner, max_size=3).map(Table),
+        st.builds(Box, inner),
+        st.builds(lambda held: Holder.model_construct(held=held), inner),
+        st.builds(Opaque, inner),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=_NESTED)
+def test_the_one_shot_check_decided_per_class_answers_as_asking_every_value(value: Any) -> None:
+    assert holds_one_shot(value) == holds_one_shot_by_isinstance(value)
