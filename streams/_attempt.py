@@ -81,9 +81,15 @@ async def run_member(level: Level, member: Member) -> None:
         level.finish(member, restored.reason)
         return
     tree.emit(Waiting(level.path, member.name))
-    if isinstance(member, NodeDef):
+    if isinstance(member, NodeDef) and member.requires:
+        waited = False
         for key in member.requires:
-            await level.slots[key].arrived.wait()
+            slot = level.slots[key]
+            if not slot.settled:  # no yield for a key already there
+                await slot.arrived.wait()
+                waited = True
+        if not waited and not level.scope:  # as a wait would: a cancelled level's member goes no further
+            await anyio.lowlevel.checkpoint_if_cancelled()  # (checkpoint mode: open_attempt accepts first)
     attempt = ""
     if level.scope:
         try:
@@ -223,7 +229,8 @@ async def _conclude(
     }
     for key in member.provides:  # a Sub's record names the source of each stream it exposes
         if key.is_stream and key not in refs:
-            await level.slots[key].arrived.wait()  # opened by its source, which may still be running
+            if not level.slots[key].settled:  # opened by its source, which may still be running
+                await level.slots[key].arrived.wait()
             source: GraphStream = level.slots[key].value
             refs[key] = (ref_of(source), terminal_of(source))
     if (owned or any(key.is_stream for key in member.provides)) and interrupted():

@@ -74,12 +74,16 @@ class NodeSkipped(BaseException):
 
 
 class Slot:
-    """One key of one graph level: settled once, with a value or ``NoValue``."""
+    """One key of one graph level: settled once, with a value or ``NoValue``.
 
-    __slots__ = ("arrived", "listeners", "value")
+    Its event exists only once someone waits for it (most keys of a wide
+    graph are settled before anyone looks, or read only once settled).
+    """
+
+    __slots__ = ("_arrived", "listeners", "value")
 
     def __init__(self) -> None:
-        self.arrived = anyio.Event()
+        self._arrived: anyio.Event | None = None
         self.value: Any = _UNSET
         self.listeners: list[Callable[[Any], None]] = []
 
@@ -87,9 +91,19 @@ class Slot:
     def settled(self) -> bool:
         return self.value is not _UNSET
 
+    @property
+    def arrived(self) -> anyio.Event:
+        """Set once the slot is settled."""
+        if self._arrived is None:
+            self._arrived = anyio.Event()
+            if self.settled:
+                self._arrived.set()
+        return self._arrived
+
     def settle(self, value: Any) -> None:
         self.value = value
-        self.arrived.set()
+        if self._arrived is not None:
+            self._arrived.set()
         for listener in self.listeners:
             listener(value)
 
@@ -98,6 +112,18 @@ class Slot:
             listener(self.value)
         else:
             self.listeners.append(listener)
+
+
+class _Output:
+    """What a refused value was for, as an error names it: made into text only if it is refused."""
+
+    __slots__ = ("key", "node")
+
+    def __init__(self, key: Key[Any], node: str) -> None:
+        self.key, self.node = key, node
+
+    def __str__(self) -> str:
+        return f"{self.key!r} of node {self.node!r}"
 
 
 class WriteSet:
@@ -286,7 +312,7 @@ class NodeContext:
         """Set ``key`` (read back as its type; downstream sees the copy): published at once in ordinary mode,
         after the node's record is confirmed in checkpoint mode."""
         self._writable(key, "set")
-        copy, payload = codec_for(key.type).prepare(value, what=f"{key!r} of node {self.node!r}")
+        copy, payload = codec_for(key.type).prepare(value, what=_Output(key, self.node))
         self._put(key, copy, payload)
 
     def skip(self, key: Key[Any]) -> None:

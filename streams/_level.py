@@ -3,7 +3,9 @@ together.
 
 A :class:`Level` holds its graph's keys (one :class:`~streams._context.Slot`
 each) and runs every member of its graph once, each as a node attempt
-(:mod:`streams._attempt`, given to the level as its ``runner``). It knows
+(:mod:`streams._attempt`, given to the level as its ``runner``), in its own
+task group: a member runs in the level's task until it first waits, and
+only a member that waits gets a task (:mod:`streams._inline`). It knows
 how a member ends: :meth:`Level.finish` settles what it did not set,
 records its status and emits ``Finished`` once; :meth:`Level.fail` keeps the
 level's first failure and cancels its other members, and :meth:`Level.run`
@@ -18,6 +20,7 @@ of its retry boundaries.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -30,6 +33,7 @@ from ._endpoints import parts
 from ._errors import CheckpointError
 from ._events import Finished, GraphStarted, NodeStatus
 from ._graph import Graph, Member, NodeDef, members_of
+from ._inline import run_all
 from ._keys import Key, NoValue
 from ._metrics import INSTRUMENTS
 from ._node_commits import StagedNode
@@ -132,9 +136,11 @@ class Level:
                     for key in self.graph.inputs:
                         if key.is_stream:
                             tg.start_soon(self._open_host_inlet, key)
-                for member in members_of(self.graph):
+                members = members_of(self.graph)
+                for member in members:
                     tree.statuses[(*self.path, member.name)] = "waiting"
-                    tg.start_soon(self.runner, self, member)
+                # no task per member: one only for each member that waits (streams._inline)
+                await run_all(tg, [functools.partial(self.runner, self, member) for member in members])
         finally:
             if self.scope:  # the records its nodes staged land (or fail) before the level ends
                 await tree.node_commits.settle()

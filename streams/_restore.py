@@ -115,6 +115,10 @@ async def verify_alias(
         def describe(_: CheckpointHooks, part: StreamRef = part) -> Awaitable[StreamDescriptor | None]:
             return hooks.describe(part)
 
+        # an endpoint of it in this tree, as it was when the store was asked: an open of the tree's own
+        # (the resumed writer's) that lands while the answer is on its way raises it past what was read
+        endpoint = tree.endpoints.streams.get(part)
+        generation = None if endpoint is None else core_of(endpoint).generation
         held = await tree.reliable("describe", describe)
         which = "which" if part == ref else f"whose partition {part}"
         if held is None:
@@ -123,8 +127,6 @@ async def verify_alias(
             raise refused(f"{which} holds {held.type_name} messages, not the {key!r} of its wiring")
         if held.partitions != (key.partitions or 0):
             raise refused(f"{which} the store holds as a partition of {held.partitions}, not as {key!r}")
-        endpoint = tree.endpoints.streams.get(part)
-        generation = None if endpoint is None else core_of(endpoint).generation
         if generation is not None and held.generation < generation:
             raise refused(
                 f"{which} the store holds at generation {held.generation}, older than the "

@@ -37,6 +37,7 @@ from ._store._node_records import (
     CheckpointAttemptRequest,
     CheckpointCommit,
 )
+from ._store._nodes import first_attempt
 
 __all__ = ["Tree"]
 
@@ -185,6 +186,12 @@ class Tree:
     async def open_attempt(self, parent: str, node: str, position: int, limit: int) -> CheckpointAttempt:
         """Open (or reclaim) the attempt of a retry boundary: a node's complete chain, or an aspect's."""
         request = CheckpointAttemptRequest(parent, node, position, limit)
+        if self.checkpoint is not None and self.checkpoint.new_scope:
+            # nothing of this run is in the store: its first attempt, as the store would answer it
+            if self.latched is not None:
+                raise self.latched
+            await accept()  # a cancelled caller opens nothing, as in reliable
+            return first_attempt(request)
         return await self.reliable("open_attempt", lambda hooks: hooks.open_attempt(request))
 
     async def fail_attempt(self, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
