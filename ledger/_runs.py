@@ -378,7 +378,7 @@ class Runs:
             inputs,
             aspects=aspects,
             on_event=on_event,
-            checkpoint=ExecCheckpoint(run_id, self._book.nodes),
+            checkpoint=ExecCheckpoint(run_id, self._book.nodes, new_scope=True),  # its record is new
             stream_capacity=stream_capacity,
             host_readers=host_readers,
             resumable_inputs=resumable_inputs,

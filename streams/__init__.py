@@ -13,6 +13,8 @@ from ._backoff import Backoff as Backoff
 from ._checkpoint import ExecCheckpoint as ExecCheckpoint
 from ._codec import CODEC_ID as CODEC_ID
 from ._codec import CODEC_VERSION as CODEC_VERSION
+from ._context import NodeContext as NodeContext
+from ._context import RetryBoundary as RetryBoundary
 from ._dead_letter import DeadLetter as DeadLetter
 from ._errors import CheckpointError as CheckpointError
 from ._errors import CheckpointScopeFailure as CheckpointScopeFailure
@@ -43,18 +45,17 @@ from ._errors import StreamFinishedError as StreamFinishedError
 from ._errors import StreamsError as StreamsError
 from ._errors import StreamStateError as StreamStateError
 from ._errors import UnknownStreamError as UnknownStreamError
-from ._execution import Child as Child
+from ._events import Child as Child
+from ._events import ExecutionEvent as ExecutionEvent
+from ._events import ExecutionResult as ExecutionResult
+from ._events import ExecutionSnapshot as ExecutionSnapshot
+from ._events import Finished as Finished
+from ._events import GraphStarted as GraphStarted
+from ._events import NodeSnapshot as NodeSnapshot
+from ._events import NodeStatus as NodeStatus
+from ._events import Running as Running
+from ._events import Waiting as Waiting
 from ._execution import Execution as Execution
-from ._execution import ExecutionEvent as ExecutionEvent
-from ._execution import ExecutionResult as ExecutionResult
-from ._execution import ExecutionSnapshot as ExecutionSnapshot
-from ._execution import Finished as Finished
-from ._execution import GraphStarted as GraphStarted
-from ._execution import NodeContext as NodeContext
-from ._execution import NodeSnapshot as NodeSnapshot
-from ._execution import NodeStatus as NodeStatus
-from ._execution import Running as Running
-from ._execution import Waiting as Waiting
 from ._execution import run_graph as run_graph
 from ._follow import follow_stream as follow_stream
 from ._graph import Graph as Graph
@@ -146,6 +147,7 @@ __all__ = [
     "RecordDecodeError",
     "RestorePlanError",
     "Retry",
+    "RetryBoundary",
     "Running",
     "SequenceError",
     "SkippedInputError",

@@ -11,7 +11,13 @@ What an aspect raises fails the node; what it catches does not. A node that
 skips itself (``ctx.skip_node()``) and a cancellation pass through
 :class:`Retry` untouched.
 
-In checkpoint mode a :class:`Retry`'s budget is keyed by its position in the
+An aspect that runs the rest of the chain again makes its place in the
+chain a retry boundary with ``ctx.retry_boundary(limit)``
+(:class:`~streams.RetryBoundary`): :class:`Retry` is such an aspect, built on
+that public API and nothing else, and a user's own retrying aspect gets the
+same durable budget, attempts and idempotency keys.
+
+In checkpoint mode a retry boundary's budget is keyed by its position in the
 chain, so a durable host records the chain it ran with
 (:func:`describe_aspect`, one line per aspect) and refuses to resume the
 run with another.
@@ -20,19 +26,14 @@ run with another.
 from __future__ import annotations
 
 import math
-import time
 import types
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import anyio
 
+from ._context import NodeContext, enter_link
 from ._errors import CheckpointError, ConfirmedFailureError, OutputError, SkippedInputError
-from ._outcome import interrupted
-from ._store._node_records import AttemptFailure
-
-if TYPE_CHECKING:
-    from ._execution import NodeContext
 
 __all__ = ["Aspect", "Proceed", "Retry", "Timeout", "chain", "describe_aspect"]
 
@@ -75,55 +76,26 @@ class Retry:
         return f"{type(self).__qualname__}(attempts={self.attempts}, delay={self.delay})"
 
     async def __call__(self, ctx: NodeContext, proceed: Proceed, /) -> None:
-        if ctx._checkpointing:
-            await self._persistent(ctx, proceed)
-            return
-        position = ctx._position
-        for attempt in range(self.attempts):
-            try:
-                # each attempt a scope of its own: its message budgets are its own, as in checkpoint mode
-                await ctx._within(ctx._local_attempt(position, attempt), proceed, index=attempt)
-                return
-            except NOT_RETRIED:
-                raise
-            except Exception:
-                if attempt + 1 == self.attempts or interrupted():  # a cancelled chain is not retried
-                    raise
-            await ctx._settle_streams()
-            if self.delay:
-                await anyio.sleep(self.delay)
-
-    async def _persistent(self, ctx: NodeContext, proceed: Proceed) -> None:
-        """Checkpoint mode: the budget lives in the store, keyed by the enclosing attempt and this position.
-
-        Each real failure is confirmed (``fail_attempt``) before the next
-        attempt, and what the failed attempt staged is dropped. A restart
-        reclaims the current attempt; a budget used up earlier stays used up.
-        A failure raised after a cancellation reached the chain is no failure:
-        the store refuses nothing and nothing is confirmed (:mod:`streams._outcome`).
-        """
-        position = ctx._position
-        attempt = await ctx._open_attempt(position, self.attempts)
+        """In checkpoint mode the budget lives in the store, keyed by the enclosing attempt and this
+        position: each real failure is confirmed before the next attempt, and what the failed attempt
+        staged is dropped. A restart reclaims the current attempt; a budget used up earlier stays used
+        up. A failure raised after a cancellation reached the chain is no failure: nothing is
+        confirmed and it is not retried (:mod:`streams._outcome`)."""
+        boundary = await ctx.retry_boundary(self.attempts)
+        if boundary.exhausted:
+            raise ConfirmedFailureError(
+                f"node {ctx.node!r}: the Retry at position {boundary.position} of its chain used its "
+                f"{self.attempts} attempts (confirmed earlier); its budget is not refilled"
+            )
         while True:
-            if attempt.exhausted:
-                raise ConfirmedFailureError(
-                    f"node {ctx.node!r}: the Retry at position {position} of its chain used its "
-                    f"{self.attempts} attempts (confirmed earlier); its budget is not refilled"
-                )
-            mark, started = ctx._mark(), time.time()
             try:
-                await ctx._within(attempt.scope, proceed, index=attempt.index)
+                await boundary.run(proceed)
                 return
             except NOT_RETRIED:
                 raise
             except Exception as exc:
-                ctx._rollback(mark)
-                # refused (the cancellation goes on) if the chain was cancelled: no budget is spent
-                failure = AttemptFailure.of(exc, index=attempt.index, started_at=started)
-                attempt = await ctx._fail_attempt(attempt.scope, failure)
-                if attempt.exhausted:
+                if not await boundary.fail(exc):
                     raise
-            await ctx._settle_streams()
             if self.delay:
                 await anyio.sleep(self.delay)
 
@@ -172,7 +144,7 @@ def chain(aspects: Sequence[Aspect], ctx: NodeContext, body: Proceed) -> Proceed
 
 def _link(aspect: Aspect, ctx: NodeContext, proceed: Proceed, position: int) -> Proceed:
     async def run() -> None:
-        ctx._position = position  # a persistent Retry keys its budget by it
+        enter_link(ctx, position)  # a retry boundary is keyed by it
         await aspect(ctx, proceed)
 
     return run

@@ -37,9 +37,17 @@ CHECKPOINT_HOOKS = ("open_attempt", "fail_attempt", "open_child", "commit_nodes"
 
 
 class ExecCheckpoint:
-    """Checkpoint mode for an execution and its tree: the run's ``scope`` and the store's ``hooks``."""
+    """Checkpoint mode for an execution and its tree: the run's ``scope`` and the store's ``hooks``.
 
-    def __init__(self, scope: str, hooks: CheckpointHooks) -> None:
+    ``new_scope=True`` promises that the store holds nothing under
+    ``scope`` yet (a run id created in the same call, as ``ledger.run``
+    creates it) and assigns attempt scopes by the store rules of
+    :mod:`streams.store`: every retry boundary the tree opens is then new,
+    and its first attempt is known without an ``open_attempt`` read. A
+    resume, or a store with rules of its own, leaves it ``False``.
+    """
+
+    def __init__(self, scope: str, hooks: CheckpointHooks, *, new_scope: bool = False) -> None:
         if not isinstance(scope, str) or not scope:
             raise ValueError(f"a checkpoint scope must be a non-empty string, got {scope!r}")
         missing = [name for name in CHECKPOINT_HOOKS if not callable(getattr(hooks, name, None))]
@@ -50,6 +58,7 @@ class ExecCheckpoint:
             )
         self.scope = scope
         self.hooks = hooks
+        self.new_scope = new_scope
 
     def __repr__(self) -> str:
         return f"ExecCheckpoint({self.scope!r}, {self.hooks!r})"

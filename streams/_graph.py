@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from ._aliases import StreamPlan, stream_plans
+from ._aliases import Alias, StreamPlan
 from ._codec import codec_for
 from ._errors import GraphError, PayloadTypeError
 from ._keys import Key, check_name
@@ -34,9 +34,19 @@ from ._type_names import qualified_type_name, type_name
 
 if TYPE_CHECKING:
     from ._aspects import Aspect
-    from ._execution import NodeContext
+    from ._context import NodeContext
 
-__all__ = ["Graph", "NodeDef", "NodeSpec", "PortSpec", "SubDef", "Topology", "TopologyNode"]
+__all__ = [
+    "Graph",
+    "Member",
+    "NodeDef",
+    "NodeSpec",
+    "PortSpec",
+    "SubDef",
+    "Topology",
+    "TopologyNode",
+    "members_of",
+]
 
 NodeFn = Callable[["NodeContext"], Awaitable[None]]
 F = TypeVar("F", bound=NodeFn)
@@ -333,7 +343,7 @@ class Graph:
         """(structural problems, all problems), computed once per shape of the tree."""
         changes = self._changes()
         if self._checked is None or self._checked[0] != changes:
-            plans = stream_plans(self)
+            plans = _stream_plans(self)
             self._plans = plans
             structural = (*_problems(self, ()), *_outlet_problems(self))
             self._checked = (changes, structural, None)
@@ -384,6 +394,11 @@ class Graph:
     def checkpoint_ports(self) -> tuple[PortSpec, ...]:
         """Every declared port of the tree, used or not, pass-through ports included (a fresh copy)."""
         return tuple(_port_specs(self, ()))
+
+
+def members_of(graph: Graph) -> Sequence[Member]:
+    """The nodes and Sub mounts of ``graph``, in the order they were added (the engine runs them)."""
+    return graph._members
 
 
 def _keys(keys: Iterable[Key[Any]], what: str) -> tuple[Key[Any], ...]:
@@ -842,3 +857,64 @@ def _port_specs(graph: Graph, path: tuple[str, ...]) -> Iterator[PortSpec]:
         for key, _ in member.fixed:
             yield port(member.name, "fixed", key)
         yield from _port_specs(member.graph, (*path, member.name))
+
+
+def _stream_plans(root: Graph) -> dict[Alias, StreamPlan]:
+    """Every alias of every stream of the tree, mapped to the stream's plan."""
+    parent: dict[Alias, Alias] = {}
+
+    def find(alias: Alias) -> Alias:
+        while parent.setdefault(alias, alias) != alias:
+            parent[alias] = parent[parent[alias]]
+            alias = parent[alias]
+        return alias
+
+    writers: dict[Alias, tuple[tuple[str, ...], NodeDef, Key[Any]]] = {}
+    readers: dict[Alias, list[str]] = {}
+    keys: dict[Alias, Key[Any]] = {}
+    for path, graph in _levels(root, ()):
+        for key in graph.inputs:
+            if key.is_stream:
+                keys[(path, key.name)] = key
+                find((path, key.name))
+        for member in graph._members:
+            if isinstance(member, NodeDef):
+                for key in member.requires:
+                    if key.is_stream:
+                        readers.setdefault((path, key.name), []).append("/".join((*path, member.name)))
+                        keys[(path, key.name)] = key
+                        find((path, key.name))
+                for key in member.streams:
+                    writers[(path, key.name)] = (path, member, key)
+                    keys[(path, key.name)] = key
+                    find((path, key.name))
+                continue
+            inner = (*path, member.name)
+            for child, outer in (*member.inlets, *member.outlets):
+                if child.is_stream and outer.is_stream:
+                    keys.setdefault((path, outer.name), outer)
+                    keys.setdefault((inner, child.name), child)
+                    parent[find((inner, child.name))] = find((path, outer.name))
+    members: dict[Alias, list[Alias]] = {}
+    for alias in list(parent):
+        members.setdefault(find(alias), []).append(alias)
+    plans: dict[Alias, StreamPlan] = {}
+    for aliases in members.values():
+        written = [writers[a] for a in aliases if a in writers]
+        groups = tuple(group for a in sorted(aliases) for group in readers.get(a, ()))
+        if written:
+            path, writer, key = written[0]
+            plan = StreamPlan(path, writer, key, groups)
+        else:
+            first = min(aliases)
+            plan = StreamPlan(first[0], None, keys[first], groups)
+        for alias in aliases:
+            plans[alias] = plan
+    return plans
+
+
+def _levels(graph: Graph, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Graph]]:
+    yield path, graph
+    for member in graph._members:
+        if isinstance(member, SubDef):
+            yield from _levels(member.graph, (*path, member.name))

@@ -39,9 +39,12 @@ def interrupted() -> bool:
 
 
 async def accept() -> None:
-    """Before a reliable operation: raise the caller's cancellation if its contexts are cancelled."""
-    if interrupted():
-        await anyio.lowlevel.checkpoint_if_cancelled()
+    """Before a reliable operation: raise the caller's cancellation if its contexts are cancelled.
+
+    It yields only then (what :func:`interrupted` tells is what anyio's
+    ``checkpoint_if_cancelled`` checks, without computing a deadline).
+    """
+    await anyio.lowlevel.checkpoint_if_cancelled()
 
 
 def is_fault(exc: BaseException, *, shielded: bool) -> bool:

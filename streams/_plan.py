@@ -21,7 +21,7 @@ from typing import Any
 
 from ._codec import codec_for
 from ._errors import RecordDecodeError, RestorePlanError
-from ._graph import Graph, NodeDef, SubDef
+from ._graph import Graph, NodeDef, SubDef, members_of
 from ._keys import Key, NoValue
 from ._store._node_records import CheckpointOutput, Conclusion, NodeCheckpoint, Terminal
 from ._store._records import StreamRef
@@ -43,7 +43,7 @@ class RestoredNode:
 
 def check_plan(graph: Graph, records: Iterable[NodeCheckpoint], *, where: str) -> dict[str, RestoredNode]:
     """The plan as restored nodes by name, or :class:`RestorePlanError` naming the first problem."""
-    members = {member.name: member for member in graph._members}
+    members = {member.name: member for member in members_of(graph)}
     plan: dict[str, RestoredNode] = {}
     for record in records:
         if not isinstance(record, NodeCheckpoint):
@@ -59,7 +59,7 @@ def check_plan(graph: Graph, records: Iterable[NodeCheckpoint], *, where: str) -
                 "is a confirmed result"
             )
         plan[record.node] = RestoredNode(record.reason, _outputs(member, record, where))
-    producers = {key: member.name for member in graph._members for key in member.provides}
+    producers = {key: member.name for member in members_of(graph) for key in member.provides}
     for name in plan:
         member = members[name]
         if isinstance(member, SubDef):

@@ -60,6 +60,7 @@ __all__ = [
     "StreamReader",
     "StreamSnapshot",
     "StreamWriter",
+    "core_of",
 ]
 
 T = TypeVar("T")
@@ -697,6 +698,12 @@ class ManagedStream(Generic[T]):
     def reader(self, group: str) -> StreamReader[T]:
         """A reader handle in consumer ``group``."""
         return StreamReader(self, group)
+
+
+def core_of(stream: ManagedStream[T]) -> StreamCore[T]:
+    """The engine's :class:`StreamCore` behind ``stream``: how the execution tree ends, flushes and
+    leaves the streams it opened, without reaching into the endpoint."""
+    return stream._core
 
 
 class StreamWriter(Generic[T_contra]):

@@ -45,6 +45,7 @@ __all__ = [
     "destination_template",
     "enclosing_scope",
     "fail_attempt",
+    "first_attempt",
     "open_attempt",
     "open_child",
     "parse_attempt_scope",
@@ -207,8 +208,7 @@ def open_attempt(view: NodeView, request: CheckpointAttemptRequest) -> Checkpoin
         raise CheckpointError(f"open_attempt: malformed request {request!r}")
     current = view.get_attempt(request.parent, request.node, request.position)
     if current is None:  # the first attempt: its record is written with its first failure or commit
-        scope = attempt_scope(request.parent, request.node, request.position, request.limit, 0)
-        return CheckpointAttempt(scope, 0, False)
+        return first_attempt(request)
     if current.limit != request.limit:
         raise CheckpointError(
             f"open_attempt: node {request.node!r} in {request.parent!r} (position {request.position}) was "
@@ -216,6 +216,17 @@ def open_attempt(view: NodeView, request: CheckpointAttemptRequest) -> Checkpoin
             "only with a new business version and a new run"
         )
     return CheckpointAttempt(current.scope, current.index, current.exhausted)
+
+
+def first_attempt(request: CheckpointAttemptRequest) -> CheckpointAttempt:
+    """What :func:`open_attempt` answers for a boundary the store holds no record of: its first attempt.
+
+    An execution whose scope the store holds nothing under (a run created
+    in the same call, ``ExecCheckpoint(..., new_scope=True)``) knows this
+    answer without asking: every boundary it opens is new.
+    """
+    scope = attempt_scope(request.parent, request.node, request.position, request.limit, 0)
+    return CheckpointAttempt(scope, 0, False)
 
 
 def fail_attempt(view: NodeView, scope: str, failure: AttemptFailure | None = None) -> CheckpointAttempt:
