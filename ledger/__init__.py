@@ -8,6 +8,7 @@ from ._backend import NodeStore as NodeStore
 from ._committer import WriteTicket as WriteTicket
 from ._connect import connect as connect
 from ._errors import BackupDestinationError as BackupDestinationError
+from ._errors import ConsoleQueryError as ConsoleQueryError
 from ._errors import ConsoleTokenError as ConsoleTokenError
 from ._errors import CorruptRecordError as CorruptRecordError
 from ._errors import DamagedLedgerError as DamagedLedgerError
@@ -111,6 +112,7 @@ __all__ = [
     "RunActiveError",
     "RunAspectsMismatchError",
     "RunCancelledError",
+    "ConsoleQueryError",
     "ConsoleTokenError",
     "RunFinishedError",
     "RunNotEndedError",

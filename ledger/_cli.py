@@ -32,6 +32,7 @@ from ._console_cli import add_console_command, run_console_command
 from ._demo import DemoProgress, DemoSummary
 from ._errors import (
     BackupDestinationError,
+    ConsoleQueryError,
     ConsoleTokenError,
     CorruptRecordError,
     DamagedLedgerError,
@@ -109,6 +110,7 @@ _EXIT_CODES: Final[tuple[tuple[tuple[type[BaseException], ...], int], ...]] = (
             GraphsNotFoundError,
             PostgresOnlyError,
             ConsoleTokenError,
+            ConsoleQueryError,
             NotALedgerError,
             LedgerPathError,
             DemoMismatchError,

@@ -53,6 +53,7 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── GraphsNotFoundError (ValueError)       worker --graphs names no mapping of graph names to graphs
     ├── PostgresOnlyError (ValueError)         worker or migrate given an LMDB ledger's path
     ├── ConsoleTokenError (ValueError)         console on an address not loopback without a token
+    ├── ConsoleQueryError (ValueError)         a console view asked for with a value it cannot take
     ├── DemoMismatchError (ValueError)         the ledger holds another demo (another --messages), or more
     └── DemoWorkerError                        a worker process of the PostgreSQL demo stopped with an error
 
@@ -66,6 +67,7 @@ from streams import CheckpointError
 
 __all__ = [
     "BackupDestinationError",
+    "ConsoleQueryError",
     "ConsoleTokenError",
     "CorruptRecordError",
     "DamagedLedgerError",
@@ -229,6 +231,10 @@ class ServerUnavailableError(LedgerError, RuntimeError):
 
 class ConsoleTokenError(LedgerError, ValueError):
     """``console`` on an address that is not loopback without a token every request must carry."""
+
+
+class ConsoleQueryError(LedgerError, ValueError):
+    """A console view asked for with a value it cannot take (a time not in ISO 8601): answered 400."""
 
 
 class MissingExtraError(LedgerError, ImportError):

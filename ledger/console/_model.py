@@ -24,10 +24,10 @@ from typing import Any, Final
 from streams import DeadLetter, StreamRef
 from streams.store import type_name
 
-from .._errors import StreamNotFoundError
+from .._errors import ConsoleQueryError, StreamNotFoundError
 from .._tools import Tools, tools_for
 
-__all__ = ["KEPT", "BadQueryError", "Watcher", "health_of", "is_dead_letter_stream"]
+__all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
 
 #: Samples kept per group: an hour at the default interval of two seconds.
 KEPT: Final = 1800
@@ -35,10 +35,6 @@ KEPT: Final = 1800
 RUN_STATUSES: Final = ("running", "completed", "failed", "cancelled")
 #: How a stream of dead letters names its type: by shape, or by module as releases before did.
 _DEAD_LETTER_TYPES: Final = (type_name(DeadLetter), "streams._dead_letter.DeadLetter[")
-
-
-class BadQueryError(ValueError):
-    """A view asked for with a value it cannot take (a time that is not ISO 8601)."""
 
 
 def is_dead_letter_stream(stream: dict[str, Any]) -> bool:
@@ -53,7 +49,9 @@ def _instant(text: str | None, what: str) -> str | None:
     try:
         at = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise BadQueryError(f"{what} takes an ISO 8601 time (2026-12-01T10:00:00Z), not {text!r}") from None
+        raise ConsoleQueryError(
+            f"{what} takes an ISO 8601 time (2026-12-01T10:00:00Z), not {text!r}"
+        ) from None
     if at.tzinfo is None:
         at = at.replace(tzinfo=datetime.UTC)
     return at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

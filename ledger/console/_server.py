@@ -25,7 +25,8 @@ from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ._model import BadQueryError, Watcher
+from .._errors import ConsoleQueryError
+from ._model import Watcher
 
 __all__ = ["COOKIE", "ConsoleServer", "is_loopback"]
 
@@ -132,7 +133,7 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                         since=query.get("since") or None,
                         until=query.get("until") or None,
                     )
-                except BadQueryError as exc:
+                except ConsoleQueryError as exc:
                     self._json(400, {"error": str(exc)})
                 else:
                     self._json(200, chosen)
