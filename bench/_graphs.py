@@ -56,7 +56,7 @@ from ledger.graphs import DurableGraph
 from ledger.lmdb._env import write_mode
 from ledger.lmdb._seal import seal
 
-from ._shape import BenchError
+from ._shape import BenchError, unimportable
 
 __all__ = [
     "PEERS",
@@ -326,14 +326,7 @@ _PEER_TIMEOUT_S: Final = 900
 
 def peer_missing(name: str) -> str | None:
     """Why ``name`` cannot run here (its packages are not importable), or None if it can."""
-    for module in PEERS[name]:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            return f"{module} is not importable ({_PEER_INSTALL[name]})"
-    return None
+    return unimportable(PEERS[name], _PEER_INSTALL[name])
 
 
 def run_peer(name: str, n: int, *, workdir: Path | None = None) -> GraphFigure:

@@ -59,7 +59,7 @@ from streams import Graph, Key, NodeContext, run_graph
 from streams.store import CheckpointOutput, NodeAttemptRecord, NodeCheckpoint
 
 from ._lateness import lateness_probe
-from ._shape import BenchError
+from ._shape import BenchError, unimportable
 
 __all__ = [
     "NodeFigure",
@@ -205,14 +205,7 @@ _PEER_TIMEOUT_S: Final = 900
 
 def nodes_peer_missing() -> str | None:
     """Why LangGraph cannot run here (its packages are not importable), or None if it can."""
-    for module in LANGGRAPH_MODULES:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            return f"{module} is not importable (pip install -e '.[bench-peers]')"
-    return None
+    return unimportable(LANGGRAPH_MODULES, "pip install -e '.[bench-peers]'")
 
 
 def run_langgraph_nodes(shape: str, n: int, *, workdir: Path | None = None) -> NodeFigure:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ledger._demo import INVOICES, ORDERS, BillingState, Invoice, Order
 
@@ -34,3 +35,15 @@ def expected_total(n: int) -> int:
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def unimportable(modules: Iterable[str], install: str) -> str | None:
+    """Why a peer cannot run here (the first of ``modules`` not importable, and ``install``), or None."""
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            return f"{module} is not importable ({install})"
+    return None
