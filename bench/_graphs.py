@@ -35,7 +35,6 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,7 +55,7 @@ from ledger.graphs import DurableGraph
 from ledger.lmdb._env import write_mode
 from ledger.lmdb._seal import seal
 
-from ._shape import BenchError, unimportable
+from ._shape import BenchError, child_report, unimportable
 
 __all__ = [
     "PEERS",
@@ -332,18 +331,8 @@ def peer_missing(name: str) -> str | None:
 def run_peer(name: str, n: int, *, workdir: Path | None = None) -> GraphFigure:
     """Run peer ``name``'s loop of ``n`` steps in a child process; its figure once it verified."""
     argv = [sys.executable, "-m", "bench._graphs", name, str(n), str(workdir or "")]
-    try:
-        child = subprocess.run(argv, capture_output=True, text=True, timeout=_PEER_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"peer {name} did not finish {n} steps in {_PEER_TIMEOUT_S} s") from None
-    if child.returncode != 0:
-        tail = "\n".join(child.stderr.strip().splitlines()[-5:])
-        raise BenchError(f"peer {name} failed (exit {child.returncode}): {tail}")
-    try:
-        report = json.loads(child.stdout.strip().splitlines()[-1])
-        return GraphFigure(name, n, float(report["seconds"]), checkpoints=int(report["checkpoints"]))
-    except (IndexError, KeyError, TypeError, ValueError) as exc:
-        raise BenchError(f"peer {name} printed no report ({exc!r}): {child.stdout[-500:]!r}") from None
+    seconds, checkpoints = child_report(argv, f"peer {name} ({n} steps)", _PEER_TIMEOUT_S)
+    return GraphFigure(name, n, seconds, checkpoints=checkpoints)
 
 
 class _LoopState(TypedDict):

@@ -39,7 +39,6 @@ import gc
 import importlib
 import importlib.util
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +58,7 @@ from streams import Graph, Key, NodeContext, run_graph
 from streams.store import CheckpointOutput, NodeAttemptRecord, NodeCheckpoint
 
 from ._lateness import lateness_probe
-from ._shape import BenchError, unimportable
+from ._shape import BenchError, child_report, unimportable
 
 __all__ = [
     "NodeFigure",
@@ -211,18 +210,8 @@ def nodes_peer_missing() -> str | None:
 def run_langgraph_nodes(shape: str, n: int, *, workdir: Path | None = None) -> NodeFigure:
     """LangGraph's graph of ``shape`` and ``n`` nodes on SqliteSaver, in a child process, once verified."""
     argv = [sys.executable, "-m", "bench._nodes", "langgraph", shape, str(n), str(workdir or "")]
-    try:
-        child = subprocess.run(argv, capture_output=True, text=True, timeout=_PEER_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"langgraph did not finish the {shape} graph in {_PEER_TIMEOUT_S} s") from None
-    if child.returncode != 0:
-        tail = "\n".join(child.stderr.strip().splitlines()[-5:])
-        raise BenchError(f"langgraph failed on the {shape} graph (exit {child.returncode}): {tail}")
-    try:
-        report = json.loads(child.stdout.strip().splitlines()[-1])
-        return NodeFigure(f"langgraph_{shape}", n, float(report["seconds"]), txns=int(report["checkpoints"]))
-    except (IndexError, KeyError, TypeError, ValueError) as exc:
-        raise BenchError(f"langgraph printed no report ({exc!r}): {child.stdout[-500:]!r}") from None
+    seconds, checkpoints = child_report(argv, f"langgraph on the {shape} graph", _PEER_TIMEOUT_S)
+    return NodeFigure(f"langgraph_{shape}", n, seconds, txns=checkpoints)
 
 
 def _langgraph(shape: str, n: int, tmp: Path) -> tuple[float, int]:

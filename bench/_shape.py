@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import statistics
+import subprocess
 from collections.abc import Iterable, Sequence
 
 from ledger._demo import INVOICES, ORDERS, BillingState, Invoice, Order
@@ -47,3 +49,23 @@ def unimportable(modules: Iterable[str], install: str) -> str | None:
         if not found:
             return f"{module} is not importable ({install})"
     return None
+
+
+def child_report(argv: list[str], what: str, timeout_s: float) -> tuple[float, int]:
+    """Run a peer's child process ``argv``; the seconds and checkpoints of the report it printed last.
+
+    ``what`` names the work in the :class:`BenchError` that a timeout, a failed exit or a missing
+    report raises.
+    """
+    try:
+        child = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{what} did not finish in {timeout_s} s") from None
+    if child.returncode != 0:
+        tail = "\n".join(child.stderr.strip().splitlines()[-5:])
+        raise BenchError(f"{what} failed (exit {child.returncode}): {tail}")
+    try:
+        report = json.loads(child.stdout.strip().splitlines()[-1])
+        return float(report["seconds"]), int(report["checkpoints"])
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        raise BenchError(f"{what} printed no report ({exc!r}): {child.stdout[-500:]!r}") from None
