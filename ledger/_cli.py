@@ -28,6 +28,7 @@ from streams import StoreDamagedError, StreamRef, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
 from ._colour import Colours, colours_for
+from ._connect import tools_for
 from ._console_cli import add_console_command, run_console_command
 from ._demo import DemoProgress, DemoSummary
 from ._errors import (
@@ -66,7 +67,6 @@ from ._postgres_cli import (
 from ._progress import as_clock, progress_on
 from ._runs_cli import add_runs_command, run_runs_command
 from ._table import aligned
-from ._tools import tools_for
 
 __all__ = ["main"]
 

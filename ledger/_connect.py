@@ -1,4 +1,5 @@
-"""``connect(target)``: a ledger by where it is, an LMDB directory or a PostgreSQL URL."""
+"""A ledger by where it is, an LMDB directory or a PostgreSQL URL: ``connect`` opens it, ``tools_for``
+the command line's tools on it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 from ._backend import Backend
 from ._ledger import Ledger
+from ._tools import Tools
 
-__all__ = ["connect", "is_url"]
+__all__ = ["connect", "is_url", "tools_for"]
 
 
 def is_url(target: str | os.PathLike[str]) -> bool:
@@ -40,3 +42,14 @@ async def connect(target: str | os.PathLike[str], **options: Any) -> AsyncIterat
 
         async with open_ledger(target, **options) as local:
             yield local
+
+
+def tools_for(target: str | os.PathLike[str]) -> Tools:
+    """The tools of the backend ``target`` names; PostgreSQL's are imported only for a URL."""
+    if is_url(target):
+        from .postgres import TOOLS as postgres
+
+        return postgres
+    from .lmdb import TOOLS as lmdb
+
+    return lmdb

@@ -49,7 +49,7 @@ def run_console_command(args: argparse.Namespace) -> int:
     watcher = Watcher(args.path, interval=args.interval)
     watcher.read()  # the ledger's own error and exit code if it is none
     if watcher.overview()["error"] is not None:
-        from ._tools import tools_for
+        from ._connect import tools_for
 
         tools_for(args.path).inspect(args.path, False)  # raised again, as the command's error
     try:

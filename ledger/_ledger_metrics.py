@@ -42,9 +42,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from streams import StreamRef, StreamsError, __version__
 from streams.store import ATTR, METRIC, destination_attributes, destination_template
 
+from ._connect import tools_for
 from ._errors import LedgerError
 from ._runs_cli import STATUSES
-from ._tools import tools_for
 
 __all__ = [
     "LEDGER_METRICS",

@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
 from ._arguments import positive_float
+from ._connect import tools_for
 from ._ledger_metrics import LEDGER_METRICS, LedgerMetric, LedgerReading, ObservedLedger, read_ledger_metrics
-from ._tools import tools_for
 
 __all__ = ["add_metrics_command", "exposition", "prometheus_name", "run_metrics_command"]
 

@@ -15,18 +15,32 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from streams.store import ATTR, SPAN, span
 
-if TYPE_CHECKING:
-    from ._runs import RunRecord  # which imports this module
+
+class TracedRun(Protocol):
+    """What a run's span says of its record (``_runs.RunRecord``)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def graph(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def starts(self) -> int: ...
+
 
 __all__ = ["traced_run"]
 
 
 @asynccontextmanager
-async def traced_run(record: RunRecord, *, resumed: bool) -> AsyncIterator[None]:
+async def traced_run(record: TracedRun, *, resumed: bool) -> AsyncIterator[None]:
     """The run's span, current for the block: entered before the execution, so its nodes run under it.
 
     Async only to sit in the execution's own ``async with``; it awaits nothing.

@@ -20,10 +20,9 @@ import anyio
 
 from ._arguments import positive_float, positive_int
 from ._colour import PLAIN, Colours
-from ._connect import connect, is_url
+from ._connect import connect, is_url, tools_for
 from ._errors import UnknownRunError
 from ._table import aligned
-from ._tools import tools_for
 
 __all__ = ["add_runs_command", "run_runs_command"]
 

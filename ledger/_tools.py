@@ -11,7 +11,6 @@ nothing, except ``backup`` (into its new destination). The long ones,
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,9 @@ from typing import Any, Protocol
 from streams import StreamRef
 
 from ._check import LedgerCheck
-from ._connect import is_url
 from ._progress import SILENT, Progress
 
-__all__ = ["BackupTool", "CheckTool", "MessagesTool", "Tools", "tools_for"]
+__all__ = ["BackupTool", "CheckTool", "MessagesTool", "Tools"]
 
 
 class MessagesTool(Protocol):
@@ -68,14 +66,3 @@ class Tools:
     backup_note: str
     #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit).
     demo: Callable[[str, int, int, Callable[[Any], None] | None, float, int], Awaitable[Any]]
-
-
-def tools_for(target: str | os.PathLike[str]) -> Tools:
-    """The tools of the backend ``target`` names; PostgreSQL's are imported only for a URL."""
-    if is_url(target):
-        from .postgres import TOOLS as postgres
-
-        return postgres
-    from .lmdb import TOOLS as lmdb
-
-    return lmdb

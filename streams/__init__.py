@@ -75,7 +75,7 @@ from ._keys import Key as Key
 from ._keys import NoValue as NoValue
 from ._keys import NoValueType as NoValueType
 from ._keys import Stream as Stream
-from ._partitions import MAX_PARTITIONS as MAX_PARTITIONS
+from ._partition_rules import MAX_PARTITIONS as MAX_PARTITIONS
 from ._partitions import PartitionedReader as PartitionedReader
 from ._partitions import PartitionedStream as PartitionedStream
 from ._partitions import PartitionedWriter as PartitionedWriter

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from ._errors import HandlerContractError
-from ._stream import StreamCore, StreamWriter
+from ._stream import StreamCore, StreamWriter, core_of
 
 __all__ = ["DeadLetter", "check_dead_letter_writer"]
 
@@ -44,7 +44,7 @@ def check_dead_letter_writer(writer: object, source: StreamCore[Any]) -> StreamW
     wanted = f"Stream[DeadLetter[{getattr(item_type, '__qualname__', item_type)}]]"
     if not isinstance(writer, StreamWriter):
         raise HandlerContractError(f"dead_letter takes the StreamWriter of a {wanted}, got {writer!r}")
-    target = writer.stream._core
+    target = core_of(writer.stream)
     written = target.key.item_type
     args = typing.get_args(written)
     letters = (typing.get_origin(written) or written) is DeadLetter

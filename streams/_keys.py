@@ -6,9 +6,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, Generic, NamedTuple, TypeVar, final, get_args, get_origin, get_type_hints
 
+from ._partition_rules import check_partitions
 from ._type_names import qualified_type_name
 
-__all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name"]
+__all__ = ["Key", "NoValue", "NoValueType", "Stream", "check_name", "refuse_as_key_types"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -80,8 +81,6 @@ class Key(Generic[T]):
         self.type: Any = type_
         self.item_type: Any = get_args(type_)[0] if get_origin(type_) is Stream else None
         if partitions is not None or partition_key is not None:
-            from ._partitions import check_partitions  # it imports this module
-
             if self.item_type is None:
                 raise TypeError(f"key {name!r}: only a stream key, Key(name, Stream[T]), has partitions")
             check_partitions(partitions, partition_key)
@@ -153,14 +152,19 @@ def _native_channels() -> tuple[type, ...]:
     return tuple(cls for cls in found if isinstance(cls, type))
 
 
-def _endpoint_types() -> tuple[type, ...]:
-    """This library's stream endpoints and the engine's side of them: handles of a running scope.
+#: The stream endpoints and the engine's side of them, as registered by :func:`refuse_as_key_types`;
+#: compared by identity, since the package renames their ``__module__`` to ``streams``.
+_endpoints: list[type] = []
 
-    Compared by identity too: the package renames their ``__module__`` to ``streams``.
+
+def refuse_as_key_types(*classes: type) -> None:
+    """Refuse ``classes`` (and their subclasses) in a key's type: the stream endpoints of a running scope.
+
+    Called by the module that defines them, so that this one needs no import of it.
     """
-    from ._stream import ManagedStream, StreamCore, StreamReader, StreamWriter  # it imports this module
-
-    return (ManagedStream, StreamCore, StreamReader, StreamWriter)
+    _endpoints.extend(cls for cls in classes if cls not in _endpoints)
+    _answers.refused = None
+    _answers.by_type = {}
 
 
 class _Refused(NamedTuple):
@@ -205,7 +209,7 @@ _answers = _Answers()
 def _hidden_channel(tp: Any) -> str | None:
     refused = _answers.refused
     if refused is None:
-        refused = _answers.refused = _Refused(_native_channels(), _endpoint_types())
+        refused = _answers.refused = _Refused(_native_channels(), tuple(_endpoints))
     if get_origin(tp) is Stream:
         args = get_args(tp)
         return _channel_in(args[0], refused, set(), "the message type") if args else None

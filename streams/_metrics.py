@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final, Protocol
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from ._tracing import ATTR, METRIC
 from ._version import __version__
-
-if TYPE_CHECKING:
-    from ._stream import StreamCore
 
 __all__ = [
     "INSTRUMENTS",
@@ -99,15 +96,24 @@ class _Instruments:
         )
 
 
-_streams: weakref.WeakSet[StreamCore[Any]] = weakref.WeakSet()
+class ObservedStream(Protocol):
+    """What the lag gauge reads of a stream: its destination's attributes and each group's lag."""
+
+    @property
+    def destination(self) -> Mapping[str, str]: ...
+
+    def lags(self) -> Iterator[tuple[str, int]]: ...
 
 
-def observe_stream(stream: StreamCore[Any]) -> None:
+_streams: weakref.WeakSet[ObservedStream] = weakref.WeakSet()
+
+
+def observe_stream(stream: ObservedStream) -> None:
     """Report ``stream``'s groups in the lag gauge."""
     _streams.add(stream)
 
 
-def forget_stream(stream: StreamCore[Any]) -> None:
+def forget_stream(stream: ObservedStream) -> None:
     """Stop reporting ``stream`` (its scope or execution ended)."""
     _streams.discard(stream)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from hashlib import blake2b
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -35,7 +35,6 @@ from ._store._records import StreamRef, partition_name
 from ._stream import ManagedStream, StreamReader, StreamSnapshot, StreamWriter
 
 __all__ = [
-    "MAX_PARTITIONS",
     "PartitionedReader",
     "PartitionedStream",
     "PartitionedWriter",
@@ -45,8 +44,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The most partitions a stream may have.
-MAX_PARTITIONS: Final = 4096
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -210,19 +207,3 @@ def check_endpoint(key: Key[Any], partitioned: bool, plain: str, split: str) -> 
         raise PartitionError(
             f"{key!r} is not a partitioned stream: its endpoints are given by {plain}, not {split}"
         )
-
-
-def check_partitions(partitions: object, partition_key: object) -> int:
-    """The number of partitions asked for, refused unless it is 1 to MAX_PARTITIONS with a key function."""
-    if (
-        not isinstance(partitions, int)
-        or isinstance(partitions, bool)
-        or not 1 <= partitions <= MAX_PARTITIONS
-    ):
-        raise PartitionError(f"a stream has 1 to {MAX_PARTITIONS} partitions, not {partitions!r}")
-    if not callable(partition_key):
-        raise PartitionError(
-            "a partitioned stream takes partition_key, a function of a message giving its key, "
-            f"not {partition_key!r}"
-        )
-    return partitions

@@ -11,10 +11,11 @@ import anyio.abc
 
 from ._errors import PartitionError, ScopeInUseError, StreamStateError
 from ._keys import Key, Stream, check_name
-from ._partitions import PartitionedStream, check_partitions, partition_name
+from ._partition_rules import check_partitions
+from ._partitions import PartitionedStream, partition_name
 from ._store._hooks import StreamHooks, check_stream_hooks
 from ._store._records import StreamOpen, StreamRef
-from ._stream import ManagedStream, StreamCore
+from ._stream import ManagedStream, StreamCore, core_of
 from ._tracing import ATTR, EVENT, SPAN, span
 from ._type_names import qualified_type_name, type_name
 from ._unwrap import single_error
@@ -259,7 +260,7 @@ async def open_scope(hooks: StreamHooks, *, scope: str) -> AsyncIterator[StreamS
     finally:
         _OPEN.discard(key)
         for stream in opened.streams() if opened is not None else ():
-            stream._core.close()
+            core_of(stream).close()
 
 
 #: (id of the hooks, scope) of every StreamScope open in this process: one endpoint per stream.

@@ -26,7 +26,7 @@ from ._errors import (
     StreamFailedError,
     StreamStateError,
 )
-from ._keys import Key, Stream
+from ._keys import Key, Stream, refuse_as_key_types
 from ._metrics import (
     INSTRUMENTS,
     destination_attributes,
@@ -878,3 +878,7 @@ class StreamReader(Generic[T_co]):
             except anyio.EndOfStream:
                 return
             yield message
+
+
+# a key's type may neither be nor hold these: a stream is declared as Key(name, Stream[T])
+refuse_as_key_types(ManagedStream, StreamCore, StreamReader, StreamWriter)

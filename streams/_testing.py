@@ -42,11 +42,7 @@ __all__ = [
     "PassThroughHooks",
     "PassThroughNodeHooks",
     "StoreWorld",
-    "check_node_store",
-    "check_stream_store",
-    "node_store_checks",
     "stray_cancellation",
-    "stream_store_checks",
 ]
 
 A = TypeVar("A")
@@ -146,8 +142,8 @@ def stray_cancellation(what: str) -> BaseException:
     cancelled = anyio.get_cancelled_exc_class()
     try:
         return cancelled(what)
-    except TypeError:  # trio's Cancelled has no public constructor
-        made: BaseException = cancelled._create()  # type: ignore[attr-defined]
+    except TypeError:  # trio's Cancelled has no public constructor: made by the metaclass's base call
+        made: BaseException = type.__call__(cancelled)
         return made
 
 
@@ -301,56 +297,3 @@ class StoreWorld(Protocol):
     """
 
     def session(self) -> AbstractAsyncContextManager[StreamHooks]: ...
-
-
-def stream_store_checks() -> list[tuple[str, Callable[[StoreWorld], Awaitable[None]]]]:
-    """Every check of the conformance suite, named, to run one by one (one test each).
-
-    Each check wants a fresh world: storage that no check used before.
-    """
-    from ._conformance import CHECKS  # the checks use this module's wrappers
-
-    return [(c.name, c.run) for c in CHECKS]
-
-
-async def check_stream_store(new_world: Callable[[], StoreWorld]) -> None:
-    """Run the whole conformance suite against a store; raise at the first check that fails.
-
-    ``new_world()`` gives fresh storage for each check. The failure says
-    which check failed (as a note on the exception).
-    """
-    for name, run in stream_store_checks():
-        try:
-            await run(new_world())
-        except BaseException as exc:
-            exc.add_note(f"conformance check {name} failed")
-            raise
-
-
-def node_store_checks() -> list[tuple[str, Callable[[Any], Awaitable[None]]]]:
-    """Every check of the node-hook conformance suite, named; each wants a fresh world.
-
-    A world has ``session()``, an async context manager yielding the store's
-    :class:`~streams.store.CheckpointHooks` (with ``node_records(scope)`` and
-    ``scope_failed(scope)``, what a host reads to resume).
-    """
-    from ._conformance import (  # noqa: F401 - register checks
-        contexts,
-        failure_paths,
-        host_streams,
-        node_partitions,
-        node_streams,
-    )
-    from ._conformance.nodes import NODE_CHECKS
-
-    return list(NODE_CHECKS)
-
-
-async def check_node_store(new_world: Callable[[], Any]) -> None:
-    """Run the node-hook conformance suite against a store; raise at the first check that fails."""
-    for name, run in node_store_checks():
-        try:
-            await run(new_world())
-        except BaseException as exc:
-            exc.add_note(f"node conformance check {name} failed")
-            raise

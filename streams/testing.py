@@ -25,17 +25,17 @@ failed on purpose by :class:`FaultyNodeHooks`.
 """
 
 from ._public import publish as _publish
+from ._store_checks import check_node_store as check_node_store
+from ._store_checks import check_stream_store as check_stream_store
+from ._store_checks import node_store_checks as node_store_checks
+from ._store_checks import stream_store_checks as stream_store_checks
 from ._testing import FaultyHooks as FaultyHooks
 from ._testing import FaultyNodeHooks as FaultyNodeHooks
 from ._testing import InjectedFault as InjectedFault
 from ._testing import PassThroughHooks as PassThroughHooks
 from ._testing import PassThroughNodeHooks as PassThroughNodeHooks
 from ._testing import StoreWorld as StoreWorld
-from ._testing import check_node_store as check_node_store
-from ._testing import check_stream_store as check_stream_store
-from ._testing import node_store_checks as node_store_checks
 from ._testing import stray_cancellation as stray_cancellation
-from ._testing import stream_store_checks as stream_store_checks
 
 __all__ = [
     "FaultyHooks",

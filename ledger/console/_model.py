@@ -24,8 +24,9 @@ from typing import Any, Final
 from streams import DeadLetter, StreamRef
 from streams.store import type_name
 
+from .._connect import tools_for
 from .._errors import ConsoleQueryError, StreamNotFoundError
-from .._tools import Tools, tools_for
+from .._tools import Tools
 
 __all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
 

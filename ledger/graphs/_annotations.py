@@ -105,6 +105,10 @@ def caller_frame(depth: int) -> FrameType | None:
 _BUILT_IN: dict[int, dict[str, Any]] = {}
 
 
+#: The wrappers :func:`remember_builder_locals` put in place of ``GraphBuilder.build`` (one per process).
+_WRAPPERS: list[Any] = []
+
+
 def builder_locals(graph: Graph) -> Mapping[str, Any]:
     """The locals of the function that called ``build()`` for ``graph``, as they were then (or none)."""
     return _BUILT_IN.get(id(graph), {})
@@ -121,7 +125,7 @@ def remember_builder_locals() -> None:
     is).
     """
     build = GraphBuilder.build
-    if getattr(build, "_keeps_builder_locals", False):
+    if build in _WRAPPERS:
         return
 
     @functools.wraps(build)
@@ -133,7 +137,7 @@ def remember_builder_locals() -> None:
             weakref.finalize(graph, _BUILT_IN.pop, id(graph), None)
         return graph
 
-    build_keeping_locals._keeps_builder_locals = True  # type: ignore[attr-defined]
+    _WRAPPERS.append(build_keeping_locals)
     setattr(GraphBuilder, "build", build_keeping_locals)  # noqa: B010 - mypy refuses assigning a method
 
 

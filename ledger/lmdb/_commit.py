@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import lmdb
 
@@ -26,10 +26,7 @@ from .._committer import Answer, Batch
 from .._errors import MapFullError, WriteFailedError
 from ._files import damaged
 
-if TYPE_CHECKING:
-    from ._env import LedgerEnv
-
-__all__ = ["LmdbBatches", "LmdbWrite"]
+__all__ = ["CommittingEnv", "LmdbBatches", "LmdbWrite"]
 
 #: One write: a function of the batch's (nested) write transaction, pure, as it may run again.
 LmdbWrite = Callable[[lmdb.Transaction], Any]
@@ -38,10 +35,24 @@ LmdbWrite = Callable[[lmdb.Transaction], Any]
 _READER_CHECK_EVERY: Final = 1024
 
 
+class CommittingEnv(Protocol):
+    """What the writer thread uses of its environment (:class:`~ledger.lmdb._env.LedgerEnv`)."""
+
+    path: Path
+    max_map_size: int
+    batch_observer: Callable[[int, int], None] | None
+
+    def begin_write(self, parent: lmdb.Transaction | None = None) -> lmdb.Transaction: ...
+
+    def grow_map(self) -> bool: ...
+
+    def reader_check(self) -> int: ...
+
+
 class LmdbBatches:
     """The writer thread's side of an LMDB ledger: commits each batch the committer hands it."""
 
-    def __init__(self, env: LedgerEnv) -> None:
+    def __init__(self, env: CommittingEnv) -> None:
         self._env = env
         self._batches = 0
 

@@ -42,7 +42,7 @@ from ._layout import (
 )
 from ._manifest import KeyTally, write_tally
 from ._seal import decode_record, seal
-from ._streams import decode_run
+from ._view import decode_run
 
 __all__ = ["delete_run"]
 

@@ -47,7 +47,7 @@ from .._errors import (
 from .._format import CODEC, CODEC_VERSION, LedgerMeta
 from ._commit import LmdbBatches, LmdbWrite
 from ._files import check_data_file, damaged, holds_no_commit, never_held_records
-from ._layout import DATABASES, KEYED_SCHEMA, META_KEY, databases_of
+from ._layout import DATABASES, KEYED_SCHEMA, META_KEY, SCHEMA_VERSION, databases_of
 from ._manifest import MANIFESTED, Manifest, put_manifest
 from ._owner import OWNER_FILE, clear_owner, read_owner, write_owner
 from ._seal import decode_record, seal
@@ -55,9 +55,6 @@ from ._seal import decode_record, seal
 __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket", "write_mode"]
 
 FORMAT: Final = "streamledger"
-#: 2: messages stored as runs; 3: checksums cover database, key and value; 4: manifests (_manifest.py);
-#: 5: the ``keyed`` database of groups' keyed state, with its manifest
-SCHEMA_VERSION: Final = 5
 #: The older schemas this build opens: its first write open upgrades one to SCHEMA_VERSION in one commit
 #: (schema 3 gets its manifests, both get the ``keyed`` database); read-only, it is read as it is.
 _UPGRADABLE: Final = (3, 4)

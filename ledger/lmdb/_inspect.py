@@ -21,7 +21,7 @@ from ._graph_runs import list_runs
 from ._layout import DESCRIPTOR_PREFIX
 from ._nodes import node_attempts, node_record
 from ._owner import read_owner
-from ._streams import LmdbView, decode_descriptor, decode_frontier
+from ._view import LmdbView, decode_descriptor, decode_frontier
 
 __all__ = ["inspect_ledger", "view_messages"]
 

@@ -73,6 +73,7 @@ __all__ = [
     "DESCRIPTOR_PREFIX",
     "INDEX_PREFIX",
     "KEYED_SCHEMA",
+    "SCHEMA_VERSION",
     "MAX_KEYED_GROUP",
     "LEGACY_DIGEST",
     "LEGACY_KEY_LENGTH",
@@ -102,6 +103,9 @@ __all__ = [
     "run_key",
 ]
 
+#: 2: messages stored as runs; 3: checksums cover database, key and value; 4: manifests (_manifest.py);
+#: 5: the ``keyed`` database of groups' keyed state, with its manifest
+SCHEMA_VERSION: Final = 5
 #: Every named database of a ledger, in creation order; opened (never created) when a ledger opens.
 DATABASES: Final = (
     "meta",  # the schema record

@@ -66,7 +66,6 @@ from .._format import LedgerMeta
 from .._graph_runs import GraphRunRecord
 from .._progress import SILENT, Progress
 from .._runs import RunRecord
-from ._env import SCHEMA_VERSION
 from ._layout import (
     CHECKPOINT_PREFIX,
     COUNTER_KEY,
@@ -77,6 +76,7 @@ from ._layout import (
     META_KEY,
     NODE_ATTEMPT_PREFIX,
     RUN_PREFIX,
+    SCHEMA_VERSION,
     U64,
     databases_of,
     group_key,
@@ -87,7 +87,7 @@ from ._layout import (
 )
 from ._manifest import MANIFESTED, KeyTally, Manifest, manifest_key
 from ._seal import decode_record, unseal
-from ._streams import LmdbView
+from ._view import LmdbView
 
 __all__ = ["check_records", "missing_databases", "verify_open"]
 

@@ -35,7 +35,7 @@ from .._keys import Key, Stream
 from .._store._hooks import StreamHooks
 from .._store._node_records import CheckpointCommit
 from .._store._records import AppendBatch, MessageCommit
-from ..testing import PassThroughHooks, PassThroughNodeHooks
+from .._testing import PassThroughHooks, PassThroughNodeHooks
 from .nodes import node_check
 
 __all__: list[str] = []

@@ -24,9 +24,9 @@ from .. import (
     open_scope,
 )
 from .._store._records import MessageAttempt
+from .._testing import InjectedFault, PassThroughHooks
 from .._type_names import type_name
 from ..store import MessageCommit, MessageFail, StreamOpen
-from ..testing import InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import NUMBERS
 

@@ -24,7 +24,7 @@ from .._graph import Graph
 from .._handle import MessageTx
 from .._keys import Key, Stream
 from .._store._node_records import CheckpointAttemptRequest
-from ..testing import FaultyHooks, FaultyNodeHooks, InjectedFault, stray_cancellation
+from .._testing import FaultyHooks, FaultyNodeHooks, InjectedFault, stray_cancellation
 from ._support import raises
 from .nodes import NODE_CHECKS, NodeWorld, crash_while, node_check, resumed
 

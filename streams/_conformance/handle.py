@@ -27,8 +27,8 @@ from .. import (
     handle_messages,
     open_scope,
 )
+from .._testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ..store import MessageCommit
-from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import INVOICES, NUMBERS, ORDERS, TOTAL, Invoice, Order, Totals
 

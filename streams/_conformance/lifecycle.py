@@ -19,8 +19,9 @@ from .. import (
     handle_messages,
     open_scope,
 )
+from .._stream import core_of
+from .._testing import FaultyHooks, PassThroughHooks
 from ..store import MessageCommit
-from ..testing import FaultyHooks, PassThroughHooks
 from ._support import World, cases, check, raises
 from .records import NUMBERS
 
@@ -306,12 +307,12 @@ async def test_a_stopped_group_keeps_no_values_and_its_reader_is_refused(world: 
         for i in range(100):
             await stream.writer().send(i)
         await stream.writer().flush()
-        assert stream._core.held <= stream.capacity
+        assert core_of(stream).held <= stream.capacity
         with raises(StreamStateError, match="stopped"):
             await stream.reader("g").receive()
     async with world.session() as hooks, open_scope(hooks, scope="s") as scope:
         stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), capacity=4, resumable=True)
-        assert stream._core.held == 0  # a recovery loads no tail for a group that reads no more
+        assert core_of(stream).held == 0  # a recovery loads no tail for a group that reads no more
 
 
 @check

@@ -19,7 +19,7 @@ from .._checkpoint import ExecCheckpoint
 from .._context import NodeContext
 from .._errors import CheckpointError, RestorePlanError, StreamFailedError, StreamStateError
 from .._execution import Execution, ExecutionEvent, Finished
-from .._graph import Graph, NodeDef
+from .._graph import Graph, NodeDef, members_of
 from .._handle import MessageTx
 from .._keys import Key, Stream
 from .._partitions import PartitionedWriter
@@ -31,8 +31,8 @@ from .._store._node_records import (
 )
 from .._store._records import AppendBatch, StreamFinish, StreamOpen, StreamRef
 from .._stream import StreamWriter
+from .._testing import FaultyHooks, PassThroughNodeHooks
 from .._type_names import type_name
-from ..testing import FaultyHooks, PassThroughNodeHooks
 from ._support import raises
 from .nodes import node_check, resumed
 
@@ -394,7 +394,7 @@ async def a_reclaimed_reader_attempt_gets_its_confirmed_results_before_its_chain
     await _crash_once_confirmed(shop.graph(), store, shop.holding, "orders")
     seen: list[object] = []
     shop_graph = Graph("shop", version="1", inputs=[N])  # the same graph, whose billing now only returns
-    for member in shop.graph()._members:
+    for member in members_of(shop.graph()):
         if member.name != "billing":
             assert isinstance(member, NodeDef)
             shop_graph.add_node(member.name, member.fn, requires=member.requires, provides=member.provides)

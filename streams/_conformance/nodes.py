@@ -33,7 +33,7 @@ from .._store._node_records import (
     CheckpointOutput,
     NodeCheckpoint,
 )
-from ..testing import FaultyNodeHooks, InjectedFault, PassThroughNodeHooks, stray_cancellation
+from .._testing import FaultyNodeHooks, InjectedFault, PassThroughNodeHooks, stray_cancellation
 from ._support import raises
 
 __all__ = ["NODE_CHECKS", "NodeWorld"]

@@ -21,9 +21,9 @@ from .. import (
     StreamRef,
     open_scope,
 )
+from .._testing import FaultyHooks, InjectedFault, PassThroughHooks
 from .._type_names import qualified_type_name, type_name
 from ..store import AppendBatch, MessageCommit, MessageRef, StreamFinish, StreamOpen
-from ..testing import FaultyHooks, InjectedFault, PassThroughHooks
 from ._support import World, check, raises
 from .records import NUMBERS, ORDERS, Order
 

@@ -18,16 +18,14 @@ its record would run again.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._layouts import StreamDescriptor
 from ._records import GroupFrontier
 from ._rules import min_frontier
 
-if TYPE_CHECKING:  # _nodes applies these rules itself
-    from ._nodes import NodeAttemptRecord
-
 __all__ = [
+    "NodeBoundary",
     "checkpoint_problems",
     "group_problems",
     "node_problems",
@@ -88,9 +86,20 @@ def tail_problems(desc: StreamDescriptor, floor: int, seqs: Sequence[int]) -> li
     ]
 
 
-def node_problems(
-    boundaries: Iterable[NodeAttemptRecord], has_record: Callable[[str, str], bool]
-) -> list[str]:
+class NodeBoundary(Protocol):
+    """What the node rule reads of a retry boundary's record (``_nodes.NodeAttemptRecord``)."""
+
+    @property
+    def parent(self) -> str: ...
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def committed(self) -> bool: ...
+
+
+def node_problems(boundaries: Iterable[NodeBoundary], has_record: Callable[[str, str], bool]) -> list[str]:
     """A node whose complete-chain boundary says committed has its record in its parent scope."""
     return [
         f"node {b.node!r} in scope {b.parent!r} is committed, but its record is missing"

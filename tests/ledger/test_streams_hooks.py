@@ -44,7 +44,7 @@ from ledger.lmdb._layout import (
 )
 from ledger.lmdb._manifest import read_manifest
 from ledger.lmdb._seal import seal, unseal
-from ledger.lmdb._streams import LmdbView, decode_run
+from ledger.lmdb._view import LmdbView, decode_run
 from streams import (
     Key,
     MessageTx,
