@@ -14,15 +14,26 @@ the row lock: the write commits first, or sees the new token.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
 from .._errors import LeaseLostError
-from ._store import PgConnection
+from ._store import IDLE_IN_TRANSACTION_SECONDS, PgConnection
 from ._view import PgView
 
-__all__ = ["Fence", "FencedConnection", "Lease", "claim_due", "claim_run", "held_or_lost", "release", "renew"]
+__all__ = [
+    "STUCK_ON_ITS_CLIENT",
+    "Fence",
+    "FencedConnection",
+    "Lease",
+    "claim_due",
+    "claim_run",
+    "end_stuck_sessions",
+    "held_or_lost",
+    "release",
+    "renew",
+]
 
 T = TypeVar("T")
 
@@ -84,6 +95,32 @@ class FencedConnection:
         return await self._connection.read(op)
 
 
+#: The session ``a`` (of ``pg_stat_activity``) has waited on its client inside a transaction for longer
+#: than ``%(idle)s`` seconds, the server's own idle timeout, which did not end it, and this role may
+#: end it. PostgreSQL arms that timeout only when it told the client it is ready for a query: not in
+#: the middle of a pipeline (the session shows ``active``, waiting on ``ClientRead``), and not after
+#: a Flush that followed the pipeline's Sync (as psycopg ends every pipeline; the Flush disarms it).
+#: A process stopped there (SIGSTOP, a debugger, a frozen VM) would hold its row locks, and what
+#: they fence, for as long as it is stopped.
+STUCK_ON_ITS_CLIENT: Final = """a.state IN ('idle in transaction', 'active') AND a.wait_event = 'ClientRead'
+  AND a.state_change < now() - make_interval(secs => %(idle)s)
+  AND pg_has_role(a.usesysid, 'MEMBER')"""
+
+#: Ends the session stuck (:data:`STUCK_ON_ITS_CLIENT`) in a transaction that holds the lease row of
+#: a run whose lease ran out: the locking transaction is the one whose id is the row's ``xmax``, and
+#: ending its session rolls it back, as the server's timeout would have.
+_END_STUCK: Final = f"""
+SELECT pg_terminate_backend(a.pid, 1000)
+FROM streamledger_leases l JOIN pg_stat_activity a ON a.backend_xid = l.xmax
+WHERE l.expires_at < now() AND {STUCK_ON_ITS_CLIENT}
+"""
+
+
+def end_stuck_sessions(conn: Any, idle_seconds: float = IDLE_IN_TRANSACTION_SECONDS) -> int:
+    """End the sessions stuck holding the lease row of a run whose lease ran out; how many."""
+    return len(conn.execute(_END_STUCK, {"idle": idle_seconds}).fetchall())
+
+
 _CLAIM = """
 WITH due AS (
     SELECT r.run_id FROM streamledger_runs r LEFT JOIN streamledger_leases l USING (run_id)
@@ -105,8 +142,11 @@ RETURNING run_id, token
 def claim_due(conn: Any, owner: str, seconds: float, graphs: Sequence[tuple[str, str]]) -> Lease | None:
     """Claim one run that is due (running, not leased or its lease expired) of one of ``graphs``.
 
-    ``graphs`` are the (name, version) pairs the worker can run; None if no run is due.
+    ``graphs`` are the (name, version) pairs the worker can run; None if no run is due. A session
+    stuck in a transaction holding an expired lease's row is ended first (:func:`end_stuck_sessions`):
+    the run it holds is due, and would otherwise stay locked as long as its worker is stopped.
     """
+    end_stuck_sessions(conn)
     params = {
         "owner": owner,
         "seconds": seconds,

@@ -74,7 +74,7 @@ from streams.store import StreamRead, partition_name, qualified_type_name, singl
 
 from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import find_cause
-from ._leases import FencedConnection, held_or_lost
+from ._leases import STUCK_ON_ITS_CLIENT, FencedConnection, held_or_lost
 from ._store import IDLE_IN_TRANSACTION_SECONDS, RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
 from ._view import PgView
@@ -190,22 +190,14 @@ RETURNING token
 """
 
 
-#: Ends the session of a member that stopped inside a transaction holding a partition's lease row,
-#: once its owner's row ran out and the session has waited for its client there past the server's
-#: own idle timeout, which did not end it. PostgreSQL arms that timeout only when it told the
-#: client it is ready for a query: not in the middle of a pipeline (the session shows ``active``,
-#: waiting on ``ClientRead``), and not after a Flush that followed the pipeline's Sync (as psycopg
-#: ends every pipeline; the Flush disarms it). A process stopped there would hold the row, and the
-#: partition, for as long as it is stopped. The locking transaction is the one whose id is the
-#: row's ``xmax``; ending its session rolls it back, as the server's timeout would have. Only
-#: sessions this role may end are asked.
-_END_STUCK: Final = """
+#: Ends the session of a member stuck (:data:`~._leases.STUCK_ON_ITS_CLIENT`) inside a transaction
+#: holding a partition's lease row, once its owner's row ran out. The locking transaction is the one
+#: whose id is the row's ``xmax``; ending its session rolls it back, as the server's timeout would have.
+_END_STUCK: Final = f"""
 SELECT pg_terminate_backend(a.pid, 1000)
 FROM streamledger_partition_leases l JOIN pg_stat_activity a ON a.backend_xid = l.xmax
 WHERE l.stream = %(stream)s AND l.grp = %(grp)s AND l.partition = %(partition)s
-  AND a.state IN ('idle in transaction', 'active') AND a.wait_event = 'ClientRead'
-  AND a.state_change < now() - make_interval(secs => %(idle)s)
-  AND pg_has_role(a.usesysid, 'MEMBER')
+  AND {STUCK_ON_ITS_CLIENT}
   AND NOT EXISTS (
     SELECT 1 FROM streamledger_members m
     WHERE m.stream = l.stream AND m.grp = l.grp AND m.member = l.owner AND m.expires_at > now()

@@ -17,6 +17,9 @@ POINT is where it pauses, the first time it gets there:
 - ``pipeline``: a pipelined write of messages was sent, not yet synced;
 - ``transaction``: a fenced transaction holds the run's lease row (its third);
   here the process stops itself with SIGSTOP, a frozen worker;
+- ``run-commit``: a worker's fenced transaction ran every statement and is
+  about to send its COMMIT (its third such transaction); it stops itself
+  there, as a frozen worker past its pipelines;
 - ``partition``: a member's fenced transaction holds its partition's lease
   row (its third such transaction), with the statements of its commit still
   to send; the process stops itself with SIGSTOP, a frozen member;
@@ -108,46 +111,65 @@ def _install(directory: Path, point: str) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
 
         _leases.Lease.check = check_then_stop  # type: ignore[method-assign, assignment]
+    elif point == "run-commit":
+        _stop_before_commit(directory, "ledger.postgres._leases", "Lease", once)
     elif point in ("partition", "commit"):
         _stop_member_at(directory, point, once)
     elif point != "none":
         raise SystemExit(f"no pause point {point!r}")
 
 
-def _stop_member_at(directory: Path, point: str, once: Any) -> None:
-    from ledger.postgres import _members
+def _stop_here(directory: Path, what: object) -> None:
+    """Stop the process at this thread's point: sent to the process, another thread may take the signal
+    and this one runs on until its next system call (into the statements after this point)."""
+    (directory / "paused").write_text(str(what))
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
-    check = _members.PartitionLease.check
+
+def _stop_before_commit(directory: Path, module: str, lease_class: str, once: Any) -> None:
+    """Stop at the COMMIT of the first fenced transaction after the second: every statement sent."""
+    import importlib
+
+    cls = getattr(importlib.import_module(module), lease_class)
+    check = cls.check
     checks: list[int] = []
-    fenced: dict[int, int] = {}  # a connection whose open transaction checked a lease: its partition
+    fenced: dict[int, object] = {}  # a connection whose open transaction checked a lease: what it holds
 
-    def stop(partition: int) -> None:
-        (directory / "paused").write_text(str(partition))
-        # sent to this thread, which stops here: sent to the process, another thread may take it,
-        # and this one runs on until its next system call (into the statements after this point)
-        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
-
-    def check_then_stop(lease: Any, conn: Any) -> None:
+    def check_then_mark(lease: Any, conn: Any) -> None:
         check(lease, conn)  # holds the lease row FOR SHARE until the transaction ends
         checks.append(1)
-        if len(checks) == 3 and point == "partition" and once():
-            stop(lease.partition)
-        elif len(checks) >= 3 and point == "commit":
-            fenced[id(conn)] = lease.partition
+        if len(checks) >= 3:
+            fenced[id(conn)] = getattr(lease, "partition", getattr(lease, "run_id", None))
 
-    _members.PartitionLease.check = check_then_stop  # type: ignore[method-assign, assignment]
-    if point != "commit":
-        return
+    cls.check = check_then_mark
     leave = psycopg.Transaction.__exit__
 
     def stop_then_commit(tx: Any, kind: Any, exc: Any, tb: Any) -> bool:
         if not tx.savepoint_name:  # the outermost block: ending without an error, it sends COMMIT
-            partition = fenced.pop(id(tx.connection), None)
-            if kind is None and partition is not None and once():
-                stop(partition)
+            held = fenced.pop(id(tx.connection), None)
+            if kind is None and held is not None and once():
+                _stop_here(directory, held)
         return leave(tx, kind, exc, tb)
 
     psycopg.Transaction.__exit__ = stop_then_commit  # type: ignore[method-assign]
+
+
+def _stop_member_at(directory: Path, point: str, once: Any) -> None:
+    if point == "commit":
+        _stop_before_commit(directory, "ledger.postgres._members", "PartitionLease", once)
+        return
+    from ledger.postgres import _members
+
+    check = _members.PartitionLease.check
+    checks: list[int] = []
+
+    def check_then_stop(lease: Any, conn: Any) -> None:
+        check(lease, conn)  # holds the lease row FOR SHARE until the transaction ends
+        checks.append(1)
+        if len(checks) == 3 and once():
+            _stop_here(directory, lease.partition)
+
+    _members.PartitionLease.check = check_then_stop  # type: ignore[method-assign, assignment]
 
 
 async def _member(url: str, name: str, lease_seconds: float) -> int:

@@ -202,11 +202,16 @@ def _stopped(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
+@pytest.mark.parametrize("point", ["transaction", "run-commit"])
 def test_a_worker_stopped_inside_a_transaction_is_taken_over_within_its_lease_and_the_idle_timeout(
-    postgres_url: str, tmp_path: Path
+    postgres_url: str, tmp_path: Path, point: str
 ) -> None:
     """The frozen worker holds its lease row locked inside a transaction: without the session timeouts
-    the second worker's claim waits on that lock for as long as the first is stopped."""
+    the second worker's claim waits on that lock for as long as the first is stopped.
+
+    Stopped right after its lease check (``transaction``), the server's idle timeout ends its session;
+    stopped with every statement sent and its COMMIT not (``run-commit``), after the pipelines that
+    leave that timeout disarmed, the claim ends the session itself."""
     from ledger.postgres._store import IDLE_IN_TRANSACTION_SECONDS
 
     lease = 1.0
@@ -214,7 +219,7 @@ def test_a_worker_stopped_inside_a_transaction_is_taken_over_within_its_lease_an
     options = ["--lease", str(lease), "--poll", "0.05", "--until-idle"]
     frozen = subprocess.Popen(
         pg_fault_child.command(
-            tmp_path, "transaction", "worker", postgres_url, "--owner", "frozen", *options
+            tmp_path, point, "worker", postgres_url, "--owner", "frozen", *options
         ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
