@@ -218,9 +218,7 @@ def test_a_worker_stopped_inside_a_transaction_is_taken_over_within_its_lease_an
     anyio.run(submit, postgres_url, {"frozen": 30})
     options = ["--lease", str(lease), "--poll", "0.05", "--until-idle"]
     frozen = subprocess.Popen(
-        pg_fault_child.command(
-            tmp_path, point, "worker", postgres_url, "--owner", "frozen", *options
-        ),
+        pg_fault_child.command(tmp_path, point, "worker", postgres_url, "--owner", "frozen", *options),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
