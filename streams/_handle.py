@@ -17,6 +17,7 @@ had been handled one by one.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import sys
 import time
@@ -156,11 +157,15 @@ class MessageTx(Generic[S]):
             ...
 
     else:
-        # read for nearly every message: a getter in C, no Python frame (_NoStateTx checks it)
+        # read for nearly every message: a getter in C, no Python frame (_NoStateTx checks it);
+        # a partial, which takes the annotations that say what it returns
+        _state_getter = functools.partial(attrgetter("_state"))
+        _state_getter.__annotations__ = {"return": S}
         state = property(
-            attrgetter("_state"),
+            _state_getter,
             doc="The group's explicit state: the last committed (or staged) one, or the initial state.",
         )
+        del _state_getter
 
     def set_state(self, state: S) -> None:
         """Replace the state; it is confirmed with this message's ack.
