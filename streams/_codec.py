@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar, get_origin
 
 import msgspec
@@ -10,7 +11,16 @@ import msgspec.inspect as mi
 from ._errors import PayloadTypeError, RecordDecodeError
 from ._type_names import type_name
 
-__all__ = ["CODEC_ID", "CODEC_VERSION", "Codec", "codec_for", "is_immutable", "to_plain"]
+__all__ = [
+    "CODEC_ID",
+    "CODEC_VERSION",
+    "PREPARE_ERRORS",
+    "Codec",
+    "codec_for",
+    "encode_value",
+    "is_immutable",
+    "to_plain",
+]
 
 CODEC_ID: Final = "msgpack"
 CODEC_VERSION: Final = 1
@@ -19,6 +29,12 @@ T = TypeVar("T")
 
 _encoder = msgspec.msgpack.Encoder()
 _plain_decoder = msgspec.msgpack.Decoder()
+
+#: The bytes of any value msgspec encodes (the encoder every codec shares): what a caller that
+#: checks a value inline, as :meth:`Codec.prepare` does, encodes with.
+encode_value: Final = _encoder.encode
+#: What encoding a value and reading it back may raise when it is not of the codec's type.
+PREPARE_ERRORS: Final = (msgspec.MsgspecError, TypeError, ValueError, ArithmeticError, RecursionError)
 
 
 class Codec(Generic[T]):
@@ -31,7 +47,7 @@ class Codec(Generic[T]):
     so a run that was restarted sees exactly what an uninterrupted one saw.
     """
 
-    __slots__ = ("_decoder", "atomic", "immutable", "name", "type")
+    __slots__ = ("_decoder", "atomic", "immutable", "name", "read_back", "type")
 
     def __init__(self, tp: Any) -> None:
         self.type = tp
@@ -40,6 +56,10 @@ class Codec(Generic[T]):
             self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(tp)
         except TypeError as exc:
             raise PayloadTypeError(f"type {self.name} cannot be stored: {exc}") from None
+        #: ``read_back(payload)``: the bytes :func:`encode_value` made, decoded as ``T`` (msgspec's
+        #: own call, no Python frame). With it a caller checks a value inline, as :meth:`prepare`
+        #: does: what either raises, a :data:`PREPARE_ERRORS`, becomes :meth:`refusal`.
+        self.read_back: Callable[[bytes], T] = self._decoder.decode
         #: Whether a decoded value can never change: copies of it need not be made.
         self.immutable = is_immutable(tp)
         #: Whether a value of exactly this type reads back as itself, unchecked (str, int, ...).
@@ -50,11 +70,15 @@ class Codec(Generic[T]):
         try:
             payload = _encoder.encode(value)
             return self._decoder.decode(payload), payload
-        except (msgspec.MsgspecError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
-            raise PayloadTypeError(
-                f"{what} takes {self.name}, got a {type(value).__qualname__} that does not read back "
-                f"as one ({exc}); nothing was written"
-            ) from None
+        except PREPARE_ERRORS as exc:
+            raise self.refusal(value, exc, what) from None
+
+    def refusal(self, value: object, exc: Exception, what: object) -> PayloadTypeError:
+        """The error of a ``value`` that does not read back as a ``T`` (``exc``: why)."""
+        return PayloadTypeError(
+            f"{what} takes {self.name}, got a {type(value).__qualname__} that does not read back "
+            f"as one ({exc}); nothing was written"
+        )
 
     def encode(self, value: T) -> bytes:
         return _encoder.encode(value)

@@ -17,10 +17,13 @@ had been handled one by one.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Final, Generic, TypeVar, overload
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -29,7 +32,7 @@ import msgspec
 from opentelemetry.trace import SpanKind, get_current_span
 
 from ._backoff import Backoff
-from ._codec import Codec, codec_for
+from ._codec import PREPARE_ERRORS, Codec, codec_for, encode_value
 from ._dead_letter import DeadLetter, check_dead_letter_writer
 from ._errors import (
     CheckpointError,
@@ -47,14 +50,14 @@ from ._metrics import INSTRUMENTS, group_attributes
 from ._outcome import accept, is_fault
 from ._partitions import PartitionedReader
 from ._pipeline import ConfirmPipeline
-from ._reservation import OutputReservation, StagedOutputs, notify, publish
+from ._reservation import REFUSED_OUTPUTS, OutputReservation, StagedOutputs, notify, publish
 from ._staging import CommitStager, writes_of
 from ._store._records import MessageAttempt, MessageCommit, MessageFail, MessageOpen, MessageRef
-from ._stream import StreamCore, StreamReader, StreamWriter, _Group
+from ._stream import StreamCore, StreamReader, StreamWriter, _Group, core_of, frontier_of
 from ._tracing import ATTR, EVENT, SPAN, span
 from ._unwrap import single_error
 
-__all__ = ["HandleResult", "MessageTx", "PartitionedResult", "handle_messages"]
+__all__ = ["REFUSED_OUTPUTS", "HandleResult", "MessageTx", "PartitionedResult", "handle_messages"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -73,35 +76,51 @@ NOT_A_HANDLER_FAILURE: Final = (
     CheckpointError,
     HandlerContractError,
 )
-#: Why a message's staged outputs cannot be published: too many for a stream, or a stream refusing.
-REFUSED_OUTPUTS: Final = (OutputLimitError, StreamStateError)
 #: A batch as the committer cuts it: the commits, the values of their outputs to publish, and the
 #: context variables its ``commit`` runs in (the caller's, as it staged the batch's first message).
 _Cut = tuple[list[MessageCommit], list[StagedOutputs], contextvars.Context | None]
+#: ``sys.getrefcount`` of a transaction only the handler's loop holds: its variable and the call's
+#: argument.
+_UNSHARED: Final = 2
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
 
 
-class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
+class MessageTx(Generic[S]):
     """What a handler may do with one message; all of it is confirmed by one commit.
 
-    The engine creates one per attempt (a Struct: built in C, as it is made for
-    every message); handlers only use its methods and ``seq``, ``attempt`` and
-    ``state``.
+    The engine makes one per attempt, or resets the one of the message
+    before when nothing kept it; handlers only use its methods and ``seq``,
+    ``attempt`` and ``state``.
     """
 
-    _run: _Run[Any, S]
-    seq: int
-    attempt: int
-    _state: S
-    _state_payload: bytes | None = None
-    # created on first use: most messages stage no results and few outputs
-    _outputs: list[tuple[StreamCore[Any], Any, bytes]] | None = None
-    _results: dict[str, bytes] | None = None
-    _stopped: bool = False
-    _closed: bool = False  # its handler call returned: the tx takes nothing more
-    _keyed: dict[bytes, bytes | None] | None = None  # keyed writes, made on first use
-    _store: KeyedTx[Any, Any] | None = None
+    # A class of slots, not a Struct: the engine writes these for every message, and a slot's
+    # write is the interpreter's fast path where a Struct's goes through its own setattr.
+    __slots__ = (
+        "_closed",
+        "_outputs",
+        "_results",
+        "_run",
+        "_state",
+        "_state_payload",
+        "_stopped",
+        "_store",
+        "attempt",
+        "seq",
+    )
+
+    def __init__(self, run: _Run[Any, S], seq: int, attempt: int, state: S) -> None:
+        self._run = run
+        self.seq = seq
+        self.attempt = attempt
+        self._state = state
+        self._state_payload: bytes | None = None
+        # created on first use: most messages stage no results and few outputs
+        self._outputs: list[tuple[StreamCore[Any], Any, bytes]] | None = None
+        self._results: dict[str, bytes] | None = None
+        self._stopped = False
+        self._closed = False  # its handler call returned: the tx takes nothing more
+        self._store: KeyedTx[Any, Any] | None = None  # tx.store, made on first use; it holds the keyed writes
 
     @property
     def store(self) -> KeyedTx[Any, Any]:
@@ -117,7 +136,7 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
                     "keyed state; pass keyed=KeyedState(key_type, value_type) (nothing was confirmed, "
                     "no attempt was spent)"
                 )
-            store = self._store = KeyedTx(self, run.keyed.spec, run.keyed)
+            store = self._store = KeyedTx(self.seq, run.keyed.spec, run.keyed, self._check_open)
         return store
 
     def __repr__(self) -> str:
@@ -130,16 +149,23 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
                 "inside the call it was given to (what it stages afterwards would never be confirmed)"
             )
 
-    @property
-    def state(self) -> S:
-        """The group's explicit state: the last committed (or staged) one, or the initial state."""
-        if self._run.state_missing and self._state_payload is None:
-            raise HandlerContractError(
-                f"message {self.seq}: the handler reads tx.state, but handle_messages was given no "
-                f"initial_state and group {self._run.group_name!r} has no committed state; pass "
-                "initial_state=... (nothing was confirmed, no attempt was spent)"
-            )
-        return self._state
+    if TYPE_CHECKING:
+
+        @property
+        def state(self) -> S:
+            """The group's explicit state: the last committed (or staged) one, or the initial state."""
+            ...
+
+    else:
+        # read for nearly every message: a getter in C, no Python frame (_NoStateTx checks it);
+        # a partial, which takes the annotations that say what it returns
+        _state_getter = functools.partial(attrgetter("_state"))
+        _state_getter.__annotations__ = {"return": S}
+        state = property(
+            _state_getter,
+            doc="The group's explicit state: the last committed (or staged) one, or the initial state.",
+        )
+        del _state_getter
 
     def set_state(self, state: S) -> None:
         """Replace the state; it is confirmed with this message's ack.
@@ -149,22 +175,38 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
         """
         if self._closed:
             self._check_open("set_state")
-        self._state, self._state_payload = self._run.state_codec.prepare(state, what="the handler state")
+        codec = self._run.state_codec
+        try:  # codec.prepare inline: once for nearly every message
+            payload = encode_value(state)
+            self._state = codec.read_back(payload)
+        except PREPARE_ERRORS as exc:
+            raise codec.refusal(state, exc, "the handler state") from None
+        self._state_payload = payload
 
     def send(self, writer: StreamWriter[U], value: U) -> None:
         """Stage ``value`` for ``writer``'s stream, published only after this message commits."""
         if self._closed:
             self._check_open("send")
-        stream = writer.stream._core
+        run = self._run
+        if writer is run.last_writer:  # a handler sends to the same writer, message after message
+            stream = run.last_core
+        else:
+            stream = run.last_core = core_of(writer.stream)
+            run.last_writer = writer
         outputs = self._outputs
         if outputs is None:
             outputs = self._outputs = []
-        if len(outputs) >= self._run.max_outputs:
+        if len(outputs) >= run.max_outputs:
             raise OutputLimitError(
-                f"message {self.seq} of {self._run.stream.ref} staged more than "
-                f"{self._run.max_outputs} outputs; raise max_outputs or split the work"
+                f"message {self.seq} of {run.stream.ref} staged more than "
+                f"{run.max_outputs} outputs; raise max_outputs or split the work"
             )
-        read_back, payload = stream.codec.prepare(value, what=stream.what)
+        codec = stream.codec
+        try:  # codec.prepare inline
+            payload = encode_value(value)
+            read_back = codec.read_back(payload)
+        except PREPARE_ERRORS as exc:
+            raise codec.refusal(value, exc, stream.what) from None
         outputs.append((stream, read_back, payload))
 
     def set(self, key: Key[U], value: U) -> None:
@@ -189,6 +231,25 @@ class MessageTx(msgspec.Struct, Generic[S], eq=False, repr_omit_defaults=True):
         """A stable identity of this message for this group: an idempotency key for effects."""
         run = self._run
         return f"{run.stream.ref}/{run.group.name}/{self.seq}"
+
+
+class _NoStateTx(MessageTx[S]):
+    """A :class:`MessageTx` of a run given no initial state, for a group with none committed."""
+
+    __slots__ = ()
+
+    if not TYPE_CHECKING:
+
+        @property
+        def state(self) -> S:
+            """The group's explicit state: the one this message set; none was given or committed."""
+            if self._state_payload is None:
+                raise HandlerContractError(
+                    f"message {self.seq}: the handler reads tx.state, but handle_messages was given no "
+                    f"initial_state and group {self._run.group_name!r} has no committed state; pass "
+                    "initial_state=... (nothing was confirmed, no attempt was spent)"
+                )
+            return self._state
 
 
 class HandleResult(msgspec.Struct, Generic[S], frozen=True, repr_omit_defaults=True):
@@ -251,6 +312,8 @@ class _Run(Generic[T, S]):
         "group_name",
         "handler",
         "keyed",
+        "last_core",
+        "last_writer",
         "max_outputs",
         "node",
         "outputs",
@@ -263,12 +326,12 @@ class _Run(Generic[T, S]):
         "stager",
         "state",
         "state_codec",
-        "state_missing",
         "state_payload",
         "state_what",
         "stopped",
         "stream",
         "task_group",
+        "tx_type",
         "window",
     )
 
@@ -289,11 +352,11 @@ class _Run(Generic[T, S]):
         backoff: Backoff | None = None,
         keyed: KeyedState[Any, Any] | None = None,
     ) -> None:
-        self.stream: StreamCore[T] = reader.stream._core
+        self.stream: StreamCore[T] = core_of(reader.stream)
         self.dead_letter = dead_letter
         self.backoff = backoff
         self.remaining = limit
-        self.group: _Group = reader._frontier
+        self.group: _Group = frontier_of(reader)
         self.handler = handler
         self.state_codec = state_codec
         self.node = node
@@ -346,8 +409,12 @@ class _Run(Generic[T, S]):
         self.task_group: anyio.abc.TaskGroup | None = None  # where the committer runs
         self.batch_context: contextvars.Context | None = None  # as the next batch's first message staged
         self.stopped = False
-        #: No initial state was given and none was committed: reading tx.state is a contract error.
-        self.state_missing = False
+        #: The transaction of each attempt: :class:`_NoStateTx` if no initial state was given and
+        #: none was committed, which makes reading tx.state a contract error.
+        self.tx_type: type[MessageTx[S]] = MessageTx
+        #: The writer a handler sent to last, and its stream's core (``tx.send`` looks it up once).
+        self.last_writer: StreamWriter[Any] | None = None
+        self.last_core: StreamCore[Any] = self.stream
         self.keyed: KeyedCache | None = None
         if keyed is not None:
             self.keyed = KeyedCache(self.stream.hooks, keyed, self.ref, self.group_name, parent_attempt)
@@ -440,6 +507,9 @@ class _Run(Generic[T, S]):
             self.stopped = True
             return
         first = True
+        #: The transaction of the last first attempt, if nothing kept it when its handler returned:
+        #: the next first attempt's, reset, not a new one each message.
+        spare: MessageTx[S] | None = None
         while not self.stopped:
             stream.check_healthy()
             if self.remaining is not None and self.remaining <= 0:
@@ -465,18 +535,24 @@ class _Run(Generic[T, S]):
             if self.keyed is not None:
                 self.keyed.upcoming = values  # read along with the first key the cache misses
             failing, exhausted, handler = group.failing, group.exhausted, self.handler
+            stager, pipeline, reservation, tx_type = self.stager, self.pipeline, self.outputs, self.tx_type
             for seq, value in zip(seqs, values, strict=True):
-                index = 0
                 if first or (failing and seq in failing) or (exhausted and seq in exhausted):
-                    attempt = await self._open(seq, first)
+                    # its confirmed budget first: the run's first message, a retry, a dead letter
+                    await self._handle_opened(seq, value, first)
                     first = False
-                    if attempt.exhausted:  # with a dead-letter stream: route it there, handle nothing
-                        await self._dead_letter(seq, value, attempt)
-                        continue
-                    index = attempt.index
-                    await self._wait_backoff(attempt)
-                # the first attempt inline; failures and their retries in _retry
-                tx = MessageTx(self, seq, index, self.state if self.share_state else self._decode_state())
+                    if self.stopped:
+                        break
+                    continue
+                # A first attempt, the handler called inline. What follows until the count is
+                # _stage's work for a first attempt, inline: the message joins the open run.
+                if spare is None:
+                    tx = tx_type(self, seq, 0, self.state if self.share_state else self._decode_state())
+                else:
+                    tx, spare = spare, None
+                    tx.seq = seq
+                    tx._state = self.state if self.share_state else self._decode_state()
+                    tx._closed = False
                 failure: Exception | None = None
                 try:
                     await handler(tx, value)
@@ -489,19 +565,95 @@ class _Run(Generic[T, S]):
                     tx._closed = True
                 if failure is not None:
                     # outside the except block: retries do not run inside this failure
-                    retried = await self._retry(seq, value, index, failure)
+                    await self._retried(seq, value, 0, failure)
                     failure = None
-                    if isinstance(retried, MessageAttempt):  # exhausted, with a dead-letter stream
-                        await self._dead_letter(seq, value, retried)
-                        continue
-                    tx = retried
-                if tx._outputs and not self._fits(seq, tx._outputs):
-                    await self._wait_for_room(seq, tx._outputs)
-                self._stage(tx)
-                if self.stopped:
+                    if self.stopped:
+                        break
+                    continue
+                outputs = tx._outputs
+                if outputs and not reservation.fits(seq, outputs):
+                    await self._wait_for_room(seq, outputs)
+                # from here to the count no await: the committer cuts the message whole or not at all
+                state = tx._state_payload
+                if state is not None:
+                    self.state = tx._state
+                    self.state_payload = state
+                if (
+                    seq == stager.last + 1
+                    and stager.first
+                    and tx._results is None
+                    and tx._store is None
+                    and not tx._stopped
+                ):
+                    stager.last = seq  # stager.run_message inline: the ack and the state join the run
+                    if state is not None:
+                        stager.state = state
+                else:
+                    self._join_run(tx)
+                if outputs:
+                    if len(outputs) == 1:
+                        reservation.reserve_one(outputs[0], stager)
+                    else:
+                        reservation.reserve(outputs, stager)
+                if self.batch_context is None:  # _count_staged inline, with pipeline.stage
+                    self.batch_context = contextvars.copy_context()
+                if pipeline.failure is not None:
+                    raise pipeline.failure
+                pipeline.staged += 1
+                if not pipeline.running:
+                    pipeline.start()
+                if self.remaining is not None:
+                    self.remaining -= 1
+                if tx._stopped:
+                    self.stopped = True
                     break
+                if tx._results is None and tx._store is None and sys.getrefcount(tx) == _UNSHARED:
+                    # only this frame holds it (the handler kept no reference, so none can use it
+                    # again): reset, it is the next first attempt's
+                    tx._state_payload = None
+                    tx._outputs = None
+                    spare = tx
             if not self.pipeline.confirming:
                 await anyio.lowlevel.checkpoint()
+
+    async def _handle_opened(self, seq: int, value: T, first: bool) -> None:
+        """Handle message ``seq`` after reading its confirmed budget: route it to the dead letters
+        if it is exhausted, else wait out its backoff, call the handler, and stage it."""
+        attempt = await self._open(seq, first)
+        if attempt.exhausted:  # with a dead-letter stream: route it there, handle nothing
+            await self._dead_letter(seq, value, attempt)
+            return
+        index = attempt.index
+        await self._wait_backoff(attempt)
+        tx = self.tx_type(self, seq, index, self.state if self.share_state else self._decode_state())
+        failure: Exception | None = None
+        try:
+            await self.handler(tx, value)
+        except NOT_A_HANDLER_FAILURE:
+            await self.drain()  # what was staged before this message still commits
+            raise
+        except Exception as exc:
+            failure = exc
+        finally:
+            tx._closed = True
+        if failure is not None:
+            # outside the except block: retries do not run inside this failure
+            await self._retried(seq, value, index, failure)
+            return
+        if tx._outputs and not self.outputs.fits(seq, tx._outputs):
+            await self._wait_for_room(seq, tx._outputs)
+        self._stage(tx)
+
+    async def _retried(self, seq: int, value: T, index: int, failure: Exception) -> None:
+        """Confirm the failure of attempt ``index`` and retry until one succeeds; stage it, or its
+        dead letter once it is exhausted (with a dead-letter stream)."""
+        retried = await self._retry(seq, value, index, failure)
+        if isinstance(retried, MessageAttempt):  # exhausted, with a dead-letter stream
+            await self._dead_letter(seq, value, retried)
+            return
+        if retried._outputs and not self.outputs.fits(seq, retried._outputs):
+            await self._wait_for_room(seq, retried._outputs)
+        self._stage(retried)
 
     def _count_staged(self) -> None:
         """Count a message just staged; the first of a batch copies the caller's context variables."""
@@ -542,13 +694,6 @@ class _Run(Generic[T, S]):
             self._exhausted(seq, attempt.index, None)
         return attempt
 
-    def _fits(self, seq: int, outputs: list[tuple[StreamCore[Any], Any, bytes]]) -> bool:
-        """Whether the outputs fit at once; a refusal says no, so :meth:`_wait_for_room` drains and raises."""
-        try:
-            return self.outputs.room_for(seq, outputs)
-        except REFUSED_OUTPUTS:
-            return False
-
     async def _wait_for_room(self, seq: int, outputs: list[tuple[StreamCore[Any], Any, bytes]]) -> None:
         """Wait until message ``seq``'s outputs fit their streams; a refusal ends the run after a drain."""
         try:
@@ -580,10 +725,10 @@ class _Run(Generic[T, S]):
             error_type=attempt.error_type,
             message=value,
         )
-        target = writer.stream._core
+        target = core_of(writer.stream)
         read_back, payload = target.codec.prepare(letter, what=target.what)
         outputs: list[tuple[StreamCore[Any], Any, bytes]] = [(target, read_back, payload)]
-        if not self._fits(seq, outputs):
+        if not self.outputs.fits(seq, outputs):
             await self._wait_for_room(seq, outputs)
         self.stager.single(
             MessageCommit(
@@ -639,7 +784,7 @@ class _Run(Generic[T, S]):
                 return attempt
             await self._wait_backoff(attempt)
             index = attempt.index
-            tx: MessageTx[S] = MessageTx(
+            tx: MessageTx[S] = self.tx_type(
                 # its own copy of the state, unless the state can never change
                 self,
                 seq,
@@ -702,47 +847,57 @@ class _Run(Generic[T, S]):
         """Stage ``tx`` for the next commit batch; from here on it is the committer's.
 
         Synchronous: its outputs are reserved and join the staged set in the
-        same step, so the committer publishes them with their own batch.
+        same step, so the committer publishes them with their own batch. (The
+        handler's loop does the same inline for a first attempt.)
         """
         seq = tx.seq
         state = tx._state_payload
         if state is not None:
             self.state = tx._state
             self.state_payload = state
-        results = tx._results
         outputs = tx._outputs
         exhausted = self.group.exhausted
-        writes = tx._keyed
-        if writes and self.keyed is not None:
-            self.keyed.stage(writes, seq)
         if tx.attempt == 0 and not (exhausted and seq in exhausted):
             # a first attempt: it joins the run of first attempts that one commit confirms
-            self.stager.run_message(seq, state, results, tx._stopped, writes)
+            self._join_run(tx)
             if outputs:
                 self.outputs.reserve(outputs, self.stager)
         else:
             # a retry, or a message exhausted under another parent attempt: a commit of its
             # own, so the store forgets its budget record with it
+            writes = self._keyed_writes(tx)
             self.stager.single(
                 MessageCommit(
                     self._ref(seq),
                     self.node,
                     tx.attempt,
                     state,
-                    results or _NO_RESULTS,
+                    tx._results or _NO_RESULTS,
                     self.outputs.reserve(outputs, None) if outputs else (),
                     tx._stopped,
                     self.parent_attempt,
                     keyed=writes_of(writes) if writes else (),
                 )
             )
-        if self.batch_context is None:  # _count_staged, inline on the per-message path
-            self.batch_context = contextvars.copy_context()
-        self.pipeline.stage()
+        self._count_staged()
         if self.remaining is not None:
             self.remaining -= 1
         if tx._stopped:
             self.stopped = True
+
+    def _join_run(self, tx: MessageTx[S]) -> None:
+        """First attempt ``tx`` joins the stager's open run (its outputs are reserved after it)."""
+        self.stager.run_message(tx.seq, tx._state_payload, tx._results, tx._stopped, self._keyed_writes(tx))
+
+    def _keyed_writes(self, tx: MessageTx[S]) -> dict[bytes, bytes | None] | None:
+        """The keyed writes ``tx`` staged, now staged in the cache too: later reads see them."""
+        store = tx._store
+        if store is None:
+            return None
+        writes = store.writes
+        if writes and self.keyed is not None:
+            self.keyed.stage(writes, tx.seq)
+        return writes
 
 
 #: handle_messages was given no initial_state (None is a state one may give).
@@ -963,8 +1118,8 @@ async def handle_messages(
         raise ValueError(f"parent_attempt must be valid UTF-8 text, got {parent_attempt!r}") from None
     if attempts < 1 or max_outputs < 0 or window < 1 or (limit is not None and limit < 0):
         raise ValueError("attempts and window must be at least 1, max_outputs and limit at least 0")
-    group = reader._frontier
-    stream = reader.stream._core
+    group = frontier_of(reader)
+    stream = core_of(reader.stream)
     if dead_letter is not None:
         check_dead_letter_writer(dead_letter, stream)
     if backoff is not None and not isinstance(backoff, Backoff):
@@ -993,7 +1148,8 @@ async def handle_messages(
         backoff=backoff,
         keyed=keyed,
     )
-    run.state_missing = not given_state and group.state is None
+    if not given_state and group.state is None:
+        run.tx_type = _NoStateTx
     group.claimed = True
     group.cursor = group.acked_through  # messages received but not acked are handled too, in order
     try:

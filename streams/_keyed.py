@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
+from typing import Any, Final, Generic, Protocol, TypeVar, overload
 
 import msgspec
 
@@ -31,10 +31,7 @@ from ._errors import HandlerContractError, KeyedStateError, PayloadTypeError
 from ._store._hooks import KeyedHooks
 from ._store._records import MAX_KEY_BYTES, KeyedRange, KeyedRead, KeyedWrite, StreamRef
 
-if TYPE_CHECKING:
-    from ._handle import MessageTx
-
-__all__ = ["KeyCodec", "KeyedCache", "KeyedState", "KeyedTx", "key_to_plain"]
+__all__ = ["KeyCodec", "KeyedCache", "KeyedState", "KeyedTx", "WithStore", "key_to_plain"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -133,6 +130,16 @@ def key_to_plain(raw: bytes) -> Any:
     raise ValueError(f"{raw!r} is not a keyed-state key of streamledger's encoding")
 
 
+class WithStore(Protocol):
+    """What :meth:`KeyedState.of` takes: a message's transaction (``MessageTx``), with its ``store``."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def store(self) -> KeyedTx[Any, Any]: ...
+
+
 class KeyedState(Generic[K, V]):
     """Declares a consumer group's keyed state: ``KeyedState(str, int)``, values per key.
 
@@ -165,7 +172,7 @@ class KeyedState(Generic[K, V]):
         self.prefetch = prefetch
         self.cache = cache
 
-    def of(self, tx: MessageTx[Any]) -> KeyedTx[K, V]:
+    def of(self, tx: WithStore) -> KeyedTx[K, V]:
         """``tx.store``, typed by this declaration: ``TOTALS.of(tx).get(customer)`` is a ``V | None``."""
         store: KeyedTx[K, V] = tx.store
         if store._spec is not self:
@@ -328,14 +335,21 @@ class KeyedTx(Generic[K, V]):
     ``put`` and ``delete`` stage a key's change in the message's transaction;
     it is confirmed with the message's ack, or dropped with a failed attempt.
     ``get`` sees this message's own changes, then every earlier message's.
+    ``writes`` holds the message's changes (made on first use) for the
+    handler to stage with its ack; ``check_open(what)`` is the transaction's
+    refusal of a use after its handler call returned.
     """
 
-    __slots__ = ("_cache", "_spec", "_tx")
+    __slots__ = ("_cache", "_check_open", "_seq", "_spec", "writes")
 
-    def __init__(self, tx: MessageTx[Any], spec: KeyedState[K, V], cache: KeyedCache) -> None:
-        self._tx = tx
+    def __init__(
+        self, seq: int, spec: KeyedState[K, V], cache: KeyedCache, check_open: Callable[[str], None]
+    ) -> None:
+        self._seq = seq
         self._spec = spec
         self._cache = cache
+        self._check_open = check_open
+        self.writes: dict[bytes, bytes | None] | None = None
 
     @overload
     async def get(self, key: K) -> V | None: ...
@@ -343,9 +357,9 @@ class KeyedTx(Generic[K, V]):
     async def get(self, key: K, default: D) -> V | D: ...
     async def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key``, or ``default`` when the group's keyed state holds none."""
-        self._tx._check_open("tx.store.get")
+        self._check_open("tx.store.get")
         raw = self._spec.key_codec.encode(key)
-        writes = self._tx._keyed
+        writes = self.writes
         if writes is not None and raw in writes:
             value = writes[raw]
         else:
@@ -358,21 +372,21 @@ class KeyedTx(Generic[K, V]):
 
     def put(self, key: K, value: V) -> None:
         """Set ``key`` to ``value``, confirmed with this message's ack."""
-        self._tx._check_open("tx.store.put")
+        self._check_open("tx.store.put")
         raw = self._spec.key_codec.encode(key)
         payload = self._spec.value_codec.payload(value, what=_VALUE)
         self._writes()[raw] = payload
 
     def delete(self, key: K) -> None:
         """Delete ``key``, confirmed with this message's ack; a key it lacks is no error."""
-        self._tx._check_open("tx.store.delete")
+        self._check_open("tx.store.delete")
         self._writes()[self._spec.key_codec.encode(key)] = None
 
     def _writes(self) -> dict[bytes, bytes | None]:
-        writes = self._tx._keyed
+        writes = self.writes
         if writes is None:
-            writes = self._tx._keyed = {}
+            writes = self.writes = {}
         return writes
 
     def __repr__(self) -> str:
-        return f"KeyedTx({self._spec!r}, seq={self._tx.seq})"
+        return f"KeyedTx({self._spec!r}, seq={self._seq})"

@@ -70,6 +70,10 @@ class ConfirmPipeline(Generic[B]):
 
     ``staged`` and ``landed`` count the caller's units of work (messages,
     appended values, node records); ``in_flight`` is their difference.
+    ``running`` says whether a committer runs. A caller that counts its own
+    work inline, as :meth:`stage` would (a handler's loop, once a message),
+    raises ``failure`` if it is set, adds to ``staged``, and calls
+    :meth:`start` when no committer runs.
     """
 
     __slots__ = (
@@ -79,13 +83,13 @@ class ConfirmPipeline(Generic[B]):
         "_fail",
         "_land",
         "_progress",
-        "_running",
         "_spawn",
         "_surface",
         "_units",
         "confirming",
         "failure",
         "landed",
+        "running",
         "staged",
     )
 
@@ -109,7 +113,7 @@ class ConfirmPipeline(Generic[B]):
         self._fail = fail
         self._spawn = spawn
         self._surface = surface
-        self._running = False
+        self.running = False
         self._progress = anyio.Event()
         self.staged = 0
         self.landed = 0
@@ -131,11 +135,15 @@ class ConfirmPipeline(Generic[B]):
         if self.failure is not None:
             raise self.failure
         self.staged += units
-        if not self._running:
-            self._running = True
-            assert self._spawn is not None, "a pipeline without spawn is led by its callers: stage_and_lead"
-            self._spawn(self._commit)
+        if not self.running:
+            self.start()
         return self.staged
+
+    def start(self) -> None:
+        """Start the committer for the work counted; only when none runs (``running`` is false)."""
+        self.running = True
+        assert self._spawn is not None, "a pipeline without spawn is led by its callers: stage_and_lead"
+        self._spawn(self._commit)
 
     async def stage_and_lead(self, units: int = 1) -> None:
         """Count ``units`` the caller staged; if no committer runs, the caller's task becomes it.
@@ -153,9 +161,9 @@ class ConfirmPipeline(Generic[B]):
         if self.failure is not None:
             raise self.failure
         self.staged += units
-        if self._running:
+        if self.running:
             return False
-        self._running = True
+        self.running = True
         return True
 
     async def wait(self, mark: int) -> None:
@@ -214,7 +222,7 @@ class ConfirmPipeline(Generic[B]):
                 self._wake()
             raise
         finally:
-            self._running = False
+            self.running = False
         if self.failure is not None and self._surface:
             raise self.failure
 

@@ -10,17 +10,27 @@ confirms them lands; then they are published, in order, and readers woken.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from ._errors import OutputLimitError
-from ._staging import CommitStager
+from ._errors import OutputLimitError, StreamStateError
+from ._staging import CommitStager, RunOutput
 from ._store._records import OutputBatch, StreamRef
 from ._stream import StreamCore
 
-__all__ = ["OutputReservation", "Staged", "StagedOutputs", "by_stream", "notify", "publish"]
+__all__ = [
+    "REFUSED_OUTPUTS",
+    "OutputReservation",
+    "Staged",
+    "StagedOutputs",
+    "by_stream",
+    "notify",
+    "publish",
+]
 
 #: Outputs as a handler staged them: the stream, the value as it reads back, its payload.
 Staged = tuple[StreamCore[Any], Any, bytes]
+#: Why a message's staged outputs cannot be published: too many for a stream, or a stream refusing.
+REFUSED_OUTPUTS: Final = (OutputLimitError, StreamStateError)
 
 
 class StagedOutputs:
@@ -62,6 +72,18 @@ class OutputReservation:
                 self._claim(out, seq, len(values))
         return all(out.next_seq - 1 - out.floor() + len(v) <= out.capacity for out, v, _ in grouped)
 
+    def fits(self, seq: int, outputs: list[Staged]) -> bool:
+        """Whether message ``seq``'s outputs fit at once; a refusal (:data:`REFUSED_OUTPUTS`) says
+        no, so that the caller's wait for room (:meth:`room_for` again) raises it after a drain."""
+        if len(outputs) == 1:  # room_for inline: once per message that sends one
+            out = outputs[0][0]
+            if out in self.writes:
+                return out.next_seq - out.floor() <= out.capacity
+        try:
+            return self.room_for(seq, outputs)
+        except REFUSED_OUTPUTS:
+            return False
+
     async def wait_for_room(self, outputs: list[Staged]) -> None:
         """Wait until every stream of ``outputs`` has room for them.
 
@@ -98,6 +120,20 @@ class OutputReservation:
             else:
                 batches.append(OutputBatch(out.ref, out.generation, first, payloads))
         return tuple(batches)
+
+    def reserve_one(self, output: Staged, run: CommitStager) -> None:
+        """:meth:`reserve` of a message's one output, which has room, for ``run``'s open run."""
+        out, value, payload = output
+        first = out.next_seq
+        out.next_seq = first + 1
+        pending = self._staged.get(id(out))
+        if pending is None:
+            pending = self._staged[id(out)] = StagedOutputs(out, first)
+        pending.values.append(value)
+        staged = run.outputs.get(id(out))  # run.run_output_one inline
+        if staged is None:
+            staged = run.outputs[id(out)] = RunOutput(out.ref, out.generation, first)
+        staged.payloads.append(payload)
 
     def cut(self) -> list[StagedOutputs]:
         """The values reserved since the last cut: those of the batch being cut with them."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._store._records import KeyedWrite, MessageCommit, MessageRef, OutputBatch, StreamRef
 
-__all__ = ["CommitStager", "writes_of"]
+__all__ = ["CommitStager", "RunOutput", "writes_of"]
 
 #: The results of a commit that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
@@ -31,7 +31,7 @@ def writes_of(keyed: dict[bytes, bytes | None]) -> tuple[KeyedWrite, ...]:
     return tuple(KeyedWrite(key, value) for key, value in keyed.items())
 
 
-class _RunOutput:
+class RunOutput:
     """The payloads a run staged for one output stream, from ``first`` on."""
 
     __slots__ = ("first", "generation", "payloads", "ref")
@@ -44,22 +44,30 @@ class _RunOutput:
 
 
 class CommitStager:
-    """Collects staged messages of one group and cuts them into a batch of commits."""
+    """Collects staged messages of one group and cuts them into a batch of commits.
+
+    The open run is public for the handler's loop, which joins a first
+    attempt to it inline when nothing but its ack, its state and its outputs
+    changes (no results, no stop, no keyed writes): ``first`` and ``last``
+    (0 while no run is open), ``state`` (the last set), and ``outputs``, a
+    :class:`RunOutput` per stream written (by ``id``). Anything else goes
+    through :meth:`run_message`.
+    """
 
     __slots__ = (
-        "_first",
         "_generation",
         "_group",
         "_keyed",
-        "_last",
         "_node",
-        "_outputs",
         "_parent_attempt",
         "_queue",
         "_ref",
         "_results",
-        "_state",
         "_stop",
+        "first",
+        "last",
+        "outputs",
+        "state",
     )
 
     def __init__(self, ref: StreamRef, group: str, generation: int, node: str, parent_attempt: str) -> None:
@@ -69,17 +77,17 @@ class CommitStager:
         self._node = node
         self._parent_attempt = parent_attempt
         self._queue: list[MessageCommit] = []
-        # the open run: messages _first.._last (none while _first is 0)
-        self._first = 0
-        self._last = 0
-        self._state: bytes | None = None
+        # the open run: messages first..last (none while first is 0)
+        self.first = 0
+        self.last = 0
+        self.state: bytes | None = None
         self._results: dict[str, bytes] | None = None
         self._stop = False
-        self._outputs: dict[int, _RunOutput] = {}
+        self.outputs: dict[int, RunOutput] = {}
         self._keyed: dict[bytes, bytes | None] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self._queue) or self._first != 0
+        return bool(self._queue) or self.first != 0
 
     def run_message(
         self,
@@ -93,12 +101,12 @@ class CommitStager:
 
         Its outputs follow with :meth:`run_output`.
         """
-        if seq != self._last + 1 or not self._first:
+        if seq != self.last + 1 or not self.first:
             self._close_run()
-            self._first = seq
-        self._last = seq
+            self.first = seq
+        self.last = seq
         if state is not None:
-            self._state = state
+            self.state = state
         if results:
             if self._results is None:
                 self._results = {}
@@ -118,15 +126,15 @@ class CommitStager:
 
     def run_output_one(self, stream: Any, first: int, payload: bytes) -> None:
         """The one output of the message last staged by :meth:`run_message`."""
-        staged = self._outputs.get(id(stream))  # _run_output inline: once per message
+        staged = self.outputs.get(id(stream))  # _run_output inline: once per message
         if staged is None:
-            staged = self._outputs[id(stream)] = _RunOutput(stream.ref, stream.generation, first)
+            staged = self.outputs[id(stream)] = RunOutput(stream.ref, stream.generation, first)
         staged.payloads.append(payload)
 
-    def _run_output(self, stream: Any, first: int) -> _RunOutput:
-        staged = self._outputs.get(id(stream))
+    def _run_output(self, stream: Any, first: int) -> RunOutput:
+        staged = self.outputs.get(id(stream))
         if staged is None:
-            staged = self._outputs[id(stream)] = _RunOutput(stream.ref, stream.generation, first)
+            staged = self.outputs[id(stream)] = RunOutput(stream.ref, stream.generation, first)
         return staged
 
     def single(self, commit: MessageCommit) -> None:
@@ -141,16 +149,16 @@ class CommitStager:
         return batch
 
     def _close_run(self) -> None:
-        if not self._first:
+        if not self.first:
             return
-        first, last = self._first, self._last
-        outputs = self._outputs.values()
+        first, last = self.first, self.last
+        outputs = self.outputs.values()
         self._queue.append(
             MessageCommit(
                 MessageRef(self._ref, self._group, self._generation, first),
                 self._node,
                 0,
-                self._state,
+                self.state,
                 self._results or _NO_RESULTS,
                 tuple(OutputBatch(o.ref, o.generation, o.first, tuple(o.payloads)) for o in outputs),
                 self._stop,
@@ -159,9 +167,9 @@ class CommitStager:
                 keyed=() if self._keyed is None else writes_of(self._keyed),
             )
         )
-        self._first = self._last = 0
-        self._state = None
+        self.first = self.last = 0
+        self.state = None
         self._results = None
         self._stop = False
-        self._outputs = {}
+        self.outputs = {}
         self._keyed = None

@@ -61,6 +61,7 @@ __all__ = [
     "StreamSnapshot",
     "StreamWriter",
     "core_of",
+    "frontier_of",
 ]
 
 T = TypeVar("T")
@@ -704,6 +705,12 @@ def core_of(stream: ManagedStream[T]) -> StreamCore[T]:
     """The engine's :class:`StreamCore` behind ``stream``: how the execution tree ends, flushes and
     leaves the streams it opened, without reaching into the endpoint."""
     return stream._core
+
+
+def frontier_of(reader: StreamReader[Any]) -> _Group:
+    """The frontier draft of ``reader``'s group, shared by every reader of the group: what the
+    group's handler advances, without reaching into the reader."""
+    return reader._group
 
 
 class StreamWriter(Generic[T_contra]):

@@ -13,6 +13,7 @@ from streams import (
     MessageTx,
     Stream,
     StreamScope,
+    StreamStateError,
     handle_messages,
     open_scope,
 )
@@ -120,3 +121,54 @@ async def test_ack_of_something_that_is_not_a_message_or_a_sequence_is_a_type_er
             await reader.ack(wrong)
         await reader.ack(1)  # nothing was acknowledged by the refused call
         assert stream.snapshot().groups[0].acked_through == 1
+
+
+async def test_a_transaction_kept_past_its_call_stays_closed_and_its_own_while_later_messages_run() -> None:
+    kept: list[MessageTx[int]] = []
+    refused: list[str] = []
+
+    async def keeps(tx: MessageTx[int], value: int) -> None:
+        if value == 2:
+            kept.append(tx)
+        elif kept:
+            assert kept[0] is not tx and kept[0].seq == 2
+            try:
+                kept[0].set_state(-1000)
+            except StreamStateError as exc:
+                refused.append(str(exc))
+        tx.set_state(tx.state + value)
+
+    async with open_scope(MemoryStore(), scope="s") as scope:
+        stream = await _numbers(scope, 1, 2, 3, 4)
+        result = await handle_messages(stream.reader("g"), keeps, initial_state=0)
+    assert (result.handled, result.state) == (4, 10)
+    assert len(refused) == 2 and all(
+        "message 2: set_state after its handler call returned" in r for r in refused
+    )
+
+
+async def test_each_message_stages_only_what_its_own_handler_call_did() -> None:
+    """One message's state, outputs and results never carry over to the next message's transaction."""
+    echoes = Key("echoes", Stream[int])
+    last = Key("last", int)
+
+    async def alternate(tx: MessageTx[int], value: int) -> None:
+        assert (tx.seq, tx.attempt) == (value, 0)
+        if value % 2:
+            tx.send(writer, value)
+            if value == 5:
+                tx.set(last, value)
+        else:
+            tx.set_state(tx.state + value)
+
+    async with open_scope(MemoryStore(), scope="s") as scope:
+        stream = await _numbers(scope, *range(1, 9))
+        out = await scope.open_stream(echoes, node="h", groups=("r",))
+        writer = out.writer()
+        result = await handle_messages(stream.reader("g"), alternate, initial_state=0)
+        await writer.finish()
+        reader = out.reader("r")
+        sent = [(await reader.receive()).value for _ in range(4)]
+        assert out.snapshot().appended == 4
+    assert sent == [1, 3, 5, 7]
+    assert (result.handled, result.state, result.result(last)) == (8, 2 + 4 + 6 + 8, 5)
