@@ -81,8 +81,8 @@ async def run_member(level: Level, member: Member) -> None:
         level.finish(member, restored.reason)
         return
     tree.emit(Waiting(level.path, member.name))
+    waited = False
     if isinstance(member, NodeDef) and member.requires:
-        waited = False
         for key in member.requires:
             slot = level.slots[key]
             if not slot.settled:  # no yield for a key already there
@@ -93,7 +93,10 @@ async def run_member(level: Level, member: Member) -> None:
     attempt = ""
     if level.scope:
         try:
-            opened = await level.open_attempt(level.scope, member.name, COMPLETE_CHAIN, 1)
+            # the finding of the node before it in this step of the level's queue, if it holds
+            # (no wait since, nothing disturbed the tree): one check of anyio per node, not two
+            checked = not waited and level.still_clear()
+            opened = await tree.open_attempt(level.scope, member.name, COMPLETE_CHAIN, 1, checked=checked)
         except CheckpointError:
             level.finish(member, "failed", settle=False)
             return
@@ -169,10 +172,12 @@ async def run_member(level: Level, member: Member) -> None:
         return
     else:
         reason = "completed"
-    if level.scope and interrupted():  # returned or skipped after a cancellation reached it: no record
-        # (ordinary mode confirms nothing and published what the node set at once: it completed)
-        await _interrupted(level, member)
-        return
+    if level.scope:
+        if interrupted():  # returned or skipped after a cancellation reached it: no record
+            # (ordinary mode confirms nothing and published what the node set at once: it completed)
+            await _interrupted(level, member)
+            return
+        level.clear()  # what the next member of this step takes for its own check
     try:
         await _conclude(
             level, member, attempt, reason, writes.staged if writes is not None else {}, owned, started
@@ -233,9 +238,11 @@ async def _conclude(
                 await level.slots[key].arrived.wait()
             source: GraphStream = level.slots[key].value
             refs[key] = (ref_of(source), terminal_of(source))
-    if (owned or any(key.is_stream for key in member.provides)) and interrupted():
-        await _interrupted(level, member)  # cancelled while its streams settled: no record is staged
-        return
+    if owned or any(key.is_stream for key in member.provides):
+        if interrupted():
+            await _interrupted(level, member)  # cancelled while its streams settled: no record is staged
+            return
+        level.clear()  # what the streams' confirmations ran (a store's code) is behind this finding
     payloads = {key: payload for key, (_, payload) in staged.items()}
     record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
     ends = tuple(
