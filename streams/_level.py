@@ -244,8 +244,9 @@ class Level:
 
     def landed(self, staged: StagedNode) -> None:
         """``staged``'s record is confirmed: its streams end, its outputs are published, it finishes."""
-        for stream in parts(staged.owned):
-            core_of(stream).confirmed_end(failed=False)
+        if staged.owned:
+            for stream in parts(staged.owned):
+                core_of(stream).confirmed_end(failed=False)
         self.publish(staged.member, staged.values)
         self.finish(staged.member, staged.reason)
 
