@@ -109,11 +109,12 @@ class LmdbNodeView:
 
         The common commit (a node's first attempt concluded, ending no
         stream) by the same rules, with each key built once and no record
-        read but the boundary's: the node's record is put with ``replace``,
-        and one already there is the same damage ``commit_node`` reports
-        (the call's nested transaction rolls back what it put). Anything
-        else (a boundary with a record, a commit that ends streams or is not
-        a first attempt's) returns False, for the general rules.
+        read: the boundary's committed record is put only if it has none
+        (``overwrite=False``), the node's record with ``replace``, and one
+        already there is the same damage ``commit_node`` reports (the call's
+        nested transaction rolls back what it put). Anything else (a
+        boundary with a record, a commit that ends streams or is not a first
+        attempt's) returns False having written nothing, for the general rules.
         """
         if commit.streams:
             return False
@@ -137,13 +138,6 @@ class LmdbNodeView:
             return False
         txn, db = self._txn, self._db
         attempt_key = node_attempt_key(parent, node, position)
-        if txn.get(attempt_key, db=db) is not None:
-            return False
-        record_key = node_record_key(parent, node)
-        if txn.replace(record_key, seal(DB, record_key, _encoder.encode(checkpoint)), db=db) is not None:
-            raise StoreDamagedError(
-                f"commit: node {node!r} in {parent!r} has a record its attempt does not know"
-            )
         attempt = NodeAttemptRecord(
             parent,
             node,
@@ -155,7 +149,14 @@ class LmdbNodeView:
             started_at=commit.started_at,
             ended_at=commit.ended_at,
         )
-        txn.put(attempt_key, seal(DB, attempt_key, _encoder.encode(attempt)), db=db)
+        # put only where the boundary has no record: one look-up of its key, not a get and a put
+        if not txn.put(attempt_key, seal(DB, attempt_key, _encoder.encode(attempt)), db=db, overwrite=False):
+            return False  # nothing written: the boundary's record decides, by the general rules
+        record_key = node_record_key(parent, node)
+        if txn.replace(record_key, seal(DB, record_key, _encoder.encode(checkpoint)), db=db) is not None:
+            raise StoreDamagedError(
+                f"commit: node {node!r} in {parent!r} has a record its attempt does not know"
+            )
         self._added.added(record_key)
         self._added.added(attempt_key)
         return True
