@@ -81,8 +81,8 @@ async def run_member(level: Level, member: Member) -> None:
         level.finish(member, restored.reason)
         return
     tree.emit(Waiting(level.path, member.name))
+    waited = False
     if isinstance(member, NodeDef) and member.requires:
-        waited = False
         for key in member.requires:
             slot = level.slots[key]
             if not slot.settled:  # no yield for a key already there
@@ -93,7 +93,10 @@ async def run_member(level: Level, member: Member) -> None:
     attempt = ""
     if level.scope:
         try:
-            opened = await level.open_attempt(level.scope, member.name, COMPLETE_CHAIN, 1)
+            # the finding of the node before it in this step of the level's queue, if it holds
+            # (no wait since, nothing disturbed the tree): one check of anyio per node, not two
+            checked = not waited and level.still_clear()
+            opened = await tree.open_attempt(level.scope, member.name, COMPLETE_CHAIN, 1, checked=checked)
         except CheckpointError:
             level.finish(member, "failed", settle=False)
             return
@@ -120,7 +123,7 @@ async def run_member(level: Level, member: Member) -> None:
     started = time.time()
     writes = WriteSet() if level.scope else None
     if writes is not None and isinstance(member, NodeDef):
-        _restore_values(writes, member, level.slots, "/".join(where), attempt)
+        _restore_values(writes, member, level.slots, where, attempt)
     ctx = NodeContext(level, member, writes=writes, scope=attempt, mount=isinstance(member, SubDef))
     graph = level.graph.name
     if isinstance(member, NodeDef):
@@ -169,10 +172,12 @@ async def run_member(level: Level, member: Member) -> None:
         return
     else:
         reason = "completed"
-    if level.scope and interrupted():  # returned or skipped after a cancellation reached it: no record
-        # (ordinary mode confirms nothing and published what the node set at once: it completed)
-        await _interrupted(level, member)
-        return
+    if level.scope:
+        if interrupted():  # returned or skipped after a cancellation reached it: no record
+            # (ordinary mode confirms nothing and published what the node set at once: it completed)
+            await _interrupted(level, member)
+            return
+        level.clear()  # what the next member of this step takes for its own check
     try:
         await _conclude(
             level, member, attempt, reason, writes.staged if writes is not None else {}, owned, started
@@ -217,34 +222,39 @@ async def _conclude(
             return
         level.finish(member, reason)
         return
-    try:
-        for stream in parts(owned):
-            await core_of(stream).flush()
-    except CheckpointError:
-        level.finish(member, "failed", settle=False)
-        return
-    refs: dict[Key[Any], tuple[StreamRef, Terminal]] = {
-        key: (ref_of(stream), "finished")
-        for key, stream in owned.items()  # ends with this record
-    }
-    for key in member.provides:  # a Sub's record names the source of each stream it exposes
-        if key.is_stream and key not in refs:
-            if not level.slots[key].settled:  # opened by its source, which may still be running
-                await level.slots[key].arrived.wait()
-            source: GraphStream = level.slots[key].value
-            refs[key] = (ref_of(source), terminal_of(source))
-    if (owned or any(key.is_stream for key in member.provides)) and interrupted():
-        await _interrupted(level, member)  # cancelled while its streams settled: no record is staged
-        return
-    payloads = {key: payload for key, (_, payload) in staged.items()}
+    refs: dict[Key[Any], tuple[StreamRef, Terminal]] = {}
+    ends: tuple[StreamFinish, ...] = ()
+    if owned or any(key.is_stream for key in member.provides):  # (most nodes write no stream)
+        try:
+            for stream in parts(owned):
+                await core_of(stream).flush()
+        except CheckpointError:
+            level.finish(member, "failed", settle=False)
+            return
+        for key, endpoint in owned.items():  # ends with this record
+            refs[key] = (ref_of(endpoint), "finished")
+        for key in member.provides:  # a Sub's record names the source of each stream it exposes
+            if key.is_stream and key not in refs:
+                if not level.slots[key].settled:  # opened by its source, which may still be running
+                    await level.slots[key].arrived.wait()
+                source: GraphStream = level.slots[key].value
+                refs[key] = (ref_of(source), terminal_of(source))
+        if interrupted():
+            await _interrupted(level, member)  # cancelled while its streams settled: no record is staged
+            return
+        level.clear()  # what the streams' confirmations ran (a store's code) is behind this finding
+        ends = tuple(
+            StreamFinish(core_of(s).ref, core_of(s).generation, failed=False)
+            for s in parts(owned)
+            if not core_of(s).done
+        )
+    payloads: dict[Key[Any], bytes | None] = {}
+    values: dict[Key[Any], Any] = {}
+    for key, (value, payload) in staged.items():  # one pass: what is recorded, what is published
+        payloads[key] = payload
+        values[key] = value
     record = NodeCheckpoint(member.name, reason, encode_outputs(member.provides, payloads, refs))
-    ends = tuple(
-        StreamFinish(core_of(s).ref, core_of(s).generation, failed=False)
-        for s in parts(owned)
-        if not core_of(s).done
-    )
     commit = CheckpointCommit(level.scope, attempt, record, ends, started_at=started, ended_at=time.time())
-    values = {key: value for key, (value, _) in staged.items()}
     try:
         if tree.latched is not None:
             raise tree.latched
@@ -266,7 +276,7 @@ async def _open_streams(level: Level, member: Member) -> dict[Key[Any], GraphStr
 
 
 def _restore_values(
-    writes: WriteSet, member: NodeDef, slots: Mapping[Key[Any], Slot], group: str, attempt: str
+    writes: WriteSet, member: NodeDef, slots: Mapping[Key[Any], Slot], where: tuple[str, ...], attempt: str
 ) -> None:
     """The seed's ``CheckpointAttempt.values``: what messages confirmed under this very attempt set.
 
@@ -276,12 +286,14 @@ def _restore_values(
     results committed under this attempt count (not a Retry's nested
     attempts, not a failed attempt's), and no key gets a value without one.
     """
-    provided = {key.name: key for key in member.provides if not key.is_stream}
+    provided: dict[str, Key[Any]] | None = None  # made for a node that reads a stream, the rare one
     for key in member.requires:
         stream = slots[key].value if key.is_stream else None
         if not isinstance(stream, ManagedStream):
             continue
-        frontier = core_of(stream).group(group)
+        if provided is None:
+            provided = {out.name: out for out in member.provides if not out.is_stream}
+        frontier = core_of(stream).group("/".join(where))  # the reader's group: the node's path
         if frontier.attempt != attempt:
             continue
         for name, payload in frontier.results.items():

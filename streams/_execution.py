@@ -264,6 +264,7 @@ class Execution:
     def cancel(self) -> None:
         """Cancel every running node; :meth:`wait` then raises :class:`ExecutionCancelledError`."""
         self._cancel_requested = True
+        self._tree.disturb()  # no level takes an earlier finding that it was not cancelled
         if self._tree.scope is not None:
             self._tree.scope.cancel()
 

@@ -23,6 +23,11 @@ The equivalence it keeps with ``for c in coros: tg.start_soon(c)``:
 What differs is only the order in which coroutines that never wait
 interleave with other tasks: a coroutine runs when the one before it in the
 queue finished or first suspended, not at the next turn of the event loop.
+
+A run of coroutines in one task with no suspension between them (a *step*
+of the queue) is what the caller may take advantage of: nothing but their
+own code runs meanwhile. ``fresh`` is called as each task takes the queue
+up, so the caller knows where a step begins (:meth:`streams._tree.Tree.disturb`).
 """
 
 from __future__ import annotations
@@ -40,18 +45,28 @@ __all__ = ["run_all"]
 Start = Callable[[], Coroutine[Any, Any, None]]
 
 
-async def run_all(tg: anyio.abc.TaskGroup, starts: list[Start]) -> None:
+async def run_all(
+    tg: anyio.abc.TaskGroup, starts: list[Start], *, fresh: Callable[[], None] | None = None
+) -> None:
     """Run every coroutine ``starts`` makes, in order, in ``tg``; see the module docstring.
 
     Returns once each one finished or suspended (a suspended one then
     goes on in the task group), but the last to suspend, which the caller's
     task runs to its end before this returns. Call it in ``tg``'s body, or
-    in a task of ``tg``.
+    in a task of ``tg``. ``fresh``, if given, is called each time a task
+    takes the queue up (a new step begins).
     """
-    await _drain(tg, deque(starts), contextvars.copy_context())
+    await _drain(tg, deque(starts), contextvars.copy_context(), fresh)
 
 
-async def _drain(tg: anyio.abc.TaskGroup, queue: deque[Start], base: contextvars.Context) -> None:
+async def _drain(
+    tg: anyio.abc.TaskGroup,
+    queue: deque[Start],
+    base: contextvars.Context,
+    fresh: Callable[[], None] | None,
+) -> None:
+    if fresh is not None:
+        fresh()
     while queue:
         start = queue.popleft()
         context = base.copy()
@@ -62,10 +77,10 @@ async def _drain(tg: anyio.abc.TaskGroup, queue: deque[Start], base: contextvars
             continue  # done without waiting: no task
         except BaseException:
             if queue:  # it ends this task, as it would have ended its own; the rest goes on
-                tg.start_soon(_drain, tg, queue, base)
+                tg.start_soon(_drain, tg, queue, base, fresh)
             raise
         if queue:  # it waits: the rest goes on in a task of its own, this one is the coroutine's
-            tg.start_soon(_drain, tg, queue, base)
+            tg.start_soon(_drain, tg, queue, base, fresh)
         await _follow(coro, context, yielded)
         return
 

@@ -64,6 +64,7 @@ class Level:
 
     __slots__ = (
         "_cancel",
+        "_clear",
         "_host_inlets",
         "_status_attributes",
         "ambient",
@@ -101,6 +102,7 @@ class Level:
         self.failure: BaseException | None = None
         self._host_inlets = host_inlets  # the root: it opens the stream inputs the host writes
         self._cancel: anyio.CancelScope | None = None
+        self._clear = -1  # the tree's epoch when a node of this level last found it was not cancelled
         self._status_attributes: dict[str, dict[str, str]] = {}
 
     # -- what a node's context reads (NodeSite) -------------------------------------------------
@@ -140,7 +142,11 @@ class Level:
                 for member in members:
                     tree.statuses[(*self.path, member.name)] = "waiting"
                 # no task per member: one only for each member that waits (streams._inline)
-                await run_all(tg, [functools.partial(self.runner, self, member) for member in members])
+                await run_all(
+                    tg,
+                    [functools.partial(self.runner, self, member) for member in members],
+                    fresh=tree.disturb,
+                )
         finally:
             if self.scope:  # the records its nodes staged land (or fail) before the level ends
                 await tree.node_commits.settle()
@@ -157,11 +163,30 @@ class Level:
 
     def fail(self, exc: BaseException, where: tuple[str, ...]) -> None:
         """A node of this level failed: cancel its other nodes; :meth:`run` raises ``exc`` to the mount."""
+        self.tree.disturb()
         if self.failure is None:
             self.tree.note(exc, where)
             self.failure = exc
         if self._cancel is not None:
             self._cancel.cancel()
+
+    # -- what a node found of its cancellation -----------------------------------------------
+
+    def clear(self) -> None:
+        """A node of this level just found its contexts not cancelled (:func:`streams._outcome.interrupted`).
+
+        The next member the same step of the level's queue starts takes the
+        finding for its own check before its attempt opens (:meth:`still_clear`):
+        it runs in the same task, inside the same scopes, and nothing but
+        engine code ran between, unless the tree was disturbed
+        (:meth:`streams._tree.Tree.disturb`). So a level's step checks
+        anyio once per node, not twice.
+        """
+        self._clear = self.tree.epoch
+
+    def still_clear(self) -> bool:
+        """Whether the last finding of :meth:`clear` holds: nothing disturbed the tree since."""
+        return self._clear == self.tree.epoch
 
     # -- how a member ends --------------------------------------------------------------------
 
@@ -219,8 +244,9 @@ class Level:
 
     def landed(self, staged: StagedNode) -> None:
         """``staged``'s record is confirmed: its streams end, its outputs are published, it finishes."""
-        for stream in parts(staged.owned):
-            core_of(stream).confirmed_end(failed=False)
+        if staged.owned:
+            for stream in parts(staged.owned):
+                core_of(stream).confirmed_end(failed=False)
         self.publish(staged.member, staged.values)
         self.finish(staged.member, staged.reason)
 

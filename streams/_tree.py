@@ -52,6 +52,7 @@ class Tree:
         "_on_event",
         "checkpoint",
         "endpoints",
+        "epoch",
         "failure",
         "graph",
         "latched",
@@ -81,6 +82,9 @@ class Tree:
         self.latched: CheckpointError | None = None  # the first reliable failure
         self.scope: anyio.CancelScope | None = None  # the root's, once it runs: cancelling it stops all
         self._noted: list[BaseException] = []
+        #: counts whatever may have cancelled a scope around the nodes, or let other tasks run
+        #: (:meth:`disturb`): a level's finding that it is not cancelled holds while it stays
+        self.epoch = 0
         self.node_commits = NodeCommits(confirm=self._commit_nodes, latch=self.latch_any)
         self.endpoints = Endpoints(
             graph=graph,
@@ -105,10 +109,23 @@ class Tree:
 
     # -- events and failures ---------------------------------------------------------------
 
+    def disturb(self) -> None:
+        """Something may have cancelled a scope around the nodes, or other tasks may have run.
+
+        A level that found itself not cancelled (:meth:`streams._level.Level.clear`)
+        takes the finding again only while nothing since disturbed it: the
+        host's observer, a store call, a failure, a cancellation by the engine,
+        a new step of a level's queue (:func:`streams._inline.run_all`). What
+        else runs in one step is node code, and every node's own chain is
+        followed by a check of its own.
+        """
+        self.epoch += 1
+
     def emit(self, event: ExecutionEvent) -> None:
         """Tell the host; what its observer raises fails the execution."""
         if self._on_event is None:
             return
+        self.epoch += 1  # the host's code runs: it may cancel its scopes
         try:
             self._on_event(event)
         except Exception as exc:
@@ -122,6 +139,7 @@ class Tree:
 
     def fail(self, exc: BaseException, where: tuple[str, ...]) -> None:
         """Fail the whole execution (a latched reliable failure, an observer that raised)."""
+        self.epoch += 1
         if self.failure is None:
             if where:
                 exc.add_note(f"in node {'/'.join(where)!r} of graph {self.graph!r}")
@@ -181,16 +199,26 @@ class Tree:
             if not is_fault(exc, shielded=True):
                 raise
             raise self.latch(CheckpointError(f"{what} failed: {type(exc).__qualname__}: {exc}")) from exc
+        finally:
+            self.epoch += 1  # the store's code ran: it may have cancelled a scope around the caller
         return result
 
-    async def open_attempt(self, parent: str, node: str, position: int, limit: int) -> CheckpointAttempt:
-        """Open (or reclaim) the attempt of a retry boundary: a node's complete chain, or an aspect's."""
+    async def open_attempt(
+        self, parent: str, node: str, position: int, limit: int, *, checked: bool = False
+    ) -> CheckpointAttempt:
+        """Open (or reclaim) the attempt of a retry boundary: a node's complete chain, or an aspect's.
+
+        ``checked``: the caller knows it is not cancelled (its level's finding
+        holds, :meth:`streams._level.Level.still_clear`), so an attempt of a
+        new scope is opened without asking anyio again.
+        """
         request = CheckpointAttemptRequest(parent, node, position, limit)
         if self.checkpoint is not None and self.checkpoint.new_scope:
             # nothing of this run is in the store: its first attempt, as the store would answer it
             if self.latched is not None:
                 raise self.latched
-            await accept()  # a cancelled caller opens nothing, as in reliable
+            if not checked:
+                await accept()  # a cancelled caller opens nothing, as in reliable
             return first_attempt(request)
         return await self.reliable("open_attempt", lambda hooks: hooks.open_attempt(request))
 

@@ -20,8 +20,9 @@ from typing import Any, Final, TypeVar
 import lmdb
 import msgspec
 
-from streams import store
+from streams import StoreDamagedError, store
 from streams.store import (
+    COMPLETE_CHAIN,
     AttemptFailure,
     CheckpointAttempt,
     CheckpointAttemptRequest,
@@ -31,6 +32,7 @@ from streams.store import (
     NodeAttemptRecord,
     NodeCheckpoint,
     ScopeRecord,
+    parse_attempt_scope,
 )
 
 from ._env import LedgerEnv
@@ -102,6 +104,63 @@ class LmdbNodeView:
     def put_node(self, scope: str, checkpoint: NodeCheckpoint) -> None:
         self._put(node_record_key(scope, checkpoint.node), checkpoint)
 
+    def commit_first(self, commit: CheckpointCommit) -> bool:
+        """:func:`streams.store.commit_node` of a first attempt the ledger holds no record of, or False.
+
+        The common commit (a node's first attempt concluded, ending no
+        stream) by the same rules, with each key built once and no record
+        read: the boundary's committed record is put only if it has none
+        (``overwrite=False``), the node's record with ``replace``, and one
+        already there is the same damage ``commit_node`` reports (the call's
+        nested transaction rolls back what it put). Anything else (a
+        boundary with a record, a commit that ends streams or is not a first
+        attempt's) returns False having written nothing, for the general rules.
+        """
+        if commit.streams:
+            return False
+        checkpoint = commit.checkpoint
+        parent, node = commit.parent, checkpoint.node
+        # the engine's scope (a limit of 1), which parses back to these very parts
+        if "/" not in node and "@" not in node and commit.scope == f"{parent}/{node}@{COMPLETE_CHAIN}.1.0":
+            position, limit, index = COMPLETE_CHAIN, 1, 0
+        else:
+            parsed = parse_attempt_scope(commit.scope)
+            if parsed is None:
+                return False
+            parent, node, position, limit, index = parsed
+        if (
+            index
+            or limit < 1
+            or position != COMPLETE_CHAIN
+            or parent != commit.parent
+            or node != checkpoint.node
+        ):
+            return False
+        txn, db = self._txn, self._db
+        attempt_key = node_attempt_key(parent, node, position)
+        attempt = NodeAttemptRecord(
+            parent,
+            node,
+            position,
+            limit,
+            0,
+            commit.scope,
+            committed=True,
+            started_at=commit.started_at,
+            ended_at=commit.ended_at,
+        )
+        # put only where the boundary has no record: one look-up of its key, not a get and a put
+        if not txn.put(attempt_key, seal(DB, attempt_key, _encoder.encode(attempt)), db=db, overwrite=False):
+            return False  # nothing written: the boundary's record decides, by the general rules
+        record_key = node_record_key(parent, node)
+        if txn.replace(record_key, seal(DB, record_key, _encoder.encode(checkpoint)), db=db) is not None:
+            raise StoreDamagedError(
+                f"commit: node {node!r} in {parent!r} has a record its attempt does not know"
+            )
+        self._added.added(record_key)
+        self._added.added(attempt_key)
+        return True
+
 
 class LmdbNodeHooks:
     """:class:`~streams.store.CheckpointHooks` on an open :class:`~ledger.LedgerEnv`: ``ledger.nodes``."""
@@ -147,7 +206,8 @@ class LmdbNodeHooks:
             def records(txn: lmdb.Transaction) -> None:
                 view = LmdbNodeView(txn, db, meta)
                 for commit in commits:
-                    store.commit_node(view, commit)
+                    if not view.commit_first(commit):
+                        store.commit_node(view, commit)
                 view.settle()
 
             await self.env.write(records)
