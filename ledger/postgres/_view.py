@@ -38,6 +38,7 @@ from streams.store import (
 
 from .._errors import CorruptRecordError
 from .._format import CHUNK
+from ._arrays import Byteas, Int8s, Texts
 
 __all__ = ["PgView", "decode_row", "keyed", "keyed_seal", "run_row", "sound_digest", "unsealed_key"]
 
@@ -159,6 +160,107 @@ def _frontier(raw: bytes, ref: StreamRef, group: str) -> GroupFrontier:
     return frontier
 
 
+#: The parts of a call's one write statement, by the :class:`_Writes` field holding their rows: one
+#: data-modifying CTE a kind of record, its rows' columns as arrays of the kinds it names
+#: (:mod:`ledger.postgres._arrays`: sent binary, dumped in one pass). The parts of one statement
+#: touch distinct rows (a call writes each record once, and the runs it inserts lie above any it
+#: compacts), so they may run in any order and see one snapshot, as the separate statements did.
+_PARTS: Final[tuple[tuple[str, str, tuple[type[list[Any]], ...]], ...]] = (
+    (
+        "compactions",
+        "DELETE FROM streamledger_messages m"
+        " USING unnest(%b::bigint[], %b::bigint[]) AS c(stream_id, through)"
+        " WHERE m.stream_id = c.stream_id AND m.last_seq <= c.through",
+        (Int8s, Int8s),
+    ),
+    (
+        "runs",
+        "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
+        " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bytea[])",
+        (Int8s, Int8s, Int8s, Byteas),
+    ),
+    (
+        "descriptors",
+        "UPDATE streamledger_streams s SET descriptor = d.descriptor"
+        " FROM unnest(%b::bigint[], %b::bytea[]) AS d(id, descriptor) WHERE s.id = d.id",
+        (Int8s, Byteas),
+    ),
+    (
+        "groups",
+        "INSERT INTO streamledger_groups (stream_id, name, frontier)"
+        " SELECT * FROM unnest(%b::bigint[], %b::text[], %b::bytea[])"
+        " ON CONFLICT (stream_id, name) DO UPDATE SET frontier = EXCLUDED.frontier",
+        (Int8s, Texts, Byteas),
+    ),
+    (
+        "groups_gone",
+        "DELETE FROM streamledger_groups g USING unnest(%b::bigint[], %b::text[]) AS d(stream_id, name)"
+        " WHERE g.stream_id = d.stream_id AND g.name = d.name",
+        (Int8s, Texts),
+    ),
+    (
+        "budgets",
+        "INSERT INTO streamledger_attempts (stream_id, grp, seq, node, parent, record)"
+        " SELECT * FROM unnest(%b::bigint[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::bytea[])"
+        " ON CONFLICT (stream_id, grp, seq, node, parent) DO UPDATE SET record = EXCLUDED.record",
+        (Int8s, Texts, Int8s, Texts, Texts, Byteas),
+    ),
+    (
+        "budgets_gone",
+        "DELETE FROM streamledger_attempts a"
+        " USING unnest(%b::bigint[], %b::text[], %b::bigint[], %b::text[], %b::text[])"
+        " AS d(stream_id, grp, seq, node, parent)"
+        " WHERE (a.stream_id, a.grp, a.seq, a.node, a.parent)"
+        " = (d.stream_id, d.grp, d.seq, d.node, d.parent)",
+        (Int8s, Texts, Int8s, Texts, Texts),
+    ),
+)
+
+#: The statement of each set of parts a call has: few sets occur, so each text is built once, and
+#: PostgreSQL prepares each once per connection (psycopg's cache of prepared statements).
+_statements: dict[tuple[bool, ...], str] = {}
+
+
+def _statement(present: tuple[bool, ...]) -> str:
+    sql = _statements.get(present)
+    if sql is None:
+        parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
+        if len(parts) == 1:
+            sql = parts[0]
+        else:
+            sql = "WITH " + ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts)) + " SELECT 1"
+        _statements[present] = sql
+    return sql
+
+
+class _Writes:
+    """The rows of one call's write statement, kind by kind, as :data:`_PARTS` names them."""
+
+    __slots__ = ("budgets", "budgets_gone", "compactions", "descriptors", "groups", "groups_gone", "runs")
+
+    def __init__(self) -> None:
+        self.compactions: list[tuple[int, int]] = []
+        self.runs: list[tuple[int, int, int, bytes]] = []
+        self.descriptors: list[tuple[int, bytes]] = []
+        self.groups: list[tuple[int, str, bytes]] = []
+        self.groups_gone: list[tuple[int, str]] = []
+        self.budgets: list[tuple[int, str, int, str, str, bytes]] = []
+        self.budgets_gone: list[tuple[int, str, int, str, str]] = []
+
+    def statement(self) -> tuple[str, list[list[Any]]]:
+        """The statement writing every row, with one array a column (``""``: nothing to write)."""
+        present = tuple(bool(getattr(self, name)) for name, _, _ in _PARTS)
+        if not any(present):
+            return "", []
+        params: list[list[Any]] = []
+        for (name, _, kinds), on in zip(_PARTS, present, strict=True):
+            if on:
+                rows: list[tuple[Any, ...]] = getattr(self, name)
+                columns = zip(*rows, strict=True)
+                params.extend(kind(column) for kind, column in zip(kinds, columns, strict=True))
+        return _statement(present), params
+
+
 class PgView(CachedView):
     """One call's records, in transaction ``conn``; ``known_ids`` maps streams to ids already committed.
 
@@ -166,7 +268,7 @@ class PgView(CachedView):
     to remember once the transaction committed.
     """
 
-    __slots__ = ("_compactions", "_conn", "_known_ids", "_runs", "ids")
+    __slots__ = ("_compactions", "_conn", "_known_ids", "_runs", "_writes", "ids")
 
     def __init__(self, conn: Any, known_ids: Mapping[StreamRef, int]) -> None:
         super().__init__()
@@ -176,28 +278,47 @@ class PgView(CachedView):
         # written by flush, never before: a call that raises has written nothing at all
         self._runs: list[tuple[StreamRef, int, int, bytes]] = []
         self._compactions: dict[StreamRef, int] = {}
+        self._writes: _Writes | None = None  # while flushing: the rows of its one statement
 
     def flush(self) -> None:
-        """Write everything the call changed, in one pipeline: one round trip to the server.
+        """Write everything the call changed: its records in one statement, one round trip.
 
         Until then the call has only read: one whose rules raise leaves
-        nothing behind, with no savepoint to roll back to.
+        nothing behind, with no savepoint to roll back to. The budgets and
+        keyed states a call deletes or writes go first (in one pipeline with
+        the records' statement, when there are any: a rare call's, or a keyed
+        group's).
         """
-        with self._conn.pipeline(), self._conn.cursor() as cur:
-            super().flush()
-            if self._compactions:
-                cur.executemany(
-                    "DELETE FROM streamledger_messages WHERE stream_id = %s AND last_seq <= %s",
-                    [(self._require_id(ref), through) for ref, through in self._compactions.items()],
-                )
-                self._compactions.clear()
-            if self._runs:
-                runs, self._runs = self._runs, []
-                cur.executemany(
-                    "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
-                    " VALUES (%s, %s, %s, %s)",
-                    [(self._require_id(ref), first, last, raw) for ref, first, last, raw in runs],
-                )
+        writes = _Writes()
+        self._writes = writes
+        try:
+            if self._has_keyed_work():
+                with self._conn.pipeline():
+                    super().flush()
+                    self._write_records(writes)
+            else:
+                super().flush()
+                self._write_records(writes)
+        finally:
+            self._writes = None
+
+    def _has_keyed_work(self) -> bool:
+        """Whether :meth:`flush` deletes budgets or writes keyed state before the records."""
+        return bool(self._dropped_budgets or self._cleared_keyed or self._keyed)
+
+    def _write_records(self, writes: _Writes) -> None:
+        """The call's compactions, runs, descriptors, frontiers and budgets: one statement for all."""
+        if self._compactions:
+            for ref, through in self._compactions.items():
+                writes.compactions.append((self._require_id(ref), through))
+            self._compactions.clear()
+        if self._runs:
+            runs, self._runs = self._runs, []
+            for ref, first, last, raw in runs:
+                writes.runs.append((self._require_id(ref), first, last, raw))
+        sql, params = writes.statement()
+        if sql:
+            self._conn.execute(sql, params)
 
     @property
     def connection(self) -> Any:
@@ -216,9 +337,9 @@ class PgView(CachedView):
         if not missing:
             return
         rows = self._conn.execute(
-            "SELECT r.i, s.id FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+            "SELECT r.i, s.id FROM unnest(%b::text[], %b::text[], %b::text[]) WITH ORDINALITY"
             " AS r(scope, node, key, i) JOIN streamledger_streams s USING (scope, node, key)",
-            ([r.scope for r in missing], [r.node for r in missing], [r.key for r in missing]),
+            (Texts(r.scope for r in missing), Texts(r.node for r in missing), Texts(r.key for r in missing)),
         ).fetchall()
         for i, stream_id in rows:
             self.ids[missing[i - 1]] = stream_id
@@ -237,17 +358,39 @@ class PgView(CachedView):
     # -- CachedView ------------------------------------------------------------------------
 
     def _read_descriptors(self, refs: Sequence[StreamRef]) -> list[StreamDescriptor | None]:
-        """The descriptors, and with them (in the same round trip) every frontier of their streams."""
-        rows = self._conn.execute(
-            "SELECT r.i, s.id, s.descriptor, g.name, g.frontier"
-            " FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS r(scope, node, key, i)"
-            " JOIN streamledger_streams s USING (scope, node, key)"
-            " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
-            ([r.scope for r in refs], [r.node for r in refs], [r.key for r in refs]),
-        ).fetchall()
+        """The descriptors, and with them (in the same round trip) every frontier of their streams.
+
+        Streams whose ids are known are found by id (one array), others by name; either way a
+        row's names must be its stream's, and its descriptor must name it too.
+        """
+        ids = [known for ref in refs if (known := self._known(ref)) is not None]
+        if len(ids) == len(refs):
+            rows = self._conn.execute(
+                "SELECT r.i, s.id, s.descriptor, g.name, g.frontier, s.scope, s.node, s.key"
+                " FROM unnest(%b::bigint[]) WITH ORDINALITY AS r(id, i)"
+                " JOIN streamledger_streams s ON s.id = r.id"
+                " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
+                (Int8s(ids),),
+            ).fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT r.i, s.id, s.descriptor, g.name, g.frontier, s.scope, s.node, s.key"
+                " FROM unnest(%b::text[], %b::text[], %b::text[]) WITH ORDINALITY AS r(scope, node, key, i)"
+                " JOIN streamledger_streams s USING (scope, node, key)"
+                " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
+                (Texts(r.scope for r in refs), Texts(r.node for r in refs), Texts(r.key for r in refs)),
+            ).fetchall()
         found: list[StreamDescriptor | None] = [None] * len(refs)
-        for i, stream_id, raw, group, frontier in rows:
+        named: set[int] = set()
+        for i, stream_id, raw, group, frontier, *names in rows:
             ref = refs[i - 1]
+            if i not in named:
+                if names != [ref.scope, ref.node, ref.key]:
+                    raise CorruptRecordError(
+                        f"stream {ref} has id {stream_id}, whose row names {tuple(names)!r}; "
+                        "the ledger is damaged"
+                    )
+                named.add(i)
             self.ids.setdefault(ref, stream_id)
             if group is not None and (ref, group) not in self._groups:
                 self._groups[(ref, group)] = _frontier(frontier, ref, group)
@@ -264,14 +407,17 @@ class PgView(CachedView):
     def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> list[GroupFrontier | None]:
         self._resolve(ref for ref, _ in keys)
         found: list[GroupFrontier | None] = [None] * len(keys)
-        asked = [(i, self._known(ref), group) for i, (ref, group) in enumerate(keys)]
-        asked = [(i, stream_id, group) for i, stream_id, group in asked if stream_id is not None]
+        asked = [
+            (i, stream_id, group)
+            for i, (ref, group) in enumerate(keys)
+            if (stream_id := self._known(ref)) is not None
+        ]
         if not asked:
             return found
         rows = self._conn.execute(
-            "SELECT r.i, g.frontier FROM unnest(%s::int[], %s::bigint[], %s::text[])"
+            "SELECT r.i, g.frontier FROM unnest(%b::bigint[], %b::bigint[], %b::text[])"
             " AS r(i, stream_id, name) JOIN streamledger_groups g USING (stream_id, name)",
-            ([a[0] for a in asked], [a[1] for a in asked], [a[2] for a in asked]),
+            (Int8s(a[0] for a in asked), Int8s(a[1] for a in asked), Texts(a[2] for a in asked)),
         ).fetchall()
         for i, raw in rows:
             ref, group = keys[i]
@@ -286,16 +432,16 @@ class PgView(CachedView):
         if not rows_asked:
             return found
         rows = self._conn.execute(
-            "SELECT r.i, a.record FROM unnest(%s::int[], %s::bigint[], %s::text[], %s::bigint[], %s::text[],"
-            " %s::text[]) AS r(i, stream_id, grp, seq, node, parent)"
+            "SELECT r.i, a.record FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
+            " %b::text[], %b::text[]) AS r(i, stream_id, grp, seq, node, parent)"
             " JOIN streamledger_attempts a USING (stream_id, grp, seq, node, parent)",
             (
-                [a[0] for a in rows_asked],
-                [a[1] for a in rows_asked],
-                [a[2].group for a in rows_asked],
-                [a[2].seq for a in rows_asked],
-                [a[2].node for a in rows_asked],
-                [a[2].parent_attempt for a in rows_asked],
+                Int8s(a[0] for a in rows_asked),
+                Int8s(a[1] for a in rows_asked),
+                Texts(a[2].group for a in rows_asked),
+                Int8s(a[2].seq for a in rows_asked),
+                Texts(a[2].node for a in rows_asked),
+                Texts(a[2].parent_attempt for a in rows_asked),
             ),
         ).fetchall()
         for i, raw in rows:
@@ -366,49 +512,24 @@ class PgView(CachedView):
         groups: Mapping[tuple[StreamRef, str], GroupFrontier | None],
         attempts: Mapping[AttemptKey, AttemptRecord | None],
     ) -> None:
-        with self._conn.cursor() as cur:
-            if descriptors:
-                cur.executemany(
-                    "UPDATE streamledger_streams SET descriptor = %s WHERE id = %s",
-                    [(_encoder.encode(desc), self._require_id(ref)) for ref, desc in descriptors.items()],
-                )
-            put = [
-                (self._require_id(ref), g, _encoder.encode(f))
-                for (ref, g), f in groups.items()
-                if f is not None
-            ]
-            if put:
-                cur.executemany(
-                    "INSERT INTO streamledger_groups (stream_id, name, frontier) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (stream_id, name) DO UPDATE SET frontier = EXCLUDED.frontier",
-                    put,
-                )
-            gone = [(self._known(ref), g) for (ref, g), f in groups.items() if f is None]
-            if gone := [(i, g) for i, g in gone if i is not None]:
-                cur.executemany("DELETE FROM streamledger_groups WHERE stream_id = %s AND name = %s", gone)
-            budgets = [
-                (self._require_id(k.ref), k.group, k.seq, k.node, k.parent_attempt, _encoder.encode(r))
-                for k, r in attempts.items()
-                if r is not None
-            ]
-            if budgets:
-                cur.executemany(
-                    "INSERT INTO streamledger_attempts (stream_id, grp, seq, node, parent, record)"
-                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (stream_id, grp, seq, node, parent)"
-                    " DO UPDATE SET record = EXCLUDED.record",
-                    budgets,
-                )
-            forgotten = [
-                (self._known(k.ref), k.group, k.seq, k.node, k.parent_attempt)
-                for k, r in attempts.items()
-                if r is None
-            ]
-            if forgotten := [f for f in forgotten if f[0] is not None]:
-                cur.executemany(
-                    "DELETE FROM streamledger_attempts"
-                    " WHERE stream_id = %s AND grp = %s AND seq = %s AND node = %s AND parent = %s",
-                    forgotten,
-                )
+        """Collect the changed records for the one statement :meth:`flush` ends with."""
+        writes = self._writes
+        assert writes is not None, "records are written by flush only"
+        encode = _encoder.encode
+        for ref, desc in descriptors.items():
+            writes.descriptors.append((self._require_id(ref), encode(desc)))
+        for (ref, group), frontier in groups.items():
+            if frontier is not None:
+                writes.groups.append((self._require_id(ref), group, encode(frontier)))
+            elif (stream_id := self._known(ref)) is not None:
+                writes.groups_gone.append((stream_id, group))
+        for key, record in attempts.items():
+            if record is not None:
+                stream_id = self._require_id(key.ref)
+                budget = (stream_id, key.group, key.seq, key.node, key.parent_attempt, encode(record))
+                writes.budgets.append(budget)
+            elif (stream_id := self._known(key.ref)) is not None:
+                writes.budgets_gone.append((stream_id, key.group, key.seq, key.node, key.parent_attempt))
 
     def keyed_range(
         self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
