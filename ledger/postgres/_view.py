@@ -1,9 +1,11 @@
 """A :class:`~streams.store.RecordView` over one PostgreSQL transaction: a query per kind of record.
 
 The operations of :mod:`streams.store` call :meth:`load` first with every
-record their request names, so a call reads its descriptors, then its
-frontiers and budgets, in one round trip each; writes go out once, when the
-call ends, as one pipelined batch per table.
+record their request names, so a call reads its descriptors (with every
+frontier of their streams), then any other frontiers and budgets, in one
+round trip each; writes go out once, when the call ends, as one statement
+for all of the call's records (a data-modifying CTE a kind of record), each
+column of rows one binary array (:mod:`ledger.postgres._arrays`).
 
 A group's keyed state is read a batch of keys at a time (one statement for
 any number of them) and written once a call, as one upsert and one deletion
