@@ -42,7 +42,17 @@ from .._errors import CorruptRecordError
 from .._format import CHUNK
 from ._arrays import Byteas, Int8s, Texts
 
-__all__ = ["PgView", "decode_row", "keyed", "keyed_seal", "run_row", "sound_digest", "unsealed_key"]
+__all__ = [
+    "Kept",
+    "KeptStale",
+    "PgView",
+    "decode_row",
+    "keyed",
+    "keyed_seal",
+    "run_row",
+    "sound_digest",
+    "unsealed_key",
+]
 
 T = TypeVar("T")
 
@@ -218,29 +228,74 @@ _PARTS: Final[tuple[tuple[str, str, tuple[type[list[Any]], ...]], ...]] = (
     ),
 )
 
-#: The statement of each set of parts a call has: few sets occur, so each text is built once, and
-#: PostgreSQL prepares each once per connection (psycopg's cache of prepared statements).
+#: How many of the kept records a call used are no longer as the ledger holds them: each kept
+#: descriptor compared with its stream's row, and each kept stream's frontiers, every one of them,
+#: with its groups' rows (a group added or removed by another process counts too). It reads those
+#: rows in the call's own transaction, as reading them again would, and on the snapshot the call's
+#: writes start from.
+_GUARD: Final = (
+    "SELECT (SELECT count(*) FROM unnest(%b::bigint[], %b::bytea[]) AS k(id, descriptor)"
+    " LEFT JOIN streamledger_streams s ON s.id = k.id WHERE s.descriptor IS DISTINCT FROM k.descriptor)"
+    " + (SELECT count(*) FROM (SELECT stream_id, name, frontier FROM streamledger_groups"
+    " WHERE stream_id = ANY(%b::bigint[])) AS g"
+    " FULL JOIN unnest(%b::bigint[], %b::text[], %b::bytea[]) AS f(stream_id, name, frontier)"
+    " ON g.stream_id = f.stream_id AND g.name = f.name WHERE g.frontier IS DISTINCT FROM f.frontier)"
+    " AS stale"
+)
+
+#: The statement of each set of parts a call has (and whether it checks kept records): few sets
+#: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
+#: cache of prepared statements).
 _statements: dict[tuple[bool, ...], str] = {}
 
 
-def _statement(present: tuple[bool, ...]) -> str:
-    sql = _statements.get(present)
+def _statement(present: tuple[bool, ...], guarded: bool) -> str:
+    sql = _statements.get((*present, guarded))
     if sql is None:
         parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
-        if len(parts) == 1:
+        if not guarded and len(parts) == 1:
             sql = parts[0]
         else:
-            sql = "WITH " + ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts)) + " SELECT 1"
-        _statements[present] = sql
+            ctes = [f"w{i} AS ({part})" for i, part in enumerate(parts)]
+            if guarded:
+                ctes.append(f"guard AS ({_GUARD})")
+            sql = "WITH " + ", ".join(ctes) + (" SELECT stale FROM guard" if guarded else " SELECT 1")
+        _statements[(*present, guarded)] = sql
     return sql
+
+
+class KeptStale(Exception):
+    """A record the connection kept from an earlier call is not as the ledger holds it any more.
+
+    Another process wrote it. The transaction is rolled back and its calls run
+    again from records read afresh (:mod:`ledger.postgres._store`).
+    """
+
+
+#: What a connection keeps of a stream between calls: its id, its descriptor, and every frontier of
+#: its groups by name, each with the bytes its row held (what :data:`_GUARD` compares).
+Kept = tuple[int, StreamDescriptor, bytes, Mapping[str, tuple[GroupFrontier, bytes]]]
 
 
 class _Writes:
     """The rows of one call's write statement, kind by kind, as :data:`_PARTS` names them."""
 
-    __slots__ = ("budgets", "budgets_gone", "compactions", "descriptors", "groups", "groups_gone", "runs")
+    __slots__ = (
+        "budgets",
+        "budgets_gone",
+        "compactions",
+        "descriptors",
+        "groups",
+        "groups_gone",
+        "guard_descriptors",
+        "guard_groups",
+        "runs",
+    )
 
     def __init__(self) -> None:
+        #: The kept records the call used, to check in the statement (:data:`_GUARD`).
+        self.guard_descriptors: list[tuple[int, bytes]] = []
+        self.guard_groups: list[tuple[int, str, bytes]] = []
         self.compactions: list[tuple[int, int]] = []
         self.runs: list[tuple[int, int, int, bytes]] = []
         self.descriptors: list[tuple[int, bytes]] = []
@@ -252,7 +307,8 @@ class _Writes:
     def statement(self) -> tuple[str, list[list[Any]]]:
         """The statement writing every row, with one array a column (``""``: nothing to write)."""
         present = tuple(bool(getattr(self, name)) for name, _, _ in _PARTS)
-        if not any(present):
+        guarded = bool(self.guard_descriptors)
+        if not (guarded or any(present)):
             return "", []
         params: list[list[Any]] = []
         for (name, _, kinds), on in zip(_PARTS, present, strict=True):
@@ -260,7 +316,15 @@ class _Writes:
                 rows: list[tuple[Any, ...]] = getattr(self, name)
                 columns = zip(*rows, strict=True)
                 params.extend(kind(column) for kind, column in zip(kinds, columns, strict=True))
-        return _statement(present), params
+        if guarded:
+            ids = Int8s(stream_id for stream_id, _ in self.guard_descriptors)
+            params += [ids, Byteas(raw for _, raw in self.guard_descriptors), ids]
+            params += [
+                Int8s(stream_id for stream_id, _, _ in self.guard_groups),
+                Texts(name for _, name, _ in self.guard_groups),
+                Byteas(raw for _, _, raw in self.guard_groups),
+            ]
+        return _statement(present, guarded), params
 
 
 class PgView(CachedView):
@@ -270,12 +334,33 @@ class PgView(CachedView):
     to remember once the transaction committed.
     """
 
-    __slots__ = ("_compactions", "_conn", "_known_ids", "_runs", "_writes", "ids")
+    __slots__ = (
+        "_compactions",
+        "_conn",
+        "_full",
+        "_guarded",
+        "_kept",
+        "_known_ids",
+        "_raw",
+        "_runs",
+        "_writes",
+        "ids",
+    )
 
-    def __init__(self, conn: Any, known_ids: Mapping[StreamRef, int]) -> None:
+    def __init__(
+        self, conn: Any, known_ids: Mapping[StreamRef, int], kept: Mapping[StreamRef, Kept] | None = None
+    ) -> None:
         super().__init__()
         self._conn = conn
         self._known_ids = known_ids
+        #: Streams kept from earlier calls (:meth:`keep`): used instead of reading them, each then
+        #: checked by the call's write statement (:data:`_GUARD`).
+        self._kept: Mapping[StreamRef, Kept] = {} if kept is None else kept
+        self._guarded: list[tuple[int, bytes, Mapping[str, tuple[GroupFrontier, bytes]]]] = []
+        #: The bytes of each descriptor (by stream) and frontier (by stream and group) as its row holds
+        #: them, read or written here; and the streams whose every frontier this view holds.
+        self._raw: dict[object, bytes] = {}
+        self._full: set[StreamRef] = set()
         self.ids: dict[StreamRef, int] = {}
         # written by flush, never before: a call that raises has written nothing at all
         self._runs: list[tuple[StreamRef, int, int, bytes]] = []
@@ -318,9 +403,43 @@ class PgView(CachedView):
             runs, self._runs = self._runs, []
             for ref, first, last, raw in runs:
                 writes.runs.append((self._require_id(ref), first, last, raw))
+        for stream_id, raw, groups in self._guarded:
+            writes.guard_descriptors.append((stream_id, raw))
+            writes.guard_groups.extend((stream_id, name, raw) for name, (_, raw) in groups.items())
         sql, params = writes.statement()
         if sql:
-            self._conn.execute(sql, params)
+            found = self._conn.execute(sql, params)
+            if writes.guard_descriptors and found.fetchone()[0]:
+                raise KeptStale
+
+    @property
+    def used_kept(self) -> bool:
+        """Whether the call used records kept from an earlier one (then only its write checked them)."""
+        return bool(self._guarded)
+
+    def keep(self) -> tuple[dict[StreamRef, Kept], list[StreamRef]]:
+        """What to keep of this call's streams once its transaction committed, and what to forget.
+
+        A stream is kept with its descriptor and every one of its frontiers
+        as this call left them, if it read them all (a stream's descriptor
+        comes with all of its frontiers); any other stream it touched is
+        forgotten.
+        """
+        kept: dict[StreamRef, Kept] = {}
+        for ref in self._full:
+            desc, raw, stream_id = self._descriptors.get(ref), self._raw.get(ref), self._known(ref)
+            if desc is None or raw is None or stream_id is None:
+                continue
+            groups: dict[str, tuple[GroupFrontier, bytes]] = {}
+            for (of, group), frontier in self._groups.items():
+                if of == ref and frontier is not None:
+                    raw_frontier = self._raw.get((ref, group))
+                    if raw_frontier is None:
+                        break
+                    groups[group] = (frontier, raw_frontier)
+            else:
+                kept[ref] = (stream_id, desc, raw, groups)
+        return kept, [ref for ref in self._descriptors if ref not in kept]
 
     @property
     def connection(self) -> Any:
@@ -365,6 +484,9 @@ class PgView(CachedView):
         Streams whose ids are known are found by id (one array), others by name; either way a
         row's names must be its stream's, and its descriptor must name it too.
         """
+        kept = self._kept
+        if kept and all(ref in kept for ref in refs):
+            return [self._from_kept(ref, kept[ref]) for ref in refs]
         ids = [known for ref in refs if (known := self._known(ref)) is not None]
         if len(ids) == len(refs):
             rows = self._conn.execute(
@@ -396,6 +518,7 @@ class PgView(CachedView):
             self.ids.setdefault(ref, stream_id)
             if group is not None and (ref, group) not in self._groups:
                 self._groups[(ref, group)] = _frontier(frontier, ref, group)
+                self._raw[(ref, group)] = frontier
             if raw is not None and found[i - 1] is None:
                 desc = decode_row(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
                 if desc.ref != ref:
@@ -404,7 +527,22 @@ class PgView(CachedView):
                         "the ledger is damaged"
                     )
                 found[i - 1] = desc
+                self._raw[ref] = raw
+                self._full.add(ref)
         return found
+
+    def _from_kept(self, ref: StreamRef, kept: Kept) -> StreamDescriptor:
+        """A kept stream's descriptor, and its frontiers, to be checked by the call's write."""
+        stream_id, desc, raw, groups = kept
+        self.ids.setdefault(ref, stream_id)
+        self._guarded.append((stream_id, raw, groups))
+        self._raw[ref] = raw
+        self._full.add(ref)
+        for group, (frontier, raw_frontier) in groups.items():
+            if (ref, group) not in self._groups:
+                self._groups[(ref, group)] = frontier
+                self._raw[(ref, group)] = raw_frontier
+        return desc
 
     def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> list[GroupFrontier | None]:
         self._resolve(ref for ref, _ in keys)
@@ -519,12 +657,16 @@ class PgView(CachedView):
         assert writes is not None, "records are written by flush only"
         encode = _encoder.encode
         for ref, desc in descriptors.items():
-            writes.descriptors.append((self._require_id(ref), encode(desc)))
+            raw = self._raw[ref] = encode(desc)
+            writes.descriptors.append((self._require_id(ref), raw))
         for (ref, group), frontier in groups.items():
             if frontier is not None:
-                writes.groups.append((self._require_id(ref), group, encode(frontier)))
-            elif (stream_id := self._known(ref)) is not None:
-                writes.groups_gone.append((stream_id, group))
+                raw = self._raw[(ref, group)] = encode(frontier)
+                writes.groups.append((self._require_id(ref), group, raw))
+            else:
+                self._raw.pop((ref, group), None)
+                if (stream_id := self._known(ref)) is not None:
+                    writes.groups_gone.append((stream_id, group))
         for key, record in attempts.items():
             if record is not None:
                 stream_id = self._require_id(key.ref)

@@ -10,8 +10,10 @@ or a generation ignored).
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
+from ledger import CorruptRecordError
 from ledger.postgres import open_postgres
 from streams import (
     SequenceError,
@@ -104,3 +106,28 @@ async def test_a_generation_another_store_raised_fences_the_next_calls(postgres_
         await other.streams.commit([MessageCommit(MessageRef(ORDERS, "billing", taken.generation, 2))])
         found = await one.streams.open(StreamOpen(ORDERS, "bytes", 16, ("billing",), resumable=True))
         assert found.appended == 2 and [f.acked_through for f in found.groups] == [2]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE streamledger_streams SET descriptor = '\\x00'::bytea WHERE key = 'orders'",
+        "UPDATE streamledger_groups SET frontier = '\\x00'::bytea WHERE name = 'billing'",
+        "UPDATE streamledger_groups SET name = 'billinh' WHERE name = 'billing'",
+    ],
+)
+async def test_a_row_damaged_while_a_store_is_open_is_found_by_its_next_call(
+    postgres_url: str, damage: str
+) -> None:
+    async with open_postgres(postgres_url) as one:
+        opened = await one.streams.open(StreamOpen(ORDERS, "bytes", 16, ("billing",)))
+        g = opened.generation
+        await one.streams.append(AppendBatch(ORDERS, g, 1, (b"1", b"2")))
+        await one.streams.commit([MessageCommit(MessageRef(ORDERS, "billing", g, 1))])
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(damage)
+            before = conn.execute("SELECT * FROM streamledger_groups").fetchall()
+        with pytest.raises(CorruptRecordError):
+            await one.streams.commit([MessageCommit(MessageRef(ORDERS, "billing", g, 2))])
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            assert conn.execute("SELECT * FROM streamledger_groups").fetchall() == before
