@@ -6,6 +6,15 @@ if they returned. Two workers whose calls conflict cannot both commit: one
 is aborted by PostgreSQL and run again from scratch, which is safe because
 an aborted transaction left nothing behind.
 
+The connection keeps each stream's descriptor and frontiers as its last
+committed call left them (:meth:`PgView.keep`), so a call whose streams
+are all kept reads none of them; its write statement compares every kept
+record it used with its row instead. Another process's write fails the
+comparison (:class:`~ledger.postgres._view.KeptStale`): the transaction is
+rolled back and run again from records read afresh, as a conflict is. A
+call that raised after using kept records is run again so too before its
+error is believed, and a failed transaction forgets everything kept.
+
 A server that goes away (stopped, restarted, crashed) is waited for
 (:mod:`ledger.postgres._faults`): a transaction that had not asked to
 commit left nothing and runs again on a new connection, with a bounded,
