@@ -422,8 +422,8 @@ class PgView(CachedView):
 
         A stream is kept with its descriptor and every one of its frontiers
         as this call left them, if it read them all (a stream's descriptor
-        comes with all of its frontiers); any other stream it touched is
-        forgotten.
+        comes with all of its frontiers); any other stream whose descriptor
+        or frontiers it read or wrote is forgotten.
         """
         kept: dict[StreamRef, Kept] = {}
         for ref in self._full:
@@ -439,7 +439,8 @@ class PgView(CachedView):
                     groups[group] = (frontier, raw_frontier)
             else:
                 kept[ref] = (stream_id, desc, raw, groups)
-        return kept, [ref for ref in self._descriptors if ref not in kept]
+        touched = {**dict.fromkeys(self._descriptors), **dict.fromkeys(ref for ref, _ in self._groups)}
+        return kept, [ref for ref in touched if ref not in kept]
 
     @property
     def connection(self) -> Any:
