@@ -177,10 +177,13 @@ def bench_streams(args: argparse.Namespace) -> dict[str, Any]:
 #: The goals of the PostgreSQL ledger's figures.
 GOAL_PG_RAW_RATIO = 0.7
 GOAL_PG_PER_MESSAGE_RATIO = 10.0
+GOAL_PG_MEMORY_STORE_RATIO = 0.8
+GOAL_PG_SKIP_LOCKED_RATIO = 2.0
 
 
 def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
-    """The pipeline on PostgreSQL beside a hand-written psycopg loop and a per-message one, in one run."""
+    """The pipeline on PostgreSQL beside the same pipeline on MemoryStore, a hand-written psycopg loop,
+    a per-message one and a ``SKIP LOCKED`` batch queue, in one run."""
     from contextlib import ExitStack
 
     from ledger.postgres.server import private_server
@@ -191,8 +194,10 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
         run_demo_workers,
         run_psycopg_per_message,
         run_raw_psycopg,
+        run_skip_locked,
         run_streamledger_postgres,
     )
+    from ._streams import run_memory
 
     n: int = args.messages
     quiet: bool = args.json
@@ -217,11 +222,15 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
                 ),
                 ("raw_psycopg", partial(run_raw_psycopg, n=n, batch=args.batch or args.window)),
                 ("psycopg_per_message", partial(run_psycopg_per_message, n=min(n, args.per_message))),
+                ("skip_locked", partial(run_skip_locked, n=n, batch=args.batch or args.window)),
             )
             for name, run in runs:
                 rate = run(new_database(server_url, make_url)).msgs_per_s
                 figures.setdefault(name, []).append(rate)
                 _progress(quiet, f"  {name}: {_rate(rate)} msgs/s")
+            rate = run_memory(n, window=args.window, backend=args.backend).msgs_per_s
+            figures.setdefault("memory_store", []).append(rate)
+            _progress(quiet, f"  memory_store: {_rate(rate)} msgs/s")
             for workers in args.workers:
                 rate = run_demo_workers(new_database(server_url, make_url), n, workers).msgs_per_s
                 figures.setdefault(f"demo_workers_{workers}", []).append(rate)
@@ -246,10 +255,15 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
         out[f"{name}_msgs_per_s"] = value
     out["ratio_streamledger_to_raw_psycopg"] = med["streamledger"] / med["raw_psycopg"]
     out["ratio_streamledger_to_psycopg_per_message"] = med["streamledger"] / med["psycopg_per_message"]
+    out["ratio_streamledger_to_memory_store"] = med["streamledger"] / med["memory_store"]
+    out["ratio_streamledger_to_skip_locked"] = med["streamledger"] / med["skip_locked"]
     out["goals_met"] = {
         "at_least_0_7_of_raw_psycopg": out["ratio_streamledger_to_raw_psycopg"] >= GOAL_PG_RAW_RATIO,
         "at_least_10x_per_message_psycopg": out["ratio_streamledger_to_psycopg_per_message"]
         >= GOAL_PG_PER_MESSAGE_RATIO,
+        "at_least_0_8_of_memory_store": out["ratio_streamledger_to_memory_store"]
+        >= GOAL_PG_MEMORY_STORE_RATIO,
+        "at_least_2x_skip_locked": out["ratio_streamledger_to_skip_locked"] >= GOAL_PG_SKIP_LOCKED_RATIO,
     }
     return out
 
@@ -287,6 +301,8 @@ def show_streams_postgres(out: dict[str, Any]) -> str:
         ("streamledger (bare streams on the PostgreSQL ledger)", get("streamledger")),
         (f"hand-written psycopg loop ({out['raw_psycopg_batch']} orders/txn)", get("raw_psycopg")),
         (f"psycopg, one txn per step ({out['per_message_messages']:,} orders)", get("psycopg_per_message")),
+        (f"SKIP LOCKED batch queue ({out['raw_psycopg_batch']} orders/claim)", get("skip_locked")),
+        ("the same pipeline on MemoryStore (no I/O)", get("memory_store")),
         *(
             (f"the demo, {k} worker process(es), wall time from start", get(f"demo_workers_{k}"))
             for k in out["demo_workers"]
@@ -296,6 +312,8 @@ def show_streams_postgres(out: dict[str, Any]) -> str:
             "streamledger / per-message psycopg",
             _shown(out, "ratio_streamledger_to_psycopg_per_message", _ratio),
         ),
+        ("streamledger / MemoryStore", _shown(out, "ratio_streamledger_to_memory_store", _ratio)),
+        ("streamledger / SKIP LOCKED queue", _shown(out, "ratio_streamledger_to_skip_locked", _ratio)),
     ]
     server = out["server"]
     head = (
@@ -785,10 +803,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workers",
-        type=lambda text: [int(k) for k in text.split(",")],
+        type=lambda text: [int(k) for k in text.split(",") if k],
         default=[1, 2, 4],
         metavar="K,K,...",
-        help="with --store postgres: run the demo with these numbers of worker processes (default 1,2,4)",
+        help="with --store postgres: run the demo with these numbers of worker processes (default 1,2,4;"
+        " empty: none)",
     )
     common(p, 1)
 

@@ -8,6 +8,13 @@
   thread, no event loop, no hooks, no checks.
 * ``psycopg_per_message``: what a user would write: one transaction per
   order, with one row per message and the two frontiers updated.
+* ``skip_locked``: the queue a careful user would build instead of a
+  ledger: orders enqueued in a queue table, a billing consumer that claims
+  a batch with ``FOR UPDATE SKIP LOCKED``, bills it (its running totals
+  kept in a row), enqueues the invoices in a second queue table and
+  deletes the rows it claimed, all in one transaction, and an audit
+  consumer doing the same on the invoices; the producer and the two
+  consumers each on a thread and a connection of their own, at once.
 
 Every run gets a database of its own on the same server, with
 ``synchronous_commit`` on (the server's default).
@@ -16,6 +23,7 @@ Every run gets a database of its own on the same server, with
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +45,7 @@ __all__ = [
     "run_demo_workers",
     "run_psycopg_per_message",
     "run_raw_psycopg",
+    "run_skip_locked",
     "run_streamledger_postgres",
 ]
 
@@ -159,6 +168,109 @@ def run_psycopg_per_message(url: str, n: int) -> PgRun:
     if totals != Totals(expected_total(n), n) or count != n:
         raise BenchError(f"the per-message psycopg loop ended with {totals!r}, {count}")
     return PgRun("psycopg_per_message", n, seconds)
+
+
+_QUEUE_TABLES = """
+CREATE TABLE order_queue (id bigserial PRIMARY KEY, payload bytea NOT NULL);
+CREATE TABLE invoice_queue (id bigserial PRIMARY KEY, payload bytea NOT NULL);
+CREATE TABLE running_totals (name text PRIMARY KEY, total bigint NOT NULL, count bigint NOT NULL);
+INSERT INTO running_totals VALUES ('billing', 0, 0), ('audit', 0, 0);
+"""
+_ENQUEUE = "INSERT INTO {table} (payload) SELECT * FROM unnest(%b::bytea[])"
+_CLAIM = (
+    "DELETE FROM {table} WHERE id IN"
+    " (SELECT id FROM {table} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING payload"
+)
+_ADD = "UPDATE running_totals SET total = total + %s, count = count + %s WHERE name = %s"
+#: How long an idle consumer waits before it claims again (a queue's usual poll).
+_POLL_SECONDS = 0.0005
+
+
+def run_skip_locked(url: str, n: int, *, batch: int = WINDOW) -> PgRun:
+    """``n`` orders through a hand-written ``SKIP LOCKED`` batch queue: enqueue, bill, audit."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_QUEUE_TABLES)
+    produced = threading.Event()
+    billed = threading.Event()
+    errors: list[BaseException] = []
+    decode_order = msgspec.msgpack.Decoder(Order).decode
+    decode_invoice = msgspec.msgpack.Decoder(Invoice).decode
+
+    def produce(conn: Any) -> None:
+        for first in range(1, n + 1, batch):
+            orders = [_encode(Order(i, i)) for i in range(first, min(first + batch, n + 1))]
+            with conn.transaction():
+                conn.execute(_ENQUEUE.format(table="order_queue"), (orders,))
+
+    def bill(conn: Any) -> bool:
+        with conn.transaction():
+            rows = conn.execute(_CLAIM.format(table="order_queue"), (batch,)).fetchall()
+            if not rows:
+                return False
+            orders = [decode_order(raw) for (raw,) in rows]
+            conn.execute(_ADD, (sum(o.amount for o in orders), len(orders), "billing"))
+            invoices = [_encode(Invoice(o.id, o.amount)) for o in orders]
+            conn.execute(_ENQUEUE.format(table="invoice_queue"), (invoices,))
+        return True
+
+    def audit(conn: Any) -> bool:
+        with conn.transaction():
+            rows = conn.execute(_CLAIM.format(table="invoice_queue"), (batch,)).fetchall()
+            if not rows:
+                return False
+            invoices = [decode_invoice(raw) for (raw,) in rows]
+            conn.execute(_ADD, (sum(i.amount for i in invoices), len(invoices), "audit"))
+        return True
+
+    def consume(step: Any, upstream: threading.Event, done: threading.Event | None) -> Any:
+        def loop(conn: Any) -> None:
+            while True:
+                finished = upstream.is_set()  # read before the claim: an empty claim after it is the end
+                if step(conn):
+                    continue
+                if finished:
+                    break
+                time.sleep(_POLL_SECONDS)
+            if done is not None:
+                done.set()
+
+        return loop
+
+    def worker(body: Any, done: threading.Event | None) -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                body(conn)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            if done is not None:
+                done.set()  # a failed upstream ends its consumers too
+
+    connected = [
+        threading.Thread(target=worker, args=(produce, produced)),
+        threading.Thread(target=worker, args=(consume(bill, produced, billed), billed)),
+        threading.Thread(target=worker, args=(consume(audit, billed, None), None)),
+    ]
+    started = time.perf_counter()
+    for thread in connected:
+        thread.start()
+    for thread in connected:
+        thread.join()
+    seconds = time.perf_counter() - started
+    if errors:
+        raise BenchError(f"the SKIP LOCKED queue failed: {errors[0]!r}") from errors[0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        totals = dict(
+            (name, (total, count))
+            for name, total, count in conn.execute("SELECT name, total, count FROM running_totals")
+        )
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM order_queue) + (SELECT count(*) FROM invoice_queue)"
+        ).fetchone()
+    want = (expected_total(n), n)
+    if totals != {"billing": want, "audit": want} or left != (0,):
+        raise BenchError(f"the SKIP LOCKED queue ended with {totals!r}, {left} rows left in its queues")
+    return PgRun("skip_locked", n, seconds)
 
 
 def run_demo_workers(url: str, n: int, workers: int) -> PgRun:

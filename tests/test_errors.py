@@ -41,6 +41,7 @@ TESTING_KITS = (
 #: Exceptions used as signals inside one module pair, never raised to a caller (by qualified name).
 INTERNAL_SIGNALS = {
     "ledger.graphs._values.NotWritable": "the runner catches it: the value is not written down",
+    "ledger.postgres._view.KeptStale": "the connection catches it: the transaction runs again",
 }
 
 _BRANCH = re.compile(r"^((?:│   |    )*)(?:├── |└── )([\w.]+)(?: \(([\w, ]+)\))?(?:  |$)")

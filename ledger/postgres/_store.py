@@ -6,6 +6,15 @@ if they returned. Two workers whose calls conflict cannot both commit: one
 is aborted by PostgreSQL and run again from scratch, which is safe because
 an aborted transaction left nothing behind.
 
+The connection keeps each stream's descriptor and frontiers as its last
+committed call left them (:meth:`PgView.keep`), so a call whose streams
+are all kept reads none of them; its write statement compares every kept
+record it used with its row instead. Another process's write fails the
+comparison (:class:`~ledger.postgres._view.KeptStale`): the transaction is
+rolled back and run again from records read afresh, as a conflict is. A
+call that raised after using kept records is run again so too before its
+error is believed, and a failed transaction forgets everything kept.
+
 A server that goes away (stopped, restarted, crashed) is waited for
 (:mod:`ledger.postgres._faults`): a transaction that had not asked to
 commit left nothing and runs again on a new connection, with a bounded,
@@ -47,7 +56,7 @@ from ._faults import (
 )
 from ._schema import ensure_schema
 from ._verify import verify_streams
-from ._view import PgView
+from ._view import Kept, KeptStale, PgView
 
 __all__ = ["Calls", "PgConnection", "connect", "connected", "database_name", "describe_url"]
 
@@ -69,6 +78,8 @@ T = TypeVar("T")
 
 #: How often a call is run again after PostgreSQL aborted it for a conflict with another worker's.
 MAX_CONFLICT_RETRIES: Final = 100
+#: How many streams a connection keeps between calls (:class:`PgView`); past it, it starts over.
+MAX_KEPT_STREAMS: Final = 10_000
 #: How long a ledger keeps trying to reach its server again once it went away, before its calls
 #: raise :class:`~ledger.LedgerUnreachableError` (``open_postgres(url, reconnect_seconds=...)``).
 RECONNECT_SECONDS: Final = 30.0
@@ -197,6 +208,10 @@ class PgConnection(ServesWrites["_Call"]):
         self._closing = threading.Event()  # set by close: a wait for the server stops at once
         self._outage: _Outage | None = None  # the server is away since, and tried so often
         self._ids: dict[StreamRef, int] = {}
+        #: Streams as this connection's last calls confirmed them (their descriptors and frontiers),
+        #: used instead of reading them again and checked by each write (:class:`PgView`); forgotten
+        #: whenever a transaction fails, and once there are too many.
+        self._kept: dict[StreamRef, Kept] = {}
         self._committer = None  # while serving
         #: Transactions committed and the calls they confirmed, for benchmarks and tests.
         self.transactions = 0
@@ -354,16 +369,23 @@ class PgConnection(ServesWrites["_Call"]):
         conn = self._conn
         shared = len(batch) > 1
         for attempt in range(MAX_CONFLICT_RETRIES + 1):
+            use_kept = attempt == 0  # a transaction run again reads every record afresh
             outcomes: list[tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]] = []
             committing = False
             try:
-                with conn.transaction():
-                    for call in batch:
-                        outcomes.append(self._one(conn, call, shared))
-                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                        # the server aborted the transaction: its COMMIT would be a silent ROLLBACK
-                        raise _WriteRefused
-                    committing = True  # the block's end sends COMMIT
+                try:
+                    with conn.transaction():
+                        for call in batch:
+                            outcomes.append(self._one(conn, call, shared, use_kept))
+                        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                            # the server aborted the transaction: its COMMIT would be a silent ROLLBACK
+                            raise _WriteRefused
+                        committing = True  # the block's end sends COMMIT
+                except BaseException:
+                    self._kept.clear()  # the calls' kept streams were never committed
+                    raise
+            except KeptStale:  # another process wrote a stream this one kept: read it again
+                continue
             except CONFLICTS:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
@@ -392,6 +414,7 @@ class PgConnection(ServesWrites["_Call"]):
                     self._ids.update(ids)
                 call.result, call.error, call.done = result, error, True
             return
+        raise AssertionError("not reached: the last attempt's conflict is raised")
 
     def _outcome_unknown(self, exc: BaseException) -> OutcomeUnknownError:
         return OutcomeUnknownError(
@@ -400,10 +423,41 @@ class PgConnection(ServesWrites["_Call"]):
         )
 
     def _one(
-        self, conn: Any, call: _Call, shared: bool
+        self, conn: Any, call: _Call, shared: bool, use_kept: bool
     ) -> tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]:
-        """Run one call of a transaction; an error of its own is its outcome, unless it must abort all."""
-        view = PgView(conn, self._ids)
+        """Run one call of a transaction; an error of its own is its outcome, unless it must abort all.
+
+        A call that used streams kept from earlier calls and raised is not
+        believed: its kept records may be what made it fail, so the
+        transaction runs again from records read afresh (:class:`KeptStale`).
+        """
+        view = PgView(conn, self._ids, self._kept if use_kept else None)
+        try:
+            outcome = self._run_one(conn, call, shared, view)
+        except (KeptStale, *CONFLICTS):
+            raise
+        except Exception as exc:
+            if view.used_kept and not server_gone(exc, conn):
+                raise KeptStale from exc
+            raise
+        if outcome[2] is not None and view.used_kept:
+            raise KeptStale from outcome[2]
+        if outcome[2] is None:
+            self._keep(view)
+        return outcome
+
+    def _keep(self, view: PgView) -> None:
+        """Keep the streams ``view`` confirmed, for the next calls (the transaction's next ones too)."""
+        kept, forgotten = view.keep()
+        for ref in forgotten:
+            self._kept.pop(ref, None)
+        if len(self._kept) + len(kept) > MAX_KEPT_STREAMS:
+            self._kept.clear()
+        self._kept.update(kept)
+
+    def _run_one(
+        self, conn: Any, call: _Call, shared: bool, view: PgView
+    ) -> tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]:
         if not shared:  # alone in its transaction: whatever it raises rolls the transaction back
             result = call.op(view)
             view.flush()
@@ -413,7 +467,7 @@ class PgConnection(ServesWrites["_Call"]):
                 with conn.transaction():
                     result = call.op(view)
                     view.flush()
-            except CONFLICTS:
+            except (KeptStale, *CONFLICTS):
                 raise
             except Exception as exc:  # its savepoint left nothing
                 if server_gone(exc, conn):
@@ -432,7 +486,7 @@ class PgConnection(ServesWrites["_Call"]):
             return call, None, exc, {}
         try:
             view.flush()
-        except CONFLICTS:
+        except (KeptStale, *CONFLICTS):
             raise
         except Exception as exc:  # the server refused a write: the transaction is aborted
             if server_gone(exc, conn):

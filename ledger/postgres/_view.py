@@ -1,9 +1,11 @@
 """A :class:`~streams.store.RecordView` over one PostgreSQL transaction: a query per kind of record.
 
 The operations of :mod:`streams.store` call :meth:`load` first with every
-record their request names, so a call reads its descriptors, then its
-frontiers and budgets, in one round trip each; writes go out once, when the
-call ends, as one pipelined batch per table.
+record their request names, so a call reads its descriptors (with every
+frontier of their streams), then any other frontiers and budgets, in one
+round trip each; writes go out once, when the call ends, as one statement
+for all of the call's records (a data-modifying CTE a kind of record), each
+column of rows one binary array (:mod:`ledger.postgres._arrays`).
 
 A group's keyed state is read a batch of keys at a time (one statement for
 any number of them) and written once a call, as one upsert and one deletion
@@ -38,8 +40,19 @@ from streams.store import (
 
 from .._errors import CorruptRecordError
 from .._format import CHUNK
+from ._arrays import Byteas, Int8s, Texts
 
-__all__ = ["PgView", "decode_row", "keyed", "keyed_seal", "run_row", "sound_digest", "unsealed_key"]
+__all__ = [
+    "Kept",
+    "KeptStale",
+    "PgView",
+    "decode_row",
+    "keyed",
+    "keyed_seal",
+    "run_row",
+    "sound_digest",
+    "unsealed_key",
+]
 
 T = TypeVar("T")
 
@@ -159,6 +172,161 @@ def _frontier(raw: bytes, ref: StreamRef, group: str) -> GroupFrontier:
     return frontier
 
 
+#: The parts of a call's one write statement, by the :class:`_Writes` field holding their rows: one
+#: data-modifying CTE a kind of record, its rows' columns as arrays of the kinds it names
+#: (:mod:`ledger.postgres._arrays`: sent binary, dumped in one pass). The parts of one statement
+#: touch distinct rows (a call writes each record once, and the runs it inserts lie above any it
+#: compacts), so they may run in any order and see one snapshot, as the separate statements did.
+_PARTS: Final[tuple[tuple[str, str, tuple[type[list[Any]], ...]], ...]] = (
+    (
+        "compactions",
+        "DELETE FROM streamledger_messages m"
+        " USING unnest(%b::bigint[], %b::bigint[]) AS c(stream_id, through)"
+        " WHERE m.stream_id = c.stream_id AND m.last_seq <= c.through",
+        (Int8s, Int8s),
+    ),
+    (
+        "runs",
+        "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
+        " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bytea[])",
+        (Int8s, Int8s, Int8s, Byteas),
+    ),
+    (
+        "descriptors",
+        "UPDATE streamledger_streams s SET descriptor = d.descriptor"
+        " FROM unnest(%b::bigint[], %b::bytea[]) AS d(id, descriptor) WHERE s.id = d.id",
+        (Int8s, Byteas),
+    ),
+    (
+        "groups",
+        "INSERT INTO streamledger_groups (stream_id, name, frontier)"
+        " SELECT * FROM unnest(%b::bigint[], %b::text[], %b::bytea[])"
+        " ON CONFLICT (stream_id, name) DO UPDATE SET frontier = EXCLUDED.frontier",
+        (Int8s, Texts, Byteas),
+    ),
+    (
+        "groups_gone",
+        "DELETE FROM streamledger_groups g USING unnest(%b::bigint[], %b::text[]) AS d(stream_id, name)"
+        " WHERE g.stream_id = d.stream_id AND g.name = d.name",
+        (Int8s, Texts),
+    ),
+    (
+        "budgets",
+        "INSERT INTO streamledger_attempts (stream_id, grp, seq, node, parent, record)"
+        " SELECT * FROM unnest(%b::bigint[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::bytea[])"
+        " ON CONFLICT (stream_id, grp, seq, node, parent) DO UPDATE SET record = EXCLUDED.record",
+        (Int8s, Texts, Int8s, Texts, Texts, Byteas),
+    ),
+    (
+        "budgets_gone",
+        "DELETE FROM streamledger_attempts a"
+        " USING unnest(%b::bigint[], %b::text[], %b::bigint[], %b::text[], %b::text[])"
+        " AS d(stream_id, grp, seq, node, parent)"
+        " WHERE (a.stream_id, a.grp, a.seq, a.node, a.parent)"
+        " = (d.stream_id, d.grp, d.seq, d.node, d.parent)",
+        (Int8s, Texts, Int8s, Texts, Texts),
+    ),
+)
+
+#: How many of the kept records a call used are no longer as the ledger holds them: each kept
+#: descriptor compared with its stream's row, and each kept stream's frontiers, every one of them,
+#: with its groups' rows (a group added or removed by another process counts too). It reads those
+#: rows in the call's own transaction, as reading them again would, and on the snapshot the call's
+#: writes start from.
+_GUARD: Final = (
+    "SELECT (SELECT count(*) FROM unnest(%b::bigint[], %b::bytea[]) AS k(id, descriptor)"
+    " LEFT JOIN streamledger_streams s ON s.id = k.id WHERE s.descriptor IS DISTINCT FROM k.descriptor)"
+    " + (SELECT count(*) FROM (SELECT stream_id, name, frontier FROM streamledger_groups"
+    " WHERE stream_id = ANY(%b::bigint[])) AS g"
+    " FULL JOIN unnest(%b::bigint[], %b::text[], %b::bytea[]) AS f(stream_id, name, frontier)"
+    " ON g.stream_id = f.stream_id AND g.name = f.name WHERE g.frontier IS DISTINCT FROM f.frontier)"
+    " AS stale"
+)
+
+#: The statement of each set of parts a call has (and whether it checks kept records): few sets
+#: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
+#: cache of prepared statements).
+_statements: dict[tuple[bool, ...], str] = {}
+
+
+def _statement(present: tuple[bool, ...], guarded: bool) -> str:
+    sql = _statements.get((*present, guarded))
+    if sql is None:
+        parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
+        if not guarded and len(parts) == 1:
+            sql = parts[0]
+        else:
+            ctes = [f"w{i} AS ({part})" for i, part in enumerate(parts)]
+            if guarded:
+                ctes.append(f"guard AS ({_GUARD})")
+            sql = "WITH " + ", ".join(ctes) + (" SELECT stale FROM guard" if guarded else " SELECT 1")
+        _statements[(*present, guarded)] = sql
+    return sql
+
+
+class KeptStale(Exception):
+    """A record the connection kept from an earlier call is not as the ledger holds it any more.
+
+    Another process wrote it. The transaction is rolled back and its calls run
+    again from records read afresh (:mod:`ledger.postgres._store`).
+    """
+
+
+#: What a connection keeps of a stream between calls: its id, its descriptor, and every frontier of
+#: its groups by name, each with the bytes its row held (what :data:`_GUARD` compares).
+Kept = tuple[int, StreamDescriptor, bytes, Mapping[str, tuple[GroupFrontier, bytes]]]
+
+
+class _Writes:
+    """The rows of one call's write statement, kind by kind, as :data:`_PARTS` names them."""
+
+    __slots__ = (
+        "budgets",
+        "budgets_gone",
+        "compactions",
+        "descriptors",
+        "groups",
+        "groups_gone",
+        "guard_descriptors",
+        "guard_groups",
+        "runs",
+    )
+
+    def __init__(self) -> None:
+        #: The kept records the call used, to check in the statement (:data:`_GUARD`).
+        self.guard_descriptors: list[tuple[int, bytes]] = []
+        self.guard_groups: list[tuple[int, str, bytes]] = []
+        self.compactions: list[tuple[int, int]] = []
+        self.runs: list[tuple[int, int, int, bytes]] = []
+        self.descriptors: list[tuple[int, bytes]] = []
+        self.groups: list[tuple[int, str, bytes]] = []
+        self.groups_gone: list[tuple[int, str]] = []
+        self.budgets: list[tuple[int, str, int, str, str, bytes]] = []
+        self.budgets_gone: list[tuple[int, str, int, str, str]] = []
+
+    def statement(self) -> tuple[str, list[list[Any]]]:
+        """The statement writing every row, with one array a column (``""``: nothing to write)."""
+        present = tuple(bool(getattr(self, name)) for name, _, _ in _PARTS)
+        guarded = bool(self.guard_descriptors)
+        if not (guarded or any(present)):
+            return "", []
+        params: list[list[Any]] = []
+        for (name, _, kinds), on in zip(_PARTS, present, strict=True):
+            if on:
+                rows: list[tuple[Any, ...]] = getattr(self, name)
+                columns = zip(*rows, strict=True)
+                params.extend(kind(column) for kind, column in zip(kinds, columns, strict=True))
+        if guarded:
+            ids = Int8s(stream_id for stream_id, _ in self.guard_descriptors)
+            params += [ids, Byteas(raw for _, raw in self.guard_descriptors), ids]
+            params += [
+                Int8s(stream_id for stream_id, _, _ in self.guard_groups),
+                Texts(name for _, name, _ in self.guard_groups),
+                Byteas(raw for _, _, raw in self.guard_groups),
+            ]
+        return _statement(present, guarded), params
+
+
 class PgView(CachedView):
     """One call's records, in transaction ``conn``; ``known_ids`` maps streams to ids already committed.
 
@@ -166,38 +334,113 @@ class PgView(CachedView):
     to remember once the transaction committed.
     """
 
-    __slots__ = ("_compactions", "_conn", "_known_ids", "_runs", "ids")
+    __slots__ = (
+        "_compactions",
+        "_conn",
+        "_full",
+        "_guarded",
+        "_kept",
+        "_known_ids",
+        "_raw",
+        "_runs",
+        "_writes",
+        "ids",
+    )
 
-    def __init__(self, conn: Any, known_ids: Mapping[StreamRef, int]) -> None:
+    def __init__(
+        self, conn: Any, known_ids: Mapping[StreamRef, int], kept: Mapping[StreamRef, Kept] | None = None
+    ) -> None:
         super().__init__()
         self._conn = conn
         self._known_ids = known_ids
+        #: Streams kept from earlier calls (:meth:`keep`): used instead of reading them, each then
+        #: checked by the call's write statement (:data:`_GUARD`).
+        self._kept: Mapping[StreamRef, Kept] = {} if kept is None else kept
+        self._guarded: list[tuple[int, bytes, Mapping[str, tuple[GroupFrontier, bytes]]]] = []
+        #: The bytes of each descriptor (by stream) and frontier (by stream and group) as its row holds
+        #: them, read or written here; and the streams whose every frontier this view holds.
+        self._raw: dict[object, bytes] = {}
+        self._full: set[StreamRef] = set()
         self.ids: dict[StreamRef, int] = {}
         # written by flush, never before: a call that raises has written nothing at all
         self._runs: list[tuple[StreamRef, int, int, bytes]] = []
         self._compactions: dict[StreamRef, int] = {}
+        self._writes: _Writes | None = None  # while flushing: the rows of its one statement
 
     def flush(self) -> None:
-        """Write everything the call changed, in one pipeline: one round trip to the server.
+        """Write everything the call changed: its records in one statement, one round trip.
 
         Until then the call has only read: one whose rules raise leaves
-        nothing behind, with no savepoint to roll back to.
+        nothing behind, with no savepoint to roll back to. The budgets and
+        keyed states a call deletes or writes go first (in one pipeline with
+        the records' statement, when there are any: a rare call's, or a keyed
+        group's).
         """
-        with self._conn.pipeline(), self._conn.cursor() as cur:
-            super().flush()
-            if self._compactions:
-                cur.executemany(
-                    "DELETE FROM streamledger_messages WHERE stream_id = %s AND last_seq <= %s",
-                    [(self._require_id(ref), through) for ref, through in self._compactions.items()],
-                )
-                self._compactions.clear()
-            if self._runs:
-                runs, self._runs = self._runs, []
-                cur.executemany(
-                    "INSERT INTO streamledger_messages (stream_id, first_seq, last_seq, payloads)"
-                    " VALUES (%s, %s, %s, %s)",
-                    [(self._require_id(ref), first, last, raw) for ref, first, last, raw in runs],
-                )
+        writes = _Writes()
+        self._writes = writes
+        try:
+            if self._has_keyed_work():
+                with self._conn.pipeline():
+                    super().flush()
+                    self._write_records(writes)
+            else:
+                super().flush()
+                self._write_records(writes)
+        finally:
+            self._writes = None
+
+    def _has_keyed_work(self) -> bool:
+        """Whether :meth:`flush` deletes budgets or writes keyed state before the records."""
+        return bool(self._dropped_budgets or self._cleared_keyed or self._keyed)
+
+    def _write_records(self, writes: _Writes) -> None:
+        """The call's compactions, runs, descriptors, frontiers and budgets: one statement for all."""
+        if self._compactions:
+            for ref, through in self._compactions.items():
+                writes.compactions.append((self._require_id(ref), through))
+            self._compactions.clear()
+        if self._runs:
+            runs, self._runs = self._runs, []
+            for ref, first, last, raw in runs:
+                writes.runs.append((self._require_id(ref), first, last, raw))
+        for stream_id, raw, groups in self._guarded:
+            writes.guard_descriptors.append((stream_id, raw))
+            writes.guard_groups.extend((stream_id, name, raw) for name, (_, raw) in groups.items())
+        sql, params = writes.statement()
+        if sql:
+            found = self._conn.execute(sql, params)
+            if writes.guard_descriptors and found.fetchone()[0]:
+                raise KeptStale
+
+    @property
+    def used_kept(self) -> bool:
+        """Whether the call used records kept from an earlier one (then only its write checked them)."""
+        return bool(self._guarded)
+
+    def keep(self) -> tuple[dict[StreamRef, Kept], list[StreamRef]]:
+        """What to keep of this call's streams once its transaction committed, and what to forget.
+
+        A stream is kept with its descriptor and every one of its frontiers
+        as this call left them, if it read them all (a stream's descriptor
+        comes with all of its frontiers); any other stream whose descriptor
+        or frontiers it read or wrote is forgotten.
+        """
+        kept: dict[StreamRef, Kept] = {}
+        for ref in self._full:
+            desc, raw, stream_id = self._descriptors.get(ref), self._raw.get(ref), self._known(ref)
+            if desc is None or raw is None or stream_id is None:
+                continue
+            groups: dict[str, tuple[GroupFrontier, bytes]] = {}
+            for (of, group), frontier in self._groups.items():
+                if of == ref and frontier is not None:
+                    raw_frontier = self._raw.get((ref, group))
+                    if raw_frontier is None:
+                        break
+                    groups[group] = (frontier, raw_frontier)
+            else:
+                kept[ref] = (stream_id, desc, raw, groups)
+        touched = {**dict.fromkeys(self._descriptors), **dict.fromkeys(ref for ref, _ in self._groups)}
+        return kept, [ref for ref in touched if ref not in kept]
 
     @property
     def connection(self) -> Any:
@@ -216,9 +459,9 @@ class PgView(CachedView):
         if not missing:
             return
         rows = self._conn.execute(
-            "SELECT r.i, s.id FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+            "SELECT r.i, s.id FROM unnest(%b::text[], %b::text[], %b::text[]) WITH ORDINALITY"
             " AS r(scope, node, key, i) JOIN streamledger_streams s USING (scope, node, key)",
-            ([r.scope for r in missing], [r.node for r in missing], [r.key for r in missing]),
+            (Texts(r.scope for r in missing), Texts(r.node for r in missing), Texts(r.key for r in missing)),
         ).fetchall()
         for i, stream_id in rows:
             self.ids[missing[i - 1]] = stream_id
@@ -237,20 +480,46 @@ class PgView(CachedView):
     # -- CachedView ------------------------------------------------------------------------
 
     def _read_descriptors(self, refs: Sequence[StreamRef]) -> list[StreamDescriptor | None]:
-        """The descriptors, and with them (in the same round trip) every frontier of their streams."""
-        rows = self._conn.execute(
-            "SELECT r.i, s.id, s.descriptor, g.name, g.frontier"
-            " FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS r(scope, node, key, i)"
-            " JOIN streamledger_streams s USING (scope, node, key)"
-            " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
-            ([r.scope for r in refs], [r.node for r in refs], [r.key for r in refs]),
-        ).fetchall()
+        """The descriptors, and with them (in the same round trip) every frontier of their streams.
+
+        Streams whose ids are known are found by id (one array), others by name; either way a
+        row's names must be its stream's, and its descriptor must name it too.
+        """
+        kept = self._kept
+        if kept and all(ref in kept for ref in refs):
+            return [self._from_kept(ref, kept[ref]) for ref in refs]
+        ids = [known for ref in refs if (known := self._known(ref)) is not None]
+        if len(ids) == len(refs):
+            rows = self._conn.execute(
+                "SELECT r.i, s.id, s.descriptor, g.name, g.frontier, s.scope, s.node, s.key"
+                " FROM unnest(%b::bigint[]) WITH ORDINALITY AS r(id, i)"
+                " JOIN streamledger_streams s ON s.id = r.id"
+                " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
+                (Int8s(ids),),
+            ).fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT r.i, s.id, s.descriptor, g.name, g.frontier, s.scope, s.node, s.key"
+                " FROM unnest(%b::text[], %b::text[], %b::text[]) WITH ORDINALITY AS r(scope, node, key, i)"
+                " JOIN streamledger_streams s USING (scope, node, key)"
+                " LEFT JOIN streamledger_groups g ON g.stream_id = s.id",
+                (Texts(r.scope for r in refs), Texts(r.node for r in refs), Texts(r.key for r in refs)),
+            ).fetchall()
         found: list[StreamDescriptor | None] = [None] * len(refs)
-        for i, stream_id, raw, group, frontier in rows:
+        named: set[int] = set()
+        for i, stream_id, raw, group, frontier, *names in rows:
             ref = refs[i - 1]
+            if i not in named:
+                if names != [ref.scope, ref.node, ref.key]:
+                    raise CorruptRecordError(
+                        f"stream {ref} has id {stream_id}, whose row names {tuple(names)!r}; "
+                        "the ledger is damaged"
+                    )
+                named.add(i)
             self.ids.setdefault(ref, stream_id)
             if group is not None and (ref, group) not in self._groups:
                 self._groups[(ref, group)] = _frontier(frontier, ref, group)
+                self._raw[(ref, group)] = frontier
             if raw is not None and found[i - 1] is None:
                 desc = decode_row(_descriptor_decoder, raw, f"the descriptor of stream {ref}")
                 if desc.ref != ref:
@@ -259,19 +528,37 @@ class PgView(CachedView):
                         "the ledger is damaged"
                     )
                 found[i - 1] = desc
+                self._raw[ref] = raw
+                self._full.add(ref)
         return found
+
+    def _from_kept(self, ref: StreamRef, kept: Kept) -> StreamDescriptor:
+        """A kept stream's descriptor, and its frontiers, to be checked by the call's write."""
+        stream_id, desc, raw, groups = kept
+        self.ids.setdefault(ref, stream_id)
+        self._guarded.append((stream_id, raw, groups))
+        self._raw[ref] = raw
+        self._full.add(ref)
+        for group, (frontier, raw_frontier) in groups.items():
+            if (ref, group) not in self._groups:
+                self._groups[(ref, group)] = frontier
+                self._raw[(ref, group)] = raw_frontier
+        return desc
 
     def _read_groups(self, keys: Sequence[tuple[StreamRef, str]]) -> list[GroupFrontier | None]:
         self._resolve(ref for ref, _ in keys)
         found: list[GroupFrontier | None] = [None] * len(keys)
-        asked = [(i, self._known(ref), group) for i, (ref, group) in enumerate(keys)]
-        asked = [(i, stream_id, group) for i, stream_id, group in asked if stream_id is not None]
+        asked = [
+            (i, stream_id, group)
+            for i, (ref, group) in enumerate(keys)
+            if (stream_id := self._known(ref)) is not None
+        ]
         if not asked:
             return found
         rows = self._conn.execute(
-            "SELECT r.i, g.frontier FROM unnest(%s::int[], %s::bigint[], %s::text[])"
+            "SELECT r.i, g.frontier FROM unnest(%b::bigint[], %b::bigint[], %b::text[])"
             " AS r(i, stream_id, name) JOIN streamledger_groups g USING (stream_id, name)",
-            ([a[0] for a in asked], [a[1] for a in asked], [a[2] for a in asked]),
+            (Int8s(a[0] for a in asked), Int8s(a[1] for a in asked), Texts(a[2] for a in asked)),
         ).fetchall()
         for i, raw in rows:
             ref, group = keys[i]
@@ -286,16 +573,16 @@ class PgView(CachedView):
         if not rows_asked:
             return found
         rows = self._conn.execute(
-            "SELECT r.i, a.record FROM unnest(%s::int[], %s::bigint[], %s::text[], %s::bigint[], %s::text[],"
-            " %s::text[]) AS r(i, stream_id, grp, seq, node, parent)"
+            "SELECT r.i, a.record FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
+            " %b::text[], %b::text[]) AS r(i, stream_id, grp, seq, node, parent)"
             " JOIN streamledger_attempts a USING (stream_id, grp, seq, node, parent)",
             (
-                [a[0] for a in rows_asked],
-                [a[1] for a in rows_asked],
-                [a[2].group for a in rows_asked],
-                [a[2].seq for a in rows_asked],
-                [a[2].node for a in rows_asked],
-                [a[2].parent_attempt for a in rows_asked],
+                Int8s(a[0] for a in rows_asked),
+                Int8s(a[1] for a in rows_asked),
+                Texts(a[2].group for a in rows_asked),
+                Int8s(a[2].seq for a in rows_asked),
+                Texts(a[2].node for a in rows_asked),
+                Texts(a[2].parent_attempt for a in rows_asked),
             ),
         ).fetchall()
         for i, raw in rows:
@@ -366,49 +653,28 @@ class PgView(CachedView):
         groups: Mapping[tuple[StreamRef, str], GroupFrontier | None],
         attempts: Mapping[AttemptKey, AttemptRecord | None],
     ) -> None:
-        with self._conn.cursor() as cur:
-            if descriptors:
-                cur.executemany(
-                    "UPDATE streamledger_streams SET descriptor = %s WHERE id = %s",
-                    [(_encoder.encode(desc), self._require_id(ref)) for ref, desc in descriptors.items()],
-                )
-            put = [
-                (self._require_id(ref), g, _encoder.encode(f))
-                for (ref, g), f in groups.items()
-                if f is not None
-            ]
-            if put:
-                cur.executemany(
-                    "INSERT INTO streamledger_groups (stream_id, name, frontier) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (stream_id, name) DO UPDATE SET frontier = EXCLUDED.frontier",
-                    put,
-                )
-            gone = [(self._known(ref), g) for (ref, g), f in groups.items() if f is None]
-            if gone := [(i, g) for i, g in gone if i is not None]:
-                cur.executemany("DELETE FROM streamledger_groups WHERE stream_id = %s AND name = %s", gone)
-            budgets = [
-                (self._require_id(k.ref), k.group, k.seq, k.node, k.parent_attempt, _encoder.encode(r))
-                for k, r in attempts.items()
-                if r is not None
-            ]
-            if budgets:
-                cur.executemany(
-                    "INSERT INTO streamledger_attempts (stream_id, grp, seq, node, parent, record)"
-                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (stream_id, grp, seq, node, parent)"
-                    " DO UPDATE SET record = EXCLUDED.record",
-                    budgets,
-                )
-            forgotten = [
-                (self._known(k.ref), k.group, k.seq, k.node, k.parent_attempt)
-                for k, r in attempts.items()
-                if r is None
-            ]
-            if forgotten := [f for f in forgotten if f[0] is not None]:
-                cur.executemany(
-                    "DELETE FROM streamledger_attempts"
-                    " WHERE stream_id = %s AND grp = %s AND seq = %s AND node = %s AND parent = %s",
-                    forgotten,
-                )
+        """Collect the changed records for the one statement :meth:`flush` ends with."""
+        writes = self._writes
+        assert writes is not None, "records are written by flush only"
+        encode = _encoder.encode
+        for ref, desc in descriptors.items():
+            raw = self._raw[ref] = encode(desc)
+            writes.descriptors.append((self._require_id(ref), raw))
+        for (ref, group), frontier in groups.items():
+            if frontier is not None:
+                raw = self._raw[(ref, group)] = encode(frontier)
+                writes.groups.append((self._require_id(ref), group, raw))
+            else:
+                self._raw.pop((ref, group), None)
+                if (stream_id := self._known(ref)) is not None:
+                    writes.groups_gone.append((stream_id, group))
+        for key, record in attempts.items():
+            if record is not None:
+                stream_id = self._require_id(key.ref)
+                budget = (stream_id, key.group, key.seq, key.node, key.parent_attempt, encode(record))
+                writes.budgets.append(budget)
+            elif (stream_id := self._known(key.ref)) is not None:
+                writes.budgets_gone.append((stream_id, key.group, key.seq, key.node, key.parent_attempt))
 
     def keyed_range(
         self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int

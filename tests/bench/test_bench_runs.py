@@ -295,6 +295,33 @@ def test_latency_bench_runs_on_postgres(
     assert set(out["goals_met"]) == {"lmdb_50k_p50_at_most_1ms", "lmdb_50k_p99_at_most_2ms"}
 
 
+def test_streams_bench_on_postgres_reports_memory_store_and_skip_locked_in_the_same_run(
+    capsys: pytest.CaptureFixture[str], postgres_server: Any
+) -> None:
+    out = run_bench(
+        capsys,
+        *("streams", "--store", "postgres", "--messages", "300", "--per-message", "20", "--batch", "64"),
+        *("--workers", "", "--url", postgres_server.url),
+    )
+    for key in (
+        "streamledger_msgs_per_s",
+        "raw_psycopg_msgs_per_s",
+        "psycopg_per_message_msgs_per_s",
+        "memory_store_msgs_per_s",
+        "skip_locked_msgs_per_s",
+        "ratio_streamledger_to_memory_store",
+        "ratio_streamledger_to_skip_locked",
+    ):
+        assert out[key] > 0, key
+    assert out["demo_workers"] == []
+    assert set(out["goals_met"]) == {
+        "at_least_0_7_of_raw_psycopg",
+        "at_least_10x_per_message_psycopg",
+        "at_least_0_8_of_memory_store",
+        "at_least_2x_skip_locked",
+    }
+
+
 def test_latency_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     argv = [*LATENCY_TINY, "--commits", "5", "--skip-postgres", "--workdir", str(tmp_path)]
     assert main(argv) == 0

@@ -14,7 +14,7 @@ graph over ``N`` itself as run ``program`` and prints ``answer A``;
 POINT is where it pauses, the first time it gets there:
 
 - ``schema``: the ledger's tables were made in the open transaction, not committed;
-- ``pipeline``: a pipelined write of messages was sent, not yet synced;
+- ``write``: a call's transaction read its records and is about to send its write of messages;
 - ``transaction``: a fenced transaction holds the run's lease row (its third);
   here the process stops itself with SIGSTOP, a frozen worker;
 - ``run-commit``: a worker's fenced transaction ran every statement and is
@@ -87,16 +87,16 @@ def _install(directory: Path, point: str) -> None:
                 _pause(directory)
 
         _schema._create = create_then_pause
-    elif point == "pipeline":
-        executemany = psycopg.Cursor.executemany
+    elif point == "write":
+        execute = psycopg.Cursor.execute
 
-        def executemany_then_pause(cur: Any, query: Any, params: Any, **options: Any) -> None:
-            executemany(cur, query, params, **options)
-            pipelined = cur.connection.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
-            if pipelined and "streamledger_messages" in str(query) and once():
+        def pause_then_execute(cur: Any, query: Any, params: Any = None, **options: Any) -> Any:
+            idle = cur.connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if not idle and "INSERT INTO streamledger_messages" in str(query) and once():
                 _pause(directory)
+            return execute(cur, query, params, **options)
 
-        psycopg.Cursor.executemany = executemany_then_pause  # type: ignore[method-assign, assignment]
+        psycopg.Cursor.execute = pause_then_execute  # type: ignore[method-assign, assignment]
     elif point == "transaction":
         from ledger.postgres import _leases
 

@@ -154,13 +154,13 @@ def test_a_server_stopped_while_a_program_makes_its_schema_is_waited_for(
 
 
 @pytest.mark.parametrize("mode", ["worker", "program"])
-def test_a_server_stopped_inside_a_pipelined_call_is_waited_for_and_the_run_ends_exact(
+def test_a_server_stopped_inside_a_call_that_wrote_is_waited_for_and_the_run_ends_exact(
     own_server: PrivateServer, url: str, tmp_path: Path, mode: str
 ) -> None:
     runs = {"a": 40, "b": 7} if mode == "worker" else {}
     anyio.run(submit, url, runs)
     rest = ["--lease", "2", "--poll", "0.05", "--until-idle"] if mode == "worker" else ["40"]
-    child = spawn(pg_fault_child.command(tmp_path, "pipeline", mode, url, *rest))
+    child = spawn(pg_fault_child.command(tmp_path, "write", mode, url, *rest))
     wait_for_the_pause(tmp_path, child)
     restart(own_server, down_for=0.3)
     (tmp_path / "go").touch()
@@ -201,7 +201,7 @@ def test_a_server_left_down_ends_workers_with_one_typed_line_and_a_restart_resum
     runs = {"down": 200}
     anyio.run(submit, url, runs)
     paused = spawn(
-        pg_fault_child.command(tmp_path, "pipeline", "worker", url, "--lease", "2", "--reconnect", "1")
+        pg_fault_child.command(tmp_path, "write", "worker", url, "--lease", "2", "--reconnect", "1")
     )
     wait_for_the_pause(tmp_path, paused)
     idle = worker(url, reconnect=1)  # waits in its claim loop
