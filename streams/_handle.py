@@ -79,9 +79,21 @@ NOT_A_HANDLER_FAILURE: Final = (
 #: A batch as the committer cuts it: the commits, the values of their outputs to publish, and the
 #: context variables its ``commit`` runs in (the caller's, as it staged the batch's first message).
 _Cut = tuple[list[MessageCommit], list[StagedOutputs], contextvars.Context | None]
-#: ``sys.getrefcount`` of a transaction only the handler's loop holds: its variable and the call's
-#: argument.
-_UNSHARED: Final = 2
+
+
+def _held_by_one_local() -> int:
+    """``sys.getrefcount`` of an object only one local variable holds, as this interpreter counts it.
+
+    CPython 3.11 to 3.13 count the variable and the call's argument (2); an interpreter that borrows
+    the argument's reference counts 1. Measured, not assumed, so that a transaction a handler kept
+    (one reference more) is never taken for one only the loop holds.
+    """
+    probe = object()
+    return sys.getrefcount(probe)
+
+
+#: ``sys.getrefcount`` of a transaction only the handler's loop holds: its one local variable.
+_UNSHARED: Final = _held_by_one_local()
 #: The results of a message that set none (never mutated).
 _NO_RESULTS: dict[str, bytes] = {}
 
