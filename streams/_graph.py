@@ -700,6 +700,8 @@ def _commit_cycles(graph: Graph, path: tuple[str, ...], waits: _Waits) -> Iterat
     or through other nodes and mounts. Ordinary mode runs it (the outlet is
     published as the child sets it); checkpoint mode would wait forever.
     """
+    if not any(isinstance(member, SubDef) for member in graph._members):
+        return  # only a mount waits otherwise in checkpoint mode: its waits are the ordinary ones
     at = _where(path)
     producer = {key: member for member in graph._members for key in member.provides}
     ordinary = _Waits(checkpoint=False).dependencies(graph)
@@ -784,10 +786,38 @@ def _topology(graph: Graph) -> Topology:
         for member in _ordered(graph)
     )
     inputs = tuple(k.name for k in graph.inputs)
-    shape, legacy = _shape(graph, type_name), _shape(graph, qualified_type_name)
+    names = _OncePerType(type_name)
+    shape = _shape(graph, names)
+    fingerprint = _fingerprint(shape)
+    if names.same_as(qualified_type_name):  # every port type is named alike both ways: the same shape
+        return Topology(graph.name, graph.version, inputs, nodes, fingerprint, shape, fingerprint, shape)
+    legacy = _shape(graph, _OncePerType(qualified_type_name))
     return Topology(
-        graph.name, graph.version, inputs, nodes, _fingerprint(shape), shape, _fingerprint(legacy), legacy
+        graph.name, graph.version, inputs, nodes, fingerprint, shape, _fingerprint(legacy), legacy
     )
+
+
+class _OncePerType:
+    """A naming of types asked once per type of one topology: a graph's ports share a few types."""
+
+    def __init__(self, name: Callable[[Any], str]) -> None:
+        self._name = name
+        self._named: dict[Any, str] = {}
+        self._unhashable = False
+
+    def __call__(self, tp: Any) -> str:
+        try:
+            return self._named[tp]
+        except KeyError:
+            found = self._named[tp] = self._name(tp)
+            return found
+        except TypeError:  # an unhashable annotation: named each time
+            self._unhashable = True
+            return self._name(tp)
+
+    def same_as(self, other: Callable[[Any], str]) -> bool:
+        """Whether ``other`` names every type this one named as it did (then a shape is the same)."""
+        return not self._unhashable and all(other(tp) == named for tp, named in self._named.items())
 
 
 def _fingerprint(shape: Mapping[str, Any]) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
 from streams import Graph, GraphError, Key, NodeContext, NodeSpec, PortSpec, Stream
+from streams._graph import _fingerprint, _shape
+from streams._type_names import qualified_type_name
 
 URL = Key("url", str)
 PAGE = Key("page", str)
@@ -399,3 +403,26 @@ def test_a_graph_is_validated_again_after_a_node_is_added_anywhere_in_its_tree()
         pipeline.validate()
     doc.add_node("source", noop, provides=[Key("nowhere", int)])
     assert pipeline.topology().fingerprint != before
+
+
+class _Parcel(msgspec.Struct):
+    weight: int
+
+
+@pytest.mark.parametrize("port", [int, list[str], _Parcel, Stream[_Parcel]], ids=repr)
+def test_the_legacy_fingerprint_digests_the_shape_with_module_qualified_names(port: Any) -> None:
+    """Computed once when every port type is named alike both ways, twice when not: the same answer."""
+    inner = Graph("inner", inputs=[Key("a", port)])
+    inner.add_node("use", _noop, requires=[Key("a", port)], provides=[Key("b", int)])
+    outer = Graph("outer", inputs=[Key("x", port)])
+    outer.sub("m", inner, inlets={Key("a", port): Key("x", port)}, outlets={Key("b", int): Key("y", int)})
+    outer.add_node("end", _noop, requires=[Key("y", int)], provides=[Key("z", int)])
+    topology = outer.topology()
+    legacy = _shape(outer, qualified_type_name)
+    assert topology.legacy_shape == legacy
+    assert topology.legacy_fingerprint == _fingerprint(legacy)
+    assert (topology.legacy_fingerprint == topology.fingerprint) == (port in (int, list[str]))
+
+
+async def _noop(ctx: NodeContext) -> None:
+    pass
