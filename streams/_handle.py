@@ -254,8 +254,9 @@ class _NoStateTx(MessageTx[S]):
 
         @property
         def state(self) -> S:
-            """The group's explicit state: the one this message set; none was given or committed."""
-            if self._state_payload is None:
+            """The group's explicit state: the last one staged, by this message or one before it; none
+            was given or committed."""
+            if self._state_payload is None and self._run.state_payload is self._run.initial_payload:
                 raise HandlerContractError(
                     f"message {self.seq}: the handler reads tx.state, but handle_messages was given no "
                     f"initial_state and group {self._run.group_name!r} has no committed state; pass "
@@ -323,6 +324,7 @@ class _Run(Generic[T, S]):
         "group_attributes",
         "group_name",
         "handler",
+        "initial_payload",
         "keyed",
         "last_core",
         "last_writer",
@@ -387,6 +389,9 @@ class _Run(Generic[T, S]):
         #: Whether every attempt may see the same state object: only if it can never change.
         self.share_state = state_codec.immutable
         self.state: S = self._decode_state()
+        #: The payload the run started from: while ``state_payload`` is this very object, no message
+        #: staged a state of its own (what a run given no initial state tells by, at no cost a message).
+        self.initial_payload = self.state_payload
         # What is staged but not yet handed to the store: the commits, and the values of
         # their outputs to publish. The committer cuts both at once, with no await in
         # between, so a batch publishes exactly the outputs of its commits.

@@ -70,6 +70,19 @@ async def test_reading_a_state_never_given_is_refused_and_spends_no_attempt() ->
         assert (result.handled, result.state) == (2, 3)
 
 
+async def test_a_state_staged_by_an_earlier_message_is_read_by_the_next_without_an_initial_state() -> None:
+    """tx.state is the last state staged: the first message sets one, the next messages read it, as
+    they would once it was committed (a second run over the same group)."""
+
+    async def counts(tx: MessageTx[Any], value: int) -> None:
+        tx.set_state(value if value == 1 else tx.state + value)
+
+    async with open_scope(MemoryStore(), scope="s") as scope:
+        stream = await _numbers(scope, 1, 2, 3)
+        result = await handle_messages(stream.reader("g"), counts, attempts=1)
+        assert (result.handled, result.state) == (3, 6)
+
+
 async def test_none_given_as_the_initial_state_is_a_state() -> None:
     async def reads(tx: MessageTx[int | None], value: int) -> None:
         tx.set_state(value if tx.state is None else tx.state + value)
