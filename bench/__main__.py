@@ -37,6 +37,7 @@ from ._nodes import (
     run_raw_nodes,
 )
 from ._recovery import time_recovery
+from ._server_cpu import CpuMeter
 from ._shape import BenchError, median
 from ._streams import WINDOW, run_engine_only, run_memory, run_streamledger
 from ._writer import run_writer
@@ -202,17 +203,19 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
     n: int = args.messages
     quiet: bool = args.json
     figures: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float | None]]] = {}  # per run: client and server CPU seconds
     with ExitStack() as stack:
         if args.url:
             server_url, make_url = args.url, _database_url(args.url)
         else:
             server = stack.enter_context(private_server())
             server_url, make_url = server.url, server.url_for
-        with psycopg_connect(server_url) as conn:
-            settings = {
-                name: conn.execute(f"SHOW {name}").fetchone()[0]
-                for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
-            }
+        conn = stack.enter_context(psycopg_connect(server_url))
+        settings = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
+        }
+        meter = CpuMeter(conn)
         for k in range(args.repeat):
             _progress(quiet, f"round {k + 1}/{args.repeat}, {n:,} orders on PostgreSQL")
             runs: tuple[tuple[str, Callable[[str], PgRun]], ...] = (
@@ -225,7 +228,11 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
                 ("skip_locked", partial(run_skip_locked, n=n, batch=args.batch or args.window)),
             )
             for name, run in runs:
-                rate = run(new_database(server_url, make_url)).msgs_per_s
+                url = new_database(server_url, make_url)
+                before = meter.read()
+                done = run(url)
+                cpu.setdefault(name, []).append(_per_thousand(meter.since(before), done.messages))
+                rate = done.msgs_per_s
                 figures.setdefault(name, []).append(rate)
                 _progress(quiet, f"  {name}: {_rate(rate)} msgs/s")
             rate = run_memory(n, window=args.window, backend=args.backend).msgs_per_s
@@ -253,6 +260,10 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
     }
     for name, value in med.items():
         out[f"{name}_msgs_per_s"] = value
+    for name, spent in cpu.items():  # CPU seconds per 1,000 messages, the client's and the server's
+        out[f"{name}_client_cpu_s_per_1k_msgs"] = median([client for client, _ in spent])
+        servers = [server for _, server in spent if server is not None]
+        out[f"{name}_server_cpu_s_per_1k_msgs"] = median(servers) if servers else None
     out["ratio_streamledger_to_raw_psycopg"] = med["streamledger"] / med["raw_psycopg"]
     out["ratio_streamledger_to_psycopg_per_message"] = med["streamledger"] / med["psycopg_per_message"]
     out["ratio_streamledger_to_memory_store"] = med["streamledger"] / med["memory_store"]
@@ -266,6 +277,11 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
         "at_least_2x_skip_locked": out["ratio_streamledger_to_skip_locked"] >= GOAL_PG_SKIP_LOCKED_RATIO,
     }
     return out
+
+
+def _per_thousand(spent: tuple[float, float | None], messages: int) -> tuple[float, float | None]:
+    client, server = spent
+    return client * 1000 / messages, None if server is None else server * 1000 / messages
 
 
 def psycopg_connect(url: str) -> Any:
@@ -292,6 +308,13 @@ def _database_url(url: str) -> Callable[[str], str]:
     return make
 
 
+def _cpu_pair(out: dict[str, Any], name: str) -> str:
+    client, server = out.get(f"{name}_client_cpu_s_per_1k_msgs"), out.get(f"{name}_server_cpu_s_per_1k_msgs")
+    if client is None:
+        return "-"
+    return f"{client:.4f} / " + ("-" if server is None else f"{server:.4f}")
+
+
 def show_streams_postgres(out: dict[str, Any]) -> str:
     def get(name: str) -> str:
         return _shown(out, f"{name}_msgs_per_s", _rate)
@@ -314,6 +337,10 @@ def show_streams_postgres(out: dict[str, Any]) -> str:
         ),
         ("streamledger / MemoryStore", _shown(out, "ratio_streamledger_to_memory_store", _ratio)),
         ("streamledger / SKIP LOCKED queue", _shown(out, "ratio_streamledger_to_skip_locked", _ratio)),
+        *(
+            (f"CPU s per 1,000 msgs, {name}: client / server", _cpu_pair(out, name))
+            for name in ("streamledger", "raw_psycopg", "skip_locked")
+        ),
     ]
     server = out["server"]
     head = (

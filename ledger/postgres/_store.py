@@ -45,6 +45,7 @@ from streams.store import ATTR
 
 from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter, ServesWrites, serving
 from .._errors import LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError
+from ._alone import LazyTransaction, LedgerConnection
 from ._faults import (
     CONFLICTS,
     ReconnectBackoff,
@@ -106,7 +107,7 @@ def database_name(url: str) -> str:
 def connect(url: str) -> Any:
     """An autocommit connection to ``url``, one attempt; one that fails is :class:`LedgerUnreachableError`."""
     try:
-        return psycopg.connect(url, autocommit=True)
+        return LedgerConnection.connect(url, autocommit=True)
     except psycopg.Error as exc:
         raise unreachable(exc, describe_url(url)) from None
 
@@ -239,7 +240,7 @@ class PgConnection(ServesWrites["_Call"]):
     def _open(self) -> None:
         """One attempt at a connection with its session settings and a checked (or made) schema."""
         try:
-            conn = psycopg.connect(self.url, autocommit=True)
+            conn = LedgerConnection.connect(self.url, autocommit=True)
         except psycopg.Error as exc:
             if refused_for_good(exc):
                 raise unreachable(exc, self.where) from None
@@ -372,9 +373,12 @@ class PgConnection(ServesWrites["_Call"]):
             use_kept = attempt == 0  # a transaction run again reads every record afresh
             outcomes: list[tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]] = []
             committing = False
+            # a call alone in its batch begins its transaction with its first statement but its write:
+            # one whose only statement is its write (its streams kept) sends that alone, one round trip
+            lazy = None if shared else LazyTransaction(conn)
             try:
                 try:
-                    with conn.transaction():
+                    with conn.transaction() if lazy is None else lazy:
                         for call in batch:
                             outcomes.append(self._one(conn, call, shared, use_kept))
                         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
@@ -402,7 +406,9 @@ class PgConnection(ServesWrites["_Call"]):
             except psycopg.Error as exc:
                 if not server_gone(exc, conn):
                     raise
-                if committing:  # it may have landed: only a call that may run twice runs again
+                # it may have landed (a write that went alone is its own commit): only a call that may
+                # run twice runs again
+                if committing or (lazy is not None and lazy.wrote_alone):
                     for call in batch:
                         if not call.idempotent:
                             call.error, call.done = self._outcome_unknown(exc), True

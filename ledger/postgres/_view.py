@@ -26,6 +26,7 @@ from typing import Any, Final, TypeVar
 from zlib import crc32
 
 import msgspec
+import psycopg
 
 from streams import GroupFrontier, StreamRef
 from streams.store import (
@@ -49,6 +50,7 @@ __all__ = [
     "decode_row",
     "keyed",
     "keyed_seal",
+    "kept_stale",
     "run_row",
     "sound_digest",
     "unsealed_key",
@@ -243,6 +245,21 @@ _GUARD: Final = (
     " AS stale"
 )
 
+#: The statement's end when it checks kept records: it fails if any is stale, so the transaction
+#: aborts in the statement itself and changes nothing, whether the statement went alone (its own
+#: transaction) or in one that commits later.
+#: PostgreSQL has no way to raise an error in plain SQL but a failing expression: a cast of text
+#: naming :data:`_STALE` (the count makes the expression depend on the row, so it is never
+#: evaluated ahead by the planner), which :func:`kept_stale` recognises.
+_STALE: Final = "streamledger: kept records are stale"
+_RAISE_IF_STALE: Final = f" SELECT CASE WHEN stale = 0 THEN 0 ELSE ('{_STALE} ' || stale)::int END FROM guard"
+
+
+def kept_stale(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write statement's own check finding a kept record stale (:class:`KeptStale`)."""
+    return isinstance(exc, psycopg.errors.InvalidTextRepresentation) and _STALE in str(exc)
+
+
 #: The statement of each set of parts a call has (and whether it checks kept records): few sets
 #: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
 #: cache of prepared statements).
@@ -259,7 +276,7 @@ def _statement(present: tuple[bool, ...], guarded: bool) -> str:
             ctes = [f"w{i} AS ({part})" for i, part in enumerate(parts)]
             if guarded:
                 ctes.append(f"guard AS ({_GUARD})")
-            sql = "WITH " + ", ".join(ctes) + (" SELECT stale FROM guard" if guarded else " SELECT 1")
+            sql = "WITH " + ", ".join(ctes) + (_RAISE_IF_STALE if guarded else " SELECT 1")
         _statements[(*present, guarded)] = sql
     return sql
 
@@ -408,9 +425,18 @@ class PgView(CachedView):
             writes.guard_groups.extend((stream_id, name, raw) for name, (_, raw) in groups.items())
         sql, params = writes.statement()
         if sql:
-            found = self._conn.execute(sql, params)
-            if writes.guard_descriptors and found.fetchone()[0]:
-                raise KeptStale
+            # nothing is fetched: a stale kept record fails the statement itself, which the transaction's
+            # caller then runs again from records read afresh; so a call that sent nothing before it
+            # may send it alone, a transaction of its own (one round trip: no BEGIN, no COMMIT)
+            alone = getattr(self._conn, "write_alone", None)
+            if alone is not None:
+                alone()
+            try:
+                self._conn.execute(sql, params)
+            except psycopg.errors.InvalidTextRepresentation as exc:
+                if kept_stale(exc):
+                    raise KeptStale from None
+                raise
 
     @property
     def used_kept(self) -> bool:

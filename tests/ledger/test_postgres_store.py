@@ -136,6 +136,9 @@ async def test_a_connection_lost_inside_a_call_runs_it_again_on_a_new_connection
     lost: list[int] = []
 
     def commit_then_lose_the_connection(view: Any, commits: Any) -> None:
+        # a statement first: the call's transaction begins with it (a call whose only statement is its
+        # write sends it alone, its own transaction, and a link lost then is a lost commit)
+        view.connection.execute("SELECT 1")
         commit(view, commits)
         view.flush()  # the records are written in the open transaction; the server drops it with the link
         if not lost:
