@@ -139,7 +139,9 @@ class _Call:
     def __init__(self, op: Callable[[PgView], Any], savepoint: bool, idempotent: bool = False) -> None:
         self.op = op
         self.savepoint = savepoint  # it may write before it raises: run it in a savepoint of its own
-        self.idempotent = idempotent  # running it twice is running it once: a lost commit runs it again
+        # running it twice is running it once (a read, a renewal): a lost commit runs it again; and it
+        # reads every record afresh, as a read of kept ones would check each of them for nothing
+        self.idempotent = idempotent
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -437,7 +439,9 @@ class PgConnection(ServesWrites["_Call"]):
         believed: its kept records may be what made it fail, so the
         transaction runs again from records read afresh (:class:`KeptStale`).
         """
-        view = PgView(conn, self._ids, self._kept if use_kept else None)
+        # a read uses no kept record: another connection of the process (the one its commits go
+        # through) may have changed them since, and a read that found them stale would run again
+        view = PgView(conn, self._ids, self._kept if use_kept and not call.idempotent else None)
         try:
             outcome = self._run_one(conn, call, shared, view)
         except (KeptStale, *CONFLICTS):
