@@ -41,6 +41,7 @@ from streams.store import (
 from .._errors import CorruptRecordError
 from .._format import CHUNK
 from ._arrays import Byteas, Int8s, Texts
+from ._notify import CHANNEL
 
 __all__ = [
     "Kept",
@@ -243,6 +244,13 @@ _GUARD: Final = (
     " AS stale"
 )
 
+#: Tells the streams a call appended to or whose descriptor it changed (appended, finished, failed,
+#: reopened, their groups changed) to whoever follows them (:mod:`ledger.postgres._notify`): one
+#: notification a stream, its id, sent by the server when (and only if) the transaction commits.
+_NOTIFY: Final = f"SELECT pg_notify('{CHANNEL}', n.id::text) FROM unnest(%b::bigint[]) AS n(id)"
+#: The parts whose streams are told (:data:`_NOTIFY`), by their :data:`_PARTS` names.
+_TOLD: Final = ("runs", "descriptors")
+
 #: The statement of each set of parts a call has (and whether it checks kept records): few sets
 #: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
 #: cache of prepared statements).
@@ -253,13 +261,19 @@ def _statement(present: tuple[bool, ...], guarded: bool) -> str:
     sql = _statements.get((*present, guarded))
     if sql is None:
         parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
-        if not guarded and len(parts) == 1:
+        told = any(on for (name, _, _), on in zip(_PARTS, present, strict=True) if name in _TOLD)
+        if not (guarded or told) and len(parts) == 1:
             sql = parts[0]
         else:
             ctes = [f"w{i} AS ({part})" for i, part in enumerate(parts)]
+            answers = []
             if guarded:
                 ctes.append(f"guard AS ({_GUARD})")
-            sql = "WITH " + ", ".join(ctes) + (" SELECT stale FROM guard" if guarded else " SELECT 1")
+                answers.append("(SELECT stale FROM guard)")
+            if told:  # a CTE that only reads runs only if the statement reads it: count its rows
+                ctes.append(f"told AS ({_NOTIFY})")
+                answers.append("(SELECT count(*) FROM told)")
+            sql = "WITH " + ", ".join(ctes) + " SELECT " + (", ".join(answers) or "1")
         _statements[(*present, guarded)] = sql
     return sql
 
@@ -324,6 +338,10 @@ class _Writes:
                 Texts(name for _, name, _ in self.guard_groups),
                 Byteas(raw for _, _, raw in self.guard_groups),
             ]
+        told = dict.fromkeys(row[0] for row in self.runs)
+        told.update(dict.fromkeys(row[0] for row in self.descriptors))
+        if told:
+            params.append(Int8s(told))
         return _statement(present, guarded), params
 
 
