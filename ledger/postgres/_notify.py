@@ -215,7 +215,7 @@ class Listener:
     def _drain(self, pgconn: psycopg.pq.abc.PGconn) -> None:
         while (notify := pgconn.notifies()) is not None:
             self.notifications += 1
-            self._wake(notify.extra.decode())
+            self._wake(notify.extra.decode(errors="replace"))  # another program may use the channel
 
 
 def _with_keepalives(url: str) -> str:

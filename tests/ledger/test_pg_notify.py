@@ -49,6 +49,7 @@ class Seen:
 
     def __init__(self) -> None:
         self.events: dict[int, anyio.Event] = {}
+        self.returned = anyio.Event()
 
     def event(self, value: int) -> anyio.Event:
         return self.events.setdefault(value, anyio.Event())
@@ -58,20 +59,25 @@ class Seen:
 
 
 def member(url: str, seen: Seen, poll_seconds: float) -> Any:
-    return partial(
-        consume,
-        url,
-        NUMBERS,
-        seen.handle,
-        scope="notify",
-        node="source",
-        partitions=2,
-        group="g",
-        owner="m",
-        lease_seconds=3.0,
-        poll_seconds=poll_seconds,
-        report=silent_report,
-    )
+    """A member of group ``g`` on ``NUMBERS``; ``seen.returned`` is set once it returned."""
+
+    async def run() -> None:
+        await consume(
+            url,
+            NUMBERS,
+            seen.handle,
+            scope="notify",
+            node="source",
+            partitions=2,
+            group="g",
+            owner="m",
+            lease_seconds=3.0,
+            poll_seconds=poll_seconds,
+            report=silent_report,
+        )
+        seen.returned.set()
+
+    return run
 
 
 async def test_an_idle_member_handles_a_message_appended_elsewhere_long_before_its_poll(
@@ -90,9 +96,9 @@ async def test_an_idle_member_handles_a_message_appended_elsewhere_long_before_i
             await writer.flush()
             with anyio.fail_after(20):
                 await seen.event(2).wait()
+            await writer.finish()
             with anyio.fail_after(20):  # the end of both partitions is told too: the member returns
-                await writer.finish()
-                # (the block waits for the member, which returns once it read both ends)
+                await seen.returned.wait()
 
 
 async def test_a_member_whose_listening_session_was_ended_hears_again_and_misses_nothing(
@@ -117,8 +123,9 @@ async def test_a_member_whose_listening_session_was_ended_hears_again_and_misses
             await writer.flush()
             with anyio.fail_after(20):
                 await seen.event(3).wait()
+            await writer.finish()
             with anyio.fail_after(20):
-                await writer.finish()
+                await seen.returned.wait()
 
 
 def end_listening_sessions(url: str) -> int:
