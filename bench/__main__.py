@@ -189,6 +189,7 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
 
     from ledger.postgres.server import private_server
 
+    from ._notify import run_notify_delivery
     from ._postgres import (
         PgRun,
         new_database,
@@ -242,6 +243,10 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
                 rate = run_demo_workers(new_database(server_url, make_url), n, workers).msgs_per_s
                 figures.setdefault(f"demo_workers_{workers}", []).append(rate)
                 _progress(quiet, f"  demo with {workers} worker process(es): {_rate(rate)} msgs/s")
+        notified = run_notify_delivery(
+            new_database(server_url, make_url), args.notify_samples, backend=args.backend
+        )
+        _progress(quiet, f"  an idle member told of a message: {median(notified.delivery_us):,.0f} us")
     med = {name: median(values) for name, values in figures.items()}
     out: dict[str, Any] = {
         "bench": "streams",
@@ -264,6 +269,9 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
         out[f"{name}_client_cpu_s_per_1k_msgs"] = median([client for client, _ in spent])
         servers = [server for _, server in spent if server is not None]
         out[f"{name}_server_cpu_s_per_1k_msgs"] = median(servers) if servers else None
+    out["notify_samples"] = args.notify_samples
+    out["notify_delivery_p50_us"] = median(notified.delivery_us)
+    out["notify_append_p50_us"] = median(notified.append_us)
     out["ratio_streamledger_to_raw_psycopg"] = med["streamledger"] / med["raw_psycopg"]
     out["ratio_streamledger_to_psycopg_per_message"] = med["streamledger"] / med["psycopg_per_message"]
     out["ratio_streamledger_to_memory_store"] = med["streamledger"] / med["memory_store"]
@@ -341,6 +349,12 @@ def show_streams_postgres(out: dict[str, Any]) -> str:
             (f"CPU s per 1,000 msgs, {name}: client / server", _cpu_pair(out, name))
             for name in ("streamledger", "raw_psycopg", "skip_locked")
         ),
+        (
+            f"an idle member, from a send in another process to its handler (median of "
+            f"{out['notify_samples']}), us",
+            _shown(out, "notify_delivery_p50_us", _rate),
+        ),
+        ("  of which the send's commit (the writer's flush), us", _shown(out, "notify_append_p50_us", _rate)),
     ]
     server = out["server"]
     head = (
@@ -835,6 +849,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K,K,...",
         help="with --store postgres: run the demo with these numbers of worker processes (default 1,2,4;"
         " empty: none)",
+    )
+    p.add_argument(
+        "--notify-samples",
+        type=int,
+        default=40,
+        help="with --store postgres: messages from another process to an idle member (default 40)",
     )
     common(p, 1)
 

@@ -57,6 +57,7 @@ from ._events import Running as Running
 from ._events import Waiting as Waiting
 from ._execution import Execution as Execution
 from ._execution import run_graph as run_graph
+from ._follow import Wakeups as Wakeups
 from ._follow import follow_stream as follow_stream
 from ._graph import Graph as Graph
 from ._graph import NodeSpec as NodeSpec
@@ -175,6 +176,7 @@ __all__ = [
     "TopologyNode",
     "UnknownStreamError",
     "Waiting",
+    "Wakeups",
     "describe_aspect",
     "handle_messages",
     "move_group",

@@ -4,8 +4,11 @@ A :class:`~streams.StreamScope` opens a stream, which raises its generation
 and so fences whoever had it open: right for a writer taking its stream
 over, wrong for a consumer in another process than the writer. A followed
 stream is read instead (:func:`streams.store.read_stream`): the group's
-frontier and the confirmed messages above it, then, every ``poll_seconds``,
-the messages confirmed since. Its reader is an ordinary
+frontier and the confirmed messages above it, then the messages confirmed
+since, each time its ``wakeups`` say the stream may have changed (a store
+that tells its followers of commits: the PostgreSQL ledger's notifications),
+and at least every ``poll_seconds`` (a wake-up lost is then a read late,
+never a message lost). Its reader is an ordinary
 :class:`~streams.StreamReader`, so ``handle_messages`` handles it as any
 other, with its commits (acks, state, keyed state, budgets) confirmed in
 the store as they always are. Only confirmed messages are ever handed out.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import msgspec
@@ -35,12 +38,28 @@ from ._stream import ManagedStream, StreamCore, StreamReader
 from ._type_names import qualified_type_name, type_name
 from ._unwrap import single_error
 
-__all__ = ["follow_stream"]
+__all__ = ["Wakeups", "follow_stream"]
 
 T = TypeVar("T")
 
 #: How long a caught-up follower waits before it reads the store again (seconds).
 DEFAULT_POLL_SECONDS = 0.2
+
+
+@runtime_checkable
+class Wakeups(Protocol):
+    """Where a follower learns that its stream may have changed, so it reads it without polling.
+
+    ``wait(seconds)`` returns once something was committed to the stream
+    since the last ``wait`` returned (or since the source was made, before
+    the follower's first read), or once ``seconds`` passed, whichever
+    is first. A source may wake its follower when nothing changed (it then
+    reads nothing new); a wake-up it loses costs the follower at most
+    ``seconds``, as it reads the stream then anyway. ``wait`` is a
+    checkpoint.
+    """
+
+    async def wait(self, seconds: float) -> None: ...
 
 
 @asynccontextmanager
@@ -54,6 +73,7 @@ async def follow_stream(
     partition: tuple[int, int] | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     reads: FollowHooks | None = None,
+    wakeups: Wakeups | None = None,
 ) -> AsyncIterator[StreamReader[T]]:
     """A reader of ``group`` on stream ``key`` of ``scope`` (written by ``node``, in any process).
 
@@ -67,6 +87,11 @@ async def follow_stream(
 
     ``reads`` is where the stream is read, if not ``hooks`` (which confirm
     the reader's commits): a store's connection that reads beside them.
+
+    A caught-up reader reads the store again every ``poll_seconds``, or as
+    soon as ``wakeups`` (a :class:`Wakeups`, made before this call) say its
+    stream may have changed: ``poll_seconds`` is then only the bound on how
+    late a lost wake-up makes it.
     """
     check_stream_hooks(hooks)
     source: object = hooks if reads is None else reads
@@ -77,6 +102,8 @@ async def follow_stream(
         raise TypeError(f"{key!r} is not a stream key; declare it as Key(name, Stream[T])")
     if poll_seconds <= 0:
         raise ValueError("poll_seconds must be positive")
+    if wakeups is not None and not isinstance(wakeups, Wakeups):
+        raise TypeError(f"wakeups must have `async def wait(seconds)`, not {type(wakeups).__qualname__}")
     check_name(scope, "a scope")
     check_name(node, "a node name")
     check_name(group, "a group name")
@@ -107,7 +134,7 @@ async def follow_stream(
             # a reader's endpoint: its capacity is never reached, as it sends nothing
             core: StreamCore[T] = StreamCore(spawn, hooks, part, ref, opened, capacity=1, resumable=True)
             stream: ManagedStream[T] = ManagedStream(core)
-            tg.start_soon(_poll, reads, core, request, poll_seconds)
+            tg.start_soon(_poll, reads, core, request, poll_seconds, wakeups)
             try:
                 yield stream.reader(group)
             finally:
@@ -115,10 +142,15 @@ async def follow_stream(
                 core.close()
 
 
-async def _poll(hooks: FollowHooks, core: StreamCore[Any], request: StreamRead, seconds: float) -> None:
+async def _poll(
+    hooks: FollowHooks, core: StreamCore[Any], request: StreamRead, seconds: float, wakeups: Wakeups | None
+) -> None:
     """Hand the reader what the store confirmed since, until the writer's end is confirmed."""
     while not core.done:
-        await anyio.sleep(seconds)
+        if wakeups is None:
+            await anyio.sleep(seconds)
+        else:  # a wake-up, or the poll's bound: a lost one makes the read late, never skipped
+            await wakeups.wait(seconds)
         latest = await hooks.read_stream(_after(request, core.confirmed))
         if latest is None:
             raise UnknownStreamError(f"stream {request.ref} is no longer in the store")

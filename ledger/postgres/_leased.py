@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -15,6 +15,7 @@ from .._runs import Runs
 from ._faults import find_cause
 from ._leases import FencedConnection, Lease, release, renew
 from ._nodes import PgNodeHooks
+from ._notify import Listener, Wakeup, cancelled_topic
 from ._runs import PgRunBook
 from ._store import PgConnection
 from ._streams import PgStreamHooks
@@ -44,8 +45,13 @@ def _renewal(conn: Any, lease: Lease, seconds: float) -> str:
 
 
 @asynccontextmanager
-async def holding(connection: PgConnection, lease: Lease, seconds: float) -> AsyncIterator[Held]:
+async def holding(
+    connection: PgConnection, lease: Lease, seconds: float, *, listener: Listener | None = None
+) -> AsyncIterator[Held]:
     """Hold ``lease`` for the block: renew it every third of ``seconds``; give it up at the end.
+
+    With a ``listener``, it renews at once when told the run was cancelled
+    (:func:`~._notify.cancelled_topic`), so the run stops then.
 
     Every write of the yielded stores checks the lease first. If a renewal
     finds the lease taken over, the block is cancelled and ``lost`` is set;
@@ -61,9 +67,12 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
         with single_error():  # the block's own error, never a group of one
             async with anyio.create_task_group() as tg:
 
-                async def keep() -> None:
+                async def keep(cancelled: Wakeup | None) -> None:
                     while True:
-                        await anyio.sleep(seconds / 3)
+                        if cancelled is None:
+                            await anyio.sleep(seconds / 3)
+                        else:  # the renewal's time, or a cancellation told
+                            await cancelled.wait(seconds / 3)
                         renewed = await connection.call(
                             lambda view: _renewal(view.connection, lease, seconds), idempotent=True
                         )
@@ -73,11 +82,15 @@ async def holding(connection: PgConnection, lease: Lease, seconds: float) -> Asy
                             tg.cancel_scope.cancel()
                             return
 
-                tg.start_soon(keep)
-                try:
-                    yield held
-                finally:
-                    tg.cancel_scope.cancel()
+                with ExitStack() as watching:
+                    told = None
+                    if listener is not None:
+                        told = watching.enter_context(listener.watching(cancelled_topic(lease.run_id)))
+                    tg.start_soon(keep, told)
+                    try:
+                        yield held
+                    finally:
+                        tg.cancel_scope.cancel()
     except Exception as exc:
         gone = find_cause(exc, LedgerUnreachableError)
         if gone is None:

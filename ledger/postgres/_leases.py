@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol, TypeVar
 import msgspec
 
 from .._errors import LeaseLostError
+from ._notify import CHANNEL, RUNS
 from ._store import IDLE_IN_TRANSACTION_SECONDS, PgConnection
 from ._view import PgView
 
@@ -183,8 +184,18 @@ def renew(conn: Any, lease: Lease, seconds: float) -> bool:
     return row is not None
 
 
+#: Gives a run's lease up, and tells the workers waiting for a due run
+#: (:mod:`ledger.postgres._notify`) when the run is still running: its worker stopped, or gave it up
+#: at once. A run that ended tells nobody.
+_RELEASE: Final = f"""
+WITH released AS (
+    DELETE FROM streamledger_leases WHERE run_id = %(run_id)s AND token = %(token)s RETURNING run_id
+)
+SELECT pg_notify('{CHANNEL}', '{RUNS}') FROM released JOIN streamledger_runs r USING (run_id)
+WHERE r.status = 'running'
+"""
+
+
 def release(conn: Any, lease: Lease) -> None:
     """Give the run up (its run ended, or its worker stops); another lease is left alone."""
-    conn.execute(
-        "DELETE FROM streamledger_leases WHERE run_id = %s AND token = %s", (lease.run_id, lease.token)
-    )
+    conn.execute(_RELEASE, {"run_id": lease.run_id, "token": lease.token}).fetchall()

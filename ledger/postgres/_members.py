@@ -40,6 +40,11 @@ the free ones that are (given up, or held by a member whose row ran out).
 So when a member joins, the others hand it its share; when one dies or
 stops renewing, the others take its partitions over within a lease and a
 third. A member short of its share, or idle, looks again every second.
+
+A member hears of each commit to a partition it follows from the server
+(:mod:`ledger.postgres._notify`: one listening connection a member) and
+reads the partition then; it reads it anyway every ``poll_seconds``
+(:data:`DEFAULT_POLL_SECONDS`), the bound for a notification lost.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ from streams.store import StreamRead, partition_name, qualified_type_name, singl
 from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import find_cause
 from ._leases import STUCK_ON_ITS_CLIENT, FencedConnection, held_or_lost
+from ._notify import Listener, Wakeup, open_listener, stream_topic
 from ._store import IDLE_IN_TRANSACTION_SECONDS, RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
 from ._view import PgView
@@ -84,6 +90,10 @@ __all__ = ["MemberReport", "PartitionLease", "consume", "print_member_report"]
 T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS: Final = 10.0
+#: How long a member waits for a notification before it reads an idle partition anyway (seconds):
+#: the bound on how late a lost notification makes a message, and what an idle partition costs (one
+#: read a bound). Before notifications, members polled every 0.2 s.
+DEFAULT_POLL_SECONDS: Final = 1.0
 #: How often a member short of its share looks again, at most (seconds): a partition handed over
 #: is claimed within it.
 UNSETTLED_SECONDS: Final = 1.0
@@ -205,6 +215,15 @@ WHERE l.stream = %(stream)s AND l.grp = %(grp)s AND l.partition = %(partition)s
 """
 
 
+def _stream_id(view: PgView, *, ref: StreamRef) -> int | None:
+    """The id of stream ``ref`` (what the notifications of its commits carry), or None if it has none."""
+    row = view.connection.execute(
+        "SELECT id FROM streamledger_streams WHERE scope = %s AND node = %s AND key = %s",
+        (ref.scope, ref.node, ref.key),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
 def end_stuck_sessions(view: PgView, *, stream: str, group: str, partition: int, idle_seconds: float) -> int:
     """End the sessions stuck holding ``partition``'s lease row (:data:`_END_STUCK`); how many."""
     params = {"stream": stream, "grp": group, "partition": partition, "idle": idle_seconds}
@@ -277,6 +296,7 @@ class _Member:
         self,
         connection: PgConnection,
         coordination: PgConnection,
+        listener: Listener,
         key: Key[Stream[Any]],
         handler: Callable[..., Any],
         options: dict[str, Any],
@@ -293,6 +313,7 @@ class _Member:
         self.connection = connection  # the ledger's records: serializable, each partition's fenced
         self.coordination = coordination  # the members' rows and leases, the polls: repeatable read
         self.reads = PgStreamHooks(coordination)
+        self.listener = listener  # the server's notifications of commits to the partitions
         self.key = key
         self.handler = handler
         self.options = options  # handle_messages' own
@@ -396,41 +417,53 @@ class _Member:
 
     async def handle(self, part: _Held) -> None:
         """Handle one partition under its lease until it is done, the lease is lost or it is stopped."""
-        hooks = PgStreamHooks(FencedConnection(self.connection, part.lease))
         index = part.lease.partition
+        ref = StreamRef(scope=self.scope, node=self.node, key=partition_name(self.key.name, index))
         try:
             with part.scope:
                 while True:
-                    try:
-                        async with follow_stream(
-                            hooks,
-                            self.key,
-                            scope=self.scope,
-                            node=self.node,
-                            group=self.group,
-                            partition=(index, self.partitions),
-                            poll_seconds=self.poll_seconds,
-                            reads=self.reads,  # what is confirmed, read beside the commits
-                        ) as reader:
-                            start = _acked(reader)
-                            try:
-                                await handle_messages(reader, self.handler, **self.options)
-                            finally:  # what it confirmed, however it stopped
-                                self.handled += _acked(reader) - start
-                        part.outcome = "done"
-                        return
-                    except Exception as exc:
-                        if _lost_with_its_session(exc):
-                            part.outcome = "lost"  # it confirmed nothing more: claimed again if its share
-                            return
-                        if find_cause(exc, StaleGenerationError) is None and not isinstance(
-                            exc, UnknownStreamError
-                        ):
-                            raise
-                        # the writer reopened the stream, or has not opened it yet: follow it again
+                    stream_id = await self.coordination.call(partial(_stream_id, ref=ref), idempotent=True)
+                    if stream_id is None:  # the writer has not opened it yet: look again
                         await anyio.sleep(self.poll_seconds)
+                        continue
+                    with self.listener.watching(stream_topic(stream_id)) as wakeup:  # before it reads
+                        if await self.follow(part, wakeup):
+                            return
+                        # the writer reopened the stream, or its group is not there yet: follow it
+                        # again (at once if a commit to it was told since)
+                        await wakeup.wait(self.poll_seconds)
         finally:
             part.stopped.set()
+
+    async def follow(self, part: _Held, wakeup: Wakeup) -> bool:
+        """Follow and handle the partition, woken by ``wakeup``; whether that ended its handling here."""
+        hooks = PgStreamHooks(FencedConnection(self.connection, part.lease))
+        try:
+            async with follow_stream(
+                hooks,
+                self.key,
+                scope=self.scope,
+                node=self.node,
+                group=self.group,
+                partition=(part.lease.partition, self.partitions),
+                poll_seconds=self.poll_seconds,
+                reads=self.reads,  # what is confirmed, read beside the commits
+                wakeups=wakeup,
+            ) as reader:
+                start = _acked(reader)
+                try:
+                    await handle_messages(reader, self.handler, **self.options)
+                finally:  # what it confirmed, however it stopped
+                    self.handled += _acked(reader) - start
+            part.outcome = "done"
+            return True
+        except Exception as exc:
+            if _lost_with_its_session(exc):
+                part.outcome = "lost"  # it confirmed nothing more: claimed again if its share
+                return True
+            if find_cause(exc, StaleGenerationError) is None and not isinstance(exc, UnknownStreamError):
+                raise
+            return False
 
     async def all_done(self) -> bool:
         """Whether every partition's end is confirmed and the group handled all of it."""
@@ -463,7 +496,7 @@ async def consume(
     backoff: Backoff | None = None,
     owner: str | None = None,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    poll_seconds: float = 0.2,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
     until_done: bool = True,
     report: MemberReport = print_member_report,
     reconnect_seconds: float = RECONNECT_SECONDS,
@@ -479,6 +512,10 @@ async def consume(
     writer's end is confirmed on every partition and the group handled them
     all; else it runs until cancelled. A handler's error that exhausts a
     message's budget is raised, as ``handle_messages`` raises it.
+
+    A member reads a partition it holds as soon as the server notifies it
+    of a commit there, and at least every ``poll_seconds`` while it has
+    nothing to hand out (the bound a lost notification makes it late by).
     """
     if lease_seconds <= 0 or poll_seconds <= 0:
         raise ValueError("lease_seconds and poll_seconds must be positive")
@@ -487,10 +524,12 @@ async def consume(
     async with (
         _connection(url, reconnect_seconds) as records,
         _connection(url, reconnect_seconds) as coordination,
+        open_listener(url) as listener,
     ):
         member = _Member(
             records,
             coordination,
+            listener,
             key,
             handler,
             {"keyed": keyed, "attempts": attempts, "backoff": backoff},

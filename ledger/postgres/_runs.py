@@ -10,6 +10,7 @@ from .._format import run_id_bytes
 from .._runs import RunDeleted, RunRecord, run_exists
 from ._delete import delete_run
 from ._nodes import PgNodeHooks
+from ._notify import CHANNEL, RUNS, cancelled_topic
 from ._store import Calls
 from ._view import decode_row, keyed, run_row, sound_digest
 
@@ -17,6 +18,22 @@ __all__ = ["PgRunBook"]
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(RunRecord)
+
+
+#: A run's record written again. A run made running again (retried) is due for a worker, and the
+#: worker holding a run cancelled should stop it: either tells the listeners
+#: (:mod:`ledger.postgres._notify`) when it commits; a record written with its status unchanged
+#: (a run resumed, say) tells nobody. ``old`` reads the row as it was before the statement.
+_UPDATE: Final = f"""
+WITH old AS (SELECT status FROM streamledger_runs WHERE run_id = %(run_id)s),
+written AS (
+    INSERT INTO streamledger_runs (run_id, id_digest, status, graph, version, record)
+    VALUES (%(run_id)s, md5(%(run_id)s), %(status)s, %(graph)s, %(version)s, %(record)s)
+    ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, record = EXCLUDED.record
+)
+SELECT pg_notify('{CHANNEL}', %(told)s) FROM old
+WHERE old.status <> %(status)s AND %(status)s IN ('running', 'cancelled')
+"""
 
 
 def _record(run_id: str, raw: bytes) -> RunRecord:
@@ -63,13 +80,20 @@ class PgRunBook:
                 ).fetchone()
                 if inserted is None:
                     raise run_exists(record.run_id)
+                if record.status == "running":  # submitted: due for a worker
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, RUNS))
             else:
                 conn.execute(
-                    "INSERT INTO streamledger_runs (run_id, id_digest, status, graph, version, record)"
-                    " VALUES (%s, md5(%s), %s, %s, %s, %s) ON CONFLICT (run_id)"
-                    " DO UPDATE SET status = EXCLUDED.status, record = EXCLUDED.record",
-                    (record.run_id, record.run_id, record.status, record.graph, record.version, raw),
-                )
+                    _UPDATE,
+                    {
+                        "run_id": record.run_id,
+                        "status": record.status,
+                        "graph": record.graph,
+                        "version": record.version,
+                        "record": raw,
+                        "told": RUNS if record.status == "running" else cancelled_topic(record.run_id),
+                    },
+                ).fetchall()
 
         await self._connection.call(write, buffered=False)
 

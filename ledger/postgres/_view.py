@@ -42,6 +42,7 @@ from streams.store import (
 from .._errors import CorruptRecordError
 from .._format import CHUNK
 from ._arrays import Byteas, Int8s, Texts
+from ._notify import CHANNEL
 
 __all__ = [
     "Kept",
@@ -245,20 +246,29 @@ _GUARD: Final = (
     " AS stale"
 )
 
-#: The statement's end when it checks kept records: it fails if any is stale, so the transaction
+#: What the statement answers when it checks kept records: it fails if any is stale, so the transaction
 #: aborts in the statement itself and changes nothing, whether the statement went alone (its own
 #: transaction) or in one that commits later.
 #: PostgreSQL has no way to raise an error in plain SQL but a failing expression: a cast of text
 #: naming :data:`_STALE` (the count makes the expression depend on the row, so it is never
 #: evaluated ahead by the planner), which :func:`kept_stale` recognises.
 _STALE: Final = "streamledger: kept records are stale"
-_RAISE_IF_STALE: Final = f" SELECT CASE WHEN stale = 0 THEN 0 ELSE ('{_STALE} ' || stale)::int END FROM guard"
+_RAISE_IF_STALE: Final = (
+    f"(SELECT CASE WHEN stale = 0 THEN 0 ELSE ('{_STALE} ' || stale)::int END FROM guard)"
+)
 
 
 def kept_stale(exc: BaseException) -> bool:
     """Whether ``exc`` is a write statement's own check finding a kept record stale (:class:`KeptStale`)."""
     return isinstance(exc, psycopg.errors.InvalidTextRepresentation) and _STALE in str(exc)
 
+
+#: Tells the streams a call appended to or whose descriptor it changed (appended, finished, failed,
+#: reopened, their groups changed) to whoever follows them (:mod:`ledger.postgres._notify`): one
+#: notification a stream, its id, sent by the server when (and only if) the transaction commits.
+_NOTIFY: Final = f"SELECT pg_notify('{CHANNEL}', n.id::text) FROM unnest(%b::bigint[]) AS n(id)"
+#: The parts whose streams are told (:data:`_NOTIFY`), by their :data:`_PARTS` names.
+_TOLD: Final = ("runs", "descriptors")
 
 #: The statement of each set of parts a call has (and whether it checks kept records): few sets
 #: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
@@ -270,13 +280,19 @@ def _statement(present: tuple[bool, ...], guarded: bool) -> str:
     sql = _statements.get((*present, guarded))
     if sql is None:
         parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
-        if not guarded and len(parts) == 1:
+        told = any(on for (name, _, _), on in zip(_PARTS, present, strict=True) if name in _TOLD)
+        if not (guarded or told) and len(parts) == 1:
             sql = parts[0]
         else:
             ctes = [f"w{i} AS ({part})" for i, part in enumerate(parts)]
+            answers = []
             if guarded:
                 ctes.append(f"guard AS ({_GUARD})")
-            sql = "WITH " + ", ".join(ctes) + (_RAISE_IF_STALE if guarded else " SELECT 1")
+                answers.append(_RAISE_IF_STALE)
+            if told:  # a CTE that only reads runs only if the statement reads it: count its rows
+                ctes.append(f"told AS ({_NOTIFY})")
+                answers.append("(SELECT count(*) FROM told)")
+            sql = "WITH " + ", ".join(ctes) + " SELECT " + (", ".join(answers) or "1")
         _statements[(*present, guarded)] = sql
     return sql
 
@@ -341,6 +357,10 @@ class _Writes:
                 Texts(name for _, name, _ in self.guard_groups),
                 Byteas(raw for _, _, raw in self.guard_groups),
             ]
+        told = dict.fromkeys(row[0] for row in self.runs)
+        told.update(dict.fromkeys(row[0] for row in self.descriptors))
+        if told:
+            params.append(Int8s(told))
         return _statement(present, guarded), params
 
 

@@ -8,6 +8,13 @@ makes for the run is fenced by its lease (:mod:`ledger.postgres._leases`),
 so a worker paused past its lease can confirm nothing once another took
 the run over. Claims skip rows other workers hold (``SKIP LOCKED``), so N
 workers never run one run at a time.
+
+An idle worker claims again as soon as the server notifies it of a run made
+due (submitted, retried, or given up while running:
+:mod:`ledger.postgres._notify`), and at least every ``poll_seconds``: the
+bound for a lost notification, and how soon a run whose lease ran out (its
+worker died, which tells nobody) is claimed. The worker holding a run hears
+of its cancellation at once, not at its next renewal.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from ._faults import find_cause
 from ._leased import holding
 from ._leases import Lease, claim_due
 from ._ledger import PgBackend, open_postgres
+from ._notify import RUNS, Listener, open_listener
 from ._store import RECONNECT_SECONDS
 
 __all__ = ["WorkerReport", "print_report", "work"]
@@ -84,26 +92,30 @@ async def work(
     known = [(graph.name, graph.version) for graph in graphs.values()]
     by_name = {graph.name: graph for graph in graphs.values()}
     ended = 0
-    async with open_postgres(url, reconnect_seconds=reconnect_seconds) as ledger:
+    async with (
+        open_postgres(url, reconnect_seconds=reconnect_seconds) as ledger,
+        open_listener(url) as listener,
+    ):
         connection = ledger.backend.connection
-        while True:
-            await anyio.lowlevel.checkpoint()  # cancellable between runs, whatever the runs do
-            try:
-                lease = await connection.call(
-                    lambda view: claim_due(view.connection, owner, lease_seconds, known)
-                )
-            except OutcomeUnknownError:  # it may have claimed a run: that lease runs out, then it is due
-                continue
-            if lease is None:
-                if until_idle and not await _anything_running(ledger, known):
-                    return ended
-                await anyio.sleep(poll_seconds)
-                continue
-            report(lease.run_id, "claimed")
-            outcome = await _run_leased(ledger, lease, by_name, chain, lease_seconds)
-            report(lease.run_id, outcome)
-            if outcome in ("completed", "failed"):
-                ended += 1
+        with listener.watching(RUNS) as due:  # before the first claim: a run made due since wakes it
+            while True:
+                await anyio.lowlevel.checkpoint()  # cancellable between runs, whatever the runs do
+                try:
+                    lease = await connection.call(
+                        lambda view: claim_due(view.connection, owner, lease_seconds, known)
+                    )
+                except OutcomeUnknownError:  # it may have claimed a run: that lease runs out, then it is due
+                    continue
+                if lease is None:
+                    if until_idle and not await _anything_running(ledger, known):
+                        return ended
+                    await due.wait(poll_seconds)  # a run made due, or the poll's bound
+                    continue
+                report(lease.run_id, "claimed")
+                outcome = await _run_leased(ledger, lease, by_name, chain, lease_seconds, listener)
+                report(lease.run_id, outcome)
+                if outcome in ("completed", "failed"):
+                    ended += 1
 
 
 async def _anything_running(ledger: Ledger[PgBackend], known: list[tuple[str, str]]) -> bool:
@@ -124,11 +136,12 @@ async def _run_leased(
     graphs: Mapping[str, Graph],
     aspects: tuple[Aspect, ...],
     seconds: float,
+    listener: Listener,
 ) -> str:
     """Run the leased run to its end (or until the lease is lost); its outcome."""
     outcome = "error"
     try:
-        async with holding(ledger.backend.connection, lease, seconds) as held:
+        async with holding(ledger.backend.connection, lease, seconds, listener=listener) as held:
             record = await ledger.backend.run_book.read(lease.run_id)  # reads need no fence
             if record is None:
                 return "gone"

@@ -104,3 +104,46 @@ async def test_a_followed_stream_is_handled_as_its_writer_appends_and_ends_with_
         assert result.handled == 20 and seen == list(range(1, 21))
         read = await _follow(hooks).read_stream(StreamRead(stream.ref, INT, ("g",)))
         assert read is not None and read.finished and read.groups[0].acked_through == 20
+
+
+class _Bell:
+    """Wake-ups a check rings by hand (a :class:`~streams.Wakeups`)."""
+
+    def __init__(self) -> None:
+        self.rung = anyio.Event()
+
+    def ring(self) -> None:
+        self.rung.set()
+
+    async def wait(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self.rung.wait()
+        if self.rung.is_set():
+            self.rung = anyio.Event()
+
+
+@check
+async def test_a_follower_woken_reads_at_once_not_at_its_poll(world: World) -> None:
+    async with world.session() as hooks, open_scope(hooks, scope="follow") as scope:
+        stream = await scope.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        writer = stream.writer()
+        bell = _Bell()
+        with raises(TypeError, match="wakeups must have `async def wait"):
+            async with follow_stream(hooks, NUMBERS, scope="follow", node="src", group="g", wakeups=object()):  # type: ignore[arg-type]
+                pass
+        async with follow_stream(
+            hooks, NUMBERS, scope="follow", node="src", group="g", poll_seconds=3600, wakeups=bell
+        ) as reader:
+            await writer.send(1)  # after the follower's first read: only a wake-up brings it before an hour
+            await writer.flush()
+            bell.ring()
+            with anyio.fail_after(30):
+                assert (await reader.receive()).value == 1
+            await writer.finish()
+            bell.ring()
+            with anyio.fail_after(30):
+                await handle_messages(reader, _ignore)
+
+
+async def _ignore(tx: object, value: int) -> None:
+    pass
