@@ -445,6 +445,8 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     raw: list[Percentiles] = []
     round_trips: list[Percentiles] = []
     lateness: list[float] = []  # the probe's, beside the bare ledger writes
+    pg_raw: list[Percentiles] = []  # one-row autocommit INSERTs on the same server
+    pg_writes: list[Percentiles] = []  # lone appends on the PostgreSQL ledger
     pg, pg_skipped, stack = postgres_target(args, progress)
     if pg is not None:
         configs.append(("postgres", True))
@@ -461,6 +463,19 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 f"  raw py-lmdb commit p50 {raw[-1]['p50']:,.0f} µs; "
                 f"ledger write round trip p50 {round_trips[-1]['p50']:,.0f} µs"
             )
+            if pg is not None:
+                from ._pg_round_trip import time_pg_ledger_writes, time_pg_raw_commits
+                from ._postgres import new_database
+
+                raw_url, ledger_url = (new_database(pg.server_url, pg.make_url) for _ in range(2))
+                pg_raw.append(percentiles(time_pg_raw_commits(raw_url, args.commits)))
+                pg_writes.append(
+                    percentiles(time_pg_ledger_writes(ledger_url, args.commits, backend=args.backend))
+                )
+                progress(
+                    f"  raw PostgreSQL one-row commit p50 {pg_raw[-1]['p50']:,.0f} µs; "
+                    f"PostgreSQL ledger write p50 {pg_writes[-1]['p50']:,.0f} µs"
+                )
             for store, sync in configs:
                 for rate in rates:
                     name = f"{'pg' if store == 'postgres' else store}{'' if sync else '_nondurable'}"
@@ -509,6 +524,10 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     out.update(_percentile_keys("raw_lmdb_commit", _median_of(raw)))
     out.update(_percentile_keys("ledger_write", _median_of(round_trips)))
     out["loop_lateness_p99_us"] = p99_us(lateness)
+    if pg_raw:
+        out.update(_percentile_keys("pg_raw_commit", _median_of(pg_raw)))
+        out.update(_percentile_keys("pg_write", _median_of(pg_writes)))
+        out["pg_write_in_raw_commits"] = out["pg_write_p50_us"] / out["pg_raw_commit_p50_us"]
     for name, figs in runs.items():
         out.update(_percentile_keys(name, _median_of([f.latency for f in figs])))
         out[f"{name}_orders_per_s"] = statistics.median(f.orders / f.seconds for f in figs)
@@ -633,6 +652,12 @@ def show_latency(out: dict[str, Any]) -> str:
             *("",) * 4,
         )
     )
+    if "pg_write_p50_us" in out:
+        for label, key in (
+            ("PostgreSQL: raw one-row autocommit INSERT", "pg_raw_commit"),
+            ("PostgreSQL ledger: a lone append's round trip", "pg_write"),
+        ):
+            rows.append((label, us(f"{key}_p50_us"), *("",) * 2, us(f"{key}_p99_us"), *("",) * 4))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)])

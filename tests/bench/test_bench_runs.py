@@ -293,6 +293,8 @@ def test_latency_bench_runs_on_postgres(
     assert out["pg_50k_txn_p50_us"] > 0 and 0 < out["pg_50k_writer_busy"] <= 1  # timed on its writer thread
     assert out["lmdb_50k_p50_us"] > 0
     assert set(out["goals_met"]) == {"lmdb_50k_p50_at_most_1ms", "lmdb_50k_p99_at_most_2ms"}
+    assert out["pg_raw_commit_p50_us"] > 0 and out["pg_write_p99_us"] >= out["pg_write_p50_us"] > 0
+    assert out["pg_write_in_raw_commits"] == out["pg_write_p50_us"] / out["pg_raw_commit_p50_us"]
 
 
 def test_streams_bench_on_postgres_reports_memory_store_and_skip_locked_in_the_same_run(
@@ -315,6 +317,9 @@ def test_streams_bench_on_postgres_reports_memory_store_and_skip_locked_in_the_s
         "ratio_streamledger_to_skip_locked",
     ):
         assert out[key] > 0, key
+    for name in ("streamledger", "raw_psycopg", "psycopg_per_message", "skip_locked"):
+        assert out[f"{name}_client_cpu_s_per_1k_msgs"] > 0, name
+        assert out[f"{name}_server_cpu_s_per_1k_msgs"] >= 0, name  # a server on this machine: read
     assert out["demo_workers"] == []
     assert set(out["goals_met"]) == {
         "at_least_0_7_of_raw_psycopg",
