@@ -31,18 +31,31 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _server_seconds(postmaster: int) -> float | None:
-    own = _stat(postmaster)
-    if own is None:
-        return None
-    # fields 14-17 of stat (utime, stime, cutime, cstime) are 11-14 here; the parent's pid is 1
-    total = sum(int(own[i]) for i in (11, 12, 13, 14))
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if fields is not None and int(fields[1]) == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / _TICKS
+    """The postmaster's CPU, its reaped children's and its live children's, read consistently.
+
+    A child reaped while the children are scanned would be in neither sum:
+    the reading is taken again until the postmaster's reaped time did not
+    move across the scan.
+    """
+    for _ in range(100):
+        own = _stat(postmaster)
+        if own is None:
+            return None
+        # fields 14-17 of stat (utime, stime, cutime, cstime) are 11-14 here; the parent's pid is 1
+        reaped = int(own[13]) + int(own[14])
+        total = sum(int(own[i]) for i in (11, 12, 13, 14))
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            fields = _stat(int(entry.name))
+            if fields is not None and int(fields[1]) == postmaster:
+                total += int(fields[11]) + int(fields[12])
+        after = _stat(postmaster)
+        if after is None:
+            return None
+        if int(after[13]) + int(after[14]) == reaped:
+            return total / _TICKS
+    return None
 
 
 def _client_seconds() -> float:
