@@ -23,6 +23,7 @@ from ledger import LeaseLostError
 from ledger.postgres import PartitionLease, consume, open_postgres
 from ledger.postgres._leases import FencedConnection
 from ledger.postgres._members import _claim, share_of
+from ledger.postgres._schema import TABLES
 from ledger.postgres._streams import PgStreamHooks
 from streams import StreamRef, open_scope
 from streams.store import KeyedWrite, MessageCommit, MessageRef, StreamRead, type_name
@@ -144,6 +145,11 @@ async def test_a_member_that_joins_gets_its_share_and_every_total_is_exact(postg
     assert released == share_of("b", ("a", "b"), shop.PARTITIONS) == {1, 3}
 
 
+def every_row(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the ledger at ``url``, in order: the database, to compare."""
+    return {table: sorted(execute(url, f"SELECT * FROM {table}"), key=repr) for table in TABLES}
+
+
 async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_url: str) -> None:
     await shop.produce(postgres_url, 40, CUSTOMERS)
     stream = "shop/checkout/orders"
@@ -169,8 +175,10 @@ async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_u
         assert read is not None and read.appended > 0
         message = MessageRef(ref, "totals", read.generation, 1)
         commit = MessageCommit(message=message, keyed=(KeyedWrite(b"s" + b"customer-0", b"\x07"),))
+        before = every_row(postgres_url)
         with pytest.raises(LeaseLostError, match="'new' \\(claim 2\\) holds it now: nothing was confirmed"):
             await zombie.commit([commit])
+        assert every_row(postgres_url) == before  # not a row of any table changed
         again = await ledger.backend.streams.read_stream(
             StreamRead(ref, type_name(shop.Order), ("totals",), 4)
         )

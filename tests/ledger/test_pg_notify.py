@@ -7,6 +7,8 @@ tests of lost notifications set it small, and pass by the poll.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -80,10 +82,9 @@ def member(url: str, seen: Seen, poll_seconds: float) -> Any:
     return run
 
 
-async def test_an_idle_member_handles_a_message_appended_elsewhere_long_before_its_poll(
-    postgres_url: str,
-) -> None:
-    seen = Seen()
+@asynccontextmanager
+async def a_member_that_handled_one(postgres_url: str, seen: Seen) -> AsyncIterator[Any]:
+    """A member (its poll bound :data:`NEVER`) that handled the number 1; the writer of the numbers."""
     async with open_postgres(postgres_url) as ledger, open_scope(ledger.streams, scope="notify") as scope:
         writer = (await open_numbers(scope)).writer()
         await writer.send(1)
@@ -92,40 +93,41 @@ async def test_an_idle_member_handles_a_message_appended_elsewhere_long_before_i
             tg.start_soon(member(postgres_url, seen, NEVER))
             with anyio.fail_after(30):  # the member starts, claims, and reads what is there
                 await seen.event(1).wait()
-            await writer.send(2)  # the follower waits now: only a notification brings this
-            await writer.flush()
-            with anyio.fail_after(20):
-                await seen.event(2).wait()
-            await writer.finish()
-            with anyio.fail_after(20):  # the end of both partitions is told too: the member returns
-                await seen.returned.wait()
+            yield writer
+
+
+async def test_an_idle_member_handles_a_message_appended_elsewhere_long_before_its_poll(
+    postgres_url: str,
+) -> None:
+    seen = Seen()
+    async with a_member_that_handled_one(postgres_url, seen) as writer:
+        await writer.send(2)  # the follower waits now: only a notification brings this
+        await writer.flush()
+        with anyio.fail_after(20):
+            await seen.event(2).wait()
+        await writer.finish()
+        with anyio.fail_after(20):  # the end of both partitions is told too: the member returns
+            await seen.returned.wait()
 
 
 async def test_a_member_whose_listening_session_was_ended_hears_again_and_misses_nothing(
     postgres_url: str,
 ) -> None:
     seen = Seen()
-    async with open_postgres(postgres_url) as ledger, open_scope(ledger.streams, scope="notify") as scope:
-        writer = (await open_numbers(scope)).writer()
-        await writer.send(1)
+    async with a_member_that_handled_one(postgres_url, seen) as writer:
+        ended = await anyio.to_thread.run_sync(end_listening_sessions, postgres_url)
+        assert ended == 1
+        await writer.send(2)  # maybe while nobody listens: the listener, back, wakes every waiter
         await writer.flush()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(member(postgres_url, seen, NEVER))
-            with anyio.fail_after(30):
-                await seen.event(1).wait()
-            ended = await anyio.to_thread.run_sync(end_listening_sessions, postgres_url)
-            assert ended == 1
-            await writer.send(2)  # maybe while nobody listens: the listener, back, wakes every waiter
-            await writer.flush()
-            with anyio.fail_after(20):
-                await seen.event(2).wait()
-            await writer.send(3)  # and it listens again
-            await writer.flush()
-            with anyio.fail_after(20):
-                await seen.event(3).wait()
-            await writer.finish()
-            with anyio.fail_after(20):
-                await seen.returned.wait()
+        with anyio.fail_after(20):
+            await seen.event(2).wait()
+        await writer.send(3)  # and it listens again
+        await writer.flush()
+        with anyio.fail_after(20):
+            await seen.event(3).wait()
+        await writer.finish()
+        with anyio.fail_after(20):
+            await seen.returned.wait()
 
 
 def end_listening_sessions(url: str) -> int:
