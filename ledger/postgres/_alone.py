@@ -15,7 +15,7 @@ lost while it is in flight is then a lost commit, told as one
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,12 +56,20 @@ class LazyTransaction:
     went alone is refused: it could not be part of it.
     """
 
-    __slots__ = ("_conn", "_state", "_transaction")
+    __slots__ = ("_conn", "_state", "_transaction", "on_begin")
 
     def __init__(self, conn: LedgerConnection) -> None:
         self._conn = conn
         self._transaction: Any = None
         self._state = "waiting"  # then "begun", or "alone" (its statement next) and "sent"
+        #: Run once the transaction began, before the statement that began it (a fenced call's lease
+        #: check: its transaction's first statement, so whatever it locks it locks under its lease).
+        self.on_begin: Callable[[], None] | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Nothing was sent yet: the next statement begins the transaction, or goes alone."""
+        return self._state == "waiting"
 
     @property
     def wrote_alone(self) -> bool:
@@ -75,6 +83,8 @@ class LazyTransaction:
             self._state = "begun"
             self._transaction = self._conn.transaction()
             self._transaction.__enter__()
+            if self.on_begin is not None:
+                self.on_begin()
         elif state == "alone":
             self._state = "sent"
         elif state == "sent":

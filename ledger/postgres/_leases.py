@@ -14,6 +14,7 @@ the row lock: the write commits first, or sees the new token.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
@@ -21,7 +22,7 @@ import msgspec
 from .._errors import LeaseLostError
 from ._notify import CHANNEL, RUNS
 from ._store import IDLE_IN_TRANSACTION_SECONDS, PgConnection
-from ._view import PgView
+from ._view import PgView, StatementFence
 
 __all__ = [
     "STUCK_ON_ITS_CLIENT",
@@ -32,6 +33,7 @@ __all__ = [
     "claim_run",
     "end_stuck_sessions",
     "held_or_lost",
+    "lost_error",
     "release",
     "renew",
 ]
@@ -51,7 +53,21 @@ class Lease(msgspec.Struct, frozen=True):
         row = conn.execute(
             "SELECT owner, token FROM streamledger_leases WHERE run_id = %s FOR SHARE", (self.run_id,)
         ).fetchone()
-        held_or_lost(row, self.token, f"worker {self.owner!r} lost its lease on run {self.run_id!r}")
+        held_or_lost(row, self.token, self._lost)
+
+    def lease_row(self) -> tuple[str, tuple[object, ...]]:
+        """The lease's row for a write statement to check (:class:`~ledger.postgres._view.StatementFence`)."""
+        return _RUN_LEASE_ROW, (self.run_id,)
+
+    def lost(self, holder: tuple[str, int] | None) -> Exception:
+        return lost_error(holder, self.token, self._lost)
+
+    @property
+    def _lost(self) -> str:
+        return f"worker {self.owner!r} lost its lease on run {self.run_id!r}"
+
+
+_RUN_LEASE_ROW: Final = "SELECT owner, token FROM streamledger_leases WHERE run_id = %b::text FOR SHARE"
 
 
 def held_or_lost(row: Any, token: int, lost: str) -> None:
@@ -60,12 +76,26 @@ def held_or_lost(row: Any, token: int, lost: str) -> None:
     ``row`` is a lease row's ``(owner, token)``, or None if there is none.
     """
     if row is None or row[1] != token:
-        holder = "nobody" if row is None else f"{row[0]!r} (claim {row[1]})"
-        raise LeaseLostError(f"{lost} (claim {token}); {holder} holds it now: nothing was confirmed")
+        raise lost_error(None if row is None else (row[0], row[1]), token, lost)
 
 
-class Fence(Protocol):
-    """A lease whose holder's every write checks it first (a run's, or a group member's partition's)."""
+def lost_error(holder: tuple[str, int] | None, token: int, lost: str) -> LeaseLostError:
+    """The error of a write refused for lease ``token`` (``lost`` says whose), ``holder`` holding it now."""
+    who = "nobody" if holder is None else f"{holder[0]!r} (claim {holder[1]})"
+    return LeaseLostError(f"{lost} (claim {token}); {who} holds it now: nothing was confirmed")
+
+
+class Fence(StatementFence, Protocol):
+    """A lease whose holder's every write checks it (a run's, or a group member's partition's).
+
+    Every transaction of a fenced call checks the lease first, by
+    :meth:`check`, so that whatever it locks it locks under the lease (a
+    writer stopped inside it holds the lease's row, and a claim ends its
+    session: :data:`STUCK_ON_ITS_CLIENT`). A call whose only statement is its
+    write sends it alone, with the lease checked in that statement
+    (:class:`~ledger.postgres._view.StatementFence`): one round trip where
+    BEGIN, the check, the write and COMMIT took four.
+    """
 
     def check(self, conn: Any) -> None:
         """Raise :class:`~ledger.LeaseLostError` unless the lease still holds (in the write's transaction)."""
@@ -73,7 +103,7 @@ class Fence(Protocol):
 
 
 class FencedConnection:
-    """A ledger connection whose every call first checks a lease: the worker's on its run, or a member's."""
+    """A ledger connection whose every call checks a lease: the worker's on its run, or a member's."""
 
     def __init__(self, connection: PgConnection, lease: Fence) -> None:
         self._connection = connection
@@ -87,7 +117,15 @@ class FencedConnection:
         lease = self.lease
 
         def fenced(view: PgView) -> T:
-            lease.check(view.connection)
+            conn = view.connection
+            lazy = getattr(conn, "lazy", None)
+            if buffered and lazy is not None and lazy.waiting:
+                # alone in its transaction: a write that goes alone checks the lease in its own
+                # statement; any other statement first checks it, as its transaction's first
+                view.fence_with(lease)
+                lazy.on_begin = partial(lease.check, conn)
+            else:
+                lease.check(conn)
             return op(view)
 
         return await self._connection.call(fenced, buffered=buffered, idempotent=idempotent)

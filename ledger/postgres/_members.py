@@ -79,7 +79,7 @@ from streams.store import StreamRead, partition_name, qualified_type_name, singl
 
 from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import find_cause
-from ._leases import STUCK_ON_ITS_CLIENT, FencedConnection, held_or_lost
+from ._leases import STUCK_ON_ITS_CLIENT, FencedConnection, held_or_lost, lost_error
 from ._notify import Listener, Wakeup, open_listener, stream_topic
 from ._store import IDLE_IN_TRANSACTION_SECONDS, RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
@@ -143,8 +143,25 @@ class PartitionLease(msgspec.Struct, frozen=True):
             " WHERE stream = %s AND grp = %s AND partition = %s FOR SHARE",
             (self.stream, self.group, self.partition),
         ).fetchone()
+        held_or_lost(row, self.token, self._lost)
+
+    def lease_row(self) -> tuple[str, tuple[object, ...]]:
+        """The lease's row for a write statement to check (:class:`~ledger.postgres._view.StatementFence`)."""
+        return _PARTITION_LEASE_ROW, (self.stream, self.group, self.partition)
+
+    def lost(self, holder: tuple[str, int] | None) -> Exception:
+        return lost_error(holder, self.token, self._lost)
+
+    @property
+    def _lost(self) -> str:
         lost = f"member {self.owner!r} lost its lease on partition {self.partition} of {self.stream}"
-        held_or_lost(row, self.token, f"{lost} for group {self.group!r}")
+        return f"{lost} for group {self.group!r}"
+
+
+_PARTITION_LEASE_ROW: Final = (
+    "SELECT owner, token FROM streamledger_partition_leases"
+    " WHERE stream = %b::text AND grp = %b::text AND partition = %b::int FOR SHARE"
+)
 
 
 class _Tick(msgspec.Struct, frozen=True):

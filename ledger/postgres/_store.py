@@ -44,7 +44,7 @@ from streams import StreamRef
 from streams.store import ATTR
 
 from .._committer import Answer, Batch, BatchTimer, BeforeCommit, GroupCommitter, ServesWrites, serving
-from .._errors import LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError
+from .._errors import LeaseLostError, LedgerClosedError, LedgerUnreachableError, OutcomeUnknownError
 from ._alone import LazyTransaction, LedgerConnection
 from ._faults import (
     CONFLICTS,
@@ -444,7 +444,7 @@ class PgConnection(ServesWrites["_Call"]):
         view = PgView(conn, self._ids, self._kept if use_kept and not call.idempotent else None)
         try:
             outcome = self._run_one(conn, call, shared, view)
-        except (KeptStale, *CONFLICTS):
+        except (KeptStale, LeaseLostError, *CONFLICTS):  # a lease lost: whatever the call kept
             raise
         except Exception as exc:
             if view.used_kept and not server_gone(exc, conn):

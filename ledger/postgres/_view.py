@@ -20,9 +20,10 @@ checked on every read.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 from zlib import crc32
 
 import msgspec
@@ -48,10 +49,12 @@ __all__ = [
     "Kept",
     "KeptStale",
     "PgView",
+    "StatementFence",
     "decode_row",
     "keyed",
     "keyed_seal",
     "kept_stale",
+    "lease_lost",
     "run_row",
     "sound_digest",
     "unsealed_key",
@@ -263,6 +266,55 @@ def kept_stale(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.InvalidTextRepresentation) and _STALE in str(exc)
 
 
+class StatementFence(Protocol):
+    """A lease the write statement of each call made under it checks (:meth:`PgView.fence_with`).
+
+    The statement reads the lease's row ``FOR SHARE`` and fails unless it
+    holds the lease's token: a writer whose lease was taken over changes
+    nothing, and one that holds it pays no round trip for the check. The
+    row stays locked until the transaction ends, so a takeover racing the
+    write waits for it, or the write sees the new token.
+    """
+
+    @property
+    def token(self) -> int: ...
+
+    def lease_row(self) -> tuple[str, tuple[object, ...]]:
+        """A query of the lease's row, ``owner`` and ``token``, ``FOR SHARE``; its parameters (``%b``)."""
+        ...
+
+    def lost(self, holder: tuple[str, int] | None) -> Exception:
+        """The error of a write refused for this lease, ``holder`` holding it now (None: nobody)."""
+        ...
+
+
+#: The statement's answer that fails it unless its lease still holds (:class:`StatementFence`): a
+#: failing cast again, naming who holds the lease now (JSON), which :func:`lease_lost` reads back.
+_LOST: Final = "streamledger: lease lost"
+_RAISE_IF_LOST: Final = (
+    "(SELECT CASE WHEN EXISTS (SELECT 1 FROM fence WHERE token = %b::bigint) THEN 0"
+    f" ELSE ('{_LOST} ' || coalesce((SELECT json_build_array(owner, token)::text FROM fence), 'null'))::int"
+    " END)"
+)
+
+
+def lease_lost(exc: BaseException) -> tuple[bool, tuple[str, int] | None]:
+    """Whether ``exc`` is a write statement's fence failing, and who holds the lease now if so."""
+    if not isinstance(exc, psycopg.errors.InvalidTextRepresentation):
+        return False, None
+    text = str(exc)
+    if _LOST not in text:
+        return False, None
+    found = text.split(_LOST, 1)[1].split("\n", 1)[0].strip().rstrip('"').strip()
+    try:
+        holder = json.loads(found)
+    except ValueError:
+        return True, None
+    if isinstance(holder, list) and len(holder) == 2:
+        return True, (str(holder[0]), int(holder[1]))
+    return True, None
+
+
 #: Tells the streams a call appended to or whose descriptor it changed (appended, finished, failed,
 #: reopened, their groups changed) to whoever follows them (:mod:`ledger.postgres._notify`): one
 #: notification a stream, its id, sent by the server when (and only if) the transaction commits.
@@ -273,15 +325,16 @@ _TOLD: Final = ("runs", "descriptors")
 #: The statement of each set of parts a call has (and whether it checks kept records): few sets
 #: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
 #: cache of prepared statements).
-_statements: dict[tuple[bool, ...], str] = {}
+_statements: dict[tuple[object, ...], str] = {}
 
 
-def _statement(present: tuple[bool, ...], guarded: bool) -> str:
-    sql = _statements.get((*present, guarded))
+def _statement(present: tuple[bool, ...], guarded: bool, fence: str | None) -> str:
+    key = (*present, guarded, fence)
+    sql = _statements.get(key)
     if sql is None:
         parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
         told = any(on for (name, _, _), on in zip(_PARTS, present, strict=True) if name in _TOLD)
-        if not (guarded or told) and len(parts) == 1:
+        if not (guarded or told or fence) and len(parts) == 1:
             sql = parts[0]
         else:
             ctes = [f"w{i} AS ({part})" for i, part in enumerate(parts)]
@@ -292,8 +345,11 @@ def _statement(present: tuple[bool, ...], guarded: bool) -> str:
             if told:  # a CTE that only reads runs only if the statement reads it: count its rows
                 ctes.append(f"told AS ({_NOTIFY})")
                 answers.append("(SELECT count(*) FROM told)")
+            if fence is not None:
+                ctes.append(f"fence AS ({fence})")
+                answers.append(_RAISE_IF_LOST)
             sql = "WITH " + ", ".join(ctes) + " SELECT " + (", ".join(answers) or "1")
-        _statements[(*present, guarded)] = sql
+        _statements[key] = sql
     return sql
 
 
@@ -337,13 +393,14 @@ class _Writes:
         self.budgets: list[tuple[int, str, int, str, str, bytes]] = []
         self.budgets_gone: list[tuple[int, str, int, str, str]] = []
 
-    def statement(self) -> tuple[str, list[list[Any]]]:
-        """The statement writing every row, with one array a column (``""``: nothing to write)."""
+    def statement(self, fence: StatementFence | None = None) -> tuple[str, list[Any]]:
+        """The statement writing every row, with one array a column (``""``: nothing to write), and
+        checking ``fence`` if there is one (then there is a statement, even with nothing to write)."""
         present = tuple(bool(getattr(self, name)) for name, _, _ in _PARTS)
         guarded = bool(self.guard_descriptors)
-        if not (guarded or any(present)):
+        if not (guarded or any(present) or fence):
             return "", []
-        params: list[list[Any]] = []
+        params: list[Any] = []
         for (name, _, kinds), on in zip(_PARTS, present, strict=True):
             if on:
                 rows: list[tuple[Any, ...]] = getattr(self, name)
@@ -361,7 +418,11 @@ class _Writes:
         told.update(dict.fromkeys(row[0] for row in self.descriptors))
         if told:
             params.append(Int8s(told))
-        return _statement(present, guarded), params
+        fence_sql = None
+        if fence is not None:
+            fence_sql, fence_params = fence.lease_row()
+            params += [*fence_params, fence.token]
+        return _statement(present, guarded, fence_sql), params
 
 
 class PgView(CachedView):
@@ -374,6 +435,7 @@ class PgView(CachedView):
     __slots__ = (
         "_compactions",
         "_conn",
+        "_fence",
         "_full",
         "_guarded",
         "_kept",
@@ -403,6 +465,12 @@ class PgView(CachedView):
         self._runs: list[tuple[StreamRef, int, int, bytes]] = []
         self._compactions: dict[StreamRef, int] = {}
         self._writes: _Writes | None = None  # while flushing: the rows of its one statement
+        self._fence: StatementFence | None = None  # the lease the write statement checks
+
+    def fence_with(self, fence: StatementFence) -> None:
+        """Have the call's write statement check ``fence`` (:class:`StatementFence`): the call then always
+        ends with one, so a writer that lost its lease is told so even when it has nothing to write."""
+        self._fence = fence
 
     def flush(self) -> None:
         """Write everything the call changed: its records in one statement, one round trip.
@@ -423,6 +491,14 @@ class PgView(CachedView):
             else:
                 super().flush()
                 self._write_records(writes)
+        except psycopg.errors.InvalidTextRepresentation as exc:
+            # the records' statement failed its own checks (in a pipeline, its error comes at the end)
+            if kept_stale(exc):
+                raise KeptStale from None
+            lost, holder = lease_lost(exc)
+            if lost and self._fence is not None:
+                raise self._fence.lost(holder) from None
+            raise
         finally:
             self._writes = None
 
@@ -443,20 +519,22 @@ class PgView(CachedView):
         for stream_id, raw, groups in self._guarded:
             writes.guard_descriptors.append((stream_id, raw))
             writes.guard_groups.extend((stream_id, name, raw) for name, (_, raw) in groups.items())
-        sql, params = writes.statement()
-        if sql:
-            # nothing is fetched: a stale kept record fails the statement itself, which the transaction's
-            # caller then runs again from records read afresh; so a call that sent nothing before it
-            # may send it alone, a transaction of its own (one round trip: no BEGIN, no COMMIT)
-            alone = getattr(self._conn, "write_alone", None)
-            if alone is not None:
-                alone()
-            try:
-                self._conn.execute(sql, params)
-            except psycopg.errors.InvalidTextRepresentation as exc:
-                if kept_stale(exc):
-                    raise KeptStale from None
-                raise
+        fence = self._fence
+        sql, params = writes.statement(fence)
+        if not sql:
+            return
+        # nothing is fetched: a stale kept record (or a lost lease) fails the statement itself, which
+        # changes nothing; so a call that sent nothing before it may send it alone, a transaction of
+        # its own (one round trip: no BEGIN, no COMMIT). Its checks failing: see flush.
+        alone = getattr(self._conn, "write_alone", None)
+        if fence is not None and not (alone is not None and alone()):
+            # not alone: its transaction's first statement checked the lease (:class:`StatementFence`)
+            sql, params = writes.statement(None)
+            if not sql:
+                return
+        elif fence is None and alone is not None:
+            alone()
+        self._conn.execute(sql, params)
 
     @property
     def used_kept(self) -> bool:
