@@ -186,6 +186,25 @@ async def test_a_zombie_members_commit_is_refused_and_changes_nothing(postgres_u
         await PgStreamHooks(FencedConnection(connection, new)).commit([commit])  # the holder's is taken
 
 
+PARTITION_0 = StreamRef("shop", "checkout", "orders#0")
+
+
+def add_member(url: str, name: str, expires: str) -> None:
+    """A member row of group ``totals`` for ``name``, alive until ``now() + expires``."""
+    execute(
+        url,
+        "INSERT INTO streamledger_members VALUES (%s, 'totals', %s, now() + %s::interval)",
+        ("shop/checkout/orders", name, expires),
+    )
+
+
+async def read_partition_0(ledger: Any) -> Any:
+    """Partition 0 of the shop's orders as group ``totals`` reads it (the connection keeps it then)."""
+    return await ledger.backend.streams.read_stream(
+        StreamRead(PARTITION_0, type_name(shop.Order), ("totals",), 4)
+    )
+
+
 async def test_a_lone_write_checks_its_lease_in_its_own_statement_and_a_zombies_changes_nothing(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,51 +212,34 @@ async def test_a_lone_write_checks_its_lease_in_its_own_statement_and_a_zombies_
     no check beside it (the check is made to do nothing here, so only the statement can refuse), a
     zombie's refused with who holds the lease now, and not a row of any table changed."""
     await shop.produce(postgres_url, 40, CUSTOMERS)
-    stream = "shop/checkout/orders"
-    ref = StreamRef("shop", "checkout", "orders#0")
-    execute(
-        postgres_url,
-        "INSERT INTO streamledger_members VALUES (%s, 'totals', 'old', now() - interval '1 s')",
-        (stream,),
-    )
+    add_member(postgres_url, "old", "-1 s")
     async with open_postgres(postgres_url) as ledger:
         connection = ledger.backend.connection
-        claim = partial(_claim, stream=stream, group="totals", partitions=[0])
+        claim = partial(_claim, stream="shop/checkout/orders", group="totals", partitions=[0])
         [old] = await connection.call(partial(claim, owner="old"))
         [new] = await connection.call(partial(claim, owner="new"))  # old's row ran out: taken over
-        read = await ledger.backend.streams.read_stream(  # the connection keeps the stream now
-            StreamRead(ref, type_name(shop.Order), ("totals",), 4)
-        )
+        read = await read_partition_0(ledger)  # the connection keeps the stream now
         assert read is not None
         checked: list[object] = []
         monkeypatch.setattr(PartitionLease, "check", lambda lease, conn: checked.append(lease))
-        commit = MessageCommit(message=MessageRef(ref, "totals", read.generation, 1))
+        commit = MessageCommit(message=MessageRef(PARTITION_0, "totals", read.generation, 1))
         before = every_row(postgres_url)
         with pytest.raises(LeaseLostError, match="'new' \\(claim 2\\) holds it now: nothing was confirmed"):
             await PgStreamHooks(FencedConnection(connection, old)).commit([commit])
         assert every_row(postgres_url) == before and checked == []
-        await ledger.backend.streams.read_stream(  # a failed call forgot what it kept: kept again
-            StreamRead(ref, type_name(shop.Order), ("totals",), 4)
-        )
+        await read_partition_0(ledger)  # a failed call forgot what it kept: kept again
         await PgStreamHooks(FencedConnection(connection, new)).commit([commit])  # the holder's: alone
-        again = await ledger.backend.streams.read_stream(
-            StreamRead(ref, type_name(shop.Order), ("totals",), 4)
-        )
+        again = await read_partition_0(ledger)
         assert again is not None and again.groups[0].acked_through == 1 and checked == []
 
 
 async def test_a_process_restarted_under_its_name_fences_the_one_before_it(postgres_url: str) -> None:
     """Its own lease is claimed again, its member row alive: the token rises, the earlier one is refused."""
     await shop.produce(postgres_url, 40, CUSTOMERS)
-    stream = "shop/checkout/orders"
-    execute(
-        postgres_url,
-        "INSERT INTO streamledger_members VALUES (%s, 'totals', 'host:1', now() + interval '1 min')",
-        (stream,),
-    )
+    add_member(postgres_url, "host:1", "1 min")
     async with open_postgres(postgres_url) as ledger:
         connection = ledger.backend.connection
-        claim = partial(_claim, stream=stream, group="totals", owner="host:1", partitions=[0])
+        claim = partial(_claim, stream="shop/checkout/orders", group="totals", owner="host:1", partitions=[0])
         [before] = await connection.call(claim)
         [after] = await connection.call(claim)  # the same name, alive: a restart of that process
         assert (before.token, after.token) == (1, 2)
