@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import LedgerEnv
+from ledger.postgres._alone import LedgerConnection
 
 from . import pg_server
 
@@ -80,6 +81,8 @@ def _no_blocking_ledger_calls_on_the_event_loop(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(LedgerEnv, "begin_write", _off_the_loop("a write transaction", LedgerEnv.begin_write))
     # the PostgreSQL backend: every round trip to the server, and every connection made
     monkeypatch.setattr(psycopg, "connect", _off_the_loop("psycopg.connect", psycopg.connect))
+    connect = LedgerConnection.connect.__func__  # type: ignore[attr-defined]  # the ledger's connections
+    monkeypatch.setattr(LedgerConnection, "connect", classmethod(_off_the_loop("a connect", connect)))
     for cls in (psycopg.Connection, psycopg.Cursor):
         monkeypatch.setattr(cls, "execute", _off_the_loop(f"{cls.__name__}.execute", cls.execute))
     monkeypatch.setattr(
