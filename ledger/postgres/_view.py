@@ -319,8 +319,32 @@ def lease_lost(exc: BaseException) -> tuple[bool, tuple[str, int] | None]:
 #: reopened, their groups changed) to whoever follows them (:mod:`ledger.postgres._notify`): one
 #: notification a stream, its id, sent by the server when (and only if) the transaction commits.
 _NOTIFY: Final = f"SELECT pg_notify('{CHANNEL}', n.id::text) FROM unnest(%b::bigint[]) AS n(id)"
-#: The parts whose streams are told (:data:`_NOTIFY`), by their :data:`_PARTS` names.
-_TOLD: Final = ("runs", "descriptors")
+
+
+def _tells(before: StreamDescriptor | None, after: StreamDescriptor) -> bool:
+    """Whether a descriptor's change is one a stream's followers must hear of (:data:`_NOTIFY`).
+
+    A compaction, or the marks and position that come with an append (its
+    runs tell of it), are not: a follower reads nothing new for them.
+    """
+    return before is None or (
+        before.generation,
+        before.groups,
+        before.appended,
+        before.finished,
+        before.failed,
+        before.type_name,
+        before.partitions,
+    ) != (
+        after.generation,
+        after.groups,
+        after.appended,
+        after.finished,
+        after.failed,
+        after.type_name,
+        after.partitions,
+    )
+
 
 #: The statement of each set of parts a call has (and whether it checks kept records): few sets
 #: occur, so each text is built once, and PostgreSQL prepares each once per connection (psycopg's
@@ -328,12 +352,11 @@ _TOLD: Final = ("runs", "descriptors")
 _statements: dict[tuple[object, ...], str] = {}
 
 
-def _statement(present: tuple[bool, ...], guarded: bool, fence: str | None) -> str:
-    key = (*present, guarded, fence)
+def _statement(present: tuple[bool, ...], guarded: bool, told: bool, fence: str | None) -> str:
+    key = (*present, guarded, told, fence)
     sql = _statements.get(key)
     if sql is None:
         parts = [part for (_, part, _), on in zip(_PARTS, present, strict=True) if on]
-        told = any(on for (name, _, _), on in zip(_PARTS, present, strict=True) if name in _TOLD)
         if not (guarded or told or fence) and len(parts) == 1:
             sql = parts[0]
         else:
@@ -379,12 +402,15 @@ class _Writes:
         "guard_descriptors",
         "guard_groups",
         "runs",
+        "told",
     )
 
     def __init__(self) -> None:
         #: The kept records the call used, to check in the statement (:data:`_GUARD`).
         self.guard_descriptors: list[tuple[int, bytes]] = []
         self.guard_groups: list[tuple[int, str, bytes]] = []
+        #: The streams whose followers are told of the call (:data:`_NOTIFY`), beside those it appended to.
+        self.told: list[int] = []
         self.compactions: list[tuple[int, int]] = []
         self.runs: list[tuple[int, int, int, bytes]] = []
         self.descriptors: list[tuple[int, bytes]] = []
@@ -415,14 +441,14 @@ class _Writes:
                 Byteas(raw for _, _, raw in self.guard_groups),
             ]
         told = dict.fromkeys(row[0] for row in self.runs)
-        told.update(dict.fromkeys(row[0] for row in self.descriptors))
+        told.update(dict.fromkeys(self.told))
         if told:
             params.append(Int8s(told))
         fence_sql = None
         if fence is not None:
             fence_sql, fence_params = fence.lease_row()
             params += [*fence_params, fence.token]
-        return _statement(present, guarded, fence_sql), params
+        return _statement(present, guarded, bool(told), fence_sql), params
 
 
 class PgView(CachedView):
@@ -440,6 +466,7 @@ class PgView(CachedView):
         "_guarded",
         "_kept",
         "_known_ids",
+        "_loaded",
         "_raw",
         "_runs",
         "_writes",
@@ -466,6 +493,8 @@ class PgView(CachedView):
         self._compactions: dict[StreamRef, int] = {}
         self._writes: _Writes | None = None  # while flushing: the rows of its one statement
         self._fence: StatementFence | None = None  # the lease the write statement checks
+        #: Each descriptor as it was read (or kept), to tell a change its followers must hear of.
+        self._loaded: dict[StreamRef, StreamDescriptor] = {}
 
     def fence_with(self, fence: StatementFence) -> None:
         """Have the call's write statement check ``fence`` (:class:`StatementFence`): the call then always
@@ -651,7 +680,7 @@ class PgView(CachedView):
                         f"stream {ref} has id {stream_id}, whose descriptor is for {desc.ref}; "
                         "the ledger is damaged"
                     )
-                found[i - 1] = desc
+                found[i - 1] = self._loaded[ref] = desc
                 self._raw[ref] = raw
                 self._full.add(ref)
         return found
@@ -663,6 +692,7 @@ class PgView(CachedView):
         self._guarded.append((stream_id, raw, groups))
         self._raw[ref] = raw
         self._full.add(ref)
+        self._loaded[ref] = desc
         for group, (frontier, raw_frontier) in groups.items():
             if (ref, group) not in self._groups:
                 self._groups[(ref, group)] = frontier
@@ -783,7 +813,10 @@ class PgView(CachedView):
         encode = _encoder.encode
         for ref, desc in descriptors.items():
             raw = self._raw[ref] = encode(desc)
-            writes.descriptors.append((self._require_id(ref), raw))
+            written = self._require_id(ref)
+            writes.descriptors.append((written, raw))
+            if _tells(self._loaded.get(ref), desc):
+                writes.told.append(written)
         for (ref, group), frontier in groups.items():
             if frontier is not None:
                 raw = self._raw[(ref, group)] = encode(frontier)

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import msgspec
 import psycopg
 import pytest
 
@@ -296,3 +297,23 @@ async def test_a_listener_hears_the_runs_channel_only_for_runs_made_due(postgres
             await anyio.to_thread.run_sync(notify, postgres_url, "marker")
             await told(marker)
             assert not due.is_set()
+
+
+def test_only_what_a_follower_reads_anew_tells_it_of_a_descriptor_change() -> None:
+    """A compaction (and the marks and position of an append, whose runs tell of it) tells nobody; a
+    new generation, group set, append count, end or failure does, and so does a new stream."""
+    from ledger.postgres._view import _tells
+    from streams.store import StreamDescriptor
+
+    before = StreamDescriptor(StreamRef("s", "n", "k"), "int", 16, 1, ("g",), appended=10, position=10)
+    assert not _tells(before, msgspec.structs.replace(before, compacted_through=8))
+    assert not _tells(before, msgspec.structs.replace(before, marks=(1, 2), position=11))
+    for change in (
+        {"generation": 2},
+        {"groups": ("g", "h")},
+        {"appended": 11},
+        {"finished": True},
+        {"failed": True},
+    ):
+        assert _tells(before, msgspec.structs.replace(before, **change)), change
+    assert _tells(None, before)
