@@ -327,22 +327,19 @@ def _tells(before: StreamDescriptor | None, after: StreamDescriptor) -> bool:
     A compaction, or the marks and position that come with an append (its
     runs tell of it), are not: a follower reads nothing new for them.
     """
-    return before is None or (
-        before.generation,
-        before.groups,
-        before.appended,
-        before.finished,
-        before.failed,
-        before.type_name,
-        before.partitions,
-    ) != (
-        after.generation,
-        after.groups,
-        after.appended,
-        after.finished,
-        after.failed,
-        after.type_name,
-        after.partitions,
+    return before is None or _followed(before) != _followed(after)
+
+
+def _followed(desc: StreamDescriptor) -> tuple[object, ...]:
+    """What of a descriptor a follower reads anew when it changes."""
+    return (
+        desc.generation,
+        desc.groups,
+        desc.appended,
+        desc.finished,
+        desc.failed,
+        desc.type_name,
+        desc.partitions,
     )
 
 
@@ -497,8 +494,9 @@ class PgView(CachedView):
         self._loaded: dict[StreamRef, StreamDescriptor] = {}
 
     def fence_with(self, fence: StatementFence) -> None:
-        """Have the call's write statement check ``fence`` (:class:`StatementFence`): the call then always
-        ends with one, so a writer that lost its lease is told so even when it has nothing to write."""
+        """Have the call's write statement check ``fence`` (:class:`StatementFence`) if it goes alone:
+        it goes then even with nothing to write, so a writer that lost its lease is told so. (A call
+        that sent a statement before it checked the lease first, in its transaction.)"""
         self._fence = fence
 
     def flush(self) -> None:
@@ -548,21 +546,18 @@ class PgView(CachedView):
         for stream_id, raw, groups in self._guarded:
             writes.guard_descriptors.append((stream_id, raw))
             writes.guard_groups.extend((stream_id, name, raw) for name, (_, raw) in groups.items())
-        fence = self._fence
-        sql, params = writes.statement(fence)
-        if not sql:
-            return
         # nothing is fetched: a stale kept record (or a lost lease) fails the statement itself, which
         # changes nothing; so a call that sent nothing before it may send it alone, a transaction of
         # its own (one round trip: no BEGIN, no COMMIT). Its checks failing: see flush.
         alone = getattr(self._conn, "write_alone", None)
-        if fence is not None and not (alone is not None and alone()):
-            # not alone: its transaction's first statement checked the lease (:class:`StatementFence`)
-            sql, params = writes.statement(None)
+        if self._fence is not None and alone is not None and alone():
+            sql, params = writes.statement(self._fence)  # alone: it checks the lease itself
+        else:  # fenced or not, a transaction's first statement checked its lease (:class:`StatementFence`)
+            sql, params = writes.statement()
             if not sql:
                 return
-        elif fence is None and alone is not None:
-            alone()
+            if self._fence is None and alone is not None:
+                alone()
         self._conn.execute(sql, params)
 
     @property

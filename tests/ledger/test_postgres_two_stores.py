@@ -23,6 +23,9 @@ from streams import (
 )
 from streams.store import (
     AppendBatch,
+    KeyedHooks,
+    KeyedRead,
+    KeyedWrite,
     MessageCommit,
     MessageRef,
     OutputBatch,
@@ -78,6 +81,30 @@ async def test_acks_of_two_stores_in_one_group_make_one_contiguous_frontier(post
             assert (billing.acked_through, billing.acked_above, billing.state) == (4, (), b"other again")
             described = await store.streams.describe(INVOICES)
             assert described is not None and described.appended == 4
+
+
+async def test_keyed_acks_of_two_stores_in_turn_each_find_the_others_frontier(postgres_url: str) -> None:
+    """A keyed commit writes its keys before its records, in one pipeline: a kept frontier gone stale
+    with the other store's commit fails the records' statement, and the call runs again from what the
+    other store confirmed, keys and all, as an unkeyed one does."""
+    async with open_postgres(postgres_url) as one, open_postgres(postgres_url) as other:
+        opened = await one.streams.open(StreamOpen(ORDERS, "bytes", 16, ("billing",)))
+        g = opened.generation
+        await one.streams.append(AppendBatch(ORDERS, g, 1, (b"1", b"2", b"3")))
+
+        def keyed(seq: int, value: bytes) -> list[MessageCommit]:
+            writes = (KeyedWrite(b"total", value), KeyedWrite(b"last", b"%d" % seq))
+            return [MessageCommit(MessageRef(ORDERS, "billing", g, seq), keyed=writes)]
+
+        await one.streams.commit(keyed(1, b"one"))  # the stream and its frontier are kept by both now
+        await other.streams.commit(keyed(2, b"other"))
+        await one.streams.commit(keyed(3, b"one again"))  # its kept frontier says 1: stale, read again
+        for store in (one, other):
+            found = await store.streams.open(StreamOpen(ORDERS, "bytes", 16, ("billing",), resumable=True))
+            assert found.groups[0].acked_through == 3
+            assert isinstance(store.streams, KeyedHooks)
+            values = await store.streams.read_keyed(KeyedRead(ORDERS, "billing", (b"total", b"last")))
+            assert values == (b"one again", b"3")
 
 
 async def test_a_terminal_another_store_confirmed_refuses_the_next_append(postgres_url: str) -> None:
