@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,6 +21,43 @@ from ledger import LedgerEnv
 from ledger.postgres._alone import LedgerConnection
 
 from . import pg_server
+
+#: What a module's source says when its tests start processes, servers or browsers: they are not
+#: in the edit loop's selection (``-m quick``), nor is any test on PostgreSQL or marked ``slow``.
+_STARTS_PROCESSES = (
+    "subprocess",
+    "Popen",
+    "SIGKILL",
+    "pg_server",
+    "browser",
+    "multiprocessing",
+    "from fuzz",  # the fuzz loops' entry points: the kill loop, the bit flips
+)
+
+
+@cache
+def _starts_processes(module: Path) -> bool:
+    source = module.read_text(encoding="utf-8")
+    return any(word in source for word in _STARTS_PROCESSES)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``quick`` each test that runs in this process alone: the edit loop's selection.
+
+    ``python -m pytest -m quick`` runs the core of every package (streams,
+    the LMDB ledger, the graphs) in about a minute; the whole suite adds the
+    crash tests, PostgreSQL, the command line, the browser and the benches.
+    """
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        on_postgres = (
+            "postgres" in item.nodeid.lower()
+            or item.get_closest_marker("postgres") is not None
+            or {"postgres_server", "postgres_url"} & set(fixtures)
+        )
+        if on_postgres or item.get_closest_marker("slow") is not None or _starts_processes(item.path):
+            continue
+        item.add_marker(pytest.mark.quick)
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from .member_machine import MemberMachine
+
+pytestmark = pytest.mark.postgres
 
 SETTINGS = settings(
     max_examples=6,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from .stateful import LedgerMachine, LockstepMachine
@@ -17,6 +18,8 @@ SETTINGS = settings(
 def _case(machine: type[LedgerMachine] | type[LockstepMachine]) -> object:
     case = machine.TestCase
     case.settings = SETTINGS
+    if issubclass(machine, LockstepMachine) or machine.kind == "postgres":
+        return pytest.mark.postgres(case)
     return case
 
 
