@@ -1,4 +1,4 @@
-"""streamledger's durable store: an embedded LMDB ledger for streams, nodes and graph runs."""
+"""streamledger's durable store: the ledger of streams, nodes and graph runs, on LMDB or PostgreSQL."""
 
 from streams import __version__ as __version__
 from streams.store import publish as _publish

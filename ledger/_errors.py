@@ -287,7 +287,8 @@ class RunNotEndedError(LedgerError):
 
 
 class RunActiveError(LedgerError):
-    """The run id is being run by another execution of this process."""
+    """The run id is being run by another execution: of this process, or (on PostgreSQL) of another
+    process that holds the run's lease."""
 
 
 class StreamNotFoundError(LedgerError, LookupError):

@@ -2,7 +2,7 @@
 
 Every confirmation the engine makes runs through one of these: a handler's
 messages (:mod:`streams._handle`), a writer's appends (:mod:`streams._stream`)
-and the records of concluded graph nodes (:mod:`streams._execution`). The
+and the records of concluded graph nodes (:mod:`streams._node_commits`). The
 caller stages work in a buffer of its own and counts it with
 :meth:`ConfirmPipeline.stage`, which returns a mark to :meth:`~ConfirmPipeline.wait`
 for. One committer task then:
