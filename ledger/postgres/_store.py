@@ -59,7 +59,15 @@ from ._schema import ensure_schema
 from ._verify import verify_streams
 from ._view import Kept, KeptStale, PgView
 
-__all__ = ["Calls", "PgConnection", "connect", "connected", "database_name", "describe_url"]
+__all__ = [
+    "Calls",
+    "PgConnection",
+    "connect",
+    "connected",
+    "database_name",
+    "describe_url",
+    "set_session_rules",
+]
 
 
 class Calls(Protocol):
@@ -180,6 +188,30 @@ def _set_session_timeouts(conn: Any) -> None:
     ).fetchall()
 
 
+def set_session_rules(conn: Any, level: psycopg.IsolationLevel) -> None:
+    """The rules of a store's session (past its checks of the schema), which its views rely on.
+
+    A statement sent alone (autocommit: :mod:`ledger.postgres._alone`) runs
+    at ``level``, as the transactions psycopg begins do: at the server's
+    default, read committed, a lone write whose row another transaction
+    changed after the statement began would wait for it, then overwrite its
+    change (its check of kept records read the snapshot before). At
+    ``level`` it fails instead, and runs again from records read afresh.
+
+    No statement is planned as a sequential scan where an index serves: a
+    serializable transaction that scans a table locks all of it, and every
+    other transaction writing a row anywhere in it then conflicts with it
+    (one of the two runs again). Scanning the primary key's index locks only
+    the pages it read, so the calls of other groups and streams go on. The
+    planner would scan a small table, or a group holding much of it.
+    """
+    conn.execute(
+        "SELECT set_config('default_transaction_isolation', %s, false),"
+        " set_config('enable_seqscan', 'off', false)",
+        (level.name.replace("_", " ").lower(),),
+    ).fetchall()
+
+
 class PgConnection(ServesWrites["_Call"]):
     """A ledger's connection, and its group commit.
 
@@ -253,6 +285,7 @@ class PgConnection(ServesWrites["_Call"]):
             ensure_schema(conn, self.where)  # checks, or makes: running it again is harmless
             verify_streams(conn, self.where)
             conn.isolation_level = self.isolation
+            set_session_rules(conn, self.isolation)
         except psycopg.Error as exc:
             gone = server_gone(exc, conn) or isinstance(exc, CONFLICTS)  # the schema lock's holder stopped
             conn.close()

@@ -8,9 +8,11 @@ for all of the call's records (a data-modifying CTE a kind of record), each
 column of rows one binary array (:mod:`ledger.postgres._arrays`).
 
 A group's keyed state is read a batch of keys at a time (one statement for
-any number of them) and written once a call, as one upsert and one deletion
-per group; every statement on ``streamledger_keyed`` names its group, so it
-is a range of the primary key's index: a serializable transaction locks the
+any number of them) and written with the call's other records, two more
+parts of its one statement (an upsert and a deletion, one row a key); every
+statement on ``streamledger_keyed`` names its keys' groups and is planned
+on the primary key's index (the store's sessions plan no sequential scan:
+:mod:`ledger.postgres._store`), so a serializable transaction locks the
 index pages of the groups it touches, never the whole table, and calls for
 other groups do not conflict with it. A keyed value is the handler's own
 bytes, which cannot name their key as the other records do: each row keeps
@@ -21,8 +23,7 @@ checked on every read.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar
 from zlib import crc32
 
@@ -149,23 +150,6 @@ def sound_digest(sound: bool, run_id: str, table: str) -> None:
         )
 
 
-@contextmanager
-def _by_index(conn: Any) -> Iterator[None]:
-    """The block's statements planned without sequential scans, whatever the tables' sizes.
-
-    A serializable transaction that scans a table locks all of it: every
-    other transaction writing a row anywhere in it then conflicts with it,
-    and one of the two is aborted and run again. Scanning the primary key's
-    index locks only the pages it read, so the calls of other groups go on.
-    The planner would scan a small table (or a group holding much of it)
-    instead; this tells it not to. An error aborts the transaction (or its
-    savepoint), and the setting with it.
-    """
-    conn.execute("SET LOCAL enable_seqscan = off")
-    yield
-    conn.execute("SET LOCAL enable_seqscan TO DEFAULT")
-
-
 def _frontier(raw: bytes, ref: StreamRef, group: str) -> GroupFrontier:
     """The frontier kept in the row of ``group``: a row holding another group's is damage, as a
     frontier under another key is on LMDB (rows carry no seals: their contents name their keys)."""
@@ -231,6 +215,19 @@ _PARTS: Final[tuple[tuple[str, str, tuple[type[list[Any]], ...]], ...]] = (
         " WHERE (a.stream_id, a.grp, a.seq, a.node, a.parent)"
         " = (d.stream_id, d.grp, d.seq, d.node, d.parent)",
         (Int8s, Texts, Int8s, Texts, Texts),
+    ),
+    (
+        "keyed",
+        "INSERT INTO streamledger_keyed (stream_id, grp, key, value, seal)"
+        " SELECT * FROM unnest(%b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::bigint[])"
+        " ON CONFLICT (stream_id, grp, key) DO UPDATE SET value = EXCLUDED.value, seal = EXCLUDED.seal",
+        (Int8s, Texts, Byteas, Byteas, Int8s),
+    ),
+    (
+        "keyed_gone",
+        "DELETE FROM streamledger_keyed k USING unnest(%b::bigint[], %b::text[], %b::bytea[])"
+        " AS d(stream_id, grp, key) WHERE (k.stream_id, k.grp, k.key) = (d.stream_id, d.grp, d.key)",
+        (Int8s, Texts, Byteas),
     ),
 )
 
@@ -398,6 +395,8 @@ class _Writes:
         "groups_gone",
         "guard_descriptors",
         "guard_groups",
+        "keyed",
+        "keyed_gone",
         "runs",
         "told",
     )
@@ -415,6 +414,8 @@ class _Writes:
         self.groups_gone: list[tuple[int, str]] = []
         self.budgets: list[tuple[int, str, int, str, str, bytes]] = []
         self.budgets_gone: list[tuple[int, str, int, str, str]] = []
+        self.keyed: list[tuple[int, str, bytes, bytes, int]] = []
+        self.keyed_gone: list[tuple[int, str, bytes]] = []
 
     def statement(self, fence: StatementFence | None = None) -> tuple[str, list[Any]]:
         """The statement writing every row, with one array a column (``""``: nothing to write), and
@@ -503,15 +504,15 @@ class PgView(CachedView):
         """Write everything the call changed: its records in one statement, one round trip.
 
         Until then the call has only read: one whose rules raise leaves
-        nothing behind, with no savepoint to roll back to. The budgets and
-        keyed states a call deletes or writes go first (in one pipeline with
-        the records' statement, when there are any: a rare call's, or a keyed
-        group's).
+        nothing behind, with no savepoint to roll back to. Its keyed values
+        are parts of that statement too; the budgets and keyed states of
+        whole groups it deletes (a rare call's: a group removed or moved) go
+        first, in one pipeline with it.
         """
         writes = _Writes()
         self._writes = writes
         try:
-            if self._has_keyed_work():
+            if self._has_group_deletions():
                 with self._conn.pipeline():
                     super().flush()
                     self._write_records(writes)
@@ -529,12 +530,12 @@ class PgView(CachedView):
         finally:
             self._writes = None
 
-    def _has_keyed_work(self) -> bool:
-        """Whether :meth:`flush` deletes budgets or writes keyed state before the records."""
-        return bool(self._dropped_budgets or self._cleared_keyed or self._keyed)
+    def _has_group_deletions(self) -> bool:
+        """Whether :meth:`flush` deletes whole groups' budgets or keyed states before the records."""
+        return bool(self._dropped_budgets or self._cleared_keyed)
 
     def _write_records(self, writes: _Writes) -> None:
-        """The call's compactions, runs, descriptors, frontiers and budgets: one statement for all."""
+        """The call's compactions, runs, descriptors, frontiers, budgets and keyed values: one statement."""
         if self._compactions:
             for ref, through in self._compactions.items():
                 writes.compactions.append((self._require_id(ref), through))
@@ -751,12 +752,11 @@ class PgView(CachedView):
         stream_id = self._known(ref)
         if stream_id is None or not keys:
             return [None] * len(keys)
-        with self._conn.pipeline(), _by_index(self._conn):
-            found = self._conn.execute(
-                "SELECT key, value, seal FROM streamledger_keyed WHERE stream_id = %s AND grp = %s"
-                " AND key = ANY(%s::bytea[])",
-                (stream_id, group, list(keys)),
-            )
+        found = self._conn.execute(
+            "SELECT key, value, seal FROM streamledger_keyed WHERE stream_id = %s AND grp = %s"
+            " AND key = ANY(%s::bytea[])",
+            (stream_id, group, list(keys)),
+        )
         stored = {key: _sealed(stream_id, group, key, value, seal) for key, value, seal in found.fetchall()}
         return [stored.get(key) for key in keys]
 
@@ -764,37 +764,22 @@ class PgView(CachedView):
         self._resolve(ref for ref, _ in groups)
         params = [(self._known(ref), group) for ref, group in groups if self._known(ref) is not None]
         if params:
-            with _by_index(self._conn), self._conn.cursor() as cur:
+            with self._conn.cursor() as cur:
                 cur.executemany("DELETE FROM streamledger_keyed WHERE stream_id = %s AND grp = %s", params)
 
     def _write_keyed(self, writes: Mapping[GroupKey, Mapping[bytes, bytes | None]]) -> None:
-        """Every group's values in one upsert, and each group's deleted keys in one statement."""
-        put: list[tuple[int, str, bytes, bytes, int]] = []
-        gone: list[tuple[int, str, list[bytes]]] = []
+        """Collect every group's values and deleted keys for the one statement :meth:`flush` ends with
+        (a key is written once a call: it is put or deleted, never both)."""
+        rows = self._writes
+        assert rows is not None, "keyed state is written by flush only"
         for (ref, group), values in writes.items():
             stream_id = self._require_id(ref)
-            put.extend(
-                (stream_id, group, key, value, keyed_seal(stream_id, group, key, value))
-                for key, value in values.items()
-                if value is not None
-            )
-            if deleted := [key for key, value in values.items() if value is None]:
-                gone.append((stream_id, group, deleted))
-        with _by_index(self._conn), self._conn.cursor() as cur:
-            if gone:
-                cur.executemany(
-                    "DELETE FROM streamledger_keyed WHERE stream_id = %s AND grp = %s"
-                    " AND key = ANY(%s::bytea[])",
-                    gone,
-                )
-            if put:
-                cur.execute(
-                    "INSERT INTO streamledger_keyed (stream_id, grp, key, value, seal)"
-                    " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bytea[], %s::bytea[], %s::bigint[])"
-                    " ON CONFLICT (stream_id, grp, key)"
-                    " DO UPDATE SET value = EXCLUDED.value, seal = EXCLUDED.seal",
-                    [list(column) for column in zip(*put, strict=True)],  # one array a column
-                )
+            for key, value in values.items():
+                if value is None:
+                    rows.keyed_gone.append((stream_id, group, key))
+                else:
+                    seal = keyed_seal(stream_id, group, key, value)
+                    rows.keyed.append((stream_id, group, key, value, seal))
 
     def _write(
         self,
@@ -841,9 +826,7 @@ class PgView(CachedView):
         params: tuple[object, ...] = (stream_id, group, start)
         if stop is not None:  # a bound the index scan stops at, not one it checks to the group's end
             sql, params = f"{sql} AND key < %s", (*params, stop)
-        with self._conn.pipeline(), _by_index(self._conn):
-            found = self._conn.execute(f"{sql} ORDER BY key LIMIT %s", (*params, limit))
-        rows = found.fetchall()
+        rows = self._conn.execute(f"{sql} ORDER BY key LIMIT %s", (*params, limit)).fetchall()
         return [KeyedEntry(key, _sealed(stream_id, group, key, value, seal)) for key, value, seal in rows]
 
     # -- messages --------------------------------------------------------------------------

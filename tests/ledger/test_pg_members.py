@@ -205,12 +205,14 @@ async def read_partition_0(ledger: Any) -> Any:
     )
 
 
+@pytest.mark.parametrize("keyed", [(), (KeyedWrite(b"s" + b"customer-0", b"\x07"),)], ids=["plain", "keyed"])
 async def test_a_lone_write_checks_its_lease_in_its_own_statement_and_a_zombies_changes_nothing(
-    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, keyed: tuple[KeyedWrite, ...]
 ) -> None:
     """A commit whose streams its connection kept is one statement, which checks the lease itself:
     no check beside it (the check is made to do nothing here, so only the statement can refuse), a
-    zombie's refused with who holds the lease now, and not a row of any table changed."""
+    zombie's refused with who holds the lease now, and not a row of any table changed. A keyed
+    commit's values are parts of that statement too."""
     await shop.produce(postgres_url, 40, CUSTOMERS)
     add_member(postgres_url, "old", "-1 s")
     async with open_postgres(postgres_url) as ledger:
@@ -222,7 +224,7 @@ async def test_a_lone_write_checks_its_lease_in_its_own_statement_and_a_zombies_
         assert read is not None
         checked: list[object] = []
         monkeypatch.setattr(PartitionLease, "check", lambda lease, conn: checked.append(lease))
-        commit = MessageCommit(message=MessageRef(PARTITION_0, "totals", read.generation, 1))
+        commit = MessageCommit(message=MessageRef(PARTITION_0, "totals", read.generation, 1), keyed=keyed)
         before = every_row(postgres_url)
         with pytest.raises(LeaseLostError, match="'new' \\(claim 2\\) holds it now: nothing was confirmed"):
             await PgStreamHooks(FencedConnection(connection, old)).commit([commit])
@@ -231,6 +233,7 @@ async def test_a_lone_write_checks_its_lease_in_its_own_statement_and_a_zombies_
         await PgStreamHooks(FencedConnection(connection, new)).commit([commit])  # the holder's: alone
         again = await read_partition_0(ledger)
         assert again is not None and again.groups[0].acked_through == 1 and checked == []
+        assert len(execute(postgres_url, "SELECT * FROM streamledger_keyed")) == len(keyed)
 
 
 async def test_a_process_restarted_under_its_name_fences_the_one_before_it(postgres_url: str) -> None:
