@@ -30,7 +30,7 @@ import msgspec
 
 from streams import Aspect, ConfirmedFailureError, Graph
 
-from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
+from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError, RunCancelledError
 from .._ledger import Ledger
 from .._runs import stamped
 from ._faults import find_cause
@@ -154,6 +154,8 @@ async def _run_leased(
                         stamped(msgspec.structs.replace(record, status="failed")), new=False
                     )
                 outcome = "failed"
+            except RunCancelledError:  # cancelled since its claim, before its holder listened: as told
+                outcome = "cancelled"
             except Exception as exc:
                 if find_cause(exc, LeaseLostError) is not None:
                     raise LeaseLostError(str(exc)) from exc

@@ -7,6 +7,7 @@ tests of lost notifications set it small, and pass by the poll.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -17,6 +18,7 @@ import msgspec
 import psycopg
 import pytest
 
+from ledger._runs import RunCancel, RunRecord
 from ledger.postgres import consume, open_postgres, work
 from ledger.postgres._notify import CHANNEL, RUNS, Wakeup, open_listener, stream_topic
 from ledger.postgres._view import PgView
@@ -286,6 +288,51 @@ async def test_an_idle_worker_claims_a_submitted_run_long_before_its_poll(postgr
         with anyio.fail_after(15):
             await event("held", "cancelled").wait()
         tg.cancel_scope.cancel()
+
+
+async def test_a_run_cancelled_between_its_claim_and_its_resume_ends_cancelled(postgres_url: str) -> None:
+    """The run is cancelled as the worker reports its claim, before its holder listens for the
+    cancellation (the notification reaches nobody): its resume finds it cancelled, and the worker
+    reports it cancelled, as one told of it, and claims the next run."""
+    reports: dict[tuple[str, str], anyio.Event] = {}
+    outcomes: list[tuple[str, str]] = []
+
+    def report(run_id: str, outcome: str) -> None:
+        outcomes.append((run_id, outcome))
+        if (run_id, outcome) == ("held", "claimed"):  # what ledger.cancel writes, as it writes it
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                [(raw,)] = conn.execute(
+                    "SELECT record FROM streamledger_runs WHERE run_id = %s", (run_id,)
+                ).fetchall()
+                record = msgspec.msgpack.decode(raw, type=RunRecord)
+                cancelled = msgspec.structs.replace(
+                    record, status="cancelled", cancelled=RunCancel("test", "over", time.time())
+                )
+                conn.execute(
+                    "UPDATE streamledger_runs SET status = 'cancelled', record = %s WHERE run_id = %s",
+                    (msgspec.msgpack.encode(cancelled), run_id),
+                )
+        reports.setdefault((run_id, outcome), anyio.Event()).set()
+
+    graphs = {**GRAPHS, "holding": holding_forever()}
+    async with open_postgres(postgres_url) as ledger, anyio.create_task_group() as tg:
+        tg.start_soon(
+            partial(work, postgres_url, graphs, poll_seconds=NEVER, lease_seconds=NEVER, report=report)
+        )
+        await ledger.submit(holding_forever(), {N: 1}, run_id="held")
+        await ledger.submit(summing(), {N: 3}, run_id="next")
+        with anyio.fail_after(NEVER / 4):  # well before a renewal or a poll
+            await reports.setdefault(("next", "completed"), anyio.Event()).wait()
+        tg.cancel_scope.cancel()
+    assert outcomes[:2] == [("held", "claimed"), ("held", "cancelled")]
+    assert (await ledger_status(postgres_url, "held")) == "cancelled"
+
+
+async def ledger_status(url: str, run_id: str) -> str:
+    async with open_postgres(url) as ledger:
+        record = await ledger.backend.run_book.read(run_id)
+    assert record is not None
+    return record.status
 
 
 async def test_a_listener_hears_the_runs_channel_only_for_runs_made_due(postgres_url: str) -> None:
