@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz.kill", description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to run (default 10)")
     parser.add_argument("--kills", type=int, default=100, help="kills per round (default 100)")
+    parser.add_argument(
+        "--messages", type=int, default=N, help=f"the workload's messages a round (default {N})"
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.minutes * 60
     total = rounds = 0
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while time.monotonic() < deadline:
             seed = seeds.randrange(2**32)
-            total += one_round(args.kills, seed)
+            total += one_round(args.kills, seed, messages=args.messages)
             rounds += 1
             print(f"round {rounds} (seed {seed}): {total} kills so far, exact answer", flush=True)
     except HistoryViolation as violation:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -39,6 +40,12 @@ _STARTS_PROCESSES = (
 def _starts_processes(module: Path) -> bool:
     source = module.read_text(encoding="utf-8")
     return any(word in source for word in _STARTS_PROCESSES)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core, at most eight. Many tests spend their time waiting on a
+    subprocess, a server, a browser or a lease running out, and a second worker a core fills it."""
+    return min(2 * (os.cpu_count() or 1), 8)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

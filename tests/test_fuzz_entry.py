@@ -30,7 +30,7 @@ def test_the_key_flip_sweep_reports_its_outcomes_per_ledger(capsys: pytest.Captu
 def test_the_kill_loop_reports_its_kills(capsys: pytest.CaptureFixture[str]) -> None:
     from fuzz.kill import main as kill
 
-    assert kill(["--minutes", "0.001", "--kills", "3"]) == 0
+    assert kill(["--minutes", "0.001", "--kills", "3", "--messages", "3000"]) == 0
     assert "every answer exact" in capsys.readouterr().out
 
 

@@ -23,9 +23,9 @@ ALLOWED = {
 }
 
 
-def test_two_thousand_flipped_bits_each_leave_the_ledger_exact_or_raise_a_typed_error(tmp_path: Path) -> None:
+def test_a_thousand_flipped_bits_each_leave_the_ledger_exact_or_raise_a_typed_error(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.ledger.bitflip_child", str(tmp_path), "20261130", "2000"],
+        [sys.executable, "-m", "tests.ledger.bitflip_child", str(tmp_path), "20261130", "1000"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -35,8 +35,8 @@ def test_two_thousand_flipped_bits_each_leave_the_ledger_exact_or_raise_a_typed_
     assert done.returncode == 0, f"the reader died ({done.returncode}): {done.stderr[-800:]}"
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     outcomes = collections.Counter(line["outcome"] for line in lines if "outcome" in line)
-    assert sum(outcomes.values()) == 2000
+    assert sum(outcomes.values()) == 1000
     assert set(outcomes) <= ALLOWED, outcomes
-    assert outcomes["unchanged"] < 2000  # the flips did reach records: some were found
+    assert outcomes["unchanged"] < 1000  # the flips did reach records: some were found
     # flip 876 of this seed damages a node offset of the last page: before the page walk of
     # ledger.lmdb._files.check_pages, LMDB read past the end of the file and the process died of SIGBUS
