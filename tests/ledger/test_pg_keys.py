@@ -21,21 +21,34 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 UNDETECTED: set[tuple[str, str, str]] = set()
 
 
-def test_each_key_column_changed_gives_the_same_answer_or_a_typed_refusal(postgres_url: str) -> None:
+#: The tables the sample changes: each has a row to change (a scope has one only once a run failed
+#: for good). One test a table, so the workers of the suite share the sweep.
+SAMPLED = sorted(set(pg_keys.KEYS) - {"streamledger_scopes"})
+
+
+#: Tables whose first row no path of the sample reads back (``python -m fuzz --only pg-keys`` changes
+#: every row of every table).
+UNREAD = {"streamledger_attempts"}
+
+
+@pytest.mark.parametrize("table", SAMPLED)
+def test_each_key_column_changed_gives_the_same_answer_or_a_typed_refusal(
+    postgres_url: str, table: str
+) -> None:
     import anyio
 
     anyio.run(pg_keys.build, postgres_url)
     answers = pg_keys.reference_answers(postgres_url)
     seen: collections.Counter[str] = collections.Counter()
     bad = []
-    sample = [case for case in pg_keys.cases(postgres_url) if case.row == 0]
-    # every table has a row to change (a scope has one only once a run failed for good)
-    assert {case.table for case in sample} == set(pg_keys.KEYS) - {"streamledger_scopes"}
+    sample = [case for case in pg_keys.cases(postgres_url) if case.row == 0 and case.table == table]
+    assert {case.column for case in sample} == set(pg_keys.KEYS[table])  # the table has a row to change
     for i, case in enumerate(sample):
         for path in ("inspect", "messages", *pg_keys.PATHS):
             found = pg_keys.outcome(postgres_url, answers, case, path, f"sweep_{i}")
             seen[found.split(" ")[0]] += 1
             if found.startswith(("OTHER", "UNTYPED", "WROTE")):
                 bad.append((case.table, case.column, path, found[:300]))
-    assert {b[:3] for b in bad} == UNDETECTED, (bad, seen)
-    assert seen["same"] < sum(seen.values())  # the changes did reach what the paths read
+    assert {b[:3] for b in bad} == {u for u in UNDETECTED if u[0] == table}, (bad, seen)
+    # the changes did reach what the paths read, but for a table whose first row no path reads
+    assert (seen["same"] < sum(seen.values())) == (table not in UNREAD), seen
