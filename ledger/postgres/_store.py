@@ -197,17 +197,9 @@ def set_session_rules(conn: Any, level: psycopg.IsolationLevel) -> None:
     changed after the statement began would wait for it, then overwrite its
     change (its check of kept records read the snapshot before). At
     ``level`` it fails instead, and runs again from records read afresh.
-
-    No statement is planned as a sequential scan where an index serves: a
-    serializable transaction that scans a table locks all of it, and every
-    other transaction writing a row anywhere in it then conflicts with it
-    (one of the two runs again). Scanning the primary key's index locks only
-    the pages it read, so the calls of other groups and streams go on. The
-    planner would scan a small table, or a group holding much of it.
     """
     conn.execute(
-        "SELECT set_config('default_transaction_isolation', %s, false),"
-        " set_config('enable_seqscan', 'off', false)",
+        "SELECT set_config('default_transaction_isolation', %s, false)",
         (level.name.replace("_", " ").lower(),),
     ).fetchall()
 
