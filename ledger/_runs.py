@@ -296,6 +296,14 @@ def run_exists(run_id: str) -> RunExistsError:
     return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
 
+def cancelled_meanwhile(run_id: str) -> RunCancelledError:
+    """The error of a run's record refused because the run was cancelled since the record was read."""
+    return RunCancelledError(
+        f"run {run_id!r} was cancelled while it was being resumed; a cancelled run is not resumed: "
+        "start a new run, or retry it"
+    )
+
+
 class RunBook(Protocol):
     """Where a ledger keeps its runs' records, beside the node store the runs checkpoint in."""
 
@@ -311,8 +319,10 @@ class RunBook(Protocol):
 
     async def read(self, run_id: str) -> RunRecord | None: ...
 
-    async def write(self, record: RunRecord, *, new: bool) -> None:
-        """Keep ``record``; with ``new``, refuse a run id the ledger knows (:class:`RunExistsError`)."""
+    async def write(self, record: RunRecord, *, new: bool, unless_cancelled: bool = False) -> None:
+        """Keep ``record``; with ``new``, refuse a run id the ledger knows (:class:`RunExistsError`);
+        with ``unless_cancelled``, one the ledger holds cancelled (:func:`cancelled_meanwhile`, nothing
+        written): a cancellation made since the record was read is never written over."""
         ...
 
     async def records(self) -> list[RunRecord]: ...
@@ -526,7 +536,7 @@ class Runs:
             shape = record.shape if record.shape is not None else dict(graph.topology().shape)
             record = msgspec.structs.replace(record, starts=record.starts + 1, aspects=given, shape=shape)
             record = stamped(record)
-            await self._book.write(record, new=False)
+            await self._book.write(record, new=False, unless_cancelled=True)  # cancelled since it was read?
             return await self._execute(execution, record, resumed=True, on_start=on_start)
 
     async def runs(self) -> list[RunRecord]:

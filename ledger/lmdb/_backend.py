@@ -15,7 +15,7 @@ import msgspec
 from .._committer import serving
 from .._graph_runs import GraphRunBook
 from .._ledger import Ledger
-from .._runs import RunDeleted, RunRecord, run_exists
+from .._runs import RunDeleted, RunRecord, cancelled_meanwhile, run_exists
 from ._delete import delete_run
 from ._env import LedgerEnv
 from ._graph_runs import LmdbGraphRuns
@@ -58,7 +58,7 @@ class LmdbRunBook:
             raw = txn.get(key, db=env.db(DB))
         return None if raw is None else decode_record(bytes(raw), _decoder, db=DB, key=key)
 
-    async def write(self, record: RunRecord, *, new: bool) -> None:
+    async def write(self, record: RunRecord, *, new: bool, unless_cancelled: bool = False) -> None:
         env = self._env
         db, meta = env.db(DB), env.db("meta")
         key = node_run_key(record.run_id)
@@ -67,6 +67,10 @@ class LmdbRunBook:
         def write(txn: Any) -> None:
             if new and txn.get(key, db=db) is not None:
                 raise run_exists(record.run_id)
+            held = txn.get(key, db=db) if unless_cancelled else None
+            was = None if held is None else decode_record(bytes(held), _decoder, db=DB, key=key)
+            if was is not None and was.status == "cancelled":
+                raise cancelled_meanwhile(record.run_id)
             put_record(txn, db, meta, key, body)
 
         await env.write(write)

@@ -7,7 +7,7 @@ from typing import Any, Final
 import msgspec
 
 from .._format import run_id_bytes
-from .._runs import RunDeleted, RunRecord, run_exists
+from .._runs import RunDeleted, RunRecord, cancelled_meanwhile, run_exists
 from ._delete import delete_run
 from ._nodes import PgNodeHooks
 from ._notify import CHANNEL, RUNS, cancelled_topic
@@ -34,6 +34,13 @@ written AS (
 SELECT pg_notify('{CHANNEL}', %(told)s) FROM old
 WHERE old.status <> %(status)s AND %(status)s IN ('running', 'cancelled')
 """
+
+
+#: A run's record written again unless the run was cancelled since it was read (a row it finds, or none).
+_UPDATE_UNLESS_CANCELLED: Final = (
+    "UPDATE streamledger_runs SET status = %s, record = %s WHERE run_id = %s AND status <> 'cancelled'"
+    " RETURNING 1"
+)
 
 
 def _record(run_id: str, raw: bytes) -> RunRecord:
@@ -64,7 +71,7 @@ class PgRunBook:
 
         return await self._connection.call(read, idempotent=True)
 
-    async def write(self, record: RunRecord, *, new: bool) -> None:
+    async def write(self, record: RunRecord, *, new: bool, unless_cancelled: bool = False) -> None:
         run_id_bytes(record.run_id)  # the same run ids as on LMDB, or InvalidRunIdError
         raw = _encoder.encode(record)
 
@@ -82,6 +89,9 @@ class PgRunBook:
                     raise run_exists(record.run_id)
                 if record.status == "running":  # submitted: due for a worker
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, RUNS))
+            elif unless_cancelled:  # its status stays: nobody is told
+                if not conn.execute(_UPDATE_UNLESS_CANCELLED, (record.status, raw, record.run_id)).fetchall():
+                    raise cancelled_meanwhile(record.run_id)
             else:
                 conn.execute(
                     _UPDATE,

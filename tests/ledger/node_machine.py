@@ -482,8 +482,8 @@ class TroubledBook:
     async def read(self, run_id: str) -> RunRecord | None:
         return await self._book.read(run_id)
 
-    async def write(self, record: RunRecord, *, new: bool) -> None:
-        await self._book.write(record, new=new)
+    async def write(self, record: RunRecord, *, new: bool, unless_cancelled: bool = False) -> None:
+        await self._book.write(record, new=new, unless_cancelled=unless_cancelled)
 
     async def records(self) -> list[RunRecord]:
         return await self._book.records()

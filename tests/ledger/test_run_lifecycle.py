@@ -20,6 +20,7 @@ from ledger import (
 )
 from ledger.postgres import PgBackend, open_postgres, work
 from streams import (
+    Execution,
     ExecutionCancelledError,
     Graph,
     Key,
@@ -240,6 +241,34 @@ async def test_a_cancelled_run_stops_is_recorded_with_who_and_why_and_is_not_res
             await ledger.cancel("c", reason=" ")
         assert await ledger.runs() == [record]
     assert ran == [3]  # the cancelled run never ran again
+
+
+async def test_a_run_cancelled_while_it_is_being_resumed_stays_cancelled(
+    open_any: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancellation lands after the resume read the run's record and before it wrote it again
+    (its start count): the resume is refused, the record keeps the cancellation, nothing runs."""
+    entered, ran = anyio.Event(), list[int]()
+    async with open_any() as ledger, anyio.create_task_group() as tg:
+        tg.start_soon(partial(ledger.start, holding_graph(entered, ran), {N: 3}, run_id="c"))
+        await entered.wait()
+        tg.cancel_scope.cancel()  # the host stops it: the run stays running, for a resume
+    check_streams = Execution.check_streams
+
+    async with open_any() as ledger:
+        cancelled: list[object] = []
+
+        async def cancel_first(execution: Execution) -> None:  # between the resume's read and its write
+            cancelled.append(await ledger.cancel("c", reason="withdrawn meanwhile"))
+            await check_streams(execution)
+
+        monkeypatch.setattr(Execution, "check_streams", cancel_first)
+        with pytest.raises(RunCancelledError, match="run 'c' was cancelled while it was being resumed"):
+            with anyio.fail_after(60):  # a resume that went on would hold for ever
+                await ledger.resume("c", holding_graph(entered, ran))
+        [record] = await ledger.runs()
+        assert [record] == cancelled and record.status == "cancelled"
+    assert ran == [3]  # it never ran again
 
 
 async def test_a_worker_stops_a_run_cancelled_from_the_command_line(postgres_url: str) -> None:
