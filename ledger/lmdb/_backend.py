@@ -65,10 +65,10 @@ class LmdbRunBook:
         body = _encoder.encode(record)
 
         def write(txn: Any) -> None:
-            if new and txn.get(key, db=db) is not None:
+            held = txn.get(key, db=db) if new or unless_cancelled else None
+            if new and held is not None:
                 raise run_exists(record.run_id)
-            held = txn.get(key, db=db) if unless_cancelled else None
-            was = None if held is None else decode_record(bytes(held), _decoder, db=DB, key=key)
+            was = decode_record(bytes(held), _decoder, db=DB, key=key) if unless_cancelled and held else None
             if was is not None and was.status == "cancelled":
                 raise cancelled_meanwhile(record.run_id)
             put_record(txn, db, meta, key, body)

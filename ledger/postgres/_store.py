@@ -66,7 +66,7 @@ __all__ = [
     "connected",
     "database_name",
     "describe_url",
-    "set_session_rules",
+    "set_default_isolation",
 ]
 
 
@@ -188,8 +188,8 @@ def _set_session_timeouts(conn: Any) -> None:
     ).fetchall()
 
 
-def set_session_rules(conn: Any, level: psycopg.IsolationLevel) -> None:
-    """The rules of a store's session (past its checks of the schema), which its views rely on.
+def set_default_isolation(conn: Any, level: psycopg.IsolationLevel) -> None:
+    """Make ``level`` the session's default isolation (past its checks of the schema).
 
     A statement sent alone (autocommit: :mod:`ledger.postgres._alone`) runs
     at ``level``, as the transactions psycopg begins do: at the server's
@@ -277,7 +277,7 @@ class PgConnection(ServesWrites["_Call"]):
             ensure_schema(conn, self.where)  # checks, or makes: running it again is harmless
             verify_streams(conn, self.where)
             conn.isolation_level = self.isolation
-            set_session_rules(conn, self.isolation)
+            set_default_isolation(conn, self.isolation)
         except psycopg.Error as exc:
             gone = server_gone(exc, conn) or isinstance(exc, CONFLICTS)  # the schema lock's holder stopped
             conn.close()

@@ -18,7 +18,7 @@ import pytest
 from ledger import CorruptRecordError
 from ledger.postgres import migrate_url, open_postgres
 from ledger.postgres._inspect import check_postgres
-from ledger.postgres._store import set_session_rules
+from ledger.postgres._store import set_default_isolation
 from ledger.postgres._view import PgView
 from streams import StreamRef, move_group, remove_group
 from streams.store import (
@@ -66,7 +66,7 @@ def test_two_groups_writing_their_keyed_state_at_once_both_commit(postgres_url: 
         views = []
         for conn, ref in ((first, a), (second, b)):
             conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
-            set_session_rules(conn, conn.isolation_level)  # as the store's sessions
+            set_default_isolation(conn, conn.isolation_level)  # as the store's sessions
             view = PgView(conn, {a: 1, b: 2})
             assert view.get_keyed(ref, "g", [b"key-00007", b"nope"]) == [b"\x00", None]
             assert len(view.keyed_range(ref, "g", b"key-01", None, 50)) == 50
