@@ -11,6 +11,12 @@ transaction, as ``conn.transaction()`` would have; a write sent before any
 other statement goes alone, in autocommit, and is the call's commit. A link
 lost while it is in flight is then a lost commit, told as one
 (:class:`~ledger.OutcomeUnknownError`), as a lost COMMIT is.
+
+A fenced call (one made under a lease) checks its lease before its first
+statement, so that whatever it locks it locks under the lease; unless that
+first statement is its write, which then checks the lease itself
+(:class:`~ledger.postgres._view.StatementFence`), alone or in a shared
+transaction: the check costs no statement (:attr:`LedgerConnection.pending_check`).
 """
 
 from __future__ import annotations
@@ -29,18 +35,35 @@ class LedgerConnection(psycopg.Connection[Any]):
 
     #: The transaction its next statements belong to, begun by the first (:class:`LazyTransaction`).
     lazy: LazyTransaction | None = None
+    #: The lease check of the fenced call being run, not made yet: made before the call's first
+    #: statement, unless that statement is its write, which checks the lease itself
+    #: (:meth:`write_checks_lease`). Cleared when the call ends.
+    pending_check: Callable[[], None] | None = None
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
-        if self.lazy is not None:
-            self.lazy.statement()
+        self._before_statement()
         return super().cursor(*args, **kwargs)
 
     @contextmanager
     def pipeline(self) -> Iterator[psycopg.Pipeline]:
-        if self.lazy is not None:
-            self.lazy.statement()
+        self._before_statement()
         with super().pipeline() as pipeline:
             yield pipeline
+
+    def _before_statement(self) -> None:
+        if self.lazy is not None:
+            self.lazy.statement()  # the first begins its transaction
+        check, self.pending_check = self.pending_check, None
+        if check is not None:  # a fenced call's first statement: its lease is checked first
+            check()
+
+    def write_checks_lease(self) -> bool:
+        """Whether the write about to be sent is its fenced call's first statement; it then checks the
+        call's lease itself, and the check the call had pending is not made."""
+        if self.pending_check is None:
+            return False
+        self.pending_check = None
+        return True
 
     def write_alone(self) -> bool:
         """Whether the statement about to be sent may go alone, a transaction of its own: it is the
@@ -56,15 +79,12 @@ class LazyTransaction:
     went alone is refused: it could not be part of it.
     """
 
-    __slots__ = ("_conn", "_state", "_transaction", "on_begin")
+    __slots__ = ("_conn", "_state", "_transaction")
 
     def __init__(self, conn: LedgerConnection) -> None:
         self._conn = conn
         self._transaction: Any = None
         self._state = "waiting"  # then "begun", or "alone" (its statement next) and "sent"
-        #: Run once the transaction began, before the statement that began it (a fenced call's lease
-        #: check: its transaction's first statement, so whatever it locks it locks under its lease).
-        self.on_begin: Callable[[], None] | None = None
 
     @property
     def waiting(self) -> bool:
@@ -83,8 +103,6 @@ class LazyTransaction:
             self._state = "begun"
             self._transaction = self._conn.transaction()
             self._transaction.__enter__()
-            if self.on_begin is not None:
-                self.on_begin()
         elif state == "alone":
             self._state = "sent"
         elif state == "sent":

@@ -3,9 +3,10 @@
 A lease is a row of ``streamledger_leases``: the run, its owner, a token
 and an expiry. A worker claims a run that is due (running, with no lease or
 an expired one); each claim raises the token. The owner renews it well
-before it expires. Every write a worker makes for a leased run first reads
-its lease row ``FOR SHARE`` in the same transaction and refuses to go on
-unless the token is still its own (:class:`LeaseLostError`): a worker that
+before it expires. Every write a worker makes for a leased run reads its
+lease row ``FOR SHARE`` in the same transaction, before or in its first
+statement, and refuses to go on unless the token is still its own
+(:class:`LeaseLostError`): a worker that
 was paused or cut off past its expiry, a zombie, can never commit after
 another took the run over. A takeover that races a write is serialized by
 the row lock: the write commits first, or sees the new token.
@@ -88,13 +89,14 @@ def lost_error(holder: tuple[str, int] | None, token: int, lost: str) -> LeaseLo
 class Fence(StatementFence, Protocol):
     """A lease whose holder's every write checks it (a run's, or a group member's partition's).
 
-    Every transaction of a fenced call checks the lease first, by
+    A fenced call checks the lease before its first statement, by
     :meth:`check`, so that whatever it locks it locks under the lease (a
     writer stopped inside it holds the lease's row, and a claim ends its
-    session: :data:`STUCK_ON_ITS_CLIENT`). A call whose only statement is its
-    write sends it alone, with the lease checked in that statement
-    (:class:`~ledger.postgres._view.StatementFence`): one round trip where
-    BEGIN, the check, the write and COMMIT took four.
+    session: :data:`STUCK_ON_ITS_CLIENT`). A call whose first statement is
+    its write (its streams kept) checks the lease in that statement instead
+    (:class:`~ledger.postgres._view.StatementFence`): alone, one round trip
+    where BEGIN, the check, the write and COMMIT took four; in a transaction
+    shared with other calls, one statement where it took two.
     """
 
     def check(self, conn: Any) -> None:
@@ -118,12 +120,11 @@ class FencedConnection:
 
         def fenced(view: PgView) -> T:
             conn = view.connection
-            lazy = getattr(conn, "lazy", None)
-            if buffered and lazy is not None and lazy.waiting:
-                # alone in its transaction: a write that goes alone checks the lease in its own
-                # statement; any other statement first checks it, as its transaction's first
+            if buffered and hasattr(conn, "pending_check"):
+                # the call's first statement checks the lease first; its write checks it itself if
+                # it is that first statement (one that goes alone, or in a shared transaction)
                 view.fence_with(lease)
-                lazy.on_begin = partial(lease.check, conn)
+                conn.pending_check = partial(lease.check, conn)
             else:
                 lease.check(conn)
             return op(view)

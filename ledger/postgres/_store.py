@@ -237,8 +237,12 @@ class PgConnection(ServesWrites["_Call"]):
         self._ids: dict[StreamRef, int] = {}
         #: Streams as this connection's last calls confirmed them (their descriptors and frontiers),
         #: used instead of reading them again and checked by each write (:class:`PgView`); forgotten
-        #: whenever a transaction fails, and once there are too many.
+        #: whenever a transaction fails (but one a call's refused write failed: :class:`_WriteRefused`),
+        #: and once there are too many.
         self._kept: dict[StreamRef, Kept] = {}
+        #: What the open transaction's calls changed in ``_kept``, each ref with what it kept before
+        #: (None: nothing), to undo if the transaction rolls back; None once it forgot them all.
+        self._kept_undo: list[tuple[StreamRef, Kept | None]] | None = []
         self._committer = None  # while serving
         #: Transactions committed and the calls they confirmed, for benchmarks and tests.
         self.transactions = 0
@@ -403,6 +407,7 @@ class PgConnection(ServesWrites["_Call"]):
             # a call alone in its batch begins its transaction with its first statement but its write:
             # one whose only statement is its write (its streams kept) sends that alone, one round trip
             lazy = None if shared else LazyTransaction(conn)
+            self._kept_undo = []
             try:
                 try:
                     with conn.transaction() if lazy is None else lazy:
@@ -412,8 +417,11 @@ class PgConnection(ServesWrites["_Call"]):
                             # the server aborted the transaction: its COMMIT would be a silent ROLLBACK
                             raise _WriteRefused
                         committing = True  # the block's end sends COMMIT
+                except _WriteRefused:
+                    self._undo_kept()  # nothing they kept was changed: what was kept before holds
+                    raise
                 except BaseException:
-                    self._kept.clear()  # the calls' kept streams were never committed
+                    self._kept.clear()  # the calls' kept streams were never committed, or went stale
                     raise
             except KeptStale:  # another process wrote a stream this one kept: read it again
                 continue
@@ -423,7 +431,9 @@ class PgConnection(ServesWrites["_Call"]):
                 # a little apart, so two workers that keep colliding stop doing so in step
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
                 continue
-            except _WriteRefused:
+            except _WriteRefused as refused:
+                if refused.lease_lost is not None:  # that call's outcome: it is not run again
+                    refused.lease_lost[0].error, refused.lease_lost[0].done = refused.lease_lost[1], True
                 for call in batch:  # one call's writes failed and aborted the others': each on its own
                     try:
                         self._transaction([call])
@@ -469,12 +479,14 @@ class PgConnection(ServesWrites["_Call"]):
         view = PgView(conn, self._ids, self._kept if use_kept and not call.idempotent else None)
         try:
             outcome = self._run_one(conn, call, shared, view)
-        except (KeptStale, LeaseLostError, *CONFLICTS):  # a lease lost: whatever the call kept
+        except (KeptStale, LeaseLostError, _LeaseRefused, *CONFLICTS):  # a lease lost: whatever it kept
             raise
         except Exception as exc:
             if view.used_kept and not server_gone(exc, conn):
                 raise KeptStale from exc
             raise
+        finally:
+            conn.pending_check = None  # a fenced call's lease check never outlives it
         if outcome[2] is not None and view.used_kept:
             raise KeptStale from outcome[2]
         if outcome[2] is None:
@@ -484,11 +496,27 @@ class PgConnection(ServesWrites["_Call"]):
     def _keep(self, view: PgView) -> None:
         """Keep the streams ``view`` confirmed, for the next calls (the transaction's next ones too)."""
         kept, forgotten = view.keep()
+        before, undo = self._kept, self._kept_undo
+        if undo is not None:
+            undo.extend((ref, before.get(ref)) for ref in (*forgotten, *kept))
         for ref in forgotten:
-            self._kept.pop(ref, None)
-        if len(self._kept) + len(kept) > MAX_KEPT_STREAMS:
+            before.pop(ref, None)
+        if len(before) + len(kept) > MAX_KEPT_STREAMS:
+            before.clear()
+            self._kept_undo = None
+        before.update(kept)
+
+    def _undo_kept(self) -> None:
+        """Keep again what the rolled-back transaction's calls changed of the kept streams."""
+        undo, self._kept_undo = self._kept_undo, []
+        if undo is None:
             self._kept.clear()
-        self._kept.update(kept)
+            return
+        for ref, was in reversed(undo):
+            if was is None:
+                self._kept.pop(ref, None)
+            else:
+                self._kept[ref] = was
 
     def _run_one(
         self, conn: Any, call: _Call, shared: bool, view: PgView
@@ -523,6 +551,8 @@ class PgConnection(ServesWrites["_Call"]):
             view.flush()
         except (KeptStale, *CONFLICTS):
             raise
+        except LeaseLostError as exc:  # its write checked its lease, and aborted the transaction
+            raise _LeaseRefused(call, exc) from exc
         except Exception as exc:  # the server refused a write: the transaction is aborted
             if server_gone(exc, conn):
                 raise
@@ -532,6 +562,17 @@ class PgConnection(ServesWrites["_Call"]):
 
 class _WriteRefused(Exception):
     """A shared transaction's write failed: run its calls again, each in a transaction of its own."""
+
+    #: The call whose write found its lease lost, and the error that is its outcome.
+    lease_lost: tuple[_Call, LeaseLostError] | None = None
+
+
+class _LeaseRefused(_WriteRefused):
+    """A shared transaction's write found its call's lease lost: the others run again, each alone."""
+
+    def __init__(self, call: _Call, error: LeaseLostError) -> None:
+        super().__init__(str(error))
+        self.lease_lost = (call, error)
 
 
 @asynccontextmanager

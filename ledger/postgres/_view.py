@@ -515,9 +515,10 @@ class PgView(CachedView):
         self._loaded: dict[StreamRef, StreamDescriptor] = {}
 
     def fence_with(self, fence: StatementFence) -> None:
-        """Have the call's write statement check ``fence`` (:class:`StatementFence`) if it goes alone:
-        it goes then even with nothing to write, so a writer that lost its lease is told so. (A call
-        that sent a statement before it checked the lease first, in its transaction.)"""
+        """Have the call's write statement check ``fence`` (:class:`StatementFence`) if it is the call's
+        first statement: it goes then even with nothing to write, so a writer that lost its lease is
+        told so. (A call that sent a statement before it checked the lease first, in its transaction:
+        :attr:`~ledger.postgres._alone.LedgerConnection.pending_check`.)"""
         self._fence = fence
 
     def flush(self) -> None:
@@ -570,16 +571,19 @@ class PgView(CachedView):
         # nothing is fetched: a stale kept record (or a lost lease) fails the statement itself, which
         # changes nothing; so a call that sent nothing before it may send it alone, a transaction of
         # its own (one round trip: no BEGIN, no COMMIT). Its checks failing: see flush.
-        alone = getattr(self._conn, "write_alone", None)
-        if self._fence is not None and alone is not None and alone():
-            sql, params = writes.statement(self._fence)  # alone: it checks the lease itself
-        else:  # fenced or not, a transaction's first statement checked its lease (:class:`StatementFence`)
+        conn = self._conn
+        alone = getattr(conn, "write_alone", None)
+        if self._fence is not None and conn.write_checks_lease():
+            # the call's first statement: it checks the lease itself (:class:`StatementFence`), and
+            # goes alone if it is its transaction's first too
+            sql, params = writes.statement(self._fence)
+        else:  # fenced or not, a statement before it checked its lease first
             sql, params = writes.statement()
             if not sql:
                 return
-            if self._fence is None and alone is not None:
-                alone()
-        self._conn.execute(sql, params)
+        if alone is not None:
+            alone()
+        conn.execute(sql, params)
 
     @property
     def used_kept(self) -> bool:

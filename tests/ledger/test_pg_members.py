@@ -236,6 +236,84 @@ async def test_a_lone_write_checks_its_lease_in_its_own_statement_and_a_zombies_
         assert len(execute(postgres_url, "SELECT * FROM streamledger_keyed")) == len(keyed)
 
 
+async def commit_together(
+    commits: list[tuple[PartitionLease, MessageCommit]], connection: Any, monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
+    """Each commit under its lease, all made in one step of the event loop, so that they share one
+    transaction (its batch's first attempt is seen to hold them all); what each raised (None: it landed)."""
+    outcomes: list[Any] = [None] * len(commits)
+    attempts: list[int] = []
+    attempt = type(connection)._attempt
+
+    def seen(self: Any, batch: list[Any]) -> None:
+        attempts.append(len(batch))
+        attempt(self, batch)
+
+    async def one(i: int, lease: PartitionLease, commit: MessageCommit) -> None:
+        try:
+            await PgStreamHooks(FencedConnection(connection, lease)).commit([commit])
+        except LeaseLostError as exc:
+            outcomes[i] = exc
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(connection), "_attempt", seen)
+        async with anyio.create_task_group() as tg:
+            for i, (lease, commit) in enumerate(commits):
+                tg.start_soon(one, i, lease, commit)
+    assert attempts[0] == len(commits)  # they shared one transaction
+    return outcomes
+
+
+async def test_fenced_writes_sharing_a_transaction_each_check_their_lease_in_their_own_statement(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept commits under leases, gathered in one transaction: each write checks its lease itself
+    (the check beside it does nothing here, so only the statements can refuse); zombies' change no
+    row of any table, and the holder's land together, with no check beside them either."""
+    await shop.produce(postgres_url, 40, CUSTOMERS)
+    add_member(postgres_url, "old", "-1 s")
+    partitions = [StreamRef("shop", "checkout", f"orders#{p}") for p in (0, 1)]
+    async with open_postgres(postgres_url) as ledger:
+        connection = ledger.backend.connection
+        claim = partial(_claim, stream="shop/checkout/orders", group="totals", partitions=[0, 1])
+        old = await connection.call(partial(claim, owner="old"))
+        new = await connection.call(partial(claim, owner="new"))  # old's row ran out: both taken over
+        assert [lease.token for lease in new] == [2, 2]
+
+        async def keep_both() -> list[MessageCommit]:
+            commits = []
+            for ref in partitions:
+                read = await ledger.backend.streams.read_stream(
+                    StreamRead(ref, type_name(shop.Order), ("totals",), 4)
+                )
+                assert read is not None and read.appended > 0
+                commits.append(MessageCommit(message=MessageRef(ref, "totals", read.generation, 1)))
+            return commits
+
+        commits = await keep_both()
+        checked: list[object] = []
+        monkeypatch.setattr(PartitionLease, "check", lambda lease, conn: checked.append(lease))
+        before = every_row(postgres_url)
+        refused = await commit_together(list(zip(old, commits, strict=True)), connection, monkeypatch)
+        assert [str(exc) for exc in refused] == [
+            f"member 'old' lost its lease on partition {p} of shop/checkout/orders for group 'totals'"
+            " (claim 1); 'new' (claim 2) holds it now: nothing was confirmed"
+            for p in (0, 1)
+        ]
+        assert every_row(postgres_url) == before and checked == []
+        commits = await keep_both()  # a failed call forgot what it kept: kept again
+        assert await commit_together(list(zip(new, commits, strict=True)), connection, monkeypatch) == [
+            None,
+            None,
+        ]
+        assert checked == []
+        for ref in partitions:
+            again = await ledger.backend.streams.read_stream(
+                StreamRead(ref, type_name(shop.Order), ("totals",), 4)
+            )
+            assert again is not None and again.groups[0].acked_through == 1
+
+
 async def test_a_process_restarted_under_its_name_fences_the_one_before_it(postgres_url: str) -> None:
     """Its own lease is claimed again, its member row alive: the token rises, the earlier one is refused."""
     await shop.produce(postgres_url, 40, CUSTOMERS)
