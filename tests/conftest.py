@@ -32,6 +32,7 @@ _STARTS_PROCESSES = (
     "pg_server",
     "browser",
     "multiprocessing",
+    "ledger_command",  # ``python -m ledger``, forked from the tests' command server
     "from fuzz",  # the fuzz loops' entry points: the kill loop, the bit flips
 )
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 from pathlib import Path
+
+from .ledger_command import ledger_command
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "operating.md"
@@ -39,21 +39,8 @@ def test_the_operating_page_shows_watching_viewing_runs_a_dry_run_and_both_repai
 
 def test_every_command_of_the_operating_page_succeeds_in_order(tmp_path: Path) -> None:
     for command in commands():
-        done = subprocess.run(
-            [sys.executable, *command[1:]],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = ledger_command(*command[3:], cwd=tmp_path)
         assert done.returncode == 0, (command, done.stderr)
         assert "Traceback" not in done.stderr
-    groups = subprocess.run(
-        [sys.executable, "-m", "ledger", "inspect", "shop-ledger", "--groups", "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    groups = ledger_command("inspect", "shop-ledger", "--groups", "--json", cwd=tmp_path, check=True)
     assert '"audit"' not in groups.stdout  # the page removed it

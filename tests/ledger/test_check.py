@@ -21,18 +21,13 @@ from ledger.lmdb._demo import run_demo
 from ledger.lmdb._layout import CHECKPOINT_PREFIX, descriptor_key, group_key, keyed_prefix, message_key
 from streams import Key, Stream, open_scope
 
+from ..ledger_command import ledger_command
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ledger", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        check=False,
-    )
+    return ledger_command(*args, timeout=300)
 
 
 def damage(path: Path, db: bytes, change: Callable[[Any], None]) -> None:

@@ -39,19 +39,14 @@ from ledger.lmdb._demo import run_demo
 from ledger.lmdb._seal import seal
 from streams import Key, MemoryStore, Stream, open_scope
 
+from ..ledger_command import ledger_command
+
 N = 500
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ledger", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        check=False,
-    )
+    return ledger_command(*args, timeout=timeout)
 
 
 def inspect(path: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import streams._store._marks as marks
 from ledger import LmdbBackend
 from streams import DeadLetter, Graph, Key, MessageTx, NodeContext, Retry, Stream
 
+from ..ledger_command import ledger_command
 from .conftest import Opener, without_times
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,9 +114,7 @@ def _target(ledger: Any) -> str:
 
 
 def _cli(*args: str) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    done = ledger_command(*args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

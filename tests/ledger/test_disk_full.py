@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ..ledger_command import ledger_command
 from ._mounts import remount, tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,13 +54,7 @@ def test_a_full_disk_fails_in_one_line_leaves_a_sound_ledger_and_the_demo_resume
     assert len(errors) == 1 and "Traceback" not in full.stderr
     assert "the disk holding it is full" in errors[0] and "run the same command again" in errors[0]
 
-    checked = subprocess.run(
-        [sys.executable, "-m", "ledger", "check", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    checked = ledger_command("check", str(path))
     assert checked.returncode == 0 and checked.stdout.rstrip().endswith("sound"), checked.stdout
 
     remount(small_disk, "size=64m")  # space freed

@@ -27,6 +27,8 @@ from ledger.lmdb._demo import run_demo
 from ledger.lmdb._layout import descriptor_key, group_key, message_key
 from streams import Key, Stream, open_scope
 
+from ..ledger_command import ledger_command
+
 NUMBERS = Key("numbers", Stream[int])
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,14 +127,7 @@ def test_the_demo_on_a_ledger_with_a_damaged_key_exits_4_with_one_line_and_chang
     billing = group_key(1, "billing")
     move_record(path, b"groups", billing, flip_a_bit(billing, 9))
     before = (path / "data.mdb").read_bytes()
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "demo", str(path), "--messages", "30"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
+    done = ledger_command("demo", str(path), "--messages", "30")
     assert done.returncode == 4, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: ") and "damaged" in line  # the moved record, or the missing one

@@ -22,6 +22,7 @@ from ledger._metrics_cli import prometheus_name
 from streams import Graph, Key, MessageTx, NodeContext, Retry, Stream
 from tests.conftest import Metrics
 
+from ..ledger_command import ledger_command
 from .conftest import Opener
 
 pytestmark = pytest.mark.anyio
@@ -90,13 +91,7 @@ def value(found: dict[str, dict[frozenset[tuple[str, str]], float]], name: str, 
 
 
 def metrics_once(target: str) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "metrics", target, "--once"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = ledger_command("metrics", target, "--once")
     assert done.returncode == 0, done.stderr
     return samples(done.stdout)
 
@@ -219,13 +214,7 @@ async def _one_run(path: Path) -> None:
 
 
 def test_a_path_that_is_no_ledger_is_the_commands_error(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "metrics", str(tmp_path / "none"), "--once"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = ledger_command("metrics", str(tmp_path / "none"), "--once")
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from ledger import LedgerLockedError, open_ledger
 
+from ..ledger_command import ledger_command
+
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = """
 import sys, anyio
@@ -30,13 +32,7 @@ anyio.run(main)
 
 
 def inspected(path: Path) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "inspect", str(path), "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = ledger_command("inspect", str(path), "--json", timeout=60)
     assert done.returncode == 0, done.stderr
     report: dict[str, object] = json.loads(done.stdout)
     return report
@@ -69,9 +65,7 @@ def test_the_owner_of_a_ledger_is_named_until_it_closes_and_a_killed_one_is_told
             LedgerLockedError, match=rf"owned by process {owner.pid} on {socket.gethostname()}"
         ):
             anyio.run(touch)
-        text = subprocess.run(
-            [sys.executable, "-m", "ledger", "inspect", str(path)], cwd=ROOT, capture_output=True, text=True
-        ).stdout
+        text = ledger_command("inspect", str(path)).stdout
         assert f"owned by process {owner.pid} on {socket.gethostname()} since " in text
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from ..ledger_command import ledger_command
 from . import pg_fault_child
 from .test_postgres_workers import _lines
 
@@ -128,10 +129,7 @@ def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(
     out_paused = _rest(lines["paused"])
     assert f"partition {stopped_in}: lost\n" in out_paused, (out_paused, errors["paused"])
     assert out_paused.endswith("\n") and "handled " in out_paused, out_paused
-    groups = subprocess.run(
-        [sys.executable, "-m", "ledger", "inspect", postgres_url, "--groups", "--json"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    groups = ledger_command("inspect", postgres_url, "--groups", "--json", check=True)
     rows = json.loads(groups.stdout)
     assert sorted((r["partition"], r["lag"]) for r in rows) == [(f"{p}/4", 0) for p in range(4)]
     totals = subprocess.run(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from ledger import LmdbBackend, RunNotEndedError, UnknownRunError
 from streams import ExecutionCancelledError, Graph, Key, KeyedState, MessageTx, NodeContext, Stream
 
+from ..ledger_command import ledger_command
 from .conftest import Opener
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,9 +69,7 @@ def _target(ledger: Any) -> str:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ledger", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return ledger_command(*args)
 
 
 def _report(target: str) -> dict[str, Any]:

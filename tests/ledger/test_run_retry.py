@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from ledger import (
 )
 from streams import ConfirmedFailureError, ExecutionCancelledError, Graph, Key, NodeContext, Retry
 
+from ..ledger_command import ledger_command
 from .conftest import Opener
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,9 +55,7 @@ def _target(ledger: Any) -> str:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ledger", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return ledger_command(*args)
 
 
 async def test_a_run_failed_for_good_is_retried_from_its_start_with_whole_budgets(open_any: Opener) -> None:

@@ -14,6 +14,7 @@ import pytest
 from ledger import LmdbBackend
 from streams import Graph, Key, NodeContext, Retry
 
+from ..ledger_command import ledger_command
 from .conftest import Opener
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,9 +38,7 @@ def doubling(name: str, *, fail: bool = False, hold: anyio.Event | None = None) 
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ledger", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return ledger_command(*args)
 
 
 def runs(target: str, action: str, *args: str) -> Any:

@@ -9,7 +9,6 @@ it was: the damage is never laundered into a ledger ``check`` calls sound.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,6 +56,7 @@ from streams.store import (
     MessageRef,
 )
 
+from ..ledger_command import ledger_command
 from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,9 +118,7 @@ def assert_refused(path: Path, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         LedgerEnv.open_readonly(path)
     for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "ledger", *command], capture_output=True, text=True, cwd=ROOT, check=False
-        )
+        done = ledger_command(*command)
         assert done.returncode == 4, (command, done.stdout, done.stderr)
         (line,) = done.stderr.splitlines()
         assert line.startswith("error: ") and ("damaged" in line or "checksum" in line), line
@@ -483,9 +481,7 @@ def test_a_tree_page_whose_node_count_was_damaged_to_none_is_refused_never_a_sig
         f.write((16).to_bytes(2, sys.byteorder))
     before = (path / "data.mdb").read_bytes()
     for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "ledger", *command], capture_output=True, text=True, cwd=ROOT, check=False
-        )
+        done = ledger_command(*command)
         assert done.returncode == 4 and "is a tree page without nodes" in done.stderr, done
     assert (path / "data.mdb").read_bytes() == before
 
