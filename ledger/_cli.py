@@ -56,7 +56,7 @@ from ._errors import (
     UnknownRunError,
 )
 from ._groups import add_group_command, run_group_command
-from ._messages import filtered, group_rows, key_bytes, parse_ref, with_rates
+from ._messages import filtered, group_rows, key_bytes, key_range, parse_ref, shown_key, with_rates
 from ._metrics_cli import add_metrics_command, run_metrics_command
 from ._postgres_cli import (
     add_migrate_command,
@@ -266,6 +266,29 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument(
         "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
     )
+    state = commands.add_parser(
+        "state",
+        help="print a consumer group's keyed state: one key's value, the keys under a prefix, or all",
+        description=(
+            "Print the confirmed keyed state of GROUP on STREAM (scope/node/key): the value of KEY, "
+            "the string keys that start with --prefix, or every key (at most --limit), in key order. "
+            'KEY is JSON when it reads as JSON (42, "42"), else a string. Reads what the ledger '
+            "confirmed, beside a running owner, and changes nothing."
+        ),
+    )
+    state.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    state.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
+    state.add_argument("group", metavar="GROUP", help="the consumer group")
+    state.add_argument("key", nargs="?", metavar="KEY", help="the one key to read")
+    state.add_argument("--prefix", metavar="P", help="the string keys that start with P")
+    state.add_argument(
+        "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
+    )
+    state.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object per key: {"key": ..., "value": ...} (and "found" for KEY)',
+    )
     add_group_command(commands)
     add_runs_command(commands)
     add_worker_command(commands)
@@ -337,6 +360,8 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
         if args.command == "inspect" and args.count is not None and args.watch is None:
             parser.error("--count counts the views of --watch: add --watch")
+        if args.command == "state" and args.key is not None and args.prefix is not None:
+            parser.error("state reads one KEY or the keys under --prefix, not both")
         colours = colours_for(sys.stdout, json=getattr(args, "json", False))
         if args.command == "demo":
             return _demo(args)
@@ -348,6 +373,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _messages(args)
         if args.command == "keys":
             return _keys(args)
+        if args.command == "state":
+            return _state(args)
         if args.command == "worker":
             return run_worker_command(args)
         if args.command == "migrate":
@@ -740,6 +767,29 @@ def _keys(args: argparse.Namespace) -> int:
     for entry in shown["keys"]:
         print(json.dumps(entry))
     return EXIT_OK
+
+
+def _state(args: argparse.Namespace) -> int:
+    """``state``: one key (``found`` says whether it is held), or the keys under a prefix, or all."""
+    ref = parse_ref(args.stream)
+    start, stop = key_range(args.key, args.prefix)
+    limit = 1 if args.key is not None else args.limit
+    entries = tools_for(args.path).keys(args.path, ref, args.group, start, stop, limit)["keys"]
+    if args.key is not None:
+        value = entries[0]["value"] if entries else None
+        entry = {"key": shown_key(start), "value": value, "found": bool(entries)}
+        print(json.dumps(entry) if args.json else _state_line(entry))
+        return EXIT_OK
+    for entry in entries:
+        print(json.dumps(entry) if args.json else _state_line(entry))
+    return EXIT_OK
+
+
+def _state_line(entry: dict[str, Any]) -> str:
+    """``KEY: VALUE``, each as JSON; a key the group does not hold says so."""
+    if entry.get("found") is False:
+        return f"{json.dumps(entry['key'])}: no value"
+    return f"{json.dumps(entry['key'])}: {json.dumps(entry['value'])}"
 
 
 def _table(report: dict[str, Any], colours: Colours) -> str:

@@ -7,10 +7,11 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from streams import Aspect, Graph, Key, StreamHooks
+from streams import Aspect, Graph, Key, KeyedState, StreamHooks, StreamRef
 
 from ._backend import Backend, NodeStore
 from ._graph_runs import GraphRunBook
+from ._messages import parse_ref
 from ._runs import RunDeleted, RunRecord, RunResult, Runs
 
 __all__ = ["Ledger"]
@@ -49,6 +50,33 @@ class Ledger(Generic[B]):
     def graph_runs(self) -> GraphRunBook:
         """Durable pydantic-graph runs' records and checkpoints, for :class:`~ledger.graphs.DurableGraph`."""
         return self.backend.graph_runs
+
+    async def keyed_state(
+        self,
+        stream: StreamRef | str,
+        group: str,
+        key: Any,
+        *,
+        state: KeyedState[Any, Any] | None = None,
+        default: Any = None,
+    ) -> Any:
+        """The confirmed value of ``key`` in ``group``'s keyed state on ``stream``, or ``default``.
+
+        Kafka Streams' interactive query: what a web handler or an operator
+        asks while the group runs ("what is customer 42's total now"). It
+        reads what the ledger confirmed, never a write a handler staged, and
+        changes nothing. ``stream`` is a :class:`~streams.StreamRef` or
+        ``"scope/node/key"``. Given ``state`` (the group's
+        :class:`~streams.KeyedState`), the key is encoded and the value decoded
+        as its types; without it a ``str``, ``int`` or ``bytes`` key is looked
+        up and the value read as its MessagePack reads (dicts, lists, numbers).
+        A stream or group the ledger does not hold is
+        :class:`~streams.UnknownStreamError`.
+        """
+        ref = parse_ref(stream) if isinstance(stream, str) else stream
+        if state is None:
+            state = KeyedState(type(key) if type(key) in (str, int, bytes) else Any, Any)
+        return await state.get(self.streams, ref, group, key, default)
 
     async def run(
         self, graph: Graph, inputs: Mapping[Key[Any], Any], *, run_id: str, **options: Any

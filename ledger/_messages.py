@@ -118,6 +118,22 @@ def key_bytes(text: str) -> bytes:
     return KeyedState(kind, Any).key_codec.encode(key)
 
 
+def key_range(key: str | None, prefix: str | None) -> tuple[bytes, bytes | None]:
+    """The encoded keys ``python -m ledger state`` reads: ``key`` (as :func:`key_bytes` reads it), the
+    string keys that start with ``prefix``, or every key."""
+    if key is not None:
+        raw = key_bytes(key)
+        return raw, raw + b"\x00"
+    if prefix is not None:
+        return KeyedState(str, Any).key_codec.prefix(prefix)
+    return b"", None
+
+
+def shown_key(raw: bytes) -> Any:
+    """An encoded keyed-state key as JSON shows it."""
+    return plain(key_to_plain(raw))
+
+
 def keys_of(
     view: RecordView,
     ref: StreamRef,
@@ -144,7 +160,7 @@ def keys_of(
     return {
         "stream": str(ref),
         "group": group,
-        "keys": [{"key": plain(key_to_plain(e.key)), "value": plain(to_plain(e.value))} for e in entries],
+        "keys": [{"key": shown_key(e.key), "value": plain(to_plain(e.value))} for e in entries],
     }
 
 

@@ -96,6 +96,25 @@ class KeyCodec(Generic[K]):
 
         return encode_msgpack
 
+    def prefix(self, prefix: object) -> tuple[bytes, bytes | None]:
+        """The range of encoded keys that start with ``prefix``: ``(start, stop)``, ``stop`` excluded.
+
+        For ``str`` and ``bytes`` keys only: a ``str`` key starts with a
+        prefix exactly when its UTF-8 starts with the prefix's.
+        """
+        if self._kind not in ("s", "b"):
+            raise TypeError(f"a prefix ranges str or bytes keys, not {self.name} keys")
+        if isinstance(prefix, str) and self._kind == "s":
+            body = prefix.encode()
+        elif isinstance(prefix, bytes) and self._kind == "b":
+            body = prefix
+        else:
+            raise PayloadTypeError(
+                f"keyed state takes {self.name} keys, got a prefix of {type(prefix).__qualname__}"
+            )
+        start = self._kind.encode() + body
+        return start, _after_prefix(start)
+
     def _refuse(self, key: object) -> None:
         raise PayloadTypeError(
             f"keyed state takes {self.name} keys, got a {type(key).__qualname__}; nothing was staged"
@@ -107,6 +126,18 @@ class KeyCodec(Generic[K]):
             return self._codec.decode(raw[1:], what="a keyed-state key")
         decoded: K = key_to_plain(raw)
         return decoded
+
+
+def _after_prefix(start: bytes) -> bytes | None:
+    """The first byte string after every one that starts with ``start``; None: there is none."""
+    kept = start.rstrip(b"\xff")
+    return kept[:-1] + bytes([kept[-1] + 1]) if kept else None
+
+
+def _keyed_hooks(hooks: object) -> KeyedHooks:
+    if not isinstance(hooks, KeyedHooks):
+        raise TypeError(f"{type(hooks).__qualname__} keeps no keyed state (it is no KeyedHooks)")
+    return hooks
 
 
 def _too_long(raw: bytes) -> bytes:
@@ -182,6 +213,25 @@ class KeyedState(Generic[K, V]):
             )
         return store
 
+    @overload
+    async def get(self, hooks: object, stream: StreamRef, group: str, key: K) -> V | None: ...
+    @overload
+    async def get(self, hooks: object, stream: StreamRef, group: str, key: K, default: D) -> V | D: ...
+    async def get(self, hooks: object, stream: StreamRef, group: str, key: K, default: Any = None) -> Any:
+        """The confirmed value of ``key`` in ``group``'s keyed state on ``stream``, or ``default``.
+
+        A read from outside the handler (an HTTP handler's, an operator's),
+        beside it while it runs: it sees what the ledger confirmed, never a
+        write a handler staged and the ledger has not confirmed, and changes
+        nothing. ``hooks`` is the store (a :class:`~streams.store.KeyedHooks`);
+        a stream or group it does not hold is :class:`~streams.UnknownStreamError`.
+        """
+        raw = self.key_codec.encode(key)
+        entries = await _keyed_hooks(hooks).list_keyed(KeyedRange(stream, group, raw, raw + b"\x00", 1))
+        if not entries:
+            return default
+        return self.value_codec.decode(entries[0].value, what=f"the keyed state of group {group!r}")
+
     async def items(
         self,
         hooks: object,
@@ -190,27 +240,28 @@ class KeyedState(Generic[K, V]):
         *,
         start: K | None = None,
         stop: K | None = None,
+        prefix: str | bytes | None = None,
         limit: int = 1000,
     ) -> list[tuple[K, V]]:
         """The confirmed keys and values of ``group``'s keyed state on ``stream``, in key order.
 
-        From ``start`` (included) to ``stop`` (excluded), at most ``limit``;
-        a read beside the running handler, which changes nothing. ``hooks``
-        is the store (a :class:`~streams.store.KeyedHooks`).
+        From ``start`` (included) to ``stop`` (excluded), or the keys that
+        start with ``prefix`` (``str`` and ``bytes`` keys), at most ``limit``;
+        a read beside the running handler, as :meth:`get` is. ``hooks`` is the
+        store (a :class:`~streams.store.KeyedHooks`).
         """
-        if not isinstance(hooks, KeyedHooks):
-            raise TypeError(f"{type(hooks).__qualname__} keeps no keyed state (it is no KeyedHooks)")
-        request = KeyedRange(
-            stream,
-            group,
-            b"" if start is None else self.key_codec.encode(start),
-            None if stop is None else self.key_codec.encode(stop),
-            limit,
-        )
+        keyed = _keyed_hooks(hooks)
+        if prefix is not None:
+            if start is not None or stop is not None:
+                raise ValueError("items takes a prefix or a range (start, stop), not both")
+            first, last = self.key_codec.prefix(prefix)
+        else:
+            first = b"" if start is None else self.key_codec.encode(start)
+            last = None if stop is None else self.key_codec.encode(stop)
         decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
         return [
             (decode_key(e.key), decode_value(e.value, what=f"the keyed state of group {group!r}"))
-            for e in await hooks.list_keyed(request)
+            for e in await keyed.list_keyed(KeyedRange(stream, group, first, last, limit))
         ]
 
     def __repr__(self) -> str:

@@ -43,6 +43,11 @@ def keys(target: str, *extra: str) -> list[Any]:
     return [json.loads(line) for line in run("keys", target, STREAM, "billing", *extra).stdout.splitlines()]
 
 
+def state(target: str, *extra: str) -> list[Any]:
+    lines = run("state", target, STREAM, "billing", *extra, "--json").stdout.splitlines()
+    return [json.loads(line) for line in lines]
+
+
 def groups(target: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = without_times(
         json.loads(run("inspect", target, "--groups", "--json").stdout)
@@ -92,6 +97,14 @@ def test_every_command_answers_the_same_on_a_path_and_on_a_url(tmp_path: Path, p
     assert keys(url) == keys(path) == [{"key": "even", "value": 2}, {"key": "odd", "value": 3}]
     assert keys(url, "--from", "f") == keys(path, "--from", "f") == [{"key": "odd", "value": 3}]
     assert keys(url, "--to", "odd") == keys(path, "--limit", "1") == [{"key": "even", "value": 2}]
+    # state: one key, a prefix, every key
+    assert state(url, "odd") == state(path, "odd") == [{"key": "odd", "value": 3, "found": True}]
+    assert state(url, "none") == state(path, "none") == [{"key": "none", "value": None, "found": False}]
+    assert state(url, "--prefix", "ev") == state(path, "--prefix", "ev") == [{"key": "even", "value": 2}]
+    assert state(url, "--prefix", "x") == state(path, "--prefix", "x") == []
+    assert state(url) == state(path) == keys(path)
+    assert run("state", url, STREAM, "billing", "odd").stdout == '"odd": 3\n'
+    assert run("state", path, STREAM, "billing", "none").stdout == '"none": no value\n'
     # check
     checked = {t: json.loads(run("check", t, "--json").stdout) for t in (path, url)}
     assert checked[path]["sound"] and checked[url]["sound"]
@@ -122,12 +135,17 @@ def test_group_commands_on_a_url_refuse_what_they_refuse_on_a_path(tmp_path: Pat
         ("messages", "{}", "not-a-reference"),
         ("keys", "{}", "shop/intake/nothing", "billing"),
         ("keys", "{}", STREAM, "nobody"),
+        ("state", "{}", "shop/intake/nothing", "billing", "odd"),
+        ("state", "{}", STREAM, "nobody", "odd"),
+        ("state", "{}", STREAM, "nobody", "--prefix", "o"),
     ):
         done = {t: cli(*(a.format(t) for a in args)) for t in (path, url)}
         assert done[path].returncode == done[url].returncode == 2, (args, done[url].stderr)
         for seen in done.values():
             assert len(seen.stderr.splitlines()) == 1 and "Traceback" not in seen.stderr, seen.stderr
             assert seen.stdout == ""
+    both_ways = cli("state", url, STREAM, "billing", "odd", "--prefix", "o")
+    assert both_ways.returncode == 2 and "one KEY or the keys under --prefix, not both" in both_ways.stderr
     assert groups(url) == groups(path)  # nothing changed
 
 

@@ -30,6 +30,7 @@ from streams import (
     PayloadTypeError,
     Stream,
     StreamStateError,
+    UnknownStreamError,
     handle_messages,
     open_scope,
 )
@@ -352,6 +353,61 @@ async def test_items_lists_the_confirmed_keys_in_key_order_by_range(scopes: Asyn
         await spec.items(_SevenCalls(store), stream.ref, "g")
     with pytest.raises(TypeError, match="keeps no keyed state"):
         await spec.items(PassThroughHooks(_SevenCalls(store)), stream.ref, "g")
+
+
+async def test_get_reads_one_confirmed_key_and_never_a_write_staged_but_unconfirmed(
+    scopes: AsyncExitStack,
+) -> None:
+    store = MemoryStore()
+    stream = await _numbers(scopes, store, [1, 2])
+    spec = KeyedState(str, int)
+    seen: list[int | None] = []
+
+    async def keep(tx: MessageTx[None], value: int) -> None:
+        spec.of(tx).put("k", value)
+        seen.append(await spec.get(store, stream.ref, "g", "k"))  # this message's put is only staged
+
+    await handle_messages(stream.reader("g"), keep, keyed=spec, limit=1)
+    assert seen == [None] and await spec.get(store, stream.ref, "g", "k") == 1
+    await handle_messages(stream.reader("g"), keep, keyed=spec, limit=1)
+    assert seen == [None, 1] and await spec.get(store, stream.ref, "g", "k") == 2
+    assert await spec.get(store, stream.ref, "g", "k\x00") is None  # the key, not the keys after it
+    assert await spec.get(store, stream.ref, "g", "absent", -1) == -1
+    with pytest.raises(UnknownStreamError, match="no consumer group 'nobody'"):
+        await spec.get(store, stream.ref, "nobody", "k")
+    with pytest.raises(PayloadTypeError, match="takes str keys"):
+        await spec.get(store, stream.ref, "g", 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keeps no keyed state"):
+        await spec.get(_SevenCalls(store), stream.ref, "g", "k")
+
+
+async def test_items_by_prefix_lists_the_str_or_bytes_keys_that_start_with_it(scopes: AsyncExitStack) -> None:
+    store = MemoryStore()
+    names = ["a", "ab", "abc", "ac", "b", "a\uffff", "\U0010ffff", "\U0010ffffz", "é"]
+    stream = await _numbers(scopes, store, list(range(len(names))))
+    spec = KeyedState(str, int)
+
+    async def keep(tx: MessageTx[None], value: int) -> None:
+        spec.of(tx).put(names[value], value)
+
+    await handle_messages(stream.reader("g"), keep, keyed=spec, limit=len(names))
+    for prefix in ("a", "ab", "abc", "abd", "", "\U0010ffff", "é"):
+        listed = [k for k, _ in await spec.items(store, stream.ref, "g", prefix=prefix)]
+        assert listed == sorted(n for n in names if n.startswith(prefix)), prefix
+    with pytest.raises(ValueError, match="a prefix or a range"):
+        await spec.items(store, stream.ref, "g", prefix="a", start="a")
+    with pytest.raises(PayloadTypeError, match="a prefix of bytes"):
+        await spec.items(store, stream.ref, "g", prefix=b"a")
+    with pytest.raises(TypeError, match="ranges str or bytes keys, not int keys"):
+        await KeyedState(int, int).items(store, stream.ref, "g", prefix="1")
+
+
+@given(st.binary(max_size=4), st.binary(max_size=6))
+def test_a_prefix_range_holds_exactly_the_keys_that_start_with_the_prefix(prefix: bytes, rest: bytes) -> None:
+    start, stop = KeyedState(bytes, int).key_codec.prefix(prefix)
+    for key in (b"b" + rest, b"b" + prefix + rest, b"b" + prefix[:-1] + rest):
+        inside = start <= key and (stop is None or key < stop)
+        assert inside == key.startswith(start), (prefix, key)
 
 
 async def test_a_message_may_stage_more_keys_than_the_cache_holds(scopes: AsyncExitStack) -> None:
