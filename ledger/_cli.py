@@ -132,6 +132,19 @@ def _exit_code(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
+def _add_group_target(parser: argparse.ArgumentParser) -> None:
+    """PATH STREAM GROUP: the ledger, the stream and the consumer group of a keyed-state command."""
+    parser.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
+    parser.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
+    parser.add_argument("group", metavar="GROUP", help="the consumer group")
+
+
+def _add_key_limit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ledger",
@@ -258,14 +271,10 @@ def _parser() -> argparse.ArgumentParser:
             "running owner; changes nothing."
         ),
     )
-    keys.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-    keys.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
-    keys.add_argument("group", metavar="GROUP", help="the consumer group")
+    _add_group_target(keys)
     keys.add_argument("--from", dest="start", metavar="KEY", help="the first key (included)")
     keys.add_argument("--to", dest="stop", metavar="KEY", help="the key to stop before (excluded)")
-    keys.add_argument(
-        "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
-    )
+    _add_key_limit(keys)
     state = commands.add_parser(
         "state",
         help="print a consumer group's keyed state: one key's value, the keys under a prefix, or all",
@@ -276,14 +285,10 @@ def _parser() -> argparse.ArgumentParser:
             "confirmed, beside a running owner, and changes nothing."
         ),
     )
-    state.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-    state.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
-    state.add_argument("group", metavar="GROUP", help="the consumer group")
+    _add_group_target(state)
     state.add_argument("key", nargs="?", metavar="KEY", help="the one key to read")
     state.add_argument("--prefix", metavar="P", help="the string keys that start with P")
-    state.add_argument(
-        "--limit", type=positive_int, default=1000, metavar="N", help="at most N keys (default 1000)"
-    )
+    _add_key_limit(state)
     state.add_argument(
         "--json",
         action="store_true",
