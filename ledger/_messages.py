@@ -12,6 +12,7 @@ object, bytes are base64.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import fnmatch
 import json
@@ -161,6 +162,8 @@ def keys_of(
         "stream": str(ref),
         "group": group,
         "keys": [{"key": shown_key(e.key), "value": plain(to_plain(e.value))} for e in entries],
+        # the last key as stored (URL-safe base64): where a page of keys after these starts
+        "last": base64.urlsafe_b64encode(entries[-1].key).decode("ascii") if entries else None,
     }
 
 

@@ -12,6 +12,8 @@ a JSON value; message contents are read only when a view asks for them.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import fnmatch
 import threading
@@ -26,6 +28,7 @@ from streams.store import type_name
 
 from .._connect import tools_for
 from .._errors import ConsoleQueryError, StreamNotFoundError
+from .._messages import key_range
 from .._tools import Tools
 
 __all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
@@ -268,6 +271,49 @@ class Watcher:
         }
         if messages:
             view["messages"] = shown["messages"]
+        return view
+
+    def keys(
+        self,
+        name: str,
+        group: str,
+        *,
+        key: str | None = None,
+        prefix: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> dict[str, Any] | None:
+        """A page of ``group``'s confirmed keyed state on stream ``name``, read when asked.
+
+        ``key``: that key alone (``found`` says whether the group holds it);
+        else the string keys under ``prefix``, or every key, ``limit`` at a
+        time from ``cursor`` (the ``next`` of the page before, the first key
+        of its page as stored: None after the last page). None: the ledger holds no such stream or group.
+        """
+        if key is not None and (prefix is not None or cursor is not None):
+            raise ConsoleQueryError("keys takes a key, or a prefix and a cursor: not both")
+        start, stop = key_range(key, prefix)
+        if cursor is not None:
+            try:
+                after = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True)
+            except (binascii.Error, UnicodeEncodeError, ValueError):
+                raise ConsoleQueryError(f"cursor {cursor!r} is no cursor of a page of keys") from None
+            if not after or not after.startswith(start[:1]) or after < start:
+                raise ConsoleQueryError(f"cursor {cursor!r} is no cursor of a page of these keys")
+            start = after
+        wanted = 1 if key is not None else limit + 1  # one more: the first key of the next page
+        try:
+            shown = self._tools.keys(self.target, _ref(name), group, start, stop, wanted)
+        except StreamNotFoundError:
+            return None
+        entries = shown["keys"]
+        view: dict[str, Any] = {"stream": name, "group": group}
+        if key is not None:
+            view["key"] = entries[0] if entries else None
+            view["found"] = bool(entries)
+            return view
+        view["keys"] = entries[:limit]
+        view["next"] = shown["last"] if len(entries) > limit else None  # that key, included
         return view
 
     def dead_letters(

@@ -153,6 +153,8 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                 name = unquote(path.removeprefix("/api/streams/"))
                 view = watcher.stream(name, messages=query.get("messages") == "1", limit=_limit(query, 20))
                 self._found(view, "stream")
+            elif path == "/api/keys":
+                self._keys(query)
             elif path == "/api/events":
                 self._events()
             else:
@@ -179,6 +181,28 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                 if name == COOKIE:
                     offered.append(value)
             return any(hmac.compare_digest(o.encode(), token.encode()) for o in offered if o)
+
+        def _keys(self, query: dict[str, str]) -> None:
+            """``?stream=S&group=G`` and ``key=K``, or ``prefix=P``, ``cursor=C``, ``limit=N`` (1 to 200)."""
+            try:
+                stream, group = query.get("stream"), query.get("group")
+                if not stream or not group:
+                    raise ConsoleQueryError("keys takes a stream (scope/node/key) and a group")
+                given = query.get("limit", "50")
+                if not given.isdigit() or not 1 <= int(given) <= 200:
+                    raise ConsoleQueryError(f"limit takes a number of keys from 1 to 200, not {given!r}")
+                view = watcher.keys(
+                    stream,
+                    group,
+                    key=query.get("key"),
+                    prefix=query.get("prefix"),
+                    cursor=query.get("cursor"),
+                    limit=int(given),
+                )
+            except ConsoleQueryError as exc:
+                self._json(400, {"error": str(exc)})
+            else:
+                self._found(view, "stream or consumer group")
 
         def _found(self, view: Any, what: str) -> None:
             if view is None:

@@ -18,13 +18,25 @@ import pytest
 
 import streams._store._marks as marks
 from ledger import LmdbBackend
-from streams import DeadLetter, Graph, Key, MessageTx, NodeContext, Retry, Stream
+from streams import (
+    DeadLetter,
+    Graph,
+    Key,
+    KeyedState,
+    MessageTx,
+    NodeContext,
+    Retry,
+    Stream,
+    handle_messages,
+    open_scope,
+)
 
 from ..ledger_command import ledger_command
 from .conftest import Opener, without_times
 
 ROOT = Path(__file__).resolve().parents[2]
 N = Key("n", int)
+KEYED = Key("keyed", Stream[int])
 NOTES = Key("notes", Stream[str])
 COUNT = Key("count", int)
 SENT = Key("sent", int)
@@ -345,3 +357,49 @@ async def test_the_console_shows_dead_letters_outputs_on_demand_appends_and_filt
     assert outputs["summary/label"] == {"label": "<b>4</b>"}
     members = {m["name"]: m for m in with_values["topology"]["members"]}
     assert members["summary"]["graph"]["name"] == "summary"  # a Sub, drawn with its own nodes
+
+
+async def test_the_console_pages_a_groups_keys_by_prefix_and_reads_one_on_demand(open_any: Opener) -> None:
+    names = ["a1", "a2", "a3", "a4", "a5", "b1", "b2"]
+    state = KeyedState(str, int)
+
+    async def keep(tx: MessageTx[None], value: int) -> None:
+        state.of(tx).put(names[value], (value + 1) * 10)
+
+    async with open_any() as ledger:
+        target = _target(ledger)
+        async with open_scope(ledger.streams, scope="shop") as scope:
+            stream = await scope.open_stream(KEYED, node="intake", groups=("totals",), resumable=True)
+            for i in range(len(names)):
+                stream.writer().send_nowait(i)
+            await handle_messages(stream.reader("totals"), keep, keyed=state, limit=len(names))
+    base = "/api/keys?stream=shop/intake/keyed&group=totals"
+    with console(target) as url:
+        pages, cursor = [], ""
+        while True:
+            page = await anyio.to_thread.run_sync(got, url, f"{base}&prefix=a&limit=2{cursor}")
+            pages.append([(e["key"], e["value"]) for e in page["keys"]])
+            if page["next"] is None:
+                break
+            cursor = f"&cursor={page['next']}"
+        assert pages == [[("a1", 10), ("a2", 20)], [("a3", 30), ("a4", 40)], [("a5", 50)]]
+        every = await anyio.to_thread.run_sync(got, url, base)
+        assert [e["key"] for e in every["keys"]] == names and every["next"] is None
+        one = await anyio.to_thread.run_sync(got, url, f"{base}&key=b2")
+        assert one == {"stream": "shop/intake/keyed", "group": "totals", "key": {"key": "b2", "value": 70},
+                       "found": True}  # fmt: skip
+        none = await anyio.to_thread.run_sync(got, url, f"{base}&key=c1")
+        assert none["found"] is False and none["key"] is None
+        for query, status in (
+            ("/api/keys?stream=shop/intake/keyed", 400),
+            (f"{base}&limit=0", 400),
+            (f"{base}&limit=-5", 400),
+            (f"{base}&limit=abc", 400),
+            (f"{base}&key=a1&prefix=a", 400),
+            (f"{base}&cursor=%%%", 400),
+            (f"{base}&prefix=b&cursor=c2Ex", 400),  # the cursor of a1, before the prefix b
+            ("/api/keys?stream=shop/intake/other&group=totals", 404),
+            ("/api/keys?stream=shop/intake/keyed&group=nobody", 404),
+        ):
+            answer, _, body = await anyio.to_thread.run_sync(request, url, query)
+            assert answer == status and "error" in json.loads(body), (query, body)
