@@ -95,6 +95,12 @@ def test_view_prints_the_kept_messages_as_json_lines(shop: Path) -> None:
     assert unknown.stderr.splitlines() == [f"error: the ledger at {shop} holds no stream shop/intake/refunds"]
 
 
+def _interruptible() -> None:
+    """Ctrl-C's default for the command, as a terminal gives it: a suite started in the background
+    (``pytest &``) ignores SIGINT, and an ignored signal stays ignored in the processes it starts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_watch_shows_the_view_again_until_ctrl_c_which_ends_it_cleanly(shop: Path) -> None:
     run = subprocess.Popen(
         [sys.executable, "-m", "ledger", "inspect", str(shop), "--groups", "--watch", "0.05"],
@@ -102,6 +108,7 @@ def test_watch_shows_the_view_again_until_ctrl_c_which_ends_it_cleanly(shop: Pat
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        preexec_fn=_interruptible,
     )
     assert run.stdout is not None
     headers = 0
