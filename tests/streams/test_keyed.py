@@ -376,7 +376,7 @@ async def test_get_reads_one_confirmed_key_and_never_a_write_staged_but_unconfir
     with pytest.raises(UnknownStreamError, match="no consumer group 'nobody'"):
         await spec.get(store, stream.ref, "nobody", "k")
     with pytest.raises(PayloadTypeError, match="takes str keys"):
-        await spec.get(store, stream.ref, "g", 1)  # type: ignore[arg-type]
+        await spec.get(store, stream.ref, "g", 1)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="keeps no keyed state"):
         await spec.get(_SevenCalls(store), stream.ref, "g", "k")
 
