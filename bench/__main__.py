@@ -244,7 +244,10 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
                 figures.setdefault(f"demo_workers_{workers}", []).append(rate)
                 _progress(quiet, f"  demo with {workers} worker process(es): {_rate(rate)} msgs/s")
         notified = run_notify_delivery(
-            new_database(server_url, make_url), args.notify_samples, backend=args.backend
+            new_database(server_url, make_url),
+            args.notify_samples,
+            idle_seconds=args.notify_idle,
+            backend=args.backend,
         )
         _progress(quiet, f"  an idle member told of a message: {median(notified.delivery_us):,.0f} us")
     med = {name: median(values) for name, values in figures.items()}
@@ -270,8 +273,10 @@ def bench_streams_postgres(args: argparse.Namespace) -> dict[str, Any]:
         servers = [server for _, server in spent if server is not None]
         out[f"{name}_server_cpu_s_per_1k_msgs"] = median(servers) if servers else None
     out["notify_samples"] = args.notify_samples
+    out["notify_idle_seconds"] = args.notify_idle
     out["notify_delivery_p50_us"] = median(notified.delivery_us)
     out["notify_append_p50_us"] = median(notified.append_us)
+    out["notify_idle_member_txns_per_s"] = notified.idle_txns_per_s
     out["ratio_streamledger_to_raw_psycopg"] = med["streamledger"] / med["raw_psycopg"]
     out["ratio_streamledger_to_psycopg_per_message"] = med["streamledger"] / med["psycopg_per_message"]
     out["ratio_streamledger_to_memory_store"] = med["streamledger"] / med["memory_store"]
@@ -355,6 +360,7 @@ def show_streams_postgres(out: dict[str, Any]) -> str:
             _shown(out, "notify_delivery_p50_us", _rate),
         ),
         ("  of which the send's commit (the writer's flush), us", _shown(out, "notify_append_p50_us", _rate)),
+        ("  the idle member's transactions a second", f"{out['notify_idle_member_txns_per_s']:.2f}"),
     ]
     server = out["server"]
     head = (
@@ -855,6 +861,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=40,
         help="with --store postgres: messages from another process to an idle member (default 40)",
+    )
+    p.add_argument(
+        "--notify-idle",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="with --store postgres: seconds the idle member's transactions are counted (default 3)",
     )
     common(p, 1)
 

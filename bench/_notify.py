@@ -7,8 +7,13 @@ the stream's group (``ledger.postgres.consume``), whose handler notes when
 it starts. Between samples the member is idle (it handled everything,
 and waits), so each sample is the path of a notification: the writer's
 commit, the server's notification, the member's listener waking its
-follower, the follower's read, and the handler's start. The member's poll
-is set far past every sample, so no sample is a poll's.
+follower, the follower's read, and the handler's start. The member keeps the default
+poll, which bounds its waits only while its listener is away: no sample is
+a poll's.
+
+Then the member stays idle for ``idle_seconds``, and the
+transactions it commits meanwhile are counted: its renewals, a third of a
+lease apart, and nothing else while its listener listens.
 
 Beside it, the writer's own figure: from its send to its flush's return
 (the append's commit, confirmed).
@@ -29,6 +34,7 @@ import anyio.to_thread
 import msgspec
 
 from ledger.postgres import consume, open_postgres
+from ledger.postgres._store import PgConnection
 from streams import Key, MessageTx, Stream, open_scope
 
 from ._shape import BenchError
@@ -40,26 +46,34 @@ NODE: Final = "writer"
 STAMPS = Key("stamps", Stream[int])
 #: How long the member stays idle before each sample (seconds): it waits on its listener then.
 IDLE_SECONDS: Final = 0.02
-#: The member's poll: far past any sample, so a sample is a notification's path.
-POLL_SECONDS: Final = 30.0
+#: How long after the last sample the idle member's count starts (seconds): its ack is committed.
+SETTLE_SECONDS: Final = 0.2
+#: How long a sample waits for the member's handler at most (seconds).
+SAMPLE_SECONDS: Final = 15.0
 
 
 class NotifyRun(msgspec.Struct, frozen=True):
-    """Each sample's delays (microseconds): to the member's handler, and to the writer's confirmation."""
+    """Each sample's delays (microseconds): to the member's handler, and to the writer's confirmation.
+
+    With the transactions a second of the idle member afterwards.
+    """
 
     delivery_us: list[float]
     append_us: list[float]
+    idle_txns_per_s: float
 
 
-def run_notify_delivery(url: str, samples: int, *, backend: str = "asyncio") -> NotifyRun:
+def run_notify_delivery(
+    url: str, samples: int, *, idle_seconds: float = 3.0, backend: str = "asyncio"
+) -> NotifyRun:
     """``samples`` delays from a send in another process to the idle member's handler (and its commit).
 
     A first message, handled once the member follows its partition, is left out.
     """
-    return anyio.run(_measure, url, samples, backend=backend)
+    return anyio.run(_measure, url, samples, idle_seconds, backend=backend)
 
 
-async def _measure(url: str, samples: int) -> NotifyRun:
+async def _measure(url: str, samples: int, idle_seconds: float) -> NotifyRun:
     delays: list[float] = []
     handled = anyio.Event()
 
@@ -78,9 +92,13 @@ async def _measure(url: str, samples: int) -> NotifyRun:
             for _ in range(samples + 1):  # the first, to a member starting, is left out
                 await anyio.sleep(IDLE_SECONDS)  # the member is idle, waiting on its listener
                 await writer.stdin.send(b"send\n")
-                with anyio.fail_after(POLL_SECONDS / 2):
+                with anyio.fail_after(SAMPLE_SECONDS):
                     await handled.wait()
                 handled = anyio.Event()
+            await anyio.sleep(SETTLE_SECONDS)  # the last sample's ack commits, uncounted
+            before = PgConnection.committed_in_process
+            await anyio.sleep(idle_seconds)
+            idle = (PgConnection.committed_in_process - before) / idle_seconds
             await writer.stdin.send(b"finish\n")  # the member returns once it read the end
         appended = b""
         async for chunk in writer.stdout:
@@ -89,7 +107,7 @@ async def _measure(url: str, samples: int) -> NotifyRun:
             raise BenchError("the notification bench's writer failed")
     if len(delays) != samples + 1:
         raise BenchError(f"the member handled {len(delays)} of {samples + 1} messages")
-    return NotifyRun(delays[1:], msgspec.json.decode(appended, type=list[float])[1:])
+    return NotifyRun(delays[1:], msgspec.json.decode(appended, type=list[float])[1:], idle)
 
 
 async def _member(url: str, handler: Callable[[MessageTx[None], int], Awaitable[None]]) -> None:
@@ -102,7 +120,6 @@ async def _member(url: str, handler: Callable[[MessageTx[None], int], Awaitable[
         partitions=1,
         group="member",
         owner="bench",
-        poll_seconds=POLL_SECONDS,
         report=lambda partition, event: None,
     )
 

@@ -197,6 +197,28 @@ def claim_due(conn: Any, owner: str, seconds: float, graphs: Sequence[tuple[str,
     return None if row is None else Lease(row[0], owner, row[1])
 
 
+#: The seconds until the earliest lease of a running run of the graphs runs out (0 for a running run
+#: with no lease: another worker is claiming it), None if no run of theirs is running.
+_NEXT_DUE: Final = """
+SELECT EXTRACT(EPOCH FROM min(COALESCE(l.expires_at, now())) - now())::float8
+FROM streamledger_runs r LEFT JOIN streamledger_leases l USING (run_id)
+WHERE r.status = 'running'
+  AND (r.graph, r.version) IN (SELECT * FROM unnest(%(graphs)s::text[], %(versions)s::text[]))
+"""
+
+
+def next_due(conn: Any, graphs: Sequence[tuple[str, str]]) -> float | None:
+    """How soon a run of ``graphs`` that is running falls due (its lease runs out), in seconds.
+
+    None if none is running; a worker that found nothing due waits that long
+    at most (a lease running out tells nobody), or until it is told of a run
+    made due.
+    """
+    params = {"graphs": [name for name, _ in graphs], "versions": [version for _, version in graphs]}
+    row = conn.execute(_NEXT_DUE, params).fetchone()
+    return None if row is None or row[0] is None else max(0.0, float(row[0]))
+
+
 def claim_run(conn: Any, run_id: str, owner: str, seconds: float) -> Lease | str:
     """Claim run ``run_id`` (one this process runs itself); the holder's name if another holds it."""
     row = conn.execute(

@@ -39,12 +39,17 @@ partitions no longer its share (it stops handling them first) and claims
 the free ones that are (given up, or held by a member whose row ran out).
 So when a member joins, the others hand it its share; when one dies or
 stops renewing, the others take its partitions over within a lease and a
-third. A member short of its share, or idle, looks again every second.
+third. A member short of its share, or holding none while it waits for
+the group to be done, looks again every second.
 
-A member hears of each commit to a partition it follows from the server
+A member hears of each commit to a partition it follows, and of the
+opening of a partition it waits for, from the server
 (:mod:`ledger.postgres._notify`: one listening connection a member) and
-reads the partition then; it reads it anyway every ``poll_seconds``
-(:data:`DEFAULT_POLL_SECONDS`), the bound for a notification lost.
+reads the partition then. While its listener is away (the only time a
+notification is lost) it reads anyway every ``poll_seconds``
+(:data:`DEFAULT_POLL_SECONDS`); while it listens, every
+:data:`~ledger.postgres._notify.LISTENING_POLL_SECONDS`. So an idle group
+costs its members' renewals, a third of a lease apart, and nothing else.
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ from streams.store import StreamRead, partition_name, qualified_type_name, singl
 from .._errors import LeaseLostError, LedgerUnreachableError, OutcomeUnknownError
 from ._faults import find_cause
 from ._leases import STUCK_ON_ITS_CLIENT, FencedConnection, held_or_lost, lost_error
-from ._notify import Listener, Wakeup, open_listener, stream_topic
+from ._notify import Listener, Wakeup, open_listener, opened_topic, stream_topic
 from ._store import IDLE_IN_TRANSACTION_SECONDS, RECONNECT_SECONDS, PgConnection, connected
 from ._streams import PgStreamHooks
 from ._view import PgView
@@ -90,9 +95,8 @@ __all__ = ["MemberReport", "PartitionLease", "consume", "print_member_report"]
 T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS: Final = 10.0
-#: How long a member waits for a notification before it reads an idle partition anyway (seconds):
-#: the bound on how late a lost notification makes a message, and what an idle partition costs (one
-#: read a bound). Before notifications, members polled every 0.2 s.
+#: How long a member whose listener is away waits before it reads an idle partition anyway
+#: (seconds): the bound on how late a lost notification makes a message.
 DEFAULT_POLL_SECONDS: Final = 1.0
 #: How often a member short of its share looks again, at most (seconds): a partition handed over
 #: is claimed within it.
@@ -357,10 +361,11 @@ class _Member:
         with single_error():
             async with anyio.create_task_group() as tg:
                 while not (await self.round(tg) and until_done):
-                    # a member short of its share, or idle, looks again soon: partitions are being
-                    # handed over to it, or the last ones finished
+                    # a member short of its share, or holding none while it waits for the end,
+                    # looks again soon: partitions are being handed over to it, or the last ones
+                    # finished
                     wait = self.lease_seconds / 3
-                    if not self.settled or not self.held:
+                    if not self.settled or (until_done and not self.held):
                         wait = min(wait, UNSETTLED_SECONDS)
                     with anyio.move_on_after(wait):
                         await _any_stopped(self.held)
@@ -439,10 +444,13 @@ class _Member:
         try:
             with part.scope:
                 while True:
-                    stream_id = await self.coordination.call(partial(_stream_id, ref=ref), idempotent=True)
-                    if stream_id is None:  # the writer has not opened it yet: look again
-                        await anyio.sleep(self.poll_seconds)
-                        continue
+                    with self.listener.watching(opened_topic(str(ref))) as opened:  # before it reads
+                        stream_id = await self.coordination.call(
+                            partial(_stream_id, ref=ref), idempotent=True
+                        )
+                        if stream_id is None:  # the writer has not opened it yet: look again once it did
+                            await opened.wait(self.poll_seconds)
+                            continue
                     with self.listener.watching(stream_topic(stream_id)) as wakeup:  # before it reads
                         if await self.follow(part, wakeup):
                             return
@@ -531,8 +539,9 @@ async def consume(
     message's budget is raised, as ``handle_messages`` raises it.
 
     A member reads a partition it holds as soon as the server notifies it
-    of a commit there, and at least every ``poll_seconds`` while it has
-    nothing to hand out (the bound a lost notification makes it late by).
+    of a commit there, and, while it has nothing to hand out, at least every
+    ``poll_seconds`` while its listening connection is away (the bound a
+    lost notification makes it late by).
     """
     if lease_seconds <= 0 or poll_seconds <= 0:
         raise ValueError("lease_seconds and poll_seconds must be positive")

@@ -5,7 +5,8 @@ see (finishes it, fails it, reopens it, changes its groups), sends
 ``pg_notify('streamledger', <stream id>)`` inside its one write statement
 (:mod:`ledger.postgres._view`); one that makes a run due for a worker
 (submits it, gives its lease up while it is still running) sends
-:data:`RUNS`, and a cancellation :func:`cancelled_topic`. PostgreSQL
+:data:`RUNS`, a cancellation :func:`cancelled_topic`, and the making of a
+stream's row :func:`opened_topic` (for members waiting for its writer). PostgreSQL
 delivers a notification only once its transaction committed, so a
 rolled-back write wakes nobody.
 
@@ -17,16 +18,21 @@ each notification's payload (a stream id, or one of the names above). No
 thread waits, on asyncio or on trio.
 
 A notification is a hint, never the record: a waiter woken reads the
-ledger, and its reads keep their bound (``poll_seconds``) for the
-notifications that are lost. One is lost while the listener has no
-connection: when its connection breaks (the server restarted, the session
-was ended), it connects again with a bounded, jittered backoff and wakes
-every waiter once it listens again, so they read what was committed
-meanwhile. TCP keepalives find a connection whose server went silent.
+ledger. The server tells a listening session of every commit that
+notified, so a notification is lost only while the listener has no
+connection, and an idle waiter costs no reads while it listens: its wait
+is bounded by :data:`LISTENING_POLL_SECONDS` then, and by its own poll
+(``poll_seconds``) only while the listener is away. When its connection
+breaks (the server restarted, the session was ended), the listener wakes
+every waiter (they poll from then on), connects again with a bounded,
+jittered backoff and wakes every waiter once it listens again, so they
+read what was committed meanwhile. TCP keepalives find a connection whose
+server went silent; the longer bound covers the time they take.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -46,6 +52,7 @@ __all__ = [
     "Wakeup",
     "cancelled_topic",
     "open_listener",
+    "opened_topic",
     "stream_topic",
 ]
 
@@ -55,6 +62,9 @@ CHANNEL: Final = "streamledger"
 #: The payload of a change a worker waiting for a due run may care about.
 RUNS: Final = "runs"
 
+#: How long a waiter waits for a notification while its listener listens (seconds), whatever its
+#: own poll: the bound for a connection gone silent that keepalives have not noticed yet.
+LISTENING_POLL_SECONDS: Final = 30.0
 #: The first wait before connecting again, and the longest (seconds); each failed attempt doubles it.
 FIRST_BACKOFF_SECONDS: Final = 0.05
 MAX_BACKOFF_SECONDS: Final = 5.0
@@ -69,6 +79,14 @@ def stream_topic(stream_id: int) -> str:
     return str(stream_id)
 
 
+def opened_topic(ref: str) -> str:
+    """The payload of the opening of stream ``ref`` (its row made): a follower waiting for it reads it.
+
+    A digest of the name, so any name fits a notification's payload.
+    """
+    return "opened " + hashlib.blake2b(ref.encode(), digest_size=12).hexdigest()
+
+
 def cancelled_topic(run_id: str) -> str:
     """The payload of the cancellation of run ``run_id``: the worker holding it stops it at once."""
     return f"cancelled {run_id}"
@@ -79,13 +97,15 @@ class Wakeup:
 
     A :class:`streams.Wakeups`: :meth:`wait` returns once a notification
     arrived since the last :meth:`wait` returned (or since it was made), or
-    after ``seconds``.
+    after its bound: ``seconds`` while the listener is away,
+    :data:`LISTENING_POLL_SECONDS` (or ``seconds`` if longer) while it listens.
     """
 
-    __slots__ = ("_event", "topic")
+    __slots__ = ("_event", "_listener", "topic")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, listener: Listener) -> None:
         self.topic = topic
+        self._listener = listener
         self._event = anyio.Event()
 
     def set(self) -> None:
@@ -95,12 +115,23 @@ class Wakeup:
         """Whether a notification arrived that no :meth:`wait` has returned for yet."""
         return self._event.is_set()
 
-    async def wait(self, seconds: float) -> None:
-        """Until a notification since the last return (at once if one came meanwhile), or ``seconds``."""
+    def bound(self, seconds: float, due: float | None = None) -> float:
+        """How long :meth:`wait` waits at most for a notification: see :meth:`wait`."""
+        bound = max(seconds, LISTENING_POLL_SECONDS) if self._listener.listening else seconds
+        return bound if due is None else max(0.0, min(bound, due))
+
+    async def wait(self, seconds: float, *, due: float | None = None) -> None:
+        """Until a notification since the last return (at once if one came meanwhile), or the bound.
+
+        The bound is ``seconds`` while the listener is away, longer while it
+        listens (a connection break ends the wait); ``due``, if given, caps
+        it: the seconds until something falls due that no notification
+        tells of (a lease running out).
+        """
         if self._event.is_set():
             await anyio.lowlevel.checkpoint()
         else:
-            with anyio.move_on_after(seconds):
+            with anyio.move_on_after(self.bound(seconds, due)):
                 await self._event.wait()
         if self._event.is_set():
             self._event = anyio.Event()
@@ -127,7 +158,7 @@ class Listener:
     @contextmanager
     def watching(self, topic: str) -> Iterator[Wakeup]:
         """A :class:`Wakeup` set by every notification of ``topic`` while the block runs."""
-        wakeup = Wakeup(topic)
+        wakeup = Wakeup(topic, self)
         waiters = self._waiting.setdefault(topic, set())
         waiters.add(wakeup)
         try:
@@ -172,6 +203,7 @@ class Listener:
                     self.last_error = exc
                 finally:
                     self.listening, self.backend_pid = False, None
+                    self._wake_all()  # their waits were bounded for a listener: they poll from now on
                     with anyio.CancelScope(shield=True):
                         await anyio.to_thread.run_sync(conn.close)
             if not started:

@@ -46,7 +46,7 @@ from streams.store import (
 from .._errors import CorruptRecordError
 from .._format import CHUNK
 from ._arrays import Byteas, Int8s, Texts
-from ._notify import CHANNEL
+from ._notify import CHANNEL, opened_topic
 
 __all__ = [
     "Kept",
@@ -643,9 +643,10 @@ class PgView(CachedView):
         self._resolve((ref,))
         stream_id = self._known(ref)
         if stream_id is None:
-            stream_id = self._conn.execute(
-                "INSERT INTO streamledger_streams (scope, node, key) VALUES (%s, %s, %s) RETURNING id",
-                (ref.scope, ref.node, ref.key),
+            stream_id = self._conn.execute(  # and tells the members waiting for its writer
+                "WITH s AS (INSERT INTO streamledger_streams (scope, node, key) VALUES (%s, %s, %s)"
+                " RETURNING id) SELECT id, pg_notify(%s, %s) FROM s",
+                (ref.scope, ref.node, ref.key, CHANNEL, opened_topic(str(ref))),
             ).fetchone()[0]
             self.ids[ref] = stream_id
         return stream_id

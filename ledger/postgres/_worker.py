@@ -11,9 +11,11 @@ workers never run one run at a time.
 
 An idle worker claims again as soon as the server notifies it of a run made
 due (submitted, retried, or given up while running:
-:mod:`ledger.postgres._notify`), and at least every ``poll_seconds``: the
-bound for a lost notification, and how soon a run whose lease ran out (its
-worker died, which tells nobody) is claimed. The worker holding a run hears
+:mod:`ledger.postgres._notify`), and when the earliest lease of a running
+run runs out (its worker died, which tells nobody: the worker's claim that
+found nothing due also read when that is). It polls every ``poll_seconds``
+only while its listening connection is away, the time notifications are
+lost; an idle worker of an idle ledger costs no queries. The worker holding a run hears
 of its cancellation at once, not at its next renewal.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -35,7 +38,7 @@ from .._ledger import Ledger
 from .._runs import stamped
 from ._faults import find_cause
 from ._leased import holding
-from ._leases import Lease, claim_due
+from ._leases import Lease, claim_due, next_due
 from ._ledger import PgBackend, open_postgres
 from ._notify import RUNS, Listener, open_listener
 from ._store import RECONNECT_SECONDS
@@ -48,6 +51,9 @@ __all__ = ["WorkerReport", "print_report", "work"]
 WorkerReport = Callable[[str, str], None]
 
 DEFAULT_LEASE_SECONDS: Final = 10.0
+#: How long past a lease's end an idle worker claims again (seconds): the lease has run out by then
+#: on the server's clock, whatever the round trip.
+_SLACK_SECONDS: Final = 0.01
 
 
 def print_report(run_id: str, outcome: str) -> None:
@@ -101,15 +107,18 @@ async def work(
             while True:
                 await anyio.lowlevel.checkpoint()  # cancellable between runs, whatever the runs do
                 try:
-                    lease = await connection.call(
-                        lambda view: claim_due(view.connection, owner, lease_seconds, known)
+                    lease, due_in = await connection.call(
+                        partial(_claim, owner=owner, seconds=lease_seconds, known=known)
                     )
                 except OutcomeUnknownError:  # it may have claimed a run: that lease runs out, then it is due
                     continue
                 if lease is None:
-                    if until_idle and not await _anything_running(ledger, known):
-                        return ended
-                    await due.wait(poll_seconds)  # a run made due, or the poll's bound
+                    if until_idle:
+                        if due_in is None:  # nothing of its graphs is running
+                            return ended
+                        due_in = min(due_in, poll_seconds)  # a run that ends tells nobody
+                    # a run made due, the earliest lease running out, or the poll's bound
+                    await due.wait(poll_seconds, due=_SLACK_SECONDS + due_in if due_in is not None else None)
                     continue
                 report(lease.run_id, "claimed")
                 outcome = await _run_leased(ledger, lease, by_name, chain, lease_seconds, listener)
@@ -118,16 +127,12 @@ async def work(
                     ended += 1
 
 
-async def _anything_running(ledger: Ledger[PgBackend], known: list[tuple[str, str]]) -> bool:
-    def running(view: Any) -> bool:
-        row = view.connection.execute(
-            "SELECT 1 FROM streamledger_runs WHERE status = 'running'"
-            " AND (graph, version) IN (SELECT * FROM unnest(%s::text[], %s::text[])) LIMIT 1",
-            ([name for name, _ in known], [version for _, version in known]),
-        ).fetchone()
-        return row is not None
-
-    return await ledger.backend.connection.call(running, idempotent=True)
+def _claim(
+    view: Any, *, owner: str, seconds: float, known: list[tuple[str, str]]
+) -> tuple[Lease | None, float | None]:
+    """A run claimed, or none and how soon one of ``known`` that is running falls due (None: none runs)."""
+    lease = claim_due(view.connection, owner, seconds, known)
+    return lease, (None if lease is not None else next_due(view.connection, known))
 
 
 async def _run_leased(

@@ -303,9 +303,10 @@ def test_streams_bench_on_postgres_reports_memory_store_and_skip_locked_in_the_s
     out = run_bench(
         capsys,
         *("streams", "--store", "postgres", "--messages", "300", "--per-message", "20", "--batch", "64"),
-        *("--workers", "", "--notify-samples", "5", "--url", postgres_server.url),
+        *("--workers", "", "--notify-samples", "5", "--notify-idle", "0.3", "--url", postgres_server.url),
     )
-    assert out["notify_samples"] == 5
+    assert out["notify_samples"] == 5 and out["notify_idle_seconds"] == 0.3
+    assert 0 <= out["notify_idle_member_txns_per_s"] * 0.3 <= 2  # a renewal or two in its window, no poll
     assert 0 < out["notify_append_p50_us"] < out["notify_delivery_p50_us"]  # delivered after its commit
     for key in (
         "streamledger_msgs_per_s",

@@ -20,7 +20,17 @@ import pytest
 
 from ledger._runs import RunCancel, RunRecord
 from ledger.postgres import consume, open_postgres, work
-from ledger.postgres._notify import CHANNEL, RUNS, Wakeup, open_listener, stream_topic
+from ledger.postgres._leases import claim_run
+from ledger.postgres._notify import (
+    CHANNEL,
+    LISTENING_POLL_SECONDS,
+    RUNS,
+    Listener,
+    Wakeup,
+    open_listener,
+    stream_topic,
+)
+from ledger.postgres._store import PgConnection
 from ledger.postgres._view import PgView
 from streams import Graph, Key, MessageTx, NodeContext, Stream, StreamRef, follow_stream, open_scope
 from streams.store import AppendBatch, StreamRead, append, partition_name, read_stream, type_name
@@ -63,7 +73,7 @@ class Seen:
         self.event(value).set()
 
 
-def member(url: str, seen: Seen, poll_seconds: float) -> Any:
+def member(url: str, seen: Seen, poll_seconds: float, lease_seconds: float = 3.0) -> Any:
     """A member of group ``g`` on ``NUMBERS``; ``seen.returned`` is set once it returned."""
 
     async def run() -> None:
@@ -76,7 +86,7 @@ def member(url: str, seen: Seen, poll_seconds: float) -> Any:
             partitions=2,
             group="g",
             owner="m",
-            lease_seconds=3.0,
+            lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
             report=silent_report,
         )
@@ -141,6 +151,68 @@ def end_listening_sessions(url: str) -> int:
             f" WHERE query = 'LISTEN {CHANNEL}' AND pid <> pg_backend_pid()"
         ).fetchall()
     return len(rows)
+
+
+async def test_an_idle_member_whose_listener_listens_reads_nothing_whatever_its_poll(
+    postgres_url: str,
+) -> None:
+    """Its poll (0.05 s) bounds its waits only while its listener is away: idle, it costs nothing
+    but renewals (a third of its lease apart, here past the test), where it polled 20 times a second
+    on each partition."""
+    seen = Seen()
+    async with open_postgres(postgres_url) as ledger, open_scope(ledger.streams, scope="notify") as scope:
+        writer = (await open_numbers(scope)).writer()
+        await writer.send(1)
+        await writer.flush()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(member(postgres_url, seen, 0.05, lease_seconds=NEVER))
+            with anyio.fail_after(30):
+                await seen.event(1).wait()
+            before = PgConnection.committed_in_process
+            await anyio.sleep(1.0)  # time passing, not a condition: 40 polls of old
+            assert PgConnection.committed_in_process - before < 5  # the ack and the first reads, at most
+            await writer.send(2)  # and it still hears of a commit at once
+            await writer.flush()
+            with anyio.fail_after(20):
+                await seen.event(2).wait()
+            await writer.finish()
+            with anyio.fail_after(20):
+                await seen.returned.wait()
+
+
+async def test_a_member_started_before_its_writer_reads_the_stream_once_it_is_opened(
+    postgres_url: str,
+) -> None:
+    seen = Seen()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(member(postgres_url, seen, NEVER))
+        async with open_postgres(postgres_url) as ledger, open_scope(ledger.streams, scope="notify") as scope:
+            writer = (await open_numbers(scope)).writer()
+            await writer.send(1)  # the member waits for the opening: only its notification brings this
+            await writer.flush()
+            with anyio.fail_after(20):
+                await seen.event(1).wait()
+            await writer.finish()
+            with anyio.fail_after(20):
+                await seen.returned.wait()
+
+
+async def test_a_waiter_waits_past_its_poll_while_its_listener_listens_and_a_break_ends_the_wait(
+    postgres_url: str,
+) -> None:
+    away = Listener(postgres_url)  # never served: away
+    with away.watching("t") as polling:
+        assert polling.bound(0.05) == 0.05 and polling.bound(0.05, due=0.01) == 0.01
+    async with open_listener(postgres_url) as listener:
+        with listener.watching("nothing ever") as waiter:
+            assert waiter.bound(0.05) == LISTENING_POLL_SECONDS
+            assert waiter.bound(0.05, due=2.0) == 2.0 and waiter.bound(0.05, due=-1.0) == 0.0
+            with anyio.move_on_after(0.5) as waited:
+                await waiter.wait(0.01)
+            assert waited.cancelled_caught  # its poll did not end the wait
+            assert await anyio.to_thread.run_sync(end_listening_sessions, postgres_url) == 1
+            with anyio.fail_after(20):  # the break ends it (far before the listening bound)
+                await waiter.wait(NEVER)
 
 
 class Silent:
@@ -242,10 +314,10 @@ async def test_a_listener_whose_session_was_ended_connects_again_and_wakes_every
         assert listener.listening
         with listener.watching("nothing ever") as a, listener.watching(stream_topic(7)) as b:
             assert await anyio.to_thread.run_sync(end_listening_sessions, postgres_url) == 1
-            with anyio.fail_after(20):
-                await a.wait(NEVER)
+            with anyio.fail_after(20):  # woken as it broke (they poll), and once it listens again
+                while not (listener.listening and listener.connections == 2):
+                    await a.wait(NEVER)
                 await b.wait(NEVER)
-            assert listener.connections == 2 and listener.listening
             await anyio.to_thread.run_sync(notify, postgres_url, stream_topic(7))
             await told(b)
             assert not a.is_set()
@@ -288,6 +360,35 @@ async def test_an_idle_worker_claims_a_submitted_run_long_before_its_poll(postgr
         with anyio.fail_after(15):
             await event("held", "cancelled").wait()
         tg.cancel_scope.cancel()
+
+
+async def test_an_idle_worker_claims_a_run_whose_lease_ran_out_when_it_runs_out_not_at_its_poll(
+    postgres_url: str,
+) -> None:
+    """A worker that died held the run (its lease runs out in a second, which tells nobody): the idle
+    worker's claim that found nothing due also read when that lease ends, and it claims it then."""
+    completed = anyio.Event()
+
+    def report(run_id: str, outcome: str) -> None:
+        if (run_id, outcome) == ("orphan", "completed"):
+            completed.set()
+
+    async with open_postgres(postgres_url) as ledger:
+        await ledger.submit(summing(), {N: 3}, run_id="orphan")
+        await anyio.to_thread.run_sync(hold_for, postgres_url, "orphan", 1.0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                partial(work, postgres_url, GRAPHS, poll_seconds=NEVER, lease_seconds=NEVER, report=report)
+            )
+            with anyio.fail_after(NEVER / 4):  # well before its poll
+                await completed.wait()
+            tg.cancel_scope.cancel()
+
+
+def hold_for(url: str, run_id: str, seconds: float) -> None:
+    """Lease ``run_id`` to a worker that is gone, for ``seconds``."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert not isinstance(claim_run(conn, run_id, "gone", seconds), str)
 
 
 async def test_a_run_cancelled_between_its_claim_and_its_resume_ends_cancelled(postgres_url: str) -> None:
