@@ -16,6 +16,7 @@ import base64
 import datetime
 import fnmatch
 import json
+import time
 from typing import Any
 
 from streams import KeyedState, StreamRef, UnknownStreamError
@@ -25,6 +26,7 @@ from streams.store import (
     appended_at,
     key_to_plain,
     list_keyed,
+    live_payload,
     tail_problems,
     to_plain,
 )
@@ -144,26 +146,42 @@ def keys_of(
     start: bytes = b"",
     stop: bytes | None = None,
     limit: int = 100,
+    now: float | None = None,
 ) -> dict[str, Any]:
     """The confirmed keyed state of ``group`` on ``ref``, in key order, as JSON values.
 
     ``view`` is one read-only snapshot of either backend. Keys read as keyed
     state encodes them (a string, an integer, bytes as base64, or the JSON
-    shape of their MessagePack); values as their MessagePack reads.
+    shape of their MessagePack); values as their MessagePack reads. A key
+    past its time at ``now`` (default the clock's; :mod:`streams._expiry`)
+    is gone, and left out.
     """
     view.load(descriptors=(ref,))
     if view.get_descriptor(ref) is None:
         raise StreamNotFoundError(f"{where} holds no stream {ref}")
-    try:
-        entries = list_keyed(view, KeyedRange(ref, group, start, stop, limit))
-    except UnknownStreamError as exc:
-        raise StreamNotFoundError(f"{where}: {exc}") from None
+    now = time.time() if now is None else now
+    keys: list[dict[str, Any]] = []
+    last: bytes | None = None
+    asked = limit
+    while True:  # pages, until ``limit`` keys are there: a key past its time is gone, left out
+        try:
+            entries = list_keyed(view, KeyedRange(ref, group, start, stop, asked))
+        except UnknownStreamError as exc:
+            raise StreamNotFoundError(f"{where}: {exc}") from None
+        for e in entries:
+            value = live_payload(e.value, now)
+            if value is not None:
+                keys.append({"key": shown_key(e.key), "value": plain(to_plain(value))})
+                last = e.key
+        if len(entries) < asked or not entries or (asked := limit - len(keys)) <= 0:
+            break
+        start = entries[-1].key + b"\x00"
     return {
         "stream": str(ref),
         "group": group,
-        "keys": [{"key": shown_key(e.key), "value": plain(to_plain(e.value))} for e in entries],
+        "keys": keys,
         # the last key as stored (URL-safe base64): where a page of keys after these starts
-        "last": base64.urlsafe_b64encode(entries[-1].key).decode("ascii") if entries else None,
+        "last": base64.urlsafe_b64encode(last).decode("ascii") if last is not None else None,
     }
 
 

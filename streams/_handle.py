@@ -551,6 +551,8 @@ class _Run(Generic[T, S]):
                 continue
             if self.keyed is not None:
                 self.keyed.upcoming = values  # read along with the first key the cache misses
+                if self.keyed.sweeps:  # a page of its keys every so many messages: the gone go
+                    await self.keyed.sweep(len(values))
             failing, exhausted, handler = group.failing, group.exhausted, self.handler
             stager, pipeline, reservation, tx_type = self.stager, self.pipeline, self.outputs, self.tx_type
             for seq, value in zip(seqs, values, strict=True):
@@ -909,11 +911,12 @@ class _Run(Generic[T, S]):
     def _keyed_writes(self, tx: MessageTx[S]) -> dict[bytes, bytes | None] | None:
         """The keyed writes ``tx`` staged, now staged in the cache too: later reads see them."""
         store = tx._store
-        if store is None:
-            return None
-        writes = store.writes
-        if writes and self.keyed is not None:
-            self.keyed.stage(writes, tx.seq)
+        keyed = self.keyed
+        writes = None if store is None else store.writes
+        if keyed is not None and keyed.gone:  # the keys a sweep found gone go with this message
+            writes = keyed.take_gone(writes)
+        if writes and keyed is not None:
+            keyed.stage(writes, tx.seq)
         return writes
 
 

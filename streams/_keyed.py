@@ -15,12 +15,20 @@ Keys are encoded so that byte order is the key's own order within a type
 an ``int`` (64-bit) as ``b"i"`` and 8 bytes big-endian offset by 2**63, a
 ``bytes`` as ``b"b"`` and itself, anything else as ``b"m"`` and its
 msgpack. :func:`key_to_plain` reads any of them back for inspection.
+
+A declaration with a ``ttl`` stamps each value it writes with the time it
+is gone (:mod:`streams._expiry`): past it, the key reads as absent for
+every reader, a handler's read of it stages its delete, and the group's
+sweep deletes the untouched ones with its next commits, a page of keys at
+a time: dead keys cost no read on a message's path.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from itertools import islice
 from typing import Any, Final, Generic, Protocol, TypeVar, overload
 
@@ -28,6 +36,8 @@ import msgspec
 
 from ._codec import Codec, codec_for
 from ._errors import HandlerContractError, KeyedStateError, PayloadTypeError
+from ._expiry import TAG as _STAMPED
+from ._expiry import live_payload, stamped
 from ._store._hooks import KeyedHooks
 from ._store._records import MAX_KEY_BYTES, KeyedRange, KeyedRead, KeyedWrite, StreamRef
 
@@ -180,9 +190,27 @@ class KeyedState(Generic[K, V]):
     read the keys of many messages at once before handling them: one store
     round trip per batch instead of one per key, which matters on
     PostgreSQL. ``cache`` bounds the confirmed values kept in memory.
+
+    ``ttl`` (a :class:`~datetime.timedelta`) makes a key not written for
+    that long gone for every reader: ``tx.store.get`` returns the default
+    (and the message's commit deletes it), the reads from outside leave it
+    out, and the group's commits sweep the keys nobody touches. A key's
+    time runs from the write that last put it, by ``clock`` (seconds since
+    the epoch, default :func:`time.time`: messages carry no time of their
+    own, so the time is the clock of the transaction that wrote it).
     """
 
-    __slots__ = ("cache", "key_codec", "key_type", "prefetch", "value_codec", "value_type")
+    __slots__ = (
+        "cache",
+        "clock",
+        "key_codec",
+        "key_type",
+        "prefetch",
+        "ttl",
+        "ttl_seconds",
+        "value_codec",
+        "value_type",
+    )
 
     def __init__(
         self,
@@ -191,11 +219,23 @@ class KeyedState(Generic[K, V]):
         *,
         prefetch: Callable[[Any], K] | None = None,
         cache: int = 100_000,
+        ttl: timedelta | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if cache < 0:
             raise ValueError(f"cache takes a number of entries of at least 0, not {cache}")
         if prefetch is not None and not callable(prefetch):
             raise TypeError(f"prefetch takes a function of a message's value, got {prefetch!r}")
+        if ttl is not None and not isinstance(ttl, timedelta):
+            raise TypeError(f"ttl takes a datetime.timedelta, got {ttl!r}")
+        if ttl is not None and ttl.total_seconds() < 0.001:
+            raise ValueError(f"ttl takes a time of at least a millisecond, not {ttl}")
+        if not callable(clock):
+            raise TypeError(f"clock takes a function giving seconds since the epoch, got {clock!r}")
+        self.ttl = ttl
+        #: ``ttl`` in seconds, None without one.
+        self.ttl_seconds = None if ttl is None else ttl.total_seconds()
+        self.clock = clock
         self.key_type = key
         self.value_type = value
         self.key_codec: KeyCodec[K] = KeyCodec(key)
@@ -228,9 +268,10 @@ class KeyedState(Generic[K, V]):
         """
         raw = self.key_codec.encode(key)
         entries = await _keyed_hooks(hooks).list_keyed(KeyedRange(stream, group, raw, raw + b"\x00", 1))
-        if not entries:
+        value = live_payload(entries[0].value, self.clock()) if entries else None
+        if value is None:
             return default
-        return self.value_codec.decode(entries[0].value, what=f"the keyed state of group {group!r}")
+        return self.value_codec.decode(value, what=f"the keyed state of group {group!r}")
 
     async def items(
         self,
@@ -259,13 +300,30 @@ class KeyedState(Generic[K, V]):
             first = b"" if start is None else self.key_codec.encode(start)
             last = None if stop is None else self.key_codec.encode(stop)
         decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
-        return [
-            (decode_key(e.key), decode_value(e.value, what=f"the keyed state of group {group!r}"))
-            for e in await keyed.list_keyed(KeyedRange(stream, group, first, last, limit))
-        ]
+        what = f"the keyed state of group {group!r}"
+        now = self.clock()
+        found: list[tuple[K, V]] = []
+        asked = limit
+        while True:  # pages of keys, until ``limit`` are there: the gone ones are left out
+            entries = await keyed.list_keyed(KeyedRange(stream, group, first, last, asked))
+            for e in entries:
+                value = live_payload(e.value, now)
+                if value is not None:
+                    found.append((decode_key(e.key), decode_value(value, what=what)))
+            if len(entries) < asked or not entries:  # no more keys in the range
+                return found
+            asked = limit - len(found)
+            if asked <= 0:
+                return found
+            first = entries[-1].key + b"\x00"
 
     def __repr__(self) -> str:
-        return f"KeyedState({self.key_codec.name}, {self.value_codec.name})"
+        ttl = "" if self.ttl is None else f", ttl={self.ttl!r}"
+        return f"KeyedState({self.key_codec.name}, {self.value_codec.name}{ttl})"
+
+
+#: With a ``ttl``: a page of this many keys is swept every this many messages handled.
+SWEEP_KEYS: Final = 256
 
 
 class KeyedCache:
@@ -277,12 +335,23 @@ class KeyedCache:
     None for a key known absent: ``limit`` entries, and up to a quarter more
     before the oldest go, all at once. The store is read only for a key in
     neither.
+
+    With a ``ttl``, the cache sweeps: every :data:`SWEEP_KEYS` messages it
+    reads the next page of keys (:meth:`sweep`, cycling through them all),
+    and ``gone`` holds the ones past their time that nothing wrote since;
+    the next message acknowledged deletes them with its own writes
+    (:meth:`take_gone`). A key staged or confirmed meanwhile leaves
+    ``gone``: its newer value is not the one the page read.
     """
 
     __slots__ = (
         "_hooks",
+        "_landing",
         "_limit",
+        "_sweep_from",
+        "_unswept",
         "clean",
+        "gone",
         "group",
         "key_of",
         "parent_attempt",
@@ -312,6 +381,50 @@ class KeyedCache:
         #: but not yet handled, whose keys the first read that misses the cache reads along.
         self.key_of: Callable[[Any], bytes] | None = None
         self.upcoming: Sequence[Any] | None = None
+        #: With a ``ttl``: the keys a sweep found gone, to delete; where its next page starts; the
+        #: messages until that page; the keys confirmed while a page is being read.
+        self.gone: dict[bytes, None] = {}
+        self._sweep_from = b""
+        self._unswept = SWEEP_KEYS
+        self._landing: set[bytes] | None = None
+
+    @property
+    def sweeps(self) -> bool:
+        """Whether its declaration has a ``ttl``, so the group's commits sweep its gone keys."""
+        return self.spec.ttl_seconds is not None
+
+    async def sweep(self, handled: int) -> None:
+        """Count ``handled`` messages taken; once :data:`SWEEP_KEYS` were, read the next page of keys
+        and note in ``gone`` the ones past their time."""
+        self._unswept -= handled
+        if self._unswept > 0:
+            return
+        self._unswept = SWEEP_KEYS
+        landing = self._landing = set()
+        try:
+            entries = await self._hooks.list_keyed(
+                KeyedRange(self.ref, self.group, self._sweep_from, None, SWEEP_KEYS)
+            )
+        finally:
+            self._landing = None
+        now = self.spec.clock()
+        pending, gone = self.pending, self.gone
+        for entry in entries:
+            key = entry.key
+            if key not in pending and key not in landing and live_payload(entry.value, now) is None:
+                gone[key] = None
+        self._sweep_from = entries[-1].key + b"\x00" if len(entries) == SWEEP_KEYS else b""
+
+    def take_gone(self, writes: dict[bytes, bytes | None] | None) -> dict[bytes, bytes | None] | None:
+        """``writes`` (a message's, None: it wrote nothing) with the deletes of the keys found gone."""
+        gone = self.gone
+        if not gone:
+            return writes
+        merged = {} if writes is None else writes
+        for key in gone:
+            merged.setdefault(key, None)
+        gone.clear()
+        return merged
 
     def known(self, key: bytes) -> tuple[bool, bytes | None]:
         """Whether the value of ``key`` is known without the store, and that value."""
@@ -357,16 +470,25 @@ class KeyedCache:
         pending = self.pending
         for key, value in writes.items():
             pending[key] = (value, seq)
+        gone = self.gone
+        if gone:
+            for key in writes:
+                gone.pop(key, None)
 
     def landed(self, writes: tuple[KeyedWrite, ...], last_seq: int) -> None:
         """Writes of messages through ``last_seq`` were confirmed: they are clean now, in order."""
         pending = self.pending
+        landing, gone = self._landing, self.gone
         for write in writes:
             key = write.key
             entry = pending.get(key)
             if entry is not None and entry[1] <= last_seq:
                 del pending[key]
             self._remember(key, write.value)
+            if landing is not None:
+                landing.add(key)
+            if gone:
+                gone.pop(key, None)
 
     def _remember(self, key: bytes, value: bytes | None) -> None:
         limit = self._limit
@@ -419,14 +541,23 @@ class KeyedTx(Generic[K, V]):
                 value = await self._cache.miss(raw)
         if value is None:
             return default
+        if value[:1] == _STAMPED:
+            live = live_payload(value, self._spec.clock())
+            if live is None:  # past its time: gone, and this message's commit deletes it
+                self._writes()[raw] = None
+                return default
+            value = live
         return self._spec.value_codec.decode(value, what=_VALUE)
 
     def put(self, key: K, value: V) -> None:
-        """Set ``key`` to ``value``, confirmed with this message's ack."""
+        """Set ``key`` to ``value``, confirmed with this message's ack (with a ``ttl``: gone ``ttl``
+        after this write, unless written again)."""
         self._check_open("tx.store.put")
-        raw = self._spec.key_codec.encode(key)
-        payload = self._spec.value_codec.payload(value, what=_VALUE)
-        self._writes()[raw] = payload
+        spec = self._spec
+        raw = spec.key_codec.encode(key)
+        payload = spec.value_codec.payload(value, what=_VALUE)
+        ttl = spec.ttl_seconds
+        self._writes()[raw] = payload if ttl is None else stamped(payload, spec.clock() + ttl)
 
     def delete(self, key: K) -> None:
         """Delete ``key``, confirmed with this message's ack; a key it lacks is no error."""

@@ -63,12 +63,15 @@ descriptors and fingerprints name it), :func:`qualified_type_name` (the
 module-qualified name releases before kept there) and
 :func:`type_differences` (what differs inside two such names), :func:`to_plain` (a stored value as plain data,
 for inspection), :func:`key_to_plain` (a stored keyed-state key, the same
-way), :func:`codec_for` (the codec of a type) and
+way), :func:`live_payload` and :func:`expires_at` (a stored keyed value's
+MessagePack while it lives, and when it is gone), :func:`codec_for` (the codec of a type) and
 :func:`publish` (name exported objects after their package).
 """
 
 from ._codec import codec_for as codec_for
 from ._codec import to_plain as to_plain
+from ._expiry import expires_at as expires_at
+from ._expiry import live_payload as live_payload
 from ._keyed import key_to_plain as key_to_plain
 from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._metrics import destination_attributes as destination_attributes
@@ -234,6 +237,8 @@ __all__ = [
     "open_message",
     "open_stream",
     "key_to_plain",
+    "expires_at",
+    "live_payload",
     "publish",
     "read_keyed",
     "read_stream",

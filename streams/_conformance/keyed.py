@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -19,6 +20,7 @@ from .. import (
     remove_group,
 )
 from .._errors import KeyedStateError
+from .._keyed import SWEEP_KEYS
 from .._store._hooks import KeyedHooks
 from .._store._records import MAX_KEY_BYTES, KeyedRange, KeyedRead, KeyedWrite, OutputBatch
 from ..store import AppendBatch, MessageCommit, MessageFail, MessageRef, StreamOpen
@@ -261,3 +263,84 @@ async def test_keyed_totals_of_a_handler_hold_across_restarts(
         for value in values:
             expected[f"k{value % 13}"] = expected.get(f"k{value % 13}", 0) + value
         assert totals == expected
+
+
+class _Clock:
+    """A clock a check sets: the keyed state's time, whatever the machine's."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _touch(tx: MessageTx[None], value: int) -> None:
+    """Negative: read key ``k`` only; below 1,000: add the value to ``k``; else put key ``k<value>``."""
+    if value < 0:
+        await tx.store.get("k")
+    elif value < 1000:
+        tx.store.put("k", await tx.store.get("k", 0) + value)
+    else:
+        tx.store.put(f"k{value}", value)
+
+
+async def _handled(world: World, scope: str, spec: KeyedState[str, int], values: list[int]) -> None:
+    """Send ``values`` on scope's stream and handle them all with :func:`_touch`, in one session."""
+    async with world.session() as hooks, open_scope(hooks, scope=scope) as opened:
+        stream = await opened.open_stream(NUMBERS, node="src", groups=("g",), resumable=True)
+        for value in values:
+            await stream.writer().send(value)
+        await handle_messages(stream.reader("g"), _touch, keyed=spec, limit=len(values))
+
+
+@check
+async def test_a_key_past_its_ttl_is_gone_for_every_reader_and_the_commit_that_noticed_it_deletes_it(
+    world: World,
+) -> None:
+    clock = _Clock(1_000.0)
+    spec = KeyedState(str, int, ttl=timedelta(seconds=10), clock=clock)
+    ref, k = _ref("keyed-ttl"), spec.key_codec.encode("k")
+    await _handled(world, "keyed-ttl", spec, [1, 2])
+    async with world.session() as hooks:
+        assert await spec.get(hooks, ref, "g", "k") == 3
+        assert await spec.items(hooks, ref, "g") == [("k", 3)]
+        clock.now = 1_009.999  # not yet
+        assert await spec.get(hooks, ref, "g", "k") == 3
+        clock.now = 1_010.0  # ten seconds after the write that last put it: gone for every reader
+        assert await spec.get(hooks, ref, "g", "k", -1) == -1
+        assert await spec.items(hooks, ref, "g") == []
+        assert await spec.items(hooks, ref, "g", prefix="k") == []
+        assert k in await _all(hooks, ref, "g")  # nothing noticed it yet: the record is there
+    await _handled(world, "keyed-ttl", spec, [5])  # its handler reads the default: a new total
+    async with world.session() as hooks:
+        assert await spec.get(hooks, ref, "g", "k") == 5
+        clock.now = 1_030.0  # gone again; a message that only reads it deletes it with its ack
+    await _handled(world, "keyed-ttl", spec, [-1])
+    async with world.session() as hooks:
+        assert k not in await _all(hooks, ref, "g")
+    clock.now = 1_031.0
+    await _handled(world, "keyed-ttl", spec, [7])
+    async with world.session() as hooks:
+        # a declaration without a ttl reads a stamped value as its stamp says (gone at 1,041)
+        assert await KeyedState(str, int, clock=lambda: 1_040.9).get(hooks, ref, "g", "k") == 7
+        assert await KeyedState(str, int, clock=lambda: 1_041.0).get(hooks, ref, "g", "k") is None
+
+
+@check
+async def test_the_commits_of_a_group_sweep_the_keys_nobody_touches_once_past_their_ttl(
+    world: World,
+) -> None:
+    clock = _Clock(1_000.0)
+    spec = KeyedState(str, int, ttl=timedelta(hours=1), clock=clock)
+    ref = _ref("keyed-sweep")
+    untouched = [1_000 + i for i in range(SWEEP_KEYS + 44)]
+    await _handled(world, "keyed-sweep", spec, untouched)
+    async with world.session() as hooks:
+        assert len(await _all(hooks, ref, "g")) == len(untouched)
+    clock.now = 1_000.0 + 3_600  # all of them gone; messages that touch only key k sweep them
+    for _ in range(2):  # a page of keys each SWEEP_KEYS messages, from the first key on
+        await _handled(world, "keyed-sweep", spec, [1] * SWEEP_KEYS)
+    async with world.session() as hooks:
+        assert set(await _all(hooks, ref, "g")) == {spec.key_codec.encode("k")}
+        assert await spec.get(hooks, ref, "g", "k") == 2 * SWEEP_KEYS

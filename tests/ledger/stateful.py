@@ -25,6 +25,7 @@ import contextlib
 import shutil
 import tempfile
 from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from streams import (
     handle_messages,
     open_scope,
 )
-from streams.store import KeyedRange, key_to_plain
+from streams.store import KeyedRange, key_to_plain, live_payload
 from streams.testing import FaultyHooks
 
 from ..pg_server import new_ledger_url
@@ -60,9 +61,26 @@ FAILING = 3
 #: A value that stops the handler after it is confirmed.
 STOP = 13
 #: The adder's keyed state: per key ``value % KEYS`` the sum of its values, deleted by a multiple of
-#: 11; a cache of two entries makes most reads go to the store, prefetched by the same key.
+#: 11, gone ``TTL`` seconds after its last write by the machine's clock; a cache of two entries makes
+#: most reads go to the store, prefetched by the same key.
 KEYS = 5
-KEYED = KeyedState(int, int, cache=2, prefetch=lambda value: value % KEYS)
+TTL = 10
+
+
+class Clock:
+    """The machines' time: it passes only by their rule, so expiry is the model's to predict."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
+KEYED = KeyedState(
+    int, int, cache=2, prefetch=lambda value: value % KEYS, ttl=timedelta(seconds=TTL), clock=CLOCK
+)
 
 
 def attempts_needed(value: int) -> int:
@@ -88,16 +106,17 @@ def adder(sums: ManagedStream[int]) -> Any:
     return add
 
 
-def keyed_model(values: list[int]) -> dict[int, int]:
-    """The adder's keyed state after handling ``values``."""
-    totals: dict[int, int] = {}
-    for value in values:
+def keyed_model(values: list[int], times: list[float], now: float) -> dict[int, int]:
+    """The adder's live keyed state at ``now`` after handling ``values``, each at its time in ``times``."""
+    totals: dict[int, tuple[int, float]] = {}  # a key's total and when it is gone
+    for value, at in zip(values, times, strict=True):
         key = value % KEYS
         if value and value % 11 == 0:
             totals.pop(key, None)
         else:
-            totals[key] = totals.get(key, 0) + value
-    return totals
+            total, gone = totals.get(key, (0, at))
+            totals[key] = ((total if gone > at else 0) + value, at + TTL)
+    return {key: total for key, (total, gone) in totals.items() if gone > now}
 
 
 async def open_streams(scope: Any) -> tuple[ManagedStream[int], ManagedStream[int]]:
@@ -202,11 +221,12 @@ class Stack(StoreLifetimes):
         return state
 
     def keyed(self) -> dict[int, int]:
-        """The adder's confirmed keyed state, as the store lists it."""
+        """The adder's confirmed keyed state, as the store lists it: the keys live by the clock."""
 
         async def listed() -> dict[int, int]:
             entries = await self.hooks.list_keyed(KeyedRange(self.numbers.ref, "adder", limit=1000))  # type: ignore[attr-defined]
-            return {key_to_plain(e.key): KEYED.value_codec.decode(e.value) for e in entries}
+            live = {key_to_plain(e.key): live_payload(e.value, CLOCK.now) for e in entries}
+            return {key: KEYED.value_codec.decode(value) for key, value in live.items() if value is not None}
 
         return self.portal.call(listed)
 
@@ -224,6 +244,12 @@ class _Machine(RuleBasedStateMachine):
         self.exit_stack = contextlib.ExitStack()
         self.portal: BlockingPortal = self.exit_stack.enter_context(start_blocking_portal(self.backend))
         self.stacks: list[Stack] = []  # what the machine drives; each machine adds its own
+        CLOCK.now = 1_000_000.0
+
+    @rule(seconds=st.sampled_from([1, 4, 9, 10, 30]))
+    def time_passes(self, seconds: int) -> None:
+        """The keyed state's clock moves on: keys last written ``TTL`` seconds ago are gone."""
+        CLOCK.now += seconds
 
     def teardown(self) -> None:
         try:
@@ -248,6 +274,7 @@ class LedgerMachine(_Machine):
         self.values: list[int] = []  # values[i] is message seq i+1
         self.finished = False
         self.handled = 0  # the sum group's contiguous frontier
+        self.times: list[float] = []  # times[i]: the clock when message seq i+1 was handled
         self.exhausted_at: int | None = None
         self.stopped = False
         self.audit_acked: set[int] = set()
@@ -292,6 +319,7 @@ class LedgerMachine(_Machine):
             self.exhausted_at = self.handled + expected + 1
         self.stopped = self.stopped or STOP in self.values[self.handled : self.handled + expected]
         self.handled += expected
+        self.times.extend([CLOCK.now] * expected)
 
     @precondition(lambda self: self.kind != "memory" and self.exhausted_at is None and not self.stopped)
     @rule(call=st.integers(min_value=1, max_value=3), after=st.booleans())
@@ -328,6 +356,7 @@ class LedgerMachine(_Machine):
         assert before <= frontier <= before + expected_max
         if frontier > before:
             self.stopped = self.stopped or STOP in self.values[before:frontier]
+        self.times.extend([CLOCK.now] * (frontier - self.handled))
         self.handled = frontier
         if self.exhausted_at is None and self.stack.numbers.snapshot().groups[0].exhausted:
             self.exhausted_at = frontier + 1
@@ -371,7 +400,7 @@ class LedgerMachine(_Machine):
 
     @invariant()
     def keyed_state_holds_exactly_the_handled_messages(self) -> None:
-        assert self.stack.keyed() == keyed_model(self.values[: self.handled])
+        assert self.stack.keyed() == keyed_model(self.values[: self.handled], self.times, CLOCK.now)
 
 
 class LockstepMachine(_Machine):
