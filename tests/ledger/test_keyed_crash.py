@@ -19,13 +19,15 @@ import sys
 from hashlib import blake2b
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
-from ledger import UnfinishedLedgerError
+from ledger import UnfinishedLedgerError, open_ledger
 from ledger.lmdb import TOOLS
-from streams import StreamRef
+from streams import KeyedState, StreamRef
 
+from . import expiry_child
 from ._kills import ROOT, killed_until_landed
 
 ORDERS = 100_000
@@ -94,4 +96,68 @@ def test_keyed_totals_killed_at_random_moments_hold_exactly_the_acknowledged_ord
         env=dict(os.environ),
         max_delay=0.8,
         after_kill=_confirmed_exactly,
+    )
+
+
+def _live_baskets(orders: list[tuple[str, int, float]], now: float) -> dict[str, int]:
+    """The baskets of ``orders`` (customer, amount, time), each gone ``TTL`` after its last order."""
+    baskets: dict[str, tuple[int, float]] = {}
+    for customer, amount, at in orders:
+        total, gone = baskets.get(customer, (0, at))
+        baskets[customer] = ((total if gone > at else 0) + amount, at + expiry_child.TTL)
+    return {customer: total for customer, (total, gone) in baskets.items() if gone > now}
+
+
+def _basket_orders(n: int) -> list[tuple[str, int, float]]:
+    return [(o.customer, o.amount, o.at) for o in (expiry_child.order(i, CUSTOMERS) for i in range(1, n + 1))]
+
+
+EXPIRING_ORDERS = 11_900
+
+
+def _baskets_confirmed_exactly(path: Path) -> None:
+    """The baskets live at the last acknowledged order's time are exactly those its orders make."""
+    if not (path / "data.mdb").exists():
+        return
+    try:
+        inspected = TOOLS.inspect(str(path), False)
+    except UnfinishedLedgerError:
+        return
+    [stream] = [s for s in inspected["streams"] if s["key"] == "orders"] or [None]
+    if stream is None:
+        return
+    acked = stream["groups"][0]["acked_through"]
+    now = expiry_child.time_of(acked)
+    ref = StreamRef("shop", "checkout", "orders")
+
+    async def listed() -> dict[str, int]:
+        at_the_time = KeyedState(str, int, clock=lambda: now)
+        async with open_ledger(path) as ledger:
+            return dict(await at_the_time.items(ledger.streams, ref, "baskets", limit=CUSTOMERS + 1))
+
+    assert anyio.run(listed) == _live_baskets(_basket_orders(EXPIRING_ORDERS)[:acked], now), acked
+
+
+def test_expiring_baskets_killed_at_random_moments_hold_exactly_what_the_acknowledged_orders_make(
+    tmp_path: Path,
+) -> None:
+    """After every SIGKILL, a basket is what its confirmed orders make it, and one past its ttl at
+    the last confirmed order's time is gone (the spells between orders expire every basket)."""
+    final = expiry_child.time_of(EXPIRING_ORDERS)
+    expected = json.dumps(_live_baskets(_basket_orders(EXPIRING_ORDERS), final), sort_keys=True)
+    assert expected != "{}"
+    killed_until_landed(
+        tmp_path,
+        lambda path: [
+            sys.executable,
+            str(Path(__file__).with_name("expiry_child.py")),
+            str(path),
+            str(EXPIRING_ORDERS),
+            str(CUSTOMERS),
+        ],
+        expected=expected,
+        env=dict(os.environ),
+        max_delay=0.6,
+        kills=3,
+        after_kill=_baskets_confirmed_exactly,
     )
