@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 import streams._store._marks as marks
-from ledger import LmdbBackend
+from ledger import Ledger, LmdbBackend
 from streams import (
     DeadLetter,
     Graph,
@@ -359,20 +359,29 @@ async def test_the_console_shows_dead_letters_outputs_on_demand_appends_and_filt
     assert members["summary"]["graph"]["name"] == "summary"  # a Sub, drawn with its own nodes
 
 
-async def test_the_console_pages_a_groups_keys_by_prefix_and_reads_one_on_demand(open_any: Opener) -> None:
-    names = ["a1", "a2", "a3", "a4", "a5", "b1", "b2"]
+#: The keys :func:`keyed_totals` writes; key ``i`` holds ``(i + 1) * 10``.
+KEYED_NAMES = ("a1", "a2", "a3", "a4", "a5", "b1", "b2")
+
+
+async def keyed_totals(ledger: Ledger[Any]) -> None:
+    """Group ``totals`` of stream ``shop/intake/keyed`` keeps :data:`KEYED_NAMES` in keyed state."""
     state = KeyedState(str, int)
 
     async def keep(tx: MessageTx[None], value: int) -> None:
-        state.of(tx).put(names[value], (value + 1) * 10)
+        state.of(tx).put(KEYED_NAMES[value], (value + 1) * 10)
 
+    async with open_scope(ledger.streams, scope="shop") as scope:
+        stream = await scope.open_stream(KEYED, node="intake", groups=("totals",), resumable=True)
+        for i in range(len(KEYED_NAMES)):
+            stream.writer().send_nowait(i)
+        await handle_messages(stream.reader("totals"), keep, keyed=state, limit=len(KEYED_NAMES))
+
+
+async def test_the_console_pages_a_groups_keys_by_prefix_and_reads_one_on_demand(open_any: Opener) -> None:
+    names = list(KEYED_NAMES)
     async with open_any() as ledger:
         target = _target(ledger)
-        async with open_scope(ledger.streams, scope="shop") as scope:
-            stream = await scope.open_stream(KEYED, node="intake", groups=("totals",), resumable=True)
-            for i in range(len(names)):
-                stream.writer().send_nowait(i)
-            await handle_messages(stream.reader("totals"), keep, keyed=state, limit=len(names))
+        await keyed_totals(ledger)
     base = "/api/keys?stream=shop/intake/keyed&group=totals"
     with console(target) as url:
         pages, cursor = [], ""

@@ -20,7 +20,7 @@ from streams import Graph, Key, MessageTx, NodeContext, Stream
 
 from ..browser import chromium, chromium_path
 from .conftest import Opener
-from .test_console import ROOT, SUPPORT, _target, console, intake, noting
+from .test_console import KEYED_NAMES, ROOT, SUPPORT, _target, console, intake, keyed_totals, noting
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -237,3 +237,48 @@ async def test_the_console_beside_the_demo_shows_its_run_complete_live(
         await on(page.value, f"{first}.click()")
         completed = "document.querySelectorAll('[data-node][data-status=completed]').length"
         await on(page.until, f"{completed} === 3")
+
+
+async def test_the_console_pages_a_groups_keyed_state_by_prefix_and_shows_one_key_in_a_browser(
+    open_any: Opener, tmp_path: Path
+) -> None:
+    rows = "document.querySelectorAll('main table tbody tr')"
+    first_keys = f"Array.from({rows}).map((r) => r.cells[0].textContent).join(' ')"
+    async with open_any() as ledger:
+        target = _target(ledger)
+        await keyed_totals(ledger)
+        with console(target) as url, chromium(tmp_path / "profile") as page:
+
+            async def on(method: Any, *args: Any) -> Any:
+                return await anyio.to_thread.run_sync(method, *args)
+
+            keyed = quote("shop/intake/keyed", safe="")
+            # from the stream's page to its group's keys, every one of them
+            await on(page.open, f"{url}#/stream/{keyed}")
+            await on(page.until, "document.querySelector('[data-keys=totals]') !== null")
+            await on(page.value, "document.querySelector('[data-keys=totals]').click()")
+            await on(page.until, "document.querySelector('h1').textContent === 'Keyed state of totals'")
+            await on(page.until, f"{first_keys} === {' '.join(KEYED_NAMES)!r}")
+            # by prefix, two at a time, page after page
+            await on(page.value, f"location.hash = '#/keys/{keyed}/totals?prefix=a&limit=2'")
+            pages = []
+            for expected in ("a1 a2", "a3 a4", "a5"):
+                await on(page.until, f"{first_keys} === {expected!r}")
+                pages.append(await on(page.value, f"{rows}[0].cells[1].textContent"))
+                if expected == "a1 a2":
+                    await on(page.screenshot, tmp_path / "keys.png")
+                if expected != "a5":
+                    await on(page.value, "document.getElementById('keys-next').click()")
+            assert pages == ["10", "30", "50"]
+            assert await on(page.value, "document.getElementById('keys-next')") is None
+            # one key, asked for in the form; one that is not there
+            for key, shown in (("b2", "70"), ("c1", None)):
+                await on(page.value, f"document.getElementById('keys-key').value = {key!r}")
+                await on(page.value, "document.getElementById('keys-form').requestSubmit()")
+                await on(page.until, f"location.hash.endsWith('key={key}')")
+                if shown is None:
+                    await on(page.until, "document.getElementById('no-key') !== null")
+                else:
+                    await on(page.until, f"{first_keys} === {key!r}")
+                    assert await on(page.value, "document.querySelector('pre.value').textContent") == shown
+    _keep_shots(tmp_path, target, ("keys.png",))

@@ -239,6 +239,9 @@ async function stream(name, withMessages) {
       smallPlots(s.history[g.group] || []),
     );
   }
+  if (s.groups.length) {
+    parts.push(el("p", {}, "keyed state: ", ...s.groups.flatMap((g, i) => [i ? ", " : "", keysLink(s.stream, g.group)])));
+  }
   if (withMessages) {
     parts.push(el("h2", {}, "Latest messages"));
     if (!s.messages.length) parts.push(el("p", { class: "muted" }, "none kept: every group acknowledged them, and they were compacted away"));
@@ -247,6 +250,60 @@ async function stream(name, withMessages) {
     }
   } else {
     parts.push(el("p", {}, el("a", { href: `#/stream/${encodeURIComponent(name)}?messages=1`, id: "show-messages" }, "show the latest messages")));
+  }
+  page(...parts);
+}
+
+// -- keyed state ---------------------------------------------------------------------------
+
+function keysPath(name, group) {
+  return `/keys/${encodeURIComponent(name)}/${encodeURIComponent(group)}`;
+}
+
+function keysLink(name, group) {
+  return el("a", { href: `#${keysPath(name, group)}`, "data-keys": group }, group);
+}
+
+function keyText(key) {
+  return typeof key === "string" ? key : JSON.stringify(key);
+}
+
+function keysForm(path, query) {
+  // a prefix to page by, or one key to read: the page's address changes, so it can be shared
+  const prefix = el("input", { name: "prefix", id: "keys-prefix", placeholder: "prefix", value: query.get("prefix") || "" });
+  const key = el("input", { name: "key", id: "keys-key", placeholder: "one key", value: query.get("key") || "" });
+  const form = el("form", { id: "keys-form" }, prefix, " ", key, " ", el("button", { type: "submit" }, "show"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    document.activeElement.blur(); // the page is drawn again: see refresh
+    location.hash = hashWith(path, new URLSearchParams(), key.value ? { key: key.value } : { prefix: prefix.value });
+  });
+  return form;
+}
+
+async function keys(name, group, query) {
+  const path = keysPath(name, group);
+  const asked = new URLSearchParams({ stream: name, group });
+  for (const k of ["key", "prefix", "cursor", "limit"]) if (query.get(k)) asked.set(k, query.get(k));
+  const k = await get(`api/keys?${asked}`);
+  const parts = [
+    el("h1", {}, `Keyed state of ${group}`),
+    el("p", {}, "on ", streamLink(name), ", as confirmed: what its handler committed, read when asked"),
+    keysForm(path, query),
+  ];
+  if (query.get("key")) {
+    parts.push(
+      k.found
+        ? table(["key", "value"], [[keyText(k.key.key), el("pre", { class: "value" }, JSON.stringify(k.key.value, null, 2))]])
+        : el("p", { class: "muted", id: "no-key" }, `no key ${query.get("key")}: never written, deleted, or expired`),
+    );
+  } else {
+    const rows = k.keys.map((e) => [el("a", { href: hashWith(path, new URLSearchParams(), { key: keyText(e.key) }) }, keyText(e.key)), el("pre", { class: "value" }, JSON.stringify(e.value))]);
+    parts.push(rows.length ? table(["key", "value"], rows) : el("p", { class: "muted" }, query.get("prefix") ? "no key under this prefix" : "no keys"));
+    const links = [];
+    if (query.get("cursor")) links.push(el("a", { href: hashWith(path, query, { cursor: "" }), id: "keys-first" }, "first page"));
+    if (k.next) links.push(el("a", { href: hashWith(path, query, { cursor: k.next }), id: "keys-next" }, "next page"));
+    if (links.length) parts.push(el("p", {}, ...links.flatMap((a, i) => [i ? " · " : "", a])));
   }
   page(...parts);
 }
@@ -505,6 +562,9 @@ function route() {
   if (path.startsWith("/stream/")) {
     const name = decodeURIComponent(path.slice("/stream/".length));
     current = () => stream(name, query.get("messages") === "1");
+  } else if (path.startsWith("/keys/")) {
+    const [name, group] = path.slice("/keys/".length).split("/").map(decodeURIComponent);
+    current = () => keys(name, group, query);
   } else if (path.startsWith("/run/")) {
     const id = decodeURIComponent(path.slice("/run/".length));
     current = () => run(id, query.get("outputs") === "1");
@@ -521,6 +581,7 @@ function route() {
 let drawing = false;
 async function refresh() {
   if (drawing) return;
+  if (document.activeElement && document.activeElement.tagName === "INPUT") return; // not while someone types
   drawing = true;
   const status = document.getElementById("status");
   try {
