@@ -934,6 +934,13 @@ def _parser() -> argparse.ArgumentParser:
         help="customers of the baseline kept in one explicit state (default 10,10000)",
     )
     p.add_argument(
+        "--expiring-keys",
+        type=parse_counts,
+        metavar="K,K,...",
+        default=None,
+        help="customers of the keyed state with a ttl, beside the same without (default the most of --keys)",
+    )
+    p.add_argument(
         "--seconds",
         type=float,
         default=10.0,

@@ -47,6 +47,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -85,8 +86,11 @@ __all__ = [
 SPREAD: Final = 2_654_435_761
 
 Totals = dict[str, int]
-#: Where the handler keeps its totals: keyed state (a total per key), or one explicit state (a dict).
-STATES: Final = ("keyed", "explicit")
+#: Where the handler keeps its totals: keyed state (a total per key), the same with a ttl (every total
+#: stamped with its expiry and swept as the group goes, none old enough to go), or one explicit state.
+STATES: Final = ("keyed", "expiring", "explicit")
+#: The ttl of ``expiring`` totals: longer than any run, so the sweep reads every page and drops none.
+EXPIRING_TTL: Final = timedelta(days=1)
 
 
 class CustomerOrder(msgspec.Struct, frozen=True, gc=False):
@@ -208,8 +212,9 @@ def _keyed_handler(
     return add
 
 
-def _keyed_state() -> KeyedState[str, int]:
-    return KeyedState(str, int, prefetch=lambda order: order.customer)
+def _keyed_state(state: str) -> KeyedState[str, int]:
+    ttl = EXPIRING_TTL if state == "expiring" else None
+    return KeyedState(str, int, prefetch=lambda order: order.customer, ttl=ttl)
 
 
 async def _run(
@@ -232,13 +237,13 @@ async def _run(
         await writer.finish()
 
         never = [float("inf")]
-        keyed = state == "keyed"
+        keyed = state != "explicit"
         for m, group in enumerate(groups):  # order 1 commits the seeded state of every group
             if keyed:
                 seeded: HandleResult[Any] = await handle_messages(
                     stream.reader(group),
                     _keyed_handler(m, members, seeded_totals(keys, m, members), deadline=never),
-                    keyed=_keyed_state(),
+                    keyed=_keyed_state(state),
                     window=window,
                     limit=1,
                 )
@@ -263,7 +268,7 @@ async def _run(
                 results[m] = await handle_messages(
                     stream.reader(groups[m]),
                     _keyed_handler(m, members, None, deadline=deadline),
-                    keyed=_keyed_state(),
+                    keyed=_keyed_state(state),
                     window=window,
                 )
             else:
@@ -295,14 +300,15 @@ async def _run(
             raise BenchError(f"group {groups[m]} returned totals that differ from its orders' ({keys} keys)")
     _verify_ledger(path, groups, handled, expected, keyed=keyed)
     if keyed:
-        await _verify_keyed(path, groups, expected)
+        await _verify_keyed(path, groups, expected, _keyed_state(state))
     state_bytes = max(len(msgspec.msgpack.encode(totals)) for totals in expected.values())
     return KeyedRun(keys, members, state, min(handled.values()), elapsed, cut_short, loop_cpu, state_bytes)
 
 
-async def _verify_keyed(path: Path, groups: Sequence[str], expected: dict[int, Totals]) -> None:
+async def _verify_keyed(
+    path: Path, groups: Sequence[str], expected: dict[int, Totals], spec: KeyedState[str, int]
+) -> None:
     """Reopen the closed ledger: every group's keyed totals, as the ledger holds them."""
-    spec = _keyed_state()
     ref = StreamRef("keyed", "source", CUSTOMER_ORDERS.name)  # the stream _run opened
     async with open_ledger(path) as ledger:
         for m, group in enumerate(groups):

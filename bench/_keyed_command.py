@@ -6,7 +6,9 @@ Three sets of figures, each configuration on a fresh store, medians of
 * ``keyed_<K>``: one group keeping a total per customer in keyed state,
   over K customers (``--keys``), on a durable LMDB ledger
   (:mod:`bench._keyed`); ``explicit_<K>``, the baseline, the same with every
-  total in one explicit state (``--explicit-keys``);
+  total in one explicit state (``--explicit-keys``); ``expiring_<K>``, the
+  same keyed state with a ttl (``--expiring-keys``, by default the most of
+  ``--keys``): what expiry costs where it removes nothing;
 * ``raw_keyed_<K>``: the store's limit, a plain py-lmdb loop making the
   same reads and writes (:mod:`bench._keyed_raw`), in the same run;
 * ``members_<M>``: the same over ``--members-keys`` customers, in keyed
@@ -45,6 +47,8 @@ PG_MODES: Final = {
 #: The goals of the issue "Keyed state and partitioned streams".
 GOAL_MOST_KEYS_TO_FEWEST = 0.8
 GOAL_MEMBERS_TO_ONE = 0.9
+#: The issue "Keyed state a million keys wide": expiry costs at most 5% of the rate without it.
+GOAL_EXPIRING_TO_KEYED = 0.95
 GOAL_PG_CPU_TO_ONE_WORKER = 1.1
 GOAL_PG_ROLLBACKS_PER_1K = 1.0
 
@@ -77,6 +81,8 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     n: int = args.messages
     keyed: dict[int, list[KeyedRun]] = {}
     explicit: dict[int, list[KeyedRun]] = {}
+    expiring: dict[int, list[KeyedRun]] = {}
+    expiring_keys: list[int] = args.expiring_keys or [max(args.keys)]
     raw: dict[int, list[RawKeyedRun]] = {}
     members: dict[int, list[KeyedRun]] = {}
     pg_rounds: dict[int, list[dict[str, Any]]] = {}
@@ -103,6 +109,13 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 baseline = run_raw_keyed(n, keys=keys, batch=args.window, workdir=args.workdir)
                 raw.setdefault(keys, []).append(baseline)
                 progress(f"  {keys:,} keys, raw py-lmdb: {baseline.msgs_per_s:,.0f} msgs/s")
+            for keys in expiring_keys:  # alternated with the same keys without a ttl, if measured
+                run = run_keyed(
+                    n, keys=keys, state="expiring", seconds=args.seconds, window=args.window,
+                    backend=args.backend, workdir=args.workdir,
+                )  # fmt: skip
+                expiring.setdefault(keys, []).append(run)
+                progress(f"  {keys:,} keys with a ttl: {_said(run)}")
             for keys in args.explicit_keys:
                 run = run_keyed(
                     n, keys=keys, state="explicit", seconds=args.seconds, window=args.window,
@@ -166,12 +179,14 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     finally:
         stack.close()
 
+    goals: dict[str, bool] = {}
     out: dict[str, Any] = {
         "bench": "keyed",
         "messages": n,
         "timed_messages": n - 1,
         "keys": list(args.keys),
         "explicit_keys": list(args.explicit_keys),
+        "expiring_keys": expiring_keys,
         "seconds_budget": args.seconds,
         "members": list(args.members),
         "members_keys": args.members_keys,
@@ -192,6 +207,15 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         out.update(_lmdb_figures(f"keyed_{keys_label(keys)}", runs))
     for keys, runs in explicit.items():
         out.update(_lmdb_figures(f"explicit_{keys_label(keys)}", runs))
+    for keys, runs in expiring.items():
+        label = keys_label(keys)
+        out.update(_lmdb_figures(f"expiring_{label}", runs))
+        if keys in keyed:
+            ratio = out[f"expiring_{label}_msgs_per_s"] / out[f"keyed_{label}_msgs_per_s"]
+            out[f"ratio_expiring_{label}_to_keyed"] = ratio
+            goals[f"expiring_{label}_at_least_{GOAL_EXPIRING_TO_KEYED}_of_keyed_{label}"] = (
+                ratio >= GOAL_EXPIRING_TO_KEYED
+            )
     for keys, baselines in raw.items():
         label = keys_label(keys)
         out[f"raw_keyed_{label}_msgs_per_s"] = _median([b.msgs_per_s for b in baselines])
@@ -200,7 +224,6 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         )
     for m, runs in members.items():
         out.update(_lmdb_figures(f"members_{m}", runs))
-    goals: dict[str, bool] = {}
     fewest, most = min(args.keys), max(args.keys)
     if most != fewest:
         few, many = keys_label(fewest), keys_label(most)
@@ -224,6 +247,7 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     out["runs"] = [
         *(r.summary() for runs in keyed.values() for r in runs),
         *(r.summary() for runs in explicit.values() for r in runs),
+        *(r.summary() for runs in expiring.values() for r in runs),
         *(
             {"keys": b.keys, "state": "raw py-lmdb", "messages": b.messages, "msgs_per_s": b.msgs_per_s}
             for baselines in raw.values()
@@ -322,6 +346,10 @@ def show_keyed(out: dict[str, Any]) -> str:
     ]
     rows += [_lmdb_row(out, f"keyed_{keys_label(k)}", f"{k:,} keys, one group") for k in out["keys"]]
     rows += [_raw_row(out, k) for k in out["keys"]]
+    rows += [
+        _lmdb_row(out, f"expiring_{keys_label(k)}", f"{k:,} keys with a ttl, one group")
+        for k in out["expiring_keys"]
+    ]
     rows += [
         _lmdb_row(out, f"explicit_{keys_label(k)}", f"{k:,} keys in one explicit state")
         for k in out["explicit_keys"]

@@ -322,8 +322,11 @@ class KeyedState(Generic[K, V]):
         return f"KeyedState({self.key_codec.name}, {self.value_codec.name}{ttl})"
 
 
-#: With a ``ttl``: a page of this many keys is swept every this many messages handled.
+#: With a ``ttl``: a page of this many keys is swept every :data:`SWEEP_EVERY` messages handled.
 SWEEP_KEYS: Final = 256
+#: Messages between two pages swept: a quarter of a key read a message. Every reader leaves a gone
+#: key out whether or not it was swept yet, so the pace is how soon its space is given back.
+SWEEP_EVERY: Final = 1024
 
 
 class KeyedCache:
@@ -336,8 +339,8 @@ class KeyedCache:
     before the oldest go, all at once. The store is read only for a key in
     neither.
 
-    With a ``ttl``, the cache sweeps: every :data:`SWEEP_KEYS` messages it
-    reads the next page of keys (:meth:`sweep`, cycling through them all),
+    With a ``ttl``, the cache sweeps: every :data:`SWEEP_EVERY` messages it
+    reads the next page of :data:`SWEEP_KEYS` keys (:meth:`sweep`, cycling through them all),
     and ``gone`` holds the ones past their time that nothing wrote since;
     the next message acknowledged deletes them with its own writes
     (:meth:`take_gone`). A key staged or confirmed meanwhile leaves
@@ -385,7 +388,7 @@ class KeyedCache:
         #: messages until that page; the keys confirmed while a page is being read.
         self.gone: dict[bytes, None] = {}
         self._sweep_from = b""
-        self._unswept = SWEEP_KEYS
+        self._unswept = SWEEP_EVERY
         self._landing: set[bytes] | None = None
 
     @property
@@ -394,12 +397,12 @@ class KeyedCache:
         return self.spec.ttl_seconds is not None
 
     async def sweep(self, handled: int) -> None:
-        """Count ``handled`` messages taken; once :data:`SWEEP_KEYS` were, read the next page of keys
+        """Count ``handled`` messages taken; once :data:`SWEEP_EVERY` were, read the next page of keys
         and note in ``gone`` the ones past their time."""
         self._unswept -= handled
         if self._unswept > 0:
             return
-        self._unswept = SWEEP_KEYS
+        self._unswept = SWEEP_EVERY
         landing = self._landing = set()
         try:
             entries = await self._hooks.list_keyed(

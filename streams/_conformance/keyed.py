@@ -20,7 +20,7 @@ from .. import (
     remove_group,
 )
 from .._errors import KeyedStateError
-from .._keyed import SWEEP_KEYS
+from .._keyed import SWEEP_EVERY, SWEEP_KEYS
 from .._store._hooks import KeyedHooks
 from .._store._records import MAX_KEY_BYTES, KeyedRange, KeyedRead, KeyedWrite, OutputBatch
 from ..store import AppendBatch, MessageCommit, MessageFail, MessageRef, StreamOpen
@@ -339,8 +339,8 @@ async def test_the_commits_of_a_group_sweep_the_keys_nobody_touches_once_past_th
     async with world.session() as hooks:
         assert len(await _all(hooks, ref, "g")) == len(untouched)
     clock.now = 1_000.0 + 3_600  # all of them gone; messages that touch only key k sweep them
-    for _ in range(2):  # a page of keys each SWEEP_KEYS messages, from the first key on
-        await _handled(world, "keyed-sweep", spec, [1] * SWEEP_KEYS)
+    for _ in range(2):  # a page of SWEEP_KEYS keys each SWEEP_EVERY messages, from the first key on
+        await _handled(world, "keyed-sweep", spec, [1] * SWEEP_EVERY)
     async with world.session() as hooks:
         assert set(await _all(hooks, ref, "g")) == {spec.key_codec.encode("k")}
-        assert await spec.get(hooks, ref, "g", "k") == 2 * SWEEP_KEYS
+        assert await spec.get(hooks, ref, "g", "k") == 2 * SWEEP_EVERY

@@ -338,7 +338,10 @@ def test_latency_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_
     assert "raw py-lmdb commit" in text
 
 
-KEYED_TINY = ("keyed", "--messages", "300", "--keys", "10,100", "--explicit-keys", "10", "--members", "1,2")
+KEYED_TINY = (
+    "keyed", "--messages", "300", "--keys", "10,100", "--expiring-keys", "100", "--explicit-keys", "10",
+    "--members", "1,2",
+)  # fmt: skip
 
 
 def test_keyed_bench_reports_keys_members_and_goals(
@@ -347,7 +350,7 @@ def test_keyed_bench_reports_keys_members_and_goals(
     out = run_bench(
         capsys, *KEYED_TINY, "--members-keys", "100", "--skip-postgres", "--workdir", str(tmp_path)
     )
-    for name in ("keyed_10", "keyed_100", "explicit_10", "members_1", "members_2"):
+    for name in ("keyed_10", "keyed_100", "expiring_100", "explicit_10", "members_1", "members_2"):
         assert out[f"{name}_msgs_per_s"] > 0, name
         # the first order of a group (of each partition) commits the seeded state, untimed
         assert out[f"{name}_messages"] == (298 if name == "members_2" else 299), name
@@ -355,7 +358,9 @@ def test_keyed_bench_reports_keys_members_and_goals(
         assert out[f"{name}_loop_cpu_us_per_msg"] > 0, name
     assert out["keyed_100_state_bytes"] > out["keyed_10_state_bytes"]
     assert out["explicit_keys"] == [10] and "explicit_100_msgs_per_s" not in out
-    assert {r["state"] for r in out["runs"] if "state" in r} == {"keyed", "explicit", "raw py-lmdb"}
+    states = {r["state"] for r in out["runs"] if "state" in r}
+    assert states == {"keyed", "expiring", "explicit", "raw py-lmdb"}
+    assert out["ratio_expiring_100_to_keyed"] > 0
     assert out["members_mode"] == "a stream of M partitions by customer, one handler each, in one process"
     assert out["raw_keyed_10_msgs_per_s"] > 0 and out["ratio_keyed_100_to_raw"] > 0
     assert out["ratio_keyed_100_to_10"] > 0 and out["ratio_members_2_to_1"] > 0
@@ -363,6 +368,7 @@ def test_keyed_bench_reports_keys_members_and_goals(
     assert "pg_rollbacks_per_1k_txns" not in out
     assert set(out["goals_met"]) == {
         "keyed_100_at_least_0.8_of_keyed_10",
+        "expiring_100_at_least_0.95_of_keyed_100",
         "members_2_at_least_0.9_of_members_1",
     }
 
@@ -370,9 +376,10 @@ def test_keyed_bench_reports_keys_members_and_goals(
 def test_keyed_bench_cuts_a_configuration_short_at_its_budget(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    argv = ("keyed", "--messages", "300", "--keys", "100", "--explicit-keys", "100", "--members", "2")
-    out = run_bench(capsys, *argv, "--seconds", "0", "--skip-postgres", "--workdir", str(tmp_path))
-    for name in ("keyed_100", "explicit_100", "members_2"):
+    argv = ["keyed", "--messages", "300", "--keys", "100", "--expiring-keys", "100", "--explicit-keys", "100"]
+    argv += ["--members", "2", "--seconds", "0", "--skip-postgres", "--workdir", str(tmp_path)]
+    out = run_bench(capsys, *argv)
+    for name in ("keyed_100", "expiring_100", "explicit_100", "members_2"):
         assert out[f"{name}_cut_short"] is True, name
         assert 1 <= out[f"{name}_messages"] < 299, name  # the totals verified over the orders handled
 
