@@ -19,6 +19,7 @@ messages than the demo has."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -100,6 +101,8 @@ BILLED: Final = Key("billed", BillingState)
 AUDITED: Final = Key("audited", AuditState)
 #: The demo's run id, which is also its root scope.
 DEMO_SCOPE: Final = "demo"
+#: The root scopes of the demo's streams: its run's first attempt, or a retry of it (``runs retry``).
+_DEMO_SCOPES: Final = re.compile(r"demo(/retry\.[0-9]+)?")
 BILLING: Final = "billing"
 AUDIT: Final = "audit"
 #: The writer node of each demo stream.
@@ -150,7 +153,7 @@ def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str])
         *(
             f"stream {s['scope']}/{s['node']}/{s['key']}"
             for s in report["streams"]
-            if s["scope"] != DEMO_SCOPE
+            if not _DEMO_SCOPES.fullmatch(s["scope"])
         ),
         *(
             f"run {r['run_id']!r}"
@@ -177,8 +180,14 @@ async def run_demo_on(
 ) -> DemoSummary:
     """Run (or resume) the demo on an open ``ledger`` whose ``inspect`` report is ``report``."""
     _refuse_other_contents(report, path)
-    found = _read_demo(report)
     run = next((r for r in await ledger.runs() if r.run_id == DEMO_SCOPE), None)
+    scope = DEMO_SCOPE if run is None else run.scope  # a retried run's streams are its attempt's
+    found = _read_demo(report, scope)
+    if run is not None and run.status == "cancelled":
+        raise DemoMismatchError(
+            f"the demo in {path} was cancelled; `python -m ledger runs retry {path} demo` runs it "
+            "again from its first order, or use a new path"
+        )
     if found.finished and (run is None or run.status == "completed"):
         if found.orders != messages:
             raise DemoMismatchError(
@@ -207,7 +216,7 @@ async def run_demo_on(
             f"ledger {path} holds an unfinished demo of {stored} orders, not {messages}; "
             f"run it again with --messages {stored}, or use a new path"
         )
-    demo = _Demo(messages, progress, progress_interval, billed_before=found.billed)
+    demo = _Demo(messages, progress, progress_interval, billed_before=found.billed, scope=scope)
     if run is None:
         start = ledger.run(
             demo.graph,
@@ -244,11 +253,10 @@ class _Found(msgspec.Struct, frozen=True):
     audit_count: int = 0
 
 
-def _read_demo(report: dict[str, Any]) -> _Found:
+def _read_demo(report: dict[str, Any], scope: str) -> _Found:
+    """The demo's figures in the streams of root scope ``scope`` (its run's latest attempt)."""
     streams = {
-        s["key"]: s
-        for s in report["streams"]
-        if s["scope"] == DEMO_SCOPE and _NODES.get(s["key"]) == s["node"]
+        s["key"]: s for s in report["streams"] if s["scope"] == scope and _NODES.get(s["key"]) == s["node"]
     }
     orders, invoices = streams.get(ORDERS.name), streams.get(INVOICES.name)
     if orders is None:
@@ -339,8 +347,10 @@ class _Demo:
         progress_interval: float,
         *,
         billed_before: int,
+        scope: str = DEMO_SCOPE,
     ) -> None:
         self.messages = messages
+        self.scope = scope
         self.progress = progress
         self.progress_interval = progress_interval
         self.billed_before = billed_before
@@ -362,7 +372,7 @@ class _Demo:
         if self.execution is None:
             return None
         found = {
-            ref.key: stream for ref, stream in self.execution.streams().items() if ref.scope == DEMO_SCOPE
+            ref.key: stream for ref, stream in self.execution.streams().items() if ref.scope == self.scope
         }
         if ORDERS.name in found and INVOICES.name in found:
             return found[ORDERS.name], found[INVOICES.name]

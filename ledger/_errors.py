@@ -308,7 +308,8 @@ class PostgresOnlyError(LedgerError, ValueError):
 
 
 class DemoMismatchError(LedgerError, ValueError):
-    """The ledger holds a demo of another number of messages, or more than the demo; nothing changed."""
+    """The ledger holds a demo of another number of messages, a cancelled one, or more than the demo; nothing
+    changed."""
 
 
 class DemoWorkerError(LedgerError):

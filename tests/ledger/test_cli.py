@@ -447,6 +447,36 @@ def test_ctrl_c_or_sigterm_stops_the_demo_without_a_traceback_and_it_resumes(
     assert_demo_answer(inspect(path), n, generation=2)
 
 
+def test_the_demo_interrupted_cancelled_and_retried_runs_the_retry_to_its_answer(tmp_path: Path) -> None:
+    """The flow a cancelled demo's message points at: cancel, retry, run it again; then it is finished."""
+    path = tmp_path / "ledger"
+    n = 100_000
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "demo", str(path), "-n", str(n), "--progress-interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.stderr is not None
+    assert run.stderr.readline().startswith("progress: ")
+    run.send_signal(signal.SIGINT)
+    assert run.communicate(timeout=60)[0] == "" and run.returncode == 130
+    assert cli("runs", "cancel", str(path), "demo", "--reason", "stop").returncode == 0
+    cancelled = cli("demo", str(path), "-n", str(n))
+    assert cancelled.returncode == 2 and "Traceback" not in cancelled.stderr
+    assert f"runs retry {path} demo" in cancelled.stderr, cancelled.stderr
+    assert cli("runs", "retry", str(path), "demo", "--reason", "again").returncode == 0
+    done = cli("demo", str(path), "-n", str(n))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    total = n * (n + 1) // 2
+    assert f"{n} orders, billing total {total}, {n} invoices, audit count {n}" in done.stdout
+    again = cli("demo", str(path), "-n", str(n))
+    assert again.returncode == 0 and "already finished; nothing changed" in again.stdout, again.stderr
+    shown = json.loads(cli("runs", "show", str(path), "demo", "--json").stdout)
+    assert shown["status"] == "completed"
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
