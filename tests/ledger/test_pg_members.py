@@ -391,11 +391,8 @@ class _LoseTheSession:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import psycopg
 
-        from ledger.postgres._pipelined import PipelinedTransaction
-
         check = PartitionLease.check
         leave = psycopg.Transaction.__exit__
-        leave_pipelined = PipelinedTransaction.__exit__
 
         def counted_check(lease: PartitionLease, conn: Any) -> None:
             check(lease, conn)
@@ -404,24 +401,18 @@ class _LoseTheSession:
                 self.fenced[id(conn)] = lease.partition
 
         def lose_at_commit(tx: Any, kind: Any, exc: Any, tb: Any) -> bool:
-            # a transaction of its own (psycopg's) or shared with other calls (in one pipeline)
-            exit = leave_pipelined if isinstance(tx, PipelinedTransaction) else leave
-            savepoint = getattr(tx, "savepoint_name", None)
-            partition = None if savepoint else self.fenced.pop(id(tx.connection), None)
+            partition = None if tx.savepoint_name else self.fenced.pop(id(tx.connection), None)
             if kind is not None or partition is None:
-                return exit(tx, kind, exc, tb)
+                return leave(tx, kind, exc, tb)
             self.partition = partition
             if self.landed:
-                exit(tx, kind, exc, tb)  # committed; its answer is lost with the session below
-                self.end(tx.connection)
-                tx.connection.execute("SELECT 1")  # raises: the session is gone
-                raise AssertionError("the session outlived pg_terminate_backend")
+                leave(tx, kind, exc, tb)  # committed; its answer is lost with the session below
             self.end(tx.connection)
-            return exit(tx, kind, exc, tb)  # its COMMIT meets the session gone
+            tx.connection.execute("SELECT 1")  # raises: the session is gone
+            raise AssertionError("the session outlived pg_terminate_backend")
 
         monkeypatch.setattr(PartitionLease, "check", counted_check)
         monkeypatch.setattr(psycopg.Transaction, "__exit__", lose_at_commit)
-        monkeypatch.setattr(PipelinedTransaction, "__exit__", lose_at_commit)
 
     def end(self, conn: Any) -> None:
         import psycopg
