@@ -27,6 +27,7 @@ from ._errors import LedgerPathError as LedgerPathError
 from ._errors import LedgerReadOnlyError as LedgerReadOnlyError
 from ._errors import LedgerServerError as LedgerServerError
 from ._errors import LedgerUnreachableError as LedgerUnreachableError
+from ._errors import ListenAddressError as ListenAddressError
 from ._errors import MapFullError as MapFullError
 from ._errors import MissingExtraError as MissingExtraError
 from ._errors import MissingRecordError as MissingRecordError
@@ -113,6 +114,7 @@ __all__ = [
     "RunAspectsMismatchError",
     "RunCancelledError",
     "ConsoleQueryError",
+    "ListenAddressError",
     "ConsoleTokenError",
     "RunFinishedError",
     "RunNotEndedError",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
-__all__ = ["positive_float", "positive_int", "size"]
+__all__ = ["port", "positive_float", "positive_int", "size"]
 
 
 def positive_int(text: str) -> int:
@@ -33,6 +33,17 @@ def size(text: str) -> int:
     value = int(number) * _UNITS[unit]
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not at least 1 byte")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port to listen on: 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (a whole number, 0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: 0 (any free one) to 65535")
     return value
 
 

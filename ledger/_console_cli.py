@@ -6,8 +6,9 @@ import argparse
 import os
 from typing import Any
 
-from ._arguments import positive_float
+from ._arguments import port, positive_float
 from ._errors import ConsoleTokenError
+from ._listen import listening
 
 __all__ = ["add_console_command", "run_console_command"]
 
@@ -28,7 +29,7 @@ def add_console_command(commands: Any) -> None:
     console.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     console.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     console.add_argument(
-        "--port", type=int, default=8400, help="the port to listen on (default 8400; 0 picks a free one)"
+        "--port", type=port, default=8400, help="the port to listen on (default 8400; 0 picks a free one)"
     )
     console.add_argument(
         "--token", help="the token every request must carry (default: STREAMLEDGER_CONSOLE_TOKEN)"
@@ -53,12 +54,13 @@ def run_console_command(args: argparse.Namespace) -> int:
 
         tools_for(args.path).inspect(args.path, False)  # raised again, as the command's error
     try:
-        server = ConsoleServer(watcher, args.host, args.port, token)
+        server = listening(args.host, args.port, lambda: ConsoleServer(watcher, args.host, args.port, token))
     except ValueError as exc:
         raise ConsoleTokenError(str(exc)) from None
     watcher.start()
-    shown = server.url + (f"?token={token}" if token else "")
-    print(f"serving the console of {watcher.where} at {shown} (Ctrl-C to stop)", flush=True)
+    # the token is the operator's own: it is never printed (output is often logged)
+    asks = "; open it with ?token=TOKEN, the token given" if token else ""
+    print(f"serving the console of {watcher.where} at {server.url} (Ctrl-C to stop{asks})", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # the way to stop serving: not an error

@@ -54,6 +54,8 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── PostgresOnlyError (ValueError)         worker or migrate given an LMDB ledger's path
     ├── ConsoleTokenError (ValueError)         console on an address not loopback without a token
     ├── ConsoleQueryError (ValueError)         a console view asked for with a value it cannot take
+    ├── ListenAddressError (OSError)           console or metrics cannot listen: a port in use, an address
+    │                                          not this machine's, a host that does not resolve
     ├── DemoMismatchError (ValueError)         the ledger holds another demo (another --messages), or more
     └── DemoWorkerError                        a worker process of the PostgreSQL demo stopped with an error
 
@@ -69,6 +71,7 @@ __all__ = [
     "BackupDestinationError",
     "ConsoleQueryError",
     "ConsoleTokenError",
+    "ListenAddressError",
     "CorruptRecordError",
     "DamagedLedgerError",
     "DemoMismatchError",
@@ -235,6 +238,11 @@ class ConsoleTokenError(LedgerError, ValueError):
 
 class ConsoleQueryError(LedgerError, ValueError):
     """A console view asked for with a value it cannot take (a time not in ISO 8601): answered 400."""
+
+
+class ListenAddressError(LedgerError, OSError):
+    """``console`` or ``metrics`` cannot listen on its address: a port in use, an address that is not
+    this machine's, a host name that does not resolve."""
 
 
 class MissingExtraError(LedgerError, ImportError):

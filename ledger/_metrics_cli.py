@@ -23,9 +23,10 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
-from ._arguments import positive_float
+from ._arguments import port, positive_float
 from ._connect import tools_for
 from ._ledger_metrics import LEDGER_METRICS, LedgerMetric, LedgerReading, ObservedLedger, read_ledger_metrics
+from ._listen import listening
 
 __all__ = ["add_metrics_command", "exposition", "prometheus_name", "run_metrics_command"]
 
@@ -49,7 +50,7 @@ def add_metrics_command(commands: Any) -> None:
     metrics.add_argument("--once", action="store_true", help="print the exposition once and exit")
     metrics.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     metrics.add_argument(
-        "--port", type=int, default=9465, help="the port to listen on (default 9465; 0 picks a free one)"
+        "--port", type=port, default=9465, help="the port to listen on (default 9465; 0 picks a free one)"
     )
     metrics.add_argument(
         "--max-age",
@@ -66,7 +67,9 @@ def run_metrics_command(args: argparse.Namespace) -> int:
         sys.stdout.write(exposition(reading))
         return 0
     source = ObservedLedger(args.path, args.max_age)
-    server = ThreadingHTTPServer((args.host, args.port), _handler(source))
+    server = listening(
+        args.host, args.port, lambda: ThreadingHTTPServer((args.host, args.port), _handler(source))
+    )
     server.daemon_threads = True
     where, port = tools_for(args.path).describe(args.path), server.server_port
     print(f"serving the metrics of {where} at http://{args.host}:{port}/metrics (Ctrl-C to stop)", flush=True)

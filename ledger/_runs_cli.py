@@ -50,8 +50,12 @@ def add_runs_command(commands: Any) -> None:
     """Register ``runs list|show|follow|cancel|retry|delete`` on the CLI's subcommands."""
     runs = commands.add_parser(
         "runs",
-        help="list the runs of ledger.run and workers, or show one",
-        description="The runs of a ledger, read as inspect reads it: nothing is written.",
+        help="list, show and follow the runs of ledger.run and workers; cancel, retry or delete one",
+        description=(
+            "The runs of a ledger. list, show and follow read it as inspect does, beside its owner or "
+            "workers, and write nothing; cancel, retry and delete write the run's record (each says what "
+            "it changed)."
+        ),
     )
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="the runs, newest first, filtered")

@@ -44,3 +44,10 @@ def test_every_command_of_the_operating_page_succeeds_in_order(tmp_path: Path) -
         assert "Traceback" not in done.stderr
     groups = ledger_command("inspect", "shop-ledger", "--groups", "--json", cwd=tmp_path, check=True)
     assert '"audit"' not in groups.stdout  # the page removed it
+
+
+def test_the_operating_page_lists_every_status_runs_list_filters_by() -> None:
+    from ledger._runs_cli import STATUSES
+
+    text = " ".join(PAGE.read_text().split())
+    assert f"`--status {'|'.join(STATUSES)}`" in text

@@ -29,6 +29,7 @@ from streams.store import type_name
 from .._connect import tools_for
 from .._errors import ConsoleQueryError, StreamNotFoundError
 from .._messages import key_range
+from .._runs_cli import STATUSES
 from .._tools import Tools
 
 __all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
@@ -361,6 +362,8 @@ class Watcher:
         """The runs, newest first, as ``runs list --json`` gives them: of ``status``, of the graphs
         ``graph`` matches (a shell pattern), created at or after ``since`` and before ``until``."""
         first, last = _instant(since, "since"), _instant(until, "until")
+        if status is not None and status not in STATUSES:
+            raise ConsoleQueryError(f"status takes one of {', '.join(STATUSES)}, not {status!r}")
         report, _, _ = self._current()
         chosen = [
             {k: v for k, v in run.items() if k not in ("nodes", "topology")}

@@ -56,10 +56,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _limit(query: dict[str, str], default: int) -> int:
-    """How many messages a view asks for: ``?limit=N``, 1 to 200."""
-    given = query.get("limit", "")
-    return max(1, min(int(given), 200)) if given.isdigit() else default
+def _limit(query: dict[str, str], default: int, what: str = "messages") -> int:
+    """How many items a view asks for: ``?limit=N``, 1 to 200; anything else is :class:`ConsoleQueryError`."""
+    given = query.get("limit")
+    if given is None or given == "":
+        return default
+    if not (given.isascii() and given.isdigit()) or not 1 <= int(given) <= 200:
+        raise ConsoleQueryError(f"limit takes a number of {what} from 1 to 200, not {given!r}")
+    return int(given)
 
 
 def _static(name: str) -> bytes:
@@ -141,18 +145,29 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                 run_id = unquote(path.removeprefix("/api/runs/"))
                 self._found(watcher.run(run_id, values=query.get("values") == "1"), "run")
             elif path == "/api/dead-letters":
+                try:
+                    limit = _limit(query, 50, "letters")
+                except ConsoleQueryError as exc:
+                    self._json(400, {"error": str(exc)})
+                    return
                 self._json(
                     200,
                     watcher.dead_letters(
                         source=query.get("source") or None,
-                        limit=_limit(query, 50),
+                        limit=limit,
                         messages=query.get("messages") == "1",
                     ),
                 )
             elif path.startswith("/api/streams/"):
                 name = unquote(path.removeprefix("/api/streams/"))
-                view = watcher.stream(name, messages=query.get("messages") == "1", limit=_limit(query, 20))
-                self._found(view, "stream")
+                try:
+                    limit = _limit(query, 20)
+                except ConsoleQueryError as exc:
+                    self._json(400, {"error": str(exc)})
+                    return
+                self._found(
+                    watcher.stream(name, messages=query.get("messages") == "1", limit=limit), "stream"
+                )
             elif path == "/api/keys":
                 self._keys(query)
             elif path == "/api/events":
@@ -188,16 +203,13 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                 stream, group = query.get("stream"), query.get("group")
                 if not stream or not group:
                     raise ConsoleQueryError("keys takes a stream (scope/node/key) and a group")
-                given = query.get("limit", "50")
-                if not given.isdigit() or not 1 <= int(given) <= 200:
-                    raise ConsoleQueryError(f"limit takes a number of keys from 1 to 200, not {given!r}")
                 view = watcher.keys(
                     stream,
                     group,
                     key=query.get("key"),
                     prefix=query.get("prefix"),
                     cursor=query.get("cursor"),
-                    limit=int(given),
+                    limit=_limit(query, 50, "keys"),
                 )
             except ConsoleQueryError as exc:
                 self._json(400, {"error": str(exc)})

@@ -141,3 +141,13 @@ async def test_runs_follow_prints_each_change_until_the_run_ends(open_any: Opene
     failed = _cli("runs", "follow", target, "failed")
     assert failed.returncode == 1  # it ended failed: the exit code says so
     assert failed.stdout.splitlines()[-1].endswith("run failed: failed (ValueError)")
+
+
+def test_runs_help_says_which_actions_write() -> None:
+    """list, show and follow write nothing; cancel, retry and delete write: the help says so, not that
+    nothing is written."""
+    done = ledger_command("runs", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "nothing is written" not in text
+    assert "list, show and follow read it" in text and "cancel, retry and delete write" in text
