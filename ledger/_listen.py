@@ -26,8 +26,6 @@ def listening(host: str, port: int, serve: Callable[[], T]) -> T:
         raise ListenAddressError(
             f"cannot listen on {host}:{port}: the host {host!r} does not resolve ({exc.strerror})"
         ) from None
-    except OverflowError:
-        raise ListenAddressError(f"cannot listen on {host}:{port}: a port is 0 to 65535") from None
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise ListenAddressError(f"cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}") from None

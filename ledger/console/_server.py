@@ -122,7 +122,12 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                     401, {"error": "this console needs its token: ?token=TOKEN or Authorization: Bearer"}
                 )
                 return
-            path = url.path
+            try:
+                self._route(url.path, query)
+            except ConsoleQueryError as exc:  # a parameter the view cannot take: nothing was sent yet
+                self._json(400, {"error": str(exc)})
+
+        def _route(self, path: str, query: dict[str, str]) -> None:
             if path in _PAGES:
                 name = _PAGES[path]
                 kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
@@ -130,44 +135,27 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/api/overview":
                 self._json(200, watcher.overview())
             elif path == "/api/runs":
-                try:
-                    chosen = watcher.runs(
-                        status=query.get("status") or None,
-                        graph=query.get("graph") or None,
-                        since=query.get("since") or None,
-                        until=query.get("until") or None,
-                    )
-                except ConsoleQueryError as exc:
-                    self._json(400, {"error": str(exc)})
-                else:
-                    self._json(200, chosen)
+                chosen = watcher.runs(
+                    status=query.get("status") or None,
+                    graph=query.get("graph") or None,
+                    since=query.get("since") or None,
+                    until=query.get("until") or None,
+                )
+                self._json(200, chosen)
             elif path.startswith("/api/runs/"):
                 run_id = unquote(path.removeprefix("/api/runs/"))
                 self._found(watcher.run(run_id, values=query.get("values") == "1"), "run")
             elif path == "/api/dead-letters":
-                try:
-                    limit = _limit(query, 50, "letters")
-                except ConsoleQueryError as exc:
-                    self._json(400, {"error": str(exc)})
-                    return
-                self._json(
-                    200,
-                    watcher.dead_letters(
-                        source=query.get("source") or None,
-                        limit=limit,
-                        messages=query.get("messages") == "1",
-                    ),
+                letters = watcher.dead_letters(
+                    source=query.get("source") or None,
+                    limit=_limit(query, 50, "letters"),
+                    messages=query.get("messages") == "1",
                 )
+                self._json(200, letters)
             elif path.startswith("/api/streams/"):
                 name = unquote(path.removeprefix("/api/streams/"))
-                try:
-                    limit = _limit(query, 20)
-                except ConsoleQueryError as exc:
-                    self._json(400, {"error": str(exc)})
-                    return
-                self._found(
-                    watcher.stream(name, messages=query.get("messages") == "1", limit=limit), "stream"
-                )
+                view = watcher.stream(name, messages=query.get("messages") == "1", limit=_limit(query, 20))
+                self._found(view, "stream")
             elif path == "/api/keys":
                 self._keys(query)
             elif path == "/api/events":
@@ -199,22 +187,18 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
 
         def _keys(self, query: dict[str, str]) -> None:
             """``?stream=S&group=G`` and ``key=K``, or ``prefix=P``, ``cursor=C``, ``limit=N`` (1 to 200)."""
-            try:
-                stream, group = query.get("stream"), query.get("group")
-                if not stream or not group:
-                    raise ConsoleQueryError("keys takes a stream (scope/node/key) and a group")
-                view = watcher.keys(
-                    stream,
-                    group,
-                    key=query.get("key"),
-                    prefix=query.get("prefix"),
-                    cursor=query.get("cursor"),
-                    limit=_limit(query, 50, "keys"),
-                )
-            except ConsoleQueryError as exc:
-                self._json(400, {"error": str(exc)})
-            else:
-                self._found(view, "stream or consumer group")
+            stream, group = query.get("stream"), query.get("group")
+            if not stream or not group:
+                raise ConsoleQueryError("keys takes a stream (scope/node/key) and a group")
+            view = watcher.keys(
+                stream,
+                group,
+                key=query.get("key"),
+                prefix=query.get("prefix"),
+                cursor=query.get("cursor"),
+                limit=_limit(query, 50, "keys"),
+            )
+            self._found(view, "stream or consumer group")
 
         def _found(self, view: Any, what: str) -> None:
             if view is None:

@@ -111,10 +111,9 @@ def test_members_killed_and_paused_past_their_lease_leave_every_total_exact(
         killed.wait()
         _wait_stopped(paused, timeout=120)  # a zombie: alive, silent past its lease, its rows locked
         stopped_in = int((tmp_path / "paused").read_text())
-        # safety nets (a loaded machine is slow, not wrong); exit codes are checked below, with what
-        # every process said
-        # (the steady member ends once every partition is handled to its end; the paused one, resumed,
-        # finds its session gone: the transaction it was in fails)
+        # safety nets (a loaded machine is slow, not wrong); every exit code is checked below, with what
+        # each process said. The steady member ends once every partition is handled to its end; the
+        # paused one, resumed, finds its session gone: the transaction it was in fails.
         if producer.wait(timeout=300) == 0 and steady.wait(timeout=300) == 0:
             paused.send_signal(signal.SIGCONT)
             paused.wait(timeout=120)
