@@ -307,7 +307,9 @@ def test_streams_bench_on_postgres_reports_memory_store_and_skip_locked_in_the_s
     )
     assert out["notify_samples"] == 5 and out["notify_idle_seconds"] == 0.3
     assert 0 <= out["notify_idle_member_txns_per_s"] * 0.3 <= 2  # a renewal or two in its window, no poll
-    assert 0 < out["notify_append_p50_us"] < out["notify_delivery_p50_us"]  # delivered after its commit
+    # both measured; not ordered: the server notifies the member as the writer's COMMIT lands, so the
+    # member may start its handler before the writer has read its own COMMIT's answer
+    assert out["notify_append_p50_us"] > 0 and out["notify_delivery_p50_us"] > 0
     for key in (
         "streamledger_msgs_per_s",
         "raw_psycopg_msgs_per_s",
