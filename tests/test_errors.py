@@ -42,6 +42,8 @@ TESTING_KITS = (
 INTERNAL_SIGNALS = {
     "ledger.graphs._values.NotWritable": "the runner catches it: the value is not written down",
     "ledger.postgres._view.KeptStale": "the connection catches it: the transaction runs again",
+    "ledger.postgres._pipelined.PipelineFailed": "the connection catches it: the batch runs again, a "
+    "statement at a time",
 }
 
 _BRANCH = re.compile(r"^((?:│   |    )*)(?:├── |└── )([\w.]+)(?: \(([\w, ]+)\))?(?:  |$)")

@@ -39,6 +39,9 @@ class LedgerConnection(psycopg.Connection[Any]):
     #: statement, unless that statement is its write, which checks the lease itself
     #: (:meth:`write_checks_lease`). Cleared when the call ends.
     pending_check: Callable[[], None] | None = None
+    #: Statements are queued in a shared pipeline (:mod:`ledger.postgres._pipelined`): a failure comes
+    #: back at a later fetch, and may be another call's.
+    deferred: bool = False
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
         self._before_statement()

@@ -55,6 +55,7 @@ from ._faults import (
     server_gone,
     unreachable,
 )
+from ._pipelined import PipelinedTransaction, PipelineFailed
 from ._schema import ensure_schema
 from ._verify import verify_streams
 from ._view import Kept, KeptStale, PgView
@@ -404,34 +405,45 @@ class PgConnection(ServesWrites["_Call"]):
             return
         conn = self._conn
         shared = len(batch) > 1
+        # calls that share a transaction send BEGIN, their writes and COMMIT in one pipeline, unless
+        # one of them needs a savepoint (which an aborted pipeline cannot roll back to)
+        pipelined = shared and not any(call.savepoint for call in batch)
+        use_kept = True
         for attempt in range(MAX_CONFLICT_RETRIES + 1):
-            use_kept = attempt == 0  # a transaction run again reads every record afresh
             outcomes: list[tuple[_Call, Any, BaseException | None, dict[StreamRef, int]]] = []
             committing = False
             # a call alone in its batch begins its transaction with its first statement but its write:
             # one whose only statement is its write (its streams kept) sends that alone, one round trip
             lazy = None if shared else LazyTransaction(conn)
+            block: Any = lazy
+            if lazy is None:
+                block = PipelinedTransaction(conn) if pipelined else conn.transaction()
             self._kept_undo = []
             try:
                 try:
-                    with conn.transaction() if lazy is None else lazy:
+                    with block:
                         for call in batch:
                             outcomes.append(self._one(conn, call, shared, use_kept))
                         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                             # the server aborted the transaction: its COMMIT would be a silent ROLLBACK
                             raise _WriteRefused
                         committing = True  # the block's end sends COMMIT
-                except _WriteRefused:
+                except (_WriteRefused, PipelineFailed):
                     self._undo_kept()  # nothing they kept was changed: what was kept before holds
                     raise
                 except BaseException:
                     self._kept.clear()  # the calls' kept streams were never committed, or went stale
                     raise
             except KeptStale:  # another process wrote a stream this one kept: read it again
+                use_kept = False  # a transaction run again reads every record afresh
+                continue
+            except PipelineFailed:  # again, a statement at a time: each failure is then its call's
+                pipelined = False
                 continue
             except CONFLICTS:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
+                use_kept = False
                 # a little apart, so two workers that keep colliding stop doing so in step
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
                 continue
@@ -484,8 +496,8 @@ class PgConnection(ServesWrites["_Call"]):
         view = PgView(conn, self._ids, self._kept if use_kept and not call.idempotent else None)
         try:
             outcome = self._run_one(conn, call, shared, view)
-        except (KeptStale, LeaseLostError, _LeaseRefused, *CONFLICTS):  # a lease lost: whatever it kept
-            raise
+        except (KeptStale, LeaseLostError, _LeaseRefused, PipelineFailed, *CONFLICTS):
+            raise  # a lease lost: whatever it kept
         except Exception as exc:
             if view.used_kept and not server_gone(exc, conn):
                 raise KeptStale from exc
@@ -549,6 +561,8 @@ class PgConnection(ServesWrites["_Call"]):
         except psycopg.Error as exc:  # the server failed a read: it aborted the whole transaction
             if server_gone(exc, conn):
                 raise
+            if conn.deferred:  # or an earlier call's queued write did, and its failure came back here
+                raise PipelineFailed(str(exc)) from exc
             raise _WriteRefused from exc
         except Exception as exc:  # refused by the rules before it wrote anything
             return call, None, exc, {}
@@ -561,6 +575,8 @@ class PgConnection(ServesWrites["_Call"]):
         except Exception as exc:  # the server refused a write: the transaction is aborted
             if server_gone(exc, conn):
                 raise
+            if conn.deferred:  # maybe an earlier call's queued write: whose is told a statement at a time
+                raise PipelineFailed(str(exc)) from exc
             raise _WriteRefused from exc
         return call, result, None, view.ids
 

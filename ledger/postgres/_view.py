@@ -541,7 +541,10 @@ class PgView(CachedView):
                 super().flush()
                 self._write_records(writes)
         except psycopg.errors.InvalidTextRepresentation as exc:
-            # the records' statement failed its own checks (in a pipeline, its error comes at the end)
+            # the records' statement failed its own checks (in a pipeline, its error comes at the end);
+            # in a shared one, it may be an earlier call's statement: the transaction tells it
+            if getattr(self._conn, "deferred", False):
+                raise
             if kept_stale(exc):
                 raise KeptStale from None
             lost, holder = lease_lost(exc)

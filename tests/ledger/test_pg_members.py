@@ -391,8 +391,11 @@ class _LoseTheSession:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import psycopg
 
+        from ledger.postgres._pipelined import PipelinedTransaction
+
         check = PartitionLease.check
         leave = psycopg.Transaction.__exit__
+        leave_pipelined = PipelinedTransaction.__exit__
 
         def counted_check(lease: PartitionLease, conn: Any) -> None:
             check(lease, conn)
@@ -401,18 +404,24 @@ class _LoseTheSession:
                 self.fenced[id(conn)] = lease.partition
 
         def lose_at_commit(tx: Any, kind: Any, exc: Any, tb: Any) -> bool:
-            partition = None if tx.savepoint_name else self.fenced.pop(id(tx.connection), None)
+            # a transaction of its own (psycopg's) or shared with other calls (in one pipeline)
+            exit = leave_pipelined if isinstance(tx, PipelinedTransaction) else leave
+            savepoint = getattr(tx, "savepoint_name", None)
+            partition = None if savepoint else self.fenced.pop(id(tx.connection), None)
             if kind is not None or partition is None:
-                return leave(tx, kind, exc, tb)
+                return exit(tx, kind, exc, tb)
             self.partition = partition
             if self.landed:
-                leave(tx, kind, exc, tb)  # committed; its answer is lost with the session below
+                exit(tx, kind, exc, tb)  # committed; its answer is lost with the session below
+                self.end(tx.connection)
+                tx.connection.execute("SELECT 1")  # raises: the session is gone
+                raise AssertionError("the session outlived pg_terminate_backend")
             self.end(tx.connection)
-            tx.connection.execute("SELECT 1")  # raises: the session is gone
-            raise AssertionError("the session outlived pg_terminate_backend")
+            return exit(tx, kind, exc, tb)  # its COMMIT meets the session gone
 
         monkeypatch.setattr(PartitionLease, "check", counted_check)
         monkeypatch.setattr(psycopg.Transaction, "__exit__", lose_at_commit)
+        monkeypatch.setattr(PipelinedTransaction, "__exit__", lose_at_commit)
 
     def end(self, conn: Any) -> None:
         import psycopg
