@@ -147,9 +147,16 @@ def console(target: str, *extra: str, env: dict[str, str] | None = None) -> Iter
         line = process.stdout.readline()
         assert line.startswith("serving the console of "), process.stderr.read() if process.stderr else ""
         yield line.split(" at ", 1)[1].split(" (Ctrl-C", 1)[0]
-    finally:
+    except BaseException as exc:  # what the console said, and how it ended, go with the failure
+        code = process.poll()
         process.terminate()
-        process.communicate(timeout=30)
+        _, said = process.communicate(timeout=30)
+        exc.add_note(f"the console {'ran on' if code is None else f'had exited {code}'}; its stderr: {said}")
+        raise
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.communicate(timeout=30)
 
 
 def request(
