@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Final
 
-__all__ = ["port", "positive_float", "positive_int", "size"]
+__all__ = ["age", "age_seconds", "port", "positive_float", "positive_int", "size"]
 
 
 def positive_int(text: str) -> int:
@@ -56,3 +57,22 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not positive")
     return value
+
+
+#: An age as the command line writes one: a number and its unit, ``90s``, ``15m``, ``2h``, ``7d``.
+_AGE: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def age_seconds(text: str) -> float | None:
+    """The seconds an age stands for (``90s``, ``15m``, ``2h``, ``7d``, ``1.5h``); None if it is none."""
+    found = _AGE.match(text)
+    return None if found is None else float(found[1]) * _AGE_UNITS[found[2]]
+
+
+def age(text: str) -> float:
+    """An age, in seconds: ``90s``, ``15m``, ``2h``, ``7d``."""
+    seconds = age_seconds(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age (90s, 15m, 2h, 7d)")
+    return seconds

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from ._arguments import port, positive_float
+from ._arguments import age, port, positive_float
 from ._errors import ConsoleTokenError
 from ._listen import listening
 
@@ -21,7 +21,9 @@ def add_console_command(commands: Any) -> None:
             "Serve a read-only web console at http://HOST:PORT: streams and consumer groups with lag, "
             "rates and the age of the oldest unacknowledged message, plotted while it watches; runs by "
             "status; a run's graph, node timeline and failures. It reads the ledger as inspect does, "
-            "every --interval seconds, beside the running programs. On a loopback address it needs no "
+            "every --interval seconds, beside the running programs. A group is lagging when its oldest "
+            "unacknowledged message is older than --lag-age, or its lag rose at each of the last five "
+            "reads; each group's health comes with its reason. On a loopback address it needs no "
             "token; on any other, --token (or STREAMLEDGER_CONSOLE_TOKEN) must be given, and every "
             "request must carry it. Ctrl-C stops it (exit 0)."
         ),
@@ -41,13 +43,23 @@ def add_console_command(commands: Any) -> None:
         metavar="S",
         help="seconds between two reads of the ledger (default 2)",
     )
+    console.add_argument(
+        "--lag-age",
+        type=age,
+        default="30s",
+        metavar="AGE",
+        help=(
+            "a group whose oldest unacknowledged message is older than this is lagging: 90s, 15m, 2h "
+            "(default 30s)"
+        ),
+    )
 
 
 def run_console_command(args: argparse.Namespace) -> int:
     from .console import ConsoleServer, Watcher
 
     token = args.token or os.environ.get("STREAMLEDGER_CONSOLE_TOKEN") or None
-    watcher = Watcher(args.path, interval=args.interval)
+    watcher = Watcher(args.path, interval=args.interval, lag_age=args.lag_age)
     watcher.read()  # the ledger's own error and exit code if it is none
     if watcher.overview()["error"] is not None:
         from ._connect import tools_for

@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import time
 from typing import Any, Final
 
 import anyio
 
-from ._arguments import positive_float, positive_int
+from ._arguments import age_seconds, positive_float, positive_int
 from ._colour import PLAIN, Colours
 from ._connect import connect, is_url, tools_for
 from ._errors import UnknownRunError
@@ -27,16 +26,14 @@ from ._table import aligned
 __all__ = ["add_runs_command", "run_runs_command"]
 
 STATUSES: Final = ("running", "completed", "failed", "cancelled")
-_AGO: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _since(text: str) -> datetime.datetime:
     """``--since``: an ISO 8601 time (UTC unless it says so), or an age: ``90s``, ``15m``, ``2h``, ``7d``."""
-    ago = _AGO.match(text)
+    ago = age_seconds(text)
     now = datetime.datetime.now(datetime.UTC)
     if ago is not None:
-        return now - datetime.timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+        return now - datetime.timedelta(seconds=ago)
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

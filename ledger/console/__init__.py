@@ -2,8 +2,9 @@
 
 It shows the ledger's streams and consumer groups with their lag, rates and
 the age of their oldest unacknowledged message, plotted over the time the
-console has watched; the runs, filtered by status; and a run's graph with
-each node's status, a timeline of its node attempts and their failures.
+console has watched, and each group's health with the reason for it; the
+runs, filtered by status; and a run's graph with each node's status, a
+timeline of its node attempts and their failures.
 Pages update on each read of the ledger (server-sent events), read as
 ``inspect`` reads it, beside the running programs. Everything it serves
 ships in this package; it needs nothing beyond the standard library.

@@ -8,6 +8,12 @@ appended and what it acknowledged, so a page can plot them over the time
 the console has watched, with rates between samples and the age of the
 oldest unacknowledged message from the stream's append marks. Each view is
 a JSON value; message contents are read only when a view asks for them.
+
+A group is lagging when its work waits, not merely when it has work: its
+oldest unacknowledged message is older than ``lag_age``, or its lag rose at
+each of the last :data:`GROWING_READS` reads. Pending messages handled
+promptly are a running group's normal state, and it is ``ok``; every group
+carries the reason for its word.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import fnmatch
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Final
 
 from streams import DeadLetter, StreamRef
@@ -32,10 +39,14 @@ from .._messages import key_range
 from .._runs_cli import STATUSES
 from .._tools import Tools
 
-__all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
+__all__ = ["GROWING_READS", "KEPT", "LAG_AGE", "Watcher", "health_of", "is_dead_letter_stream"]
 
 #: Samples kept per group: an hour at the default interval of two seconds.
 KEPT: Final = 1800
+#: Seconds a group's oldest unacknowledged message may wait before the group is lagging (``--lag-age``).
+LAG_AGE: Final = 30.0
+#: Reads in a row at each of which a group's lag rose, for it to be lagging: a trend, not one noisy step.
+GROWING_READS: Final = 5
 #: Statuses of a run a page filters by.
 RUN_STATUSES: Final = ("running", "completed", "failed", "cancelled")
 #: How a stream of dead letters names its type: by shape, or by module as releases before did.
@@ -77,6 +88,16 @@ class _Series:
         default_factory=lambda: deque(maxlen=KEPT)
     )
 
+    def lags(self, through: float, count: int) -> list[int]:
+        """The lags of the last ``count`` samples taken at or before ``through``, oldest first."""
+        found: list[int] = []
+        for when, lag, *_ in reversed(self.points):
+            if len(found) == count:
+                break
+            if when <= through:
+                found.append(lag)
+        return found[::-1]
+
     def rates(self) -> tuple[float | None, float | None]:
         """Messages appended and handled per second between the last two samples."""
         if len(self.points) < 2:
@@ -88,23 +109,72 @@ class _Series:
         return round((a1 - a0) / span, 1), round((k1 - k0) / span, 1)
 
 
-def health_of(group: dict[str, Any]) -> str:
-    """One word for a group at a glance: stopped, exhausted, lagging or ok."""
+def health_of(
+    group: dict[str, Any], *, age: float | None = None, lags: Sequence[int] = (), lag_age: float = LAG_AGE
+) -> tuple[str, str]:
+    """A group at a glance, and why: ``stopped``, ``exhausted``, ``lagging`` or ``ok``, and its reason.
+
+    ``group`` as ``inspect`` reports it; ``age``: the seconds its oldest
+    unacknowledged message has waited (None when none waits, or the stream
+    kept no mark of it); ``lags``: its lag at the latest reads, oldest
+    first. Lagging: ``age`` past ``lag_age``, or a lag that rose at each of
+    the last :data:`GROWING_READS` reads. A group with messages pending that
+    is neither is ``ok``: it is handling them.
+    """
     if group["stopped"]:
-        return "stopped"
+        return "stopped", "the group stopped reading this stream"
     if group["exhausted"]:
-        return "exhausted"
-    if group["pending"]:
-        return "lagging"
-    return "ok"
+        return "exhausted", f"{group['exhausted']} message(s) used up their attempts, left unacknowledged"
+    reasons = []
+    if age is not None and age > lag_age:
+        reasons.append(_waited(age, lag_age))
+    recent = list(lags[-GROWING_READS - 1 :])
+    if len(recent) > GROWING_READS and all(a < b for a, b in pairwise(recent)):
+        reasons.append(f"lag grew from {recent[0]} to {recent[-1]} over the last {GROWING_READS} reads")
+    if reasons:
+        return "lagging", "; ".join(reasons)
+    if not group["pending"]:
+        return "ok", "nothing pending"
+    if age is None:
+        return "ok", f"{group['pending']} pending"
+    return "ok", f"{group['pending']} pending, {_waited(age, lag_age)}"
+
+
+def _waited(age: float, lag_age: float) -> str:
+    return f"oldest unacknowledged message {_duration(age)} old (threshold {_duration(lag_age)})"
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a reason says an age: ``45s``, ``2.5s``, ``1m30s``, ``15m``, ``2h05m``."""
+    if seconds < 60:
+        return f"{round(seconds, 1):g}s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
 
 
 class Watcher:
-    """The ledger at ``target``, read every ``interval`` seconds; the console's views of it."""
+    """The ledger at ``target``, read every ``interval`` seconds; the console's views of it.
 
-    def __init__(self, target: str, *, interval: float = 2.0, clock: Callable[[], float] = time.time) -> None:
+    ``lag_age``: the seconds a group's oldest unacknowledged message may wait
+    before the group is lagging (:func:`health_of`); ``clock``: the time now,
+    in seconds since the epoch, that each read is stamped with and ages are
+    taken at.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        interval: float = 2.0,
+        lag_age: float = LAG_AGE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.target = target
         self.interval = interval
+        self.lag_age = lag_age
         self._tools: Tools = tools_for(target)
         self._clock = clock
         self._lock = threading.Lock()
@@ -196,6 +266,8 @@ class Watcher:
             "read_at": _moment(read_at),
             "error": error,
             "interval": self.interval,
+            "lag_age": self.lag_age,
+            "growing_reads": GROWING_READS,
             "streams": streams,
             "runs": runs,
             "graph_runs": len(report["graph_runs"]),
@@ -214,21 +286,26 @@ class Watcher:
         name = _name(stream)
         groups = []
         for group in stream["groups"]:
-            series = self._series.get((name, group["group"]))
-            appended_rate, handled_rate = series.rates() if series is not None else (None, None)
+            with self._lock:  # the watcher's thread appends to them; the lags are those up to this read
+                series = self._series.get((name, group["group"]), _Series())
+                appended_rate, handled_rate = series.rates()
+                lags = series.lags(read_at, GROWING_READS + 1)
             oldest = _seconds(group["oldest_unacked_at"])
+            age = None if oldest is None else round(max(0.0, read_at - oldest), 1)
+            health, reason = health_of(group, age=age, lags=lags, lag_age=self.lag_age)
             groups.append(
                 {
                     "group": group["group"],
                     "acked_through": group["acked_through"],
                     "lag": group["pending"],
-                    "age_seconds": None if oldest is None else round(max(0.0, read_at - oldest), 1),
+                    "age_seconds": age,
                     "appended_per_s": appended_rate,
                     "handled_per_s": handled_rate,
                     "exhausted": group["exhausted"],
                     "dead_lettered": group["dead_lettered"],
                     "stopped": group["stopped"],
-                    "health": health_of(group),
+                    "health": health,
+                    "health_reason": reason,
                 }
             )
         return {

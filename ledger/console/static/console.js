@@ -33,6 +33,11 @@ function word(text) {
   return el("span", { class: text, "data-status": text }, text);
 }
 
+function health(g) {
+  // a group's health word and, beside it, why
+  return el("span", { class: "health", "data-group": g.group }, word(g.health), " ", el("span", { class: "reason", "data-reason": g.health }, g.health_reason));
+}
+
 function table(headers, rows) {
   return el(
     "table",
@@ -85,7 +90,7 @@ async function overview() {
       rows.push([
         streamLink(s.stream),
         g.group,
-        word(g.health),
+        health(g),
         g.lag,
         age(g.age_seconds),
         rate(g.appended_per_s),
@@ -106,6 +111,7 @@ async function overview() {
     el("h1", {}, "Overview"),
     o.error ? el("p", { class: "error" }, `the last read failed: ${o.error}`) : "",
     cards,
+    el("p", { class: "muted", id: "lag-rule" }, `a group is lagging when its oldest unacknowledged message is older than ${age(o.lag_age)}, or its lag rose at each of the last ${o.growing_reads} reads`),
     el("h2", {}, "Consumer groups"),
     rows.length
       ? table(["stream", "group", "health", "lag", "age", "appended", "handled", "exhausted", "dead"], rows)
@@ -232,7 +238,7 @@ async function stream(name, withMessages) {
   for (const g of s.groups) {
     const dead = g.dead_lettered ? el("a", { href: `#/dead-letters?source=${encodeURIComponent(s.stream)}`, class: "dead-letters" }, `${g.dead_lettered} dead-lettered`) : "0 dead-lettered";
     parts.push(
-      el("h2", {}, `Group ${g.group} `, word(g.health)),
+      el("h2", {}, `Group ${g.group} `, health(g)),
       el("p", {}, `lag ${g.lag}, oldest unacknowledged ${age(g.age_seconds)} ago, ${rate(g.handled_per_s)} handled, ${g.exhausted} exhausted, `, dead),
       el("p", { class: "muted" }, "lag while the console watched"),
       lagPlot(g.group, s.history[g.group] || []),
