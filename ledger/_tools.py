@@ -19,16 +19,27 @@ from typing import Any, Protocol
 from streams import StreamRef
 
 from ._check import LedgerCheck
+from ._messages import KeyFilter
 from ._progress import SILENT, Progress
 
 __all__ = ["BackupTool", "CheckTool", "MessagesTool", "Tools"]
 
 
 class MessagesTool(Protocol):
-    """``messages``: a stream's kept messages from sequence ``start`` on, at most ``limit``."""
+    """``messages``: a stream's kept messages from sequence ``start`` on, at most ``limit``; the last
+    ``last`` of them; of the partition of a key (:func:`~ledger._messages.messages_of`)."""
 
     def __call__(
-        self, target: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+        self,
+        target: str,
+        ref: StreamRef,
+        start: int,
+        limit: int | None,
+        /,
+        *,
+        last: int | None = None,
+        key: KeyFilter | None = None,
+        progress: Progress = SILENT,
     ) -> dict[str, Any]: ...
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from streams import StreamRef
 
+from .._messages import KeyFilter
 from .._progress import SILENT, Progress
 from .._tools import Tools
 from ._faults import translated
@@ -39,9 +40,17 @@ async def _demo(
 
 
 def _messages(
-    url: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+    url: str,
+    ref: StreamRef,
+    start: int,
+    limit: int | None,
+    /,
+    *,
+    last: int | None = None,
+    key: KeyFilter | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
-    return messages_postgres(url, ref, start=start, limit=limit, progress=progress)
+    return messages_postgres(url, ref, start=start, limit=limit, last=last, key=key, progress=progress)
 
 
 TOOLS = Tools(
