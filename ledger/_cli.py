@@ -189,6 +189,23 @@ def _parser() -> argparse.ArgumentParser:
         "--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop (default asyncio)"
     )
     demo.add_argument(
+        "--run-id",
+        default="demo",
+        metavar="ID",
+        help=(
+            "the demo's run id (default demo): another id runs a demo beside the first (on a URL, "
+            "its shards are ID-shard-000, ...)"
+        ),
+    )
+    demo.add_argument(
+        "--fresh",
+        action="store_true",
+        help=(
+            "delete the demo's run (of --run-id) with its records and streams, and start a new one; "
+            "a ledger holding more than the demo is refused, as always"
+        ),
+    )
+    demo.add_argument(
         "--json",
         action="store_true",
         help=(
@@ -490,6 +507,8 @@ def _demo(args: argparse.Namespace) -> int:
                         line,
                         args.progress_interval,
                         args.max_map_size,
+                        run_id=args.run_id,
+                        fresh=args.fresh,
                     )
                     outcome.append(await demo)
                 except Exception as exc:  # raised again outside the event loop, unwrapped

@@ -22,7 +22,7 @@ from ._check import LedgerCheck
 from ._messages import KeyFilter
 from ._progress import SILENT, Progress
 
-__all__ = ["BackupTool", "CheckTool", "MessagesTool", "Tools"]
+__all__ = ["BackupTool", "CheckTool", "DemoTool", "MessagesTool", "Tools"]
 
 
 class MessagesTool(Protocol):
@@ -55,6 +55,24 @@ class BackupTool(Protocol):
     def __call__(self, target: str, destination: Path, /, *, progress: Progress = SILENT) -> LedgerCheck: ...
 
 
+class DemoTool(Protocol):
+    """``demo``: run or resume the demo as run ``run_id`` (``fresh``: deleted first and started anew)."""
+
+    def __call__(
+        self,
+        target: str,
+        messages: int,
+        workers: int,
+        progress: Callable[[Any], None] | None,
+        interval: float,
+        max_map_size: int,
+        /,
+        *,
+        run_id: str,
+        fresh: bool,
+    ) -> Awaitable[Any]: ...
+
+
 @dataclass(frozen=True)
 class Tools:
     """A backend's tools, each taking the ledger's path or URL first; only backup and demo write."""
@@ -75,5 +93,5 @@ class Tools:
     backup: BackupTool
     #: What the copy is and how it is brought back, said after ``backup``'s line (or nothing).
     backup_note: str
-    #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit).
-    demo: Callable[[str, int, int, Callable[[Any], None] | None, float, int], Awaitable[Any]]
+    #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit; run id, fresh).
+    demo: DemoTool

@@ -98,6 +98,10 @@ async def _demo(
     progress: Callable[[Any], None] | None,
     interval: float,
     max_map_size: int,
+    /,
+    *,
+    run_id: str,
+    fresh: bool,
 ) -> Any:
     from .._errors import DemoMismatchError
     from ._demo import run_demo
@@ -105,7 +109,13 @@ async def _demo(
     if workers != 1:
         raise DemoMismatchError("--workers runs the demo on a PostgreSQL URL; an LMDB ledger has one owner")
     return await run_demo(
-        path, messages, progress=progress, progress_interval=interval, max_map_size=max_map_size
+        path,
+        messages,
+        progress=progress,
+        progress_interval=interval,
+        max_map_size=max_map_size,
+        run_id=run_id,
+        fresh=fresh,
     )
 
 

@@ -32,11 +32,15 @@ async def _demo(
     progress: Callable[[Any], None] | None,
     interval: float,
     max_map_size: int,
+    /,
+    *,
+    run_id: str,
+    fresh: bool,
 ) -> Any:
     """The demo's shards on ``workers`` worker processes (progress and the map limit are LMDB's)."""
     from ._demo import run_demo_postgres
 
-    return await run_demo_postgres(url, messages, workers=workers)
+    return await run_demo_postgres(url, messages, workers=workers, run_id=run_id, fresh=fresh)
 
 
 def _messages(
