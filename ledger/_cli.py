@@ -8,12 +8,10 @@ as it was.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import signal
-import stat
 import sys
 import threading
 import time
@@ -24,7 +22,7 @@ from typing import Any, Final, TextIO
 import anyio
 import msgspec
 
-from streams import StoreDamagedError, StreamRef, StreamsError, __version__
+from streams import StoreDamagedError, StreamsError, __version__
 
 from ._arguments import positive_float, positive_int, size
 from ._colour import Colours, colours_for
@@ -58,6 +56,7 @@ from ._errors import (
 )
 from ._groups import add_group_command, run_group_command
 from ._messages import filtered, group_rows, key_bytes, key_range, parse_ref, shown_key, with_rates
+from ._messages_cli import add_messages_command, run_messages_command
 from ._metrics_cli import add_metrics_command, run_metrics_command
 from ._postgres_cli import (
     add_migrate_command,
@@ -190,6 +189,32 @@ def _parser() -> argparse.ArgumentParser:
         "--backend", choices=("asyncio", "trio"), default="asyncio", help="event loop (default asyncio)"
     )
     demo.add_argument(
+        "--run-id",
+        default="demo",
+        metavar="ID",
+        help=(
+            "the demo's run id (default demo): another id runs a demo beside the first (on a URL, "
+            "its shards are ID-shard-000, ...)"
+        ),
+    )
+    demo.add_argument(
+        "--fresh",
+        action="store_true",
+        help=(
+            "delete the demo's run (of --run-id) with its records and streams, and start a new one; "
+            "a ledger holding more than the demo is refused, as always"
+        ),
+    )
+    demo.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            'print the figures as one JSON object: {"orders": ..., "billing_total": ..., "invoices": ..., '
+            '"audit_count": ..., "handled": ..., "elapsed": ..., "already_finished": ..., "resumed": ...} '
+            "(progress stays on stderr)"
+        ),
+    )
+    demo.add_argument(
         "--max-map-size",
         type=size,
         default=1 << 40,
@@ -238,30 +263,7 @@ def _parser() -> argparse.ArgumentParser:
         "--count", type=positive_int, metavar="N", help="with --watch: stop after showing it N times"
     )
 
-    messages = commands.add_parser(
-        "messages",
-        help="print a stream's confirmed messages as JSON lines",
-        description=(
-            "Print the confirmed messages of STREAM (scope/node/key, as inspect shows it), one JSON "
-            "object per line: its sequence number and its value as its MessagePack reads (a Struct "
-            "is an object, bytes are base64). Messages every group acknowledged may have been "
-            "compacted away. Reads beside a running owner; changes nothing."
-        ),
-    )
-    messages.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
-    messages.add_argument("stream", metavar="STREAM", help="the stream: scope/node/key")
-    messages.add_argument(
-        "--from", dest="start", type=positive_int, default=1, metavar="SEQ", help="first sequence"
-    )
-    messages.add_argument("--limit", type=positive_int, metavar="N", help="at most N messages")
-    messages.add_argument(
-        "--follow",
-        action="store_true",
-        help="then print each message confirmed after, until the stream ends (or Ctrl-C)",
-    )
-    messages.add_argument(
-        "--interval", type=positive_float, default=0.5, metavar="S", help="--follow reads every S seconds"
-    )
+    add_messages_command(commands)
 
     keys = commands.add_parser(
         "keys",
@@ -324,6 +326,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     backup.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     backup.add_argument("destination", metavar="DEST", help="a directory that does not exist yet")
+    backup.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            'print one JSON object: {"ledger": ..., "destination": ..., "records": N, "sound": ..., '
+            '"problems": [...], "note": ...}'
+        ),
+    )
 
     inspect.add_argument(
         "--values",
@@ -369,6 +379,8 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.error("--count counts the views of --watch: add --watch")
         if args.command == "state" and args.key is not None and args.prefix is not None:
             parser.error("state reads one KEY or the keys under --prefix, not both")
+        if args.command == "messages" and args.key_field is not None and args.key is None:
+            parser.error("--key-field says which field holds the key of --key: add --key")
         colours = colours_for(sys.stdout, json=getattr(args, "json", False))
         if args.command == "demo":
             return _demo(args)
@@ -377,7 +389,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "backup":
             return _backup(args, colours)
         if args.command == "messages":
-            return _messages(args)
+            return run_messages_command(args)
         if args.command == "keys":
             return _keys(args)
         if args.command == "state":
@@ -495,6 +507,8 @@ def _demo(args: argparse.Namespace) -> int:
                         line,
                         args.progress_interval,
                         args.max_map_size,
+                        run_id=args.run_id,
+                        fresh=args.fresh,
                     )
                     outcome.append(await demo)
                 except Exception as exc:  # raised again outside the event loop, unwrapped
@@ -511,6 +525,9 @@ def _demo(args: argparse.Namespace) -> int:
     if not outcome:
         return _interrupted(stopped_by[0] if stopped_by else signal.SIGINT)
     summary = outcome[0]
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(summary)))
+        return EXIT_OK
     if summary.already_finished:
         where = tools.describe(args.path)  # never a password
         print(f"the demo in {where} already finished; nothing changed: {_figures(summary)}")
@@ -561,11 +578,23 @@ def _backup(args: argparse.Namespace, colours: Colours) -> int:
     if destination.exists():
         raise BackupDestinationError(f"{destination} exists; name a directory that does not exist yet")
     tools = tools_for(args.path)
-    with progress_on(sys.stderr) as progress:
+    with progress_on(sys.stderr, quiet=args.json) as progress:
         report = tools.backup(args.path, destination, progress=progress)
+    if args.json:
+        copied = {
+            "ledger": tools.describe(args.path),
+            "destination": str(destination),
+            "records": sum(report.records.values()),
+            "sound": report.sound,
+            "problems": list(report.problems),
+            "note": tools.backup_note or None,
+        }
+        print(json.dumps(copied))
     if not report.sound:  # the source was damaged: say so, keep the copy for a closer look
         print(f"error: the copy in {destination} is not sound: {report.problems[0]}", file=sys.stderr)
         return EXIT_DAMAGED
+    if args.json:
+        return EXIT_OK
     note = f" ({tools.backup_note})" if tools.backup_note else ""
     print(
         f"ledger {tools.describe(args.path)} copied to {destination}: "
@@ -709,61 +738,6 @@ def _owner(owner: dict[str, Any] | None) -> str:
         return "-"
     ends = "lease expired" if owner["expired"] else f"until {owner['lease_expires']}"
     return f"{owner['member']} ({ends})"
-
-
-def _messages(args: argparse.Namespace) -> int:
-    ref = parse_ref(args.stream)
-    with progress_on(sys.stderr) as progress:  # erased before anything else is shown
-        shown = tools_for(args.path).messages(args.path, ref, args.start, args.limit, progress=progress)
-    if args.start <= shown["compacted_through"]:
-        print(
-            f"messages 1 to {shown['compacted_through']} were acknowledged by every group and compacted "
-            "away; showing what is kept",
-            file=sys.stderr,
-        )
-    # while they are written, only into a file: a terminal, or a pipe's reader (less, jq), shares the screen
-    with progress_on(sys.stderr, quiet=not _is_file(sys.stdout)) as progress:
-        progress.phase("writing", len(shown["messages"]), unit="messages")
-        for message in shown["messages"]:
-            print(json.dumps(message), flush=args.follow)
-            progress.advance()
-    if not args.follow:
-        return EXIT_OK
-    with contextlib.suppress(KeyboardInterrupt):  # the way to stop following: not an error
-        _follow_messages(args, ref, shown)
-    return EXIT_OK
-
-
-def _is_file(out: TextIO) -> bool:
-    """Whether ``out`` is a regular file (``> messages.jsonl``)."""
-    try:
-        return stat.S_ISREG(os.fstat(out.fileno()).st_mode)
-    except (OSError, ValueError):  # no file descriptor: a test's capture
-        return False
-
-
-def _follow_messages(args: argparse.Namespace, ref: StreamRef, shown: dict[str, Any]) -> None:
-    """Print what is confirmed after ``shown``, read every ``--interval`` seconds, until the stream ends."""
-    tools = tools_for(args.path)
-    kept_from = max(args.start, shown["compacted_through"] + 1)
-    seen = shown["messages"][-1]["seq"] if shown["messages"] else kept_from - 1
-    while True:
-        if shown["finished"] or shown["failed"]:
-            if seen >= shown["appended"]:
-                print(f"stream {ref} {'failed' if shown['failed'] else 'finished'}", file=sys.stderr)
-                return
-        else:
-            time.sleep(args.interval)
-        shown = tools.messages(args.path, ref, seen + 1, None)
-        if shown["compacted_through"] > seen:
-            print(
-                f"messages {seen + 1} to {shown['compacted_through']} were compacted before they were shown",
-                file=sys.stderr,
-            )
-            seen = shown["compacted_through"]
-        for message in shown["messages"]:
-            print(json.dumps(message), flush=True)
-            seen = message["seq"]
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -4,20 +4,43 @@ the command line's tools on it."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 from ._backend import Backend
+from ._errors import NotALedgerError
 from ._ledger import Ledger
 from ._tools import Tools
 
 __all__ = ["connect", "is_url", "tools_for"]
 
+#: The schemes of a PostgreSQL ledger's URL; a target of any other ``scheme://`` is no ledger.
+_SCHEMES: Final = ("postgresql://", "postgres://")
+#: A URL's start (RFC 3986: a letter, then letters, digits, ``+``, ``-`` or ``.``), as no path starts.
+_ANY_URL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
 
 def is_url(target: str | os.PathLike[str]) -> bool:
-    """Whether ``target`` names a PostgreSQL ledger (a ``postgresql://`` URL) rather than a directory."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+    """Whether ``target`` names a PostgreSQL ledger (a ``postgresql://`` URL) rather than a directory.
+
+    A URL of another scheme (``http://host/x``) is neither, and is refused
+    here, where every command and :func:`connect` resolve their target, with
+    :class:`~ledger.NotALedgerError`: read as a path it would name a
+    directory ``http:/host/x``.
+    """
+    if not isinstance(target, str):
+        return False
+    if target.startswith(_SCHEMES):
+        return True
+    if _ANY_URL.match(target):
+        scheme = target.partition("://")[0]
+        raise NotALedgerError(
+            f"{scheme}:// is not a ledger's scheme: a ledger is a directory, or a postgresql:// "
+            "(or postgres://) URL"
+        )
+    return False
 
 
 @asynccontextmanager

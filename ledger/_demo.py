@@ -62,6 +62,7 @@ __all__ = [
     "Invoice",
     "Order",
     "demo_graph",
+    "of_runs",
     "run_demo_on",
     "run_demo_pipeline",
 ]
@@ -99,10 +100,12 @@ INVOICES: Final = Key("invoices", Stream[Invoice])
 MESSAGES: Final = Key("messages", int)
 BILLED: Final = Key("billed", BillingState)
 AUDITED: Final = Key("audited", AuditState)
-#: The demo's run id, which is also its root scope.
+#: The demo's run id (``demo --run-id`` names another), which is also its root scope.
 DEMO_SCOPE: Final = "demo"
-#: The root scopes of the demo's streams: its run's first attempt, or a retry of it (``runs retry``).
-_DEMO_SCOPES: Final = re.compile(r"demo(/retry\.[0-9]+)?")
+#: The graph of every demo run.
+_DEMO_GRAPH: Final = "demo"
+#: A root scope of a run's streams past its first attempt's: a retry of it (``runs retry``).
+_RETRY_SCOPE: Final = re.compile(r"/retry\.[0-9]+")
 BILLING: Final = "billing"
 AUDIT: Final = "audit"
 #: The writer node of each demo stream.
@@ -147,19 +150,25 @@ class DemoSummary(msgspec.Struct, frozen=True):
 ProgressCallback = Callable[[DemoProgress], None]
 
 
-def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """The demo runs only in a new ledger or its own: never beside an application's records."""
+def of_runs(scope: str, run_ids: set[str]) -> bool:
+    """Whether a stream's ``scope`` is a root scope of one of ``run_ids`` (a first attempt's or a retry's)."""
+    root, slash, retry = scope.partition("/")
+    return root in run_ids and (not slash or _RETRY_SCOPE.fullmatch(slash + retry) is not None)
+
+
+def _refuse_other_contents(report: dict[str, Any], path: str | os.PathLike[str], run_id: str) -> None:
+    """The demo runs only in a new ledger or its own: never beside an application's records.
+
+    Its own are the runs of its graph (under any ``--run-id``) and their streams.
+    """
+    demos = {r["run_id"] for r in report["runs"] if r["graph"] == _DEMO_GRAPH} | {run_id}
     others = [
         *(
             f"stream {s['scope']}/{s['node']}/{s['key']}"
             for s in report["streams"]
-            if not _DEMO_SCOPES.fullmatch(s["scope"])
+            if not of_runs(s["scope"], demos)
         ),
-        *(
-            f"run {r['run_id']!r}"
-            for r in report["runs"]
-            if r["run_id"] != DEMO_SCOPE or r["graph"] != "demo"
-        ),
+        *(f"run {r['run_id']!r}" for r in report["runs"] if r["graph"] != _DEMO_GRAPH),
         *(f"graph run {r['run_id']!r}" for r in report["graph_runs"]),
     ]
     if others:
@@ -177,22 +186,36 @@ async def run_demo_on(
     messages: int,
     progress: ProgressCallback | None,
     progress_interval: float,
+    *,
+    run_id: str = DEMO_SCOPE,
+    fresh: bool = False,
 ) -> DemoSummary:
-    """Run (or resume) the demo on an open ``ledger`` whose ``inspect`` report is ``report``."""
-    _refuse_other_contents(report, path)
-    run = next((r for r in await ledger.runs() if r.run_id == DEMO_SCOPE), None)
-    scope = DEMO_SCOPE if run is None else run.scope  # a retried run's streams are its attempt's
+    """Run (or resume) the demo as run ``run_id`` on an open ``ledger``, whose ``inspect`` is ``report``.
+
+    ``fresh`` first deletes run ``run_id`` (cancelled first if it was left
+    running) with its records and streams, so a new one starts in its place.
+    """
+    _refuse_other_contents(report, path, run_id)
+    run = next((r for r in await ledger.runs() if r.run_id == run_id), None)
+    if fresh and run is not None:
+        if run.status == "running":  # an interrupted demo: nothing runs it now
+            await ledger.cancel(run_id, reason="demo --fresh")
+        await ledger.delete(run_id)
+        run = None
+        report = {**report, "streams": [s for s in report["streams"] if not of_runs(s["scope"], {run_id})]}
+    scope = run_id if run is None else run.scope  # a retried run's streams are its attempt's
     found = _read_demo(report, scope)
+    again = _again(path, run_id)
     if run is not None and run.status == "cancelled":
         raise DemoMismatchError(
-            f"the demo in {path} was cancelled; `python -m ledger runs retry {path} demo` runs it "
-            "again from its first order, or use a new path"
+            f"the demo in {path} was cancelled; `python -m ledger runs retry {path} {run_id}` runs it "
+            f"again from its first order, {again}"
         )
     if found.finished and (run is None or run.status == "completed"):
         if found.orders != messages:
             raise DemoMismatchError(
                 f"ledger {path} holds a finished demo of {found.orders} orders, not {messages}; "
-                f"run it again with --messages {found.orders} to see its figures, or use a new path"
+                f"run it again with --messages {found.orders} to see its figures, {again}"
             )
         return DemoSummary(
             orders=found.orders,
@@ -208,34 +231,43 @@ async def run_demo_on(
         wanted = f"{found.orders}" if found.orders_finished else f"{found.orders} or more"
         raise DemoMismatchError(
             f"ledger {path} holds an unfinished demo of {found.orders} orders, "
-            f"not {messages}; run it again with --messages {wanted}, or use a new path"
+            f"not {messages}; run it again with --messages {wanted}, {again}"
         )
     stored = _stored_messages(run)
     if stored is not None and stored != messages:
         raise DemoMismatchError(
             f"ledger {path} holds an unfinished demo of {stored} orders, not {messages}; "
-            f"run it again with --messages {stored}, or use a new path"
+            f"run it again with --messages {stored}, {again}"
         )
     demo = _Demo(messages, progress, progress_interval, billed_before=found.billed, scope=scope)
     if run is None:
         start = ledger.run(
             demo.graph,
             {MESSAGES: messages},
-            run_id=DEMO_SCOPE,
+            run_id=run_id,
             on_start=demo.started,
             on_event=demo.observe,
             stream_capacity=_CAPACITY,
         )
     else:
         start = ledger.resume(
-            DEMO_SCOPE, demo.graph, on_start=demo.started, on_event=demo.observe, stream_capacity=_CAPACITY
+            run_id, demo.graph, on_start=demo.started, on_event=demo.observe, stream_capacity=_CAPACITY
         )
     return await demo.run(start, resumed=run is not None)
 
 
+def _again(path: str | os.PathLike[str], run_id: str) -> str:
+    """The ways to run the demo anew, said by a demo that will not run as asked."""
+    return (
+        f"`python -m ledger demo {path} --fresh` deletes it and starts a new one"
+        + ("" if run_id == DEMO_SCOPE else f" (with --run-id {run_id})")
+        + ", or --run-id ID runs another beside it"
+    )
+
+
 def _stored_messages(run: RunRecord | None) -> int | None:
     """How many messages the demo run was started with (its stored input)."""
-    if run is None or run.graph != "demo":
+    if run is None or run.graph != _DEMO_GRAPH:
         return None
     value = decode_inputs(demo_graph(), run).get(MESSAGES)
     return value if isinstance(value, int) else None

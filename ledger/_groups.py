@@ -8,6 +8,7 @@ half way leaves the group as it was or as changed, never between.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any, Literal
 
 import anyio
@@ -97,6 +98,14 @@ def add_group_command(commands: Any) -> None:
             action="store_true",
             help="say what the change would do, checked as it would be, and change nothing",
         )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help=(
+                'print one JSON object: {"action": ..., "stream": ..., "group": ..., "dry_run": ..., '
+                '"streams": [...]}, a row per stream (or partition) changed, or that would be'
+            ),
+        )
     move.add_argument(
         "--to", required=True, type=_target, metavar="WHERE", help="earliest, latest, or a sequence"
     )
@@ -106,10 +115,10 @@ def add_group_command(commands: Any) -> None:
 
 
 def run_group_command(args: argparse.Namespace) -> str:
-    """Apply the change ``args`` names; the line that says what was done."""
+    """Apply the change ``args`` names; the line that says what was done (``--json``: one JSON object)."""
     ref = parse_ref(args.stream)
 
-    async def change() -> str:
+    async def change() -> tuple[str, list[dict[str, Any]]]:
         async with connect(args.path, **({} if is_url(args.path) else {"create": False})) as ledger:
             refs = await _streams(ledger.streams, ref, args.partition)
             if args.dry_run:
@@ -118,19 +127,22 @@ def run_group_command(args: argparse.Namespace) -> str:
                 return await _change_partitions(ledger.streams, ref, refs, args)
             if args.action == "remove":
                 await remove_group(ledger.streams, ref, args.group)
-                return f"removed group {args.group!r} of {ref}"
+                return f"removed group {args.group!r} of {ref}", [{"stream": str(ref)}]
             moved = await move_group(ledger.streams, ref, args.group, to=args.to, keep_state=args.keep_state)
-            kept = "kept" if args.keep_state else "cleared"
-            return (
-                f"moved group {args.group!r} of {ref}: next message {moved.acked_through + 1}, state {kept}"
-            )
+            kept, then = "kept" if args.keep_state else "cleared", moved.acked_through + 1
+            said = f"moved group {args.group!r} of {ref}: next message {then}, state {kept}"
+            return said, [{"stream": str(ref), "next": then, "state": kept}]
 
     try:
-        return anyio.run(change)
+        said, streams = anyio.run(change)
     except UnknownStreamError as exc:
         raise StreamNotFoundError(str(exc)) from None
     except (CompactedHistoryError, SequenceError, UnattributedBudgetsError) as exc:
         raise GroupChangeError(str(exc)) from None
+    if not args.json:
+        return said
+    shown = {"action": args.action, "stream": str(ref), "group": args.group, "dry_run": args.dry_run}
+    return json.dumps({**shown, "streams": streams})
 
 
 async def _streams(hooks: StreamHooks, ref: StreamRef, partition: int | None) -> list[StreamRef]:
@@ -162,7 +174,7 @@ def _one_sequence_each(ref: StreamRef, refs: list[StreamRef], args: argparse.Nam
 
 async def _change_partitions(
     hooks: StreamHooks, ref: StreamRef, refs: list[StreamRef], args: argparse.Namespace
-) -> str:
+) -> tuple[str, list[dict[str, Any]]]:
     """The change on each partition named, each in a transaction of its own, once every one is checked.
 
     A partition's sequences are its own, so a move of every partition goes to
@@ -187,19 +199,20 @@ async def _change_partitions(
     if args.action == "remove":
         for part in refs:
             await remove_group(hooks, part, args.group)
-        return f"removed group {args.group!r} of {where}"
+        return f"removed group {args.group!r} of {where}", [{"stream": str(part)} for part in refs]
     nexts = []
     for part in refs:
         moved = await move_group(hooks, part, args.group, to=args.to, keep_state=args.keep_state)
-        nexts.append(str(moved.acked_through + 1))
+        nexts.append(moved.acked_through + 1)
     kept = "kept" if args.keep_state else "cleared"
-    said = "next messages " + ", ".join(nexts) if many else f"next message {nexts[0]}"
-    return f"moved group {args.group!r} of {where}: {said}, state {kept}"
+    said = "next messages " + ", ".join(map(str, nexts)) if many else f"next message {nexts[0]}"
+    streams = [{"stream": str(part), "next": n, "state": kept} for part, n in zip(refs, nexts, strict=True)]
+    return f"moved group {args.group!r} of {where}: {said}, state {kept}", streams
 
 
 async def _dry_run(
     hooks: StreamHooks, ref: StreamRef, refs: list[StreamRef], args: argparse.Namespace
-) -> str:
+) -> tuple[str, list[dict[str, Any]]]:
     """What the change would do to each stream of ``refs``, refused as the change would be; nothing changes.
 
     The group's frontier is read as a process that did not open the stream
@@ -208,7 +221,7 @@ async def _dry_run(
     _one_sequence_each(ref, refs, args)
     if not isinstance(hooks, FollowHooks):
         raise GroupChangeError(f"this ledger cannot read the frontier of {ref} without opening it")
-    lines = []
+    lines, streams = [], []
     for part in refs:
         desc = await hooks.describe(part)
         if desc is None or args.group not in desc.groups:
@@ -220,7 +233,15 @@ async def _dry_run(
         assert read is not None  # described just now, in the same ledger
         [frontier] = [g for g in read.groups if g.group == args.group]
         now = frontier.acked_through + 1
+        found = {
+            "stream": str(part),
+            "acked_through": now - 1,
+            "appended": desc.appended,
+            "exhausted": len(frontier.exhausted),
+            "failing": len(frontier.failing),
+        }
         if args.action == "remove":
+            streams.append(found)
             lines.append(
                 f"would remove group {args.group!r} of {part}: acknowledged through {now - 1} of "
                 f"{desc.appended}, {len(frontier.exhausted)} exhausted, {len(frontier.failing)} failing; its "
@@ -246,8 +267,10 @@ async def _dry_run(
             else "no message handled again or skipped"
         )
         kept = "kept" if args.keep_state else "cleared"
+        again, skipped = max(now - to, 0), max(to - now, 0)
+        streams.append({**found, "next": to, "handled_again": again, "skipped": skipped, "state": kept})
         lines.append(
             f"would move group {args.group!r} of {part}: next message {now} -> {to} ({effect}), "
             f"{len(frontier.exhausted)} exhausted and {len(frontier.failing)} failing forgotten, state {kept}"
         )
-    return "\n".join([*lines, "dry run: nothing was changed"])
+    return "\n".join([*lines, "dry run: nothing was changed"]), streams

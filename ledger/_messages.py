@@ -17,7 +17,10 @@ import datetime
 import fnmatch
 import json
 import time
+from collections import deque
 from typing import Any
+
+import msgspec
 
 from streams import KeyedState, StreamRef, UnknownStreamError
 from streams.store import (
@@ -27,6 +30,7 @@ from streams.store import (
     key_to_plain,
     list_keyed,
     live_payload,
+    partition_for,
     tail_problems,
     to_plain,
 )
@@ -35,7 +39,18 @@ from ._errors import MissingRecordError, StreamNotFoundError
 from ._inspect import moment, plain
 from ._progress import SILENT, Progress
 
-__all__ = ["filtered", "group_rows", "key_bytes", "keys_of", "messages_of", "parse_ref", "with_rates"]
+__all__ = [
+    "KeyFilter",
+    "filtered",
+    "group_rows",
+    "key_bytes",
+    "key_partition",
+    "keys_of",
+    "messages_of",
+    "parse_ref",
+    "typed_key",
+    "with_rates",
+]
 
 
 def parse_ref(text: str) -> StreamRef:
@@ -46,6 +61,63 @@ def parse_ref(text: str) -> StreamRef:
     return StreamRef(*parts)
 
 
+class KeyFilter(msgspec.Struct, frozen=True):
+    """``messages --key``: the messages of one partition key of a partitioned stream.
+
+    The ledger keeps no key of a message (a writer's ``partition_key``
+    function gives it, and the ledger keeps no function), only the partition
+    the key's digest chose (:func:`~streams.store.partition_for`): that
+    partition holds every message of ``key``, and of any other key whose
+    digest falls there. ``field`` names the field of a message that holds
+    its key, as most key functions read it (``lambda order: order.customer``):
+    with it, only the messages whose ``field`` is ``key`` are shown.
+    """
+
+    #: The key, as JSON reads it (``42``, ``"42"``), else the text itself.
+    key: Any
+    #: The field of a message's value that holds its key, or None to show its whole partition.
+    field: str | None = None
+
+    def holds(self, value: Any) -> bool:
+        """Whether a message's ``value`` (as JSON shows it) is of this key, as far as ``field`` says."""
+        if self.field is None:
+            return True
+        found = value.get(self.field) if isinstance(value, dict) else None
+        return found == self.key and isinstance(found, bool) == isinstance(self.key, bool)  # 1 is not true
+
+
+def typed_key(text: str) -> Any:
+    """A key as an operator types it: JSON when it reads as JSON (``42``, ``"42"``), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def key_partition(view: RecordView, ref: StreamRef, key: Any, where: str) -> StreamRef:
+    """The partition of partitioned stream ``ref`` that messages of partition key ``key`` go to.
+
+    Raises :class:`~ledger.StreamNotFoundError` for a stream that is not
+    partitioned (or not held), and for one partition named instead of its stream.
+    """
+    first = ref.partition(0)
+    view.load(descriptors=(ref, first))
+    desc, partitioned = view.get_descriptor(ref), view.get_descriptor(first)
+    if partitioned is not None and partitioned.partitions:
+        return ref.partition(partition_for(key, partitioned.partitions))
+    if desc is None:
+        raise StreamNotFoundError(f"{where} holds no stream {ref}")
+    if desc.partitions:
+        stream, _, _ = ref.key.rpartition("#")
+        raise StreamNotFoundError(
+            f"{ref} is one partition of a partitioned stream: name the stream itself "
+            f"({ref.scope}/{ref.node}/{stream}) with --key"
+        )
+    raise StreamNotFoundError(
+        f"stream {ref} has no partitions: --key reads the partition of a key of a partitioned stream"
+    )
+
+
 def messages_of(
     view: RecordView,
     ref: StreamRef,
@@ -53,6 +125,8 @@ def messages_of(
     *,
     start: int = 1,
     limit: int | None = None,
+    last: int | None = None,
+    key: KeyFilter | None = None,
     progress: Progress = SILENT,
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` from sequence ``start`` on (at most ``limit``), as JSON values.
@@ -65,30 +139,45 @@ def messages_of(
     stream's append marks: the first sequence of an append and its time, at
     most about a second apart, thinned as the stream grows
     (:mod:`streams.store` ``appended_at``).
+
+    ``last`` keeps the last ``last`` messages (0: none, as a follow that
+    starts after the last confirmed). ``key`` reads the partition of a
+    partitioned stream that holds a key (:class:`KeyFilter`); ``stream`` then
+    names that partition. ``read_through`` is the last sequence read: a
+    follow continues after it.
     """
+    if key is not None:
+        ref = key_partition(view, ref, key.key, where)
     view.load(descriptors=(ref,))
     desc = view.get_descriptor(ref)
     if desc is None:
         raise StreamNotFoundError(f"{where} holds no stream {ref}")
     after = max(start, desc.compacted_through + 1) - 1
+    sifted = key is not None and key.field is not None  # which are the last is known only at the end
+    if last is not None and not sifted:
+        after = max(after, desc.appended - last)
     progress.phase(f"reading {ref}", max(desc.appended - after, 0), unit="messages")
-    messages: list[dict[str, Any]] = []
+    shown: deque[dict[str, Any]] = deque(maxlen=last if sifted else None)
     seqs: list[int] = []
+    through = after
     for message in view.messages_after(ref, after):
         seqs.append(message.seq)
-        if limit is None or len(messages) < limit:
-            at = appended_at(desc.marks, message.seq)
-            messages.append(
-                {
-                    "seq": message.seq,
-                    "appended_at": None if at is None else moment(at),
-                    "value": plain(to_plain(message.payload)),
-                }
-            )
+        if sifted or limit is None or len(shown) < limit:
+            through = message.seq
+            value = plain(to_plain(message.payload))
+            if key is None or key.holds(value):
+                at = appended_at(desc.marks, message.seq)
+                shown.append(
+                    {"seq": message.seq, "appended_at": None if at is None else moment(at), "value": value}
+                )
         progress.advance()
     problems = tail_problems(desc, after, seqs)
     if problems:  # a run of messages missing or moved: never shown as a shorter stream
         raise MissingRecordError(f"{where} is damaged: {problems[0]}; restore it from a copy")
+    messages = list(shown)
+    if limit is not None and len(messages) > limit:  # the first of the last ones a key holds
+        messages = messages[:limit]
+        through = messages[-1]["seq"]
     return {
         "stream": str(ref),
         "type": desc.type_name,
@@ -100,6 +189,7 @@ def messages_of(
             {"seq": seq, "at": _to_the_ms(ms)}
             for seq, ms in zip(desc.marks[::2], desc.marks[1::2], strict=True)
         ],
+        "read_through": through,
         "messages": messages,
     }
 
@@ -111,12 +201,8 @@ def _to_the_ms(ms: int) -> str:
 
 
 def key_bytes(text: str) -> bytes:
-    """A key as an operator types it, encoded as keyed state encodes it: JSON when it reads as JSON
-    (``42``, ``"42"``, ``[1, "a"]``), else the text itself as a string key."""
-    try:
-        key: Any = json.loads(text)
-    except ValueError:
-        key = text
+    """A key as an operator types it (:func:`typed_key`), encoded as keyed state encodes it."""
+    key = typed_key(text)
     kind: Any = str if isinstance(key, str) else int if type(key) is int else Any
     return KeyedState(kind, Any).key_codec.encode(key)
 

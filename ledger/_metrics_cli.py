@@ -18,6 +18,7 @@ SIGTERM stops it with exit code 0.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +29,7 @@ from ._connect import tools_for
 from ._ledger_metrics import LEDGER_METRICS, LedgerMetric, LedgerReading, ObservedLedger, read_ledger_metrics
 from ._listen import listening
 
-__all__ = ["add_metrics_command", "exposition", "prometheus_name", "run_metrics_command"]
+__all__ = ["add_metrics_command", "as_json", "exposition", "prometheus_name", "run_metrics_command"]
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 #: OpenTelemetry's Prometheus names for the units the ledger's metrics have ("1" is no suffix).
@@ -48,6 +49,15 @@ def add_metrics_command(commands: Any) -> None:
     )
     metrics.add_argument("path", metavar="PATH", help="ledger directory, or a postgresql:// URL")
     metrics.add_argument("--once", action="store_true", help="print the exposition once and exit")
+    metrics.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            'with --once, the reading as one JSON object: {"ledger": ..., "up": ..., "error": ..., '
+            '"metrics": {NAME: [{"attributes": {...}, "value": ...}]}} (the names Prometheus sees); '
+            'serving, its line as {"serving": URL, "ledger": ...}'
+        ),
+    )
     metrics.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     metrics.add_argument(
         "--port", type=port, default=9465, help="the port to listen on (default 9465; 0 picks a free one)"
@@ -64,7 +74,7 @@ def add_metrics_command(commands: Any) -> None:
 def run_metrics_command(args: argparse.Namespace) -> int:
     reading = read_ledger_metrics(args.path)  # the ledger's own error and exit code if it is none
     if args.once:
-        sys.stdout.write(exposition(reading))
+        sys.stdout.write(json.dumps(as_json(reading)) + "\n" if args.json else exposition(reading))
         return 0
     source = ObservedLedger(args.path, args.max_age)
     server = listening(
@@ -72,7 +82,11 @@ def run_metrics_command(args: argparse.Namespace) -> int:
     )
     server.daemon_threads = True
     where, port = tools_for(args.path).describe(args.path), server.server_port
-    print(f"serving the metrics of {where} at http://{args.host}:{port}/metrics (Ctrl-C to stop)", flush=True)
+    url = f"http://{args.host}:{port}/metrics"
+    if args.json:
+        print(json.dumps({"serving": url, "ledger": where}), flush=True)
+    else:
+        print(f"serving the metrics of {where} at {url} (Ctrl-C to stop)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # the way to stop serving: not an error
@@ -130,6 +144,19 @@ def exposition(reading: LedgerReading) -> str:
             labels = ",".join(f'{_label(key)}="{_escaped(text)}"' for key, text in attributes)
             lines.append(f"{name}{{{labels}}} {_number(value)}")
     return "\n".join(lines) + "\n"
+
+
+def as_json(reading: LedgerReading) -> dict[str, Any]:
+    """``reading`` as ``metrics --once --json`` prints it: each metric's points by its Prometheus name."""
+    metrics = {
+        prometheus_name(metric): [
+            {"attributes": dict(attributes), "value": int(value) if float(value).is_integer() else value}
+            for attributes, value in sorted(reading.points[metric.name].items())
+        ]
+        for metric in LEDGER_METRICS
+        if reading.points.get(metric.name)
+    }
+    return {"ledger": reading.ledger, "up": reading.error is None, "error": reading.error, "metrics": metrics}
 
 
 def _label(key: str) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
+import json
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import anyio
@@ -57,6 +60,14 @@ def add_worker_command(commands: Any) -> None:
         help="how long to wait for a server that went away before giving up with an error (default 30)",
     )
     worker.add_argument("--until-idle", action="store_true", help="exit once no run of the ledger is running")
+    worker.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            'one JSON object a line: {"run": ID, "outcome": ..., "at": UTC time} per claimed and per '
+            'ended run, then {"ended": N}'
+        ),
+    )
 
 
 def _graphs(spec: str) -> Mapping[str, Graph]:
@@ -84,8 +95,9 @@ def run_worker_command(args: argparse.Namespace) -> int:
     from .postgres import work
 
     graphs = _graphs(args.graphs)
+    working = partial(work, report=_json_report) if args.json else work  # else a line per report
     ended = anyio.run(
-        lambda: work(
+        lambda: working(
             args.url,
             graphs,
             owner=args.owner,
@@ -95,8 +107,14 @@ def run_worker_command(args: argparse.Namespace) -> int:
             reconnect_seconds=args.reconnect,
         )
     )
-    print(f"worker ended {ended} run(s)", flush=True)
+    print(json.dumps({"ended": ended}) if args.json else f"worker ended {ended} run(s)", flush=True)
     return 0
+
+
+def _json_report(run_id: str, outcome: str) -> None:
+    """A worker's report as a JSON line: the run, its outcome, and when (UTC)."""
+    at = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    print(json.dumps({"run": run_id, "outcome": outcome, "at": at}), flush=True)
 
 
 def add_migrate_command(commands: Any) -> None:
@@ -110,6 +128,11 @@ def add_migrate_command(commands: Any) -> None:
         ),
     )
     migrate.add_argument("url", metavar="URL", help="the ledger: a postgresql:// URL")
+    migrate.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object: {"ledger": ..., "from": SCHEMA (0: none), "to": SCHEMA, "changed": ...}',
+    )
 
 
 def run_migrate_command(args: argparse.Namespace) -> int:
@@ -118,7 +141,9 @@ def run_migrate_command(args: argparse.Namespace) -> int:
 
     where = describe_url(args.url)
     before, after = migrate_url(args.url)
-    if before == 0:
+    if args.json:
+        print(json.dumps({"ledger": where, "from": before, "to": after, "changed": before != after}))
+    elif before == 0:
         print(f"made a ledger of schema {after} in {where}")
     elif before == after:
         print(f"{where} is at schema {after}: nothing to do")

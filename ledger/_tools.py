@@ -19,16 +19,27 @@ from typing import Any, Protocol
 from streams import StreamRef
 
 from ._check import LedgerCheck
+from ._messages import KeyFilter
 from ._progress import SILENT, Progress
 
-__all__ = ["BackupTool", "CheckTool", "MessagesTool", "Tools"]
+__all__ = ["BackupTool", "CheckTool", "DemoTool", "MessagesTool", "Tools"]
 
 
 class MessagesTool(Protocol):
-    """``messages``: a stream's kept messages from sequence ``start`` on, at most ``limit``."""
+    """``messages``: a stream's kept messages from sequence ``start`` on, at most ``limit``; the last
+    ``last`` of them; of the partition of a key (:func:`~ledger._messages.messages_of`)."""
 
     def __call__(
-        self, target: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+        self,
+        target: str,
+        ref: StreamRef,
+        start: int,
+        limit: int | None,
+        /,
+        *,
+        last: int | None = None,
+        key: KeyFilter | None = None,
+        progress: Progress = SILENT,
     ) -> dict[str, Any]: ...
 
 
@@ -42,6 +53,24 @@ class BackupTool(Protocol):
     """``backup``: a consistent copy into the new directory ``destination``, and the check of the copy."""
 
     def __call__(self, target: str, destination: Path, /, *, progress: Progress = SILENT) -> LedgerCheck: ...
+
+
+class DemoTool(Protocol):
+    """``demo``: run or resume the demo as run ``run_id`` (``fresh``: deleted first and started anew)."""
+
+    def __call__(
+        self,
+        target: str,
+        messages: int,
+        workers: int,
+        progress: Callable[[Any], None] | None,
+        interval: float,
+        max_map_size: int,
+        /,
+        *,
+        run_id: str,
+        fresh: bool,
+    ) -> Awaitable[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -64,5 +93,5 @@ class Tools:
     backup: BackupTool
     #: What the copy is and how it is brought back, said after ``backup``'s line (or nothing).
     backup_note: str
-    #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit).
-    demo: Callable[[str, int, int, Callable[[Any], None] | None, float, int], Awaitable[Any]]
+    #: ``demo``: run or resume the demo (messages, workers, progress, interval, map limit; run id, fresh).
+    demo: DemoTool

@@ -38,6 +38,7 @@ __all__ = [
     "PartitionedReader",
     "PartitionedStream",
     "PartitionedWriter",
+    "partition_for",
     "partition_name",
     "partitions_of",
 ]
@@ -45,6 +46,17 @@ __all__ = [
 T = TypeVar("T")
 
 _encoder = msgspec.msgpack.Encoder()
+
+
+def partition_for(key: Any, partitions: int) -> int:
+    """The partition of ``partitions`` that messages of partition key ``key`` go to.
+
+    The first 8 bytes of the BLAKE2b digest of ``key``'s MessagePack, modulo
+    ``partitions``: the same in every process, so a reader that has only the
+    key (``python -m ledger messages --key``) finds the partition a writer chose.
+    Raises :class:`TypeError` (or :class:`msgspec.EncodeError`) for a key MessagePack cannot encode.
+    """
+    return int.from_bytes(blake2b(_encoder.encode(key), digest_size=8).digest(), "big") % partitions
 
 
 def partitions_of(stream: ManagedStream[T] | PartitionedStream[T]) -> tuple[ManagedStream[T], ...]:
@@ -79,14 +91,12 @@ class PartitionedStream(Generic[T]):
     def partition_of(self, value: T) -> int:
         """The partition ``value`` goes to: its key's digest, modulo the partitions."""
         try:
-            key = self.partition_key(value)
-            raw = _encoder.encode(key)
+            return partition_for(self.partition_key(value), len(self.partitions))
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise PayloadTypeError(
                 f"the partition key of a message of stream {self.ref} cannot be encoded ({exc}); "
                 "nothing was sent"
             ) from None
-        return int.from_bytes(blake2b(raw, digest_size=8).digest(), "big") % len(self.partitions)
 
     @property
     def done(self) -> bool:

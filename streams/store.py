@@ -75,6 +75,7 @@ from ._expiry import live_payload as live_payload
 from ._keyed import key_to_plain as key_to_plain
 from ._metrics import INSTRUMENTS as INSTRUMENTS
 from ._metrics import destination_attributes as destination_attributes
+from ._partitions import partition_for as partition_for
 from ._partitions import partition_name as partition_name
 from ._public import publish as publish
 from ._store._hooks import CheckpointHooks as CheckpointHooks
@@ -243,6 +244,7 @@ __all__ = [
     "read_keyed",
     "read_stream",
     "single_error",
+    "partition_for",
     "partition_name",
     "qualified_type_name",
     "type_differences",

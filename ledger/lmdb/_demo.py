@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .._demo import DemoSummary, ProgressCallback, run_demo_on
+from .._demo import DEMO_SCOPE, DemoSummary, ProgressCallback, run_demo_on
 from ._backend import open_ledger
 from ._inspect import inspect_ledger
 
@@ -19,6 +19,8 @@ async def run_demo(
     progress_interval: float = 0.25,
     sync: bool = True,
     max_map_size: int = 1 << 40,
+    run_id: str = DEMO_SCOPE,
+    fresh: bool = False,
 ) -> DemoSummary:
     """Run (or resume) the demo graph on the ledger at ``path`` and return its figures.
 
@@ -32,6 +34,9 @@ async def run_demo(
     (:func:`~ledger.open_ledger`): a message whose write does not fit stops
     the run with a :class:`~streams.CheckpointError` caused by
     :class:`~ledger.MapFullError`, and the same call with a larger limit resumes.
+    ``run_id`` names the demo's run (several may run in one ledger, side by
+    side); ``fresh`` deletes that run first, its records and streams, and
+    starts it anew.
 
     Raises :class:`~ledger.DemoMismatchError`, having changed nothing, if the
     ledger holds a demo (finished or not) of another number of ``messages``,
@@ -46,4 +51,6 @@ async def run_demo(
         raise ValueError("progress_interval must be positive")
     async with open_ledger(path, sync=sync, max_map_size=max_map_size) as ledger:
         report = inspect_ledger(ledger.backend.env)
-        return await run_demo_on(ledger, report, path, messages, progress, progress_interval)
+        return await run_demo_on(
+            ledger, report, path, messages, progress, progress_interval, run_id=run_id, fresh=fresh
+        )

@@ -13,7 +13,7 @@ from streams import GroupFrontier, StreamRef
 
 from .._errors import StreamNotFoundError
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
-from .._messages import keys_of, messages_of
+from .._messages import KeyFilter, keys_of, messages_of
 from .._progress import SILENT, Progress
 from ._backend import list_runs as list_node_runs
 from ._env import LedgerEnv
@@ -85,7 +85,14 @@ def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
 
 
 def view_messages(
-    env: LedgerEnv, ref: StreamRef, *, start: int = 1, limit: int | None = None, progress: Progress = SILENT
+    env: LedgerEnv,
+    ref: StreamRef,
+    *,
+    start: int = 1,
+    limit: int | None = None,
+    last: int | None = None,
+    key: KeyFilter | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref`` in the LMDB ledger ``env`` (:func:`messages_of`)."""
     if not (env.has_db("streams") and env.has_db("messages")):
@@ -93,7 +100,8 @@ def view_messages(
     dbs = {name: env.db(name) for name in ("streams", "messages")}
     where = f"the ledger at {env.path}"
     with env.read() as txn:
-        return messages_of(LmdbView(txn, dbs, {}), ref, where, start=start, limit=limit, progress=progress)
+        view = LmdbView(txn, dbs, {})
+        return messages_of(view, ref, where, start=start, limit=limit, last=last, key=key, progress=progress)
 
 
 def view_keys(

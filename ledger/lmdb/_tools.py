@@ -14,6 +14,7 @@ from streams import StreamRef
 
 from .._check import LedgerCheck
 from .._errors import BackupDestinationError
+from .._messages import KeyFilter
 from .._progress import SILENT, Progress, watching
 from .._tools import Tools
 from ._check import check_ledger
@@ -39,10 +40,18 @@ def _inspect(path: str, values: bool) -> dict[str, Any]:
 
 
 def _messages(
-    path: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+    path: str,
+    ref: StreamRef,
+    start: int,
+    limit: int | None,
+    /,
+    *,
+    last: int | None = None,
+    key: KeyFilter | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
     with _read_only(path) as env:
-        return view_messages(env, ref, start=start, limit=limit, progress=progress)
+        return view_messages(env, ref, start=start, limit=limit, last=last, key=key, progress=progress)
 
 
 def _keys(
@@ -89,6 +98,10 @@ async def _demo(
     progress: Callable[[Any], None] | None,
     interval: float,
     max_map_size: int,
+    /,
+    *,
+    run_id: str,
+    fresh: bool,
 ) -> Any:
     from .._errors import DemoMismatchError
     from ._demo import run_demo
@@ -96,7 +109,13 @@ async def _demo(
     if workers != 1:
         raise DemoMismatchError("--workers runs the demo on a PostgreSQL URL; an LMDB ledger has one owner")
     return await run_demo(
-        path, messages, progress=progress, progress_interval=interval, max_map_size=max_map_size
+        path,
+        messages,
+        progress=progress,
+        progress_interval=interval,
+        max_map_size=max_map_size,
+        run_id=run_id,
+        fresh=fresh,
     )
 
 

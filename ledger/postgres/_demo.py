@@ -1,7 +1,8 @@
 """The demo on a PostgreSQL ledger, run by several worker processes.
 
 The orders are split into shards, each a run of the demo's graph over its
-own range of orders (``demo-shard-000``, ...), submitted once; ``workers``
+own range of orders (``demo-shard-000``, ...; ``ID-shard-000`` for a demo run
+as ``--run-id ID`` beside it), submitted once; ``workers``
 worker processes (``python -m ledger worker``) claim and run them under
 leases. Kill any worker, or the whole command, and run it again: it submits
 nothing twice, the workers resume what the ledger confirmed, and the summary
@@ -12,6 +13,7 @@ each audited).
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ from streams import Graph, Key, NodeContext
 from .._demo import (
     AUDITED,
     BILLED,
+    DEMO_SCOPE,
     INVOICES,
     MESSAGES,
     ORDERS,
@@ -32,6 +35,7 @@ from .._demo import (
     DemoSummary,
     Order,
     add_billing_and_audit,
+    of_runs,
 )
 from .._errors import DemoMismatchError, DemoWorkerError
 from .._ledger import Ledger
@@ -43,7 +47,7 @@ from ._store import describe_url
 __all__ = ["GRAPHS", "SHARD_PREFIX", "run_demo_postgres", "shard_graph"]
 
 FIRST: Final = Key("first", int)
-SHARD_PREFIX: Final = "demo-shard-"
+SHARD_PREFIX: Final = f"{DEMO_SCOPE}-shard-"
 #: How long a worker's lease lasts: a worker killed holding a shard delays it this long.
 LEASE_SECONDS: Final = 5.0
 
@@ -68,6 +72,17 @@ def shard_graph(*, window: int = 1024) -> Graph:
 
 #: What ``python -m ledger worker --graphs ledger.postgres._demo:GRAPHS`` runs.
 GRAPHS: Final = {"demo-shard": shard_graph()}
+_SHARD_GRAPH: Final = "demo-shard"
+
+
+def _shard_prefix(run_id: str) -> str:
+    """What the run ids of the shards of the demo run as ``run_id`` start with (``demo``'s: SHARD_PREFIX)."""
+    return f"{run_id}-shard-"
+
+
+def _shard_ids(run_id: str) -> re.Pattern[str]:
+    """The run ids of the shards of the demo run as ``run_id``: ``{run_id}-shard-000``, ..."""
+    return re.compile(re.escape(_shard_prefix(run_id)) + "[0-9]{3}")
 
 
 def _shards(messages: int, count: int) -> list[tuple[int, int]]:
@@ -83,17 +98,15 @@ def _shards(messages: int, count: int) -> list[tuple[int, int]]:
 
 
 def _refuse_other_contents(report: dict[str, Any], where: str) -> None:
+    """The demo writes only beside demos: the shards of any run id and their streams."""
+    shards = {r["run_id"] for r in report["runs"] if r["graph"] == _SHARD_GRAPH}
     others = [
         *(
             f"stream {s['scope']}/{s['node']}/{s['key']}"
             for s in report["streams"]
-            if not s["scope"].startswith(SHARD_PREFIX)
+            if not of_runs(s["scope"], shards)
         ),
-        *(
-            f"run {r['run_id']!r}"
-            for r in report["runs"]
-            if not r["run_id"].startswith(SHARD_PREFIX) or r["graph"] != "demo-shard"
-        ),
+        *(f"run {r['run_id']!r}" for r in report["runs"] if r["graph"] != _SHARD_GRAPH),
         *(f"graph run {r['run_id']!r}" for r in report["graph_runs"]),
     ]
     if others:
@@ -104,27 +117,45 @@ def _refuse_other_contents(report: dict[str, Any], where: str) -> None:
         )
 
 
-async def _submitted(ledger: Ledger[PgBackend], messages: int, shards: int, where: str) -> tuple[int, bool]:
+async def _submitted(
+    ledger: Ledger[PgBackend], messages: int, shards: int, where: str, run_id: str
+) -> tuple[int, bool]:
     """Submit the shards not submitted yet; (shards, whether an earlier command had begun)."""
     graph = GRAPHS["demo-shard"]
-    runs = [r for r in await ledger.runs() if r.run_id.startswith(SHARD_PREFIX)]
+    ids = _shard_ids(run_id)
+    runs = [r for r in await ledger.runs() if ids.fullmatch(r.run_id)]
     if runs:
         total = sum(decode_inputs(graph, r)[MESSAGES] for r in runs)
         if total != messages:
             raise DemoMismatchError(
                 f"{where} holds a demo of {total} orders, not {messages}; run it again with "
-                f"--messages {total}, or use another database"
+                f"--messages {total}, with --fresh to start a new one, or with --run-id ID beside it"
             )
         return len(runs), True
     for k, (first, size) in enumerate(_shards(messages, shards)):
-        await ledger.submit(graph, {MESSAGES: size, FIRST: first}, run_id=f"{SHARD_PREFIX}{k:03}")
+        await ledger.submit(graph, {MESSAGES: size, FIRST: first}, run_id=f"{_shard_prefix(run_id)}{k:03}")
     return min(shards, messages), False
 
 
-async def run_demo_postgres(url: str, messages: int = 100_000, *, workers: int = 1) -> DemoSummary:
+async def _deleted(ledger: Ledger[PgBackend], run_id: str) -> None:
+    """``--fresh``: the shards of the demo run as ``run_id`` deleted (cancelled first if left running)."""
+    ids = _shard_ids(run_id)
+    for record in await ledger.runs():
+        if ids.fullmatch(record.run_id):
+            if record.status == "running":  # an interrupted demo: its workers were stopped
+                await ledger.cancel(record.run_id, reason="demo --fresh")
+            await ledger.delete(record.run_id)
+
+
+async def run_demo_postgres(
+    url: str, messages: int = 100_000, *, workers: int = 1, run_id: str = DEMO_SCOPE, fresh: bool = False
+) -> DemoSummary:
     """Run (or resume) the demo on the PostgreSQL ledger at ``url`` with ``workers`` worker processes.
 
-    A finished demo of ``messages`` orders runs nothing and its summary has
+    ``run_id`` names the demo (its shards are ``{run_id}-shard-000``, ...),
+    so several can run side by side; ``fresh`` deletes its shards first,
+    with their records and streams, and starts it anew. A finished demo of
+    ``messages`` orders runs nothing and its summary has
     ``already_finished=True``. Raises :class:`~ledger.DemoMismatchError`,
     having changed nothing, if the ledger holds a demo (finished or not) of
     another number of ``messages``, or anything but the demo; and
@@ -136,19 +167,20 @@ async def run_demo_postgres(url: str, messages: int = 100_000, *, workers: int =
     began = time.perf_counter()
     async with open_postgres(url) as ledger:
         _refuse_other_contents(await anyio.to_thread.run_sync(inspect_postgres, url), where)
-        shards, resumed = await _submitted(ledger, messages, 2 * workers, where)
-        pending = [
-            r for r in await ledger.runs() if r.run_id.startswith(SHARD_PREFIX) and r.status != "completed"
-        ]
+        if fresh:
+            await _deleted(ledger, run_id)
+        shards, resumed = await _submitted(ledger, messages, 2 * workers, where, run_id)
+        ids = _shard_ids(run_id)
+        pending = [r for r in await ledger.runs() if ids.fullmatch(r.run_id) and r.status != "completed"]
         if pending:
             await _run_workers(url, workers)
         report = await anyio.to_thread.run_sync(inspect_postgres, url)
-        appended = {
-            key: sum(s["appended"] for s in report["streams"] if s["key"] == key)
-            for key in (ORDERS.name, INVOICES.name)
-        }
+        mine = {r["run_id"] for r in report["runs"] if ids.fullmatch(r["run_id"])}
+        streams = [s for s in report["streams"] if of_runs(s["scope"], mine)]
+        keys = (ORDERS.name, INVOICES.name)
+        appended = {key: sum(s["appended"] for s in streams if s["key"] == key) for key in keys}
         return await _summary(
-            ledger, began, appended, already_finished=not pending, resumed=resumed, shards=shards
+            ledger, began, appended, ids, already_finished=not pending, resumed=resumed, shards=shards
         )
 
 
@@ -184,6 +216,7 @@ async def _summary(
     ledger: Ledger[PgBackend],
     began: float,
     appended: dict[str, int],
+    ids: re.Pattern[str],
     *,
     already_finished: bool,
     resumed: bool,
@@ -193,7 +226,7 @@ async def _summary(
     billed, audited, orders = BillingState(), 0, 0
     del shards  # every shard is a run: the loop below finds them all
     for record in await ledger.runs():
-        if not record.run_id.startswith(SHARD_PREFIX):
+        if not ids.fullmatch(record.run_id):
             continue
         if record.status != "completed":
             raise DemoMismatchError(f"shard {record.run_id!r} of the demo ended {record.status}")

@@ -33,7 +33,7 @@ from .._check import LedgerCheck
 from .._errors import BackupDestinationError, CorruptRecordError
 from .._graph_runs import GraphCheckpoint, GraphRunRecord, decode_checkpoint_body
 from .._inspect import graph_runs_report, node_runs_report, stream_entry
-from .._messages import keys_of, messages_of
+from .._messages import KeyFilter, keys_of, messages_of
 from .._progress import SILENT, Progress, watching
 from .._runs import RunRecord
 from ._faults import translated
@@ -174,12 +174,19 @@ def inspect_postgres(url: str, *, values: bool = False) -> dict[str, Any]:
 
 
 def messages_postgres(
-    url: str, ref: StreamRef, *, start: int = 1, limit: int | None = None, progress: Progress = SILENT
+    url: str,
+    ref: StreamRef,
+    *,
+    start: int = 1,
+    limit: int | None = None,
+    last: int | None = None,
+    key: KeyFilter | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
     """The confirmed messages of ``ref``, as ``python -m ledger messages`` prints them."""
     with _snapshot(url) as conn:
-        where = describe_url(url)
-        return messages_of(PgView(conn, {}), ref, where, start=start, limit=limit, progress=progress)
+        view, where = PgView(conn, {}), describe_url(url)
+        return messages_of(view, ref, where, start=start, limit=limit, last=last, key=key, progress=progress)
 
 
 def keys_postgres(

@@ -7,6 +7,7 @@ from typing import Any
 
 from streams import StreamRef
 
+from .._messages import KeyFilter
 from .._progress import SILENT, Progress
 from .._tools import Tools
 from ._faults import translated
@@ -31,17 +32,29 @@ async def _demo(
     progress: Callable[[Any], None] | None,
     interval: float,
     max_map_size: int,
+    /,
+    *,
+    run_id: str,
+    fresh: bool,
 ) -> Any:
     """The demo's shards on ``workers`` worker processes (progress and the map limit are LMDB's)."""
     from ._demo import run_demo_postgres
 
-    return await run_demo_postgres(url, messages, workers=workers)
+    return await run_demo_postgres(url, messages, workers=workers, run_id=run_id, fresh=fresh)
 
 
 def _messages(
-    url: str, ref: StreamRef, start: int, limit: int | None, /, *, progress: Progress = SILENT
+    url: str,
+    ref: StreamRef,
+    start: int,
+    limit: int | None,
+    /,
+    *,
+    last: int | None = None,
+    key: KeyFilter | None = None,
+    progress: Progress = SILENT,
 ) -> dict[str, Any]:
-    return messages_postgres(url, ref, start=start, limit=limit, progress=progress)
+    return messages_postgres(url, ref, start=start, limit=limit, last=last, key=key, progress=progress)
 
 
 TOOLS = Tools(

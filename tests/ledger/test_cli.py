@@ -257,7 +257,8 @@ def test_cli_demo_asking_a_finished_demo_for_another_size_is_a_typed_error_and_c
             anyio.run(run_demo, path, messages)
         assert str(caught.value) == (
             f"ledger {path} holds a finished demo of 1000 orders, not {messages}; "
-            "run it again with --messages 1000 to see its figures, or use a new path"
+            f"run it again with --messages 1000 to see its figures, `python -m ledger demo {path} --fresh` "
+            "deletes it and starts a new one, or --run-id ID runs another beside it"
         )
         again = cli("demo", str(path), "--messages", str(messages))
         assert again.returncode == 2
@@ -465,7 +466,9 @@ def test_the_demo_interrupted_cancelled_and_retried_runs_the_retry_to_its_answer
     assert cli("runs", "cancel", str(path), "demo", "--reason", "stop").returncode == 0
     cancelled = cli("demo", str(path), "-n", str(n))
     assert cancelled.returncode == 2 and "Traceback" not in cancelled.stderr
+    assert len(cancelled.stderr.splitlines()) == 1 and "start a new run" not in cancelled.stderr
     assert f"runs retry {path} demo" in cancelled.stderr, cancelled.stderr
+    assert f"`python -m ledger demo {path} --fresh`" in cancelled.stderr and "--run-id ID" in cancelled.stderr
     assert cli("runs", "retry", str(path), "demo", "--reason", "again").returncode == 0
     done = cli("demo", str(path), "-n", str(n))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -475,6 +478,21 @@ def test_the_demo_interrupted_cancelled_and_retried_runs_the_retry_to_its_answer
     assert again.returncode == 0 and "already finished; nothing changed" in again.stdout, again.stderr
     shown = json.loads(cli("runs", "show", str(path), "demo", "--json").stdout)
     assert shown["status"] == "completed"
+    # then the ways it names: a fresh demo in its place, and another beside it
+    fresh = cli("demo", str(path), "-n", "300", "--fresh", "--json")
+    assert fresh.returncode == 0, fresh.stderr
+    assert json.loads(fresh.stdout) | {"elapsed": 0} == {
+        **dict(orders=300, billing_total=300 * 301 // 2, invoices=300, audit_count=300, handled=300),
+        **dict(elapsed=0, already_finished=False, resumed=False),
+    }
+    beside = cli("demo", str(path), "-n", "200", "--run-id", "other")
+    assert beside.returncode == 0 and "200 orders, billing total 20100" in beside.stdout, beside.stderr
+    runs = {r["run_id"]: r for r in json.loads(cli("runs", "list", str(path), "--json").stdout)}
+    assert sorted(runs) == ["demo", "other"] and {r["status"] for r in runs.values()} == {"completed"}
+    report = inspect(path)
+    assert {s["scope"] for s in report["streams"]} == {"demo", "other"}  # the retry's streams went
+    again = cli("demo", str(path), "-n", "300")
+    assert again.returncode == 0 and "already finished; nothing changed: 300 orders" in again.stdout
 
 
 class _Terminal(io.StringIO):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
-from ledger import Ledger, LmdbBackend, connect
+from ledger import Ledger, LmdbBackend, NotALedgerError, connect
+from ledger._connect import tools_for
 from ledger.postgres import PgBackend
 from streams import Key, MessageTx, Stream, handle_messages, open_scope
 
+from ..ledger_command import ledger_command
 from .pool_graphs import ANSWER, N, answer, summing
 
 pytestmark = pytest.mark.anyio
@@ -47,3 +50,24 @@ async def test_a_url_takes_no_lmdb_options(postgres_url: str) -> None:
     with pytest.raises(TypeError, match="takes no options"):
         async with connect(postgres_url, sync=False):
             pass
+
+
+@pytest.mark.parametrize(
+    "target", ["http://example.com/x", "HTTPS://user:secret@example.com/x", "sqlite:///x"]
+)
+async def test_a_url_of_another_scheme_is_no_ledger_and_no_path(target: str, tmp_path: Path) -> None:
+    """Read as a path, ``http://example.com/x`` would name a directory ``http:/example.com/x``."""
+    with pytest.raises(NotALedgerError, match=r"is not a ledger's scheme: .* postgresql://") as refused:
+        async with connect(target):
+            pass
+    assert "secret" not in str(refused.value)
+    with pytest.raises(NotALedgerError):
+        tools_for(target)
+    done = ledger_command("inspect", target, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    scheme = target.partition("://")[0]
+    assert done.stderr == (
+        f"error: {scheme}:// is not a ledger's scheme: a ledger is a directory, or a postgresql:// "
+        "(or postgres://) URL\n"
+    )
+    assert [made async for made in anyio.Path(tmp_path).iterdir()] == []  # no directory was made

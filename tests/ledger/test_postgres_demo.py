@@ -44,12 +44,27 @@ def test_asking_a_finished_demo_for_another_size_is_a_typed_error_and_changes_no
         anyio.run(run_demo_postgres, postgres_url, 2000)
     assert str(caught.value) == (
         f"{describe_url(postgres_url)} holds a demo of 1000 orders, not 2000; "
-        "run it again with --messages 1000, or use another database"
+        "run it again with --messages 1000, with --fresh to start a new one, or with --run-id ID beside it"
     )
     again = cli("demo", postgres_url, "--messages", "2000", timeout=300)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.splitlines() == [f"error: {caught.value}"]
     assert [cli(command, postgres_url, "--json").stdout for command in ("inspect", "check")] == before
+
+
+def test_a_fresh_demo_replaces_the_first_and_another_run_id_runs_beside_it(postgres_url: str) -> None:
+    assert cli("demo", postgres_url, "--messages", "40", timeout=300).returncode == 0
+    fresh = cli("demo", postgres_url, "--messages", "30", "--fresh", "--json", timeout=300)
+    assert fresh.returncode == 0, fresh.stderr
+    assert json.loads(fresh.stdout)["billing_total"] == 30 * 31 // 2
+    beside = cli("demo", postgres_url, "--messages", "20", "--run-id", "other", "--json", timeout=300)
+    assert beside.returncode == 0, beside.stderr
+    figures = json.loads(beside.stdout)
+    assert (figures["orders"], figures["billing_total"], figures["invoices"]) == (20, 210, 20)
+    runs = {r["run_id"] for r in json.loads(cli("runs", "list", postgres_url, "--json").stdout)}
+    assert runs == {"demo-shard-000", "demo-shard-001", "other-shard-000", "other-shard-001"}
+    again = cli("demo", postgres_url, "--messages", "30", "--json", timeout=300)
+    assert json.loads(again.stdout)["already_finished"] is True  # the first, as --fresh left it
 
 
 def test_workers_on_an_lmdb_path_are_a_usage_error(tmp_path: object) -> None:
