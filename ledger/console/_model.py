@@ -29,7 +29,7 @@ from streams.store import type_name
 from .._connect import tools_for
 from .._errors import ConsoleQueryError, StreamNotFoundError
 from .._messages import key_range
-from .._runs_cli import STATUSES
+from .._runs_report import STATUSES, progress
 from .._tools import Tools
 
 __all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
@@ -37,7 +37,7 @@ __all__ = ["KEPT", "Watcher", "health_of", "is_dead_letter_stream"]
 #: Samples kept per group: an hour at the default interval of two seconds.
 KEPT: Final = 1800
 #: Statuses of a run a page filters by.
-RUN_STATUSES: Final = ("running", "completed", "failed", "cancelled")
+RUN_STATUSES: Final = STATUSES
 #: How a stream of dead letters names its type: by shape, or by module as releases before did.
 _DEAD_LETTER_TYPES: Final = (type_name(DeadLetter), "streams._dead_letter.DeadLetter[")
 
@@ -382,7 +382,7 @@ class Watcher:
         report = self._tools.inspect(self.target, True) if values else self._current()[0]
         for run in report["runs"]:
             if run["run_id"] == run_id:
-                return dict(run)
+                return {**run, "progress": progress(run, report["streams"])}
         return None
 
     def groups(self) -> Iterator[tuple[str, str]]:

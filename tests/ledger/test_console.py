@@ -206,7 +206,7 @@ async def test_the_consoles_json_is_what_inspect_and_runs_report(open_any: Opene
     [held_count] = next(s for s in overview["streams"] if s["stream"] == "held/write/notes")["groups"]
     assert held_count["health"] == "lagging" and held_count["lag"] == 3  # two of five confirmed
     assert held_count["age_seconds"] is not None and held_count["age_seconds"] >= 0
-    assert overview["runs"] == {"running": 1, "completed": 1, "failed": 1, "cancelled": 0}
+    assert overview["runs"] == {"running": 1, "interrupted": 0, "completed": 1, "failed": 1, "cancelled": 0}
     assert overview["attention"]["failed_runs"] == 1 and overview["attention"]["lagging"] >= 1
     # the runs, as runs list and runs show give them (read at other moments: times aside)
     assert without_times(listed) == without_times(runs_list)
