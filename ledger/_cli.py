@@ -65,6 +65,7 @@ from ._postgres_cli import (
     run_worker_command,
 )
 from ._progress import as_clock, progress_on
+from ._runs_acts import APPLIES, act_problem
 from ._runs_cli import add_runs_command, run_runs_command
 from ._table import aligned
 
@@ -372,9 +373,11 @@ def _drop_stdout() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    after = _RESUMES  # what a command stopped by Ctrl-C or SIGTERM says
     try:
         parser = _parser()
         args = parser.parse_args(argv)
+        after = _after_stop(args)
         if args.command == "inspect" and args.count is not None and args.watch is None:
             parser.error("--count counts the views of --watch: add --watch")
         if args.command == "state" and args.key is not None and args.prefix is not None:
@@ -406,6 +409,10 @@ def _main(argv: Sequence[str] | None) -> int:
             print(run_group_command(args))
             return EXIT_OK
         if args.command == "runs":
+            problem = act_problem(args, sys.stdin) if args.action in APPLIES else None
+            if problem is not None:  # one line, before anything is read or written
+                print(f"error: {problem}", file=sys.stderr)
+                return EXIT_USAGE
             shown, failed = run_runs_command(args, colours)
             print(shown, end="")
             return EXIT_FAILURE if failed else EXIT_OK
@@ -414,14 +421,14 @@ def _main(argv: Sequence[str] | None) -> int:
         _error(exc)
         return _exit_code(exc)
     except KeyboardInterrupt as stop:
-        return _interrupted(signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT)
+        return _interrupted(signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT, after)
     except BaseExceptionGroup as errors:
         # a second Ctrl-C while the demo shuts down can arrive inside a task group
         interrupts, others = errors.split(KeyboardInterrupt)
         if interrupts is None or others is not None:
             raise
         terminated = interrupts.subgroup(_Terminated) is not None
-        return _interrupted(signal.SIGTERM if terminated else signal.SIGINT)
+        return _interrupted(signal.SIGTERM if terminated else signal.SIGINT, after)
 
 
 def _error(exc: BaseException) -> None:
@@ -438,12 +445,27 @@ def _error(exc: BaseException) -> None:
     print(f"error: {' '.join(text.splitlines())}", file=sys.stderr)
 
 
-def _interrupted(signum: int) -> int:
-    """Say why the command stopped; its exit code."""
+#: What a command that stopped at a confirmed point says after Ctrl-C or SIGTERM.
+_RESUMES: Final = "run the same command again to resume"
+
+
+def _after_stop(args: argparse.Namespace) -> str:
+    """What the command ``args`` asks for says once Ctrl-C or SIGTERM stopped it.
+
+    A command that writes stopped at a confirmed point and resumes; ``runs
+    follow`` only read, and the run it followed goes on without it.
+    """
+    if args.command == "runs" and args.action == "follow":
+        return f"stopped following run {args.run_id!r}; the run goes on"
+    return _RESUMES
+
+
+def _interrupted(signum: int, after: str = _RESUMES) -> int:
+    """Say why the command stopped, and ``after`` it what that means; its exit code."""
     if signum == signal.SIGTERM:
-        print("terminated; run the same command again to resume", file=sys.stderr)
+        print(f"terminated; {after}", file=sys.stderr)
         return EXIT_TERMINATED
-    print("interrupted; run the same command again to resume", file=sys.stderr)
+    print(f"interrupted; {after}", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 

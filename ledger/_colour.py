@@ -36,6 +36,7 @@ STATUS_COLOURS: Final[Mapping[str, str]] = {
     "stopped": _YELLOW,
     "lagging": _YELLOW,
     "cancelled": _YELLOW,
+    "interrupted": _YELLOW,
     "completed": _GREEN,
     "finished": _GREEN,
     "sound": _GREEN,

@@ -16,7 +16,7 @@ from ._errors import CorruptRecordError
 from ._graph_runs import GraphCheckpoint, GraphRunRecord
 from ._runs import RunRecord, in_root_scope
 
-__all__ = ["graph_runs_report", "moment", "node_runs_report", "plain", "stream_entry"]
+__all__ = ["graph_runs_report", "moment", "node_runs_report", "plain", "shown_status", "stream_entry"]
 
 
 #: Who holds a group's partition: its member's name and when its lease runs out (PostgreSQL).
@@ -86,14 +86,18 @@ def node_runs_report(
     *,
     values: bool,
     holders: Mapping[str, dict[str, Any]] | None = None,
+    unowned: bool = False,
 ) -> list[dict[str, Any]]:
     """Business runs (ledger.run): status, times, and every retry boundary with its budget and conclusion.
 
     ``holders`` are the leases of runs a worker holds, by run id (``owner``,
     ``expires_at``, ``expired``): on PostgreSQL, the worker running it.
+    ``unowned`` says that no process owns the ledger (LMDB): its runs
+    recorded running are ``interrupted`` (:func:`shown_status`).
     """
     report = []
     for run in runs:
+        holder = (holders or {}).get(run.run_id)
         scope = run.scope  # the current root attempt's: a retried run shows the nodes of its retry
         nodes = []
         for attempt in boundaries:
@@ -142,13 +146,13 @@ def node_runs_report(
                 "run_id": run.run_id,
                 "graph": run.graph,
                 "version": run.version,
-                "status": run.status,
+                "status": shown_status(run, holder, unowned=unowned),
                 "starts": run.starts,
                 "error": run.error,
                 "created_at": moment(run.created_at or 0),
                 "updated_at": moment(run.updated_at or 0),
                 "seconds": _seconds(run),
-                "holder": (holders or {}).get(run.run_id),
+                "holder": holder,
                 "cancelled": _cancel(run),
                 "topology": run.shape,  # the graph's members and their ports, to draw it
                 "attempt": run.attempt,
@@ -166,6 +170,19 @@ def node_runs_report(
             }
         )
     return report
+
+
+def shown_status(run: RunRecord, holder: dict[str, Any] | None, *, unowned: bool) -> str:
+    """A run's status as the reports show it: its record's, or ``interrupted`` for a run recorded running
+    whose owner is gone: its lease expired (PostgreSQL), or no process owns the ledger (LMDB, ``unowned``).
+
+    A run that never started (submitted, ``starts`` 0) waits for a worker: it is not interrupted. A
+    resume, or the worker that claims it, continues an interrupted run.
+    """
+    if run.status != "running" or run.starts == 0:
+        return run.status
+    expired = holder is not None and bool(holder["expired"])
+    return "interrupted" if expired or unowned else run.status
 
 
 def _node_path(scope: str, node: str) -> str:

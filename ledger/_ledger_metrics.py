@@ -44,7 +44,7 @@ from streams.store import ATTR, METRIC, destination_attributes, destination_temp
 
 from ._connect import tools_for
 from ._errors import LedgerError
-from ._runs_cli import STATUSES
+from ._runs_report import NOT_ENDED, STATUSES
 
 __all__ = [
     "LEDGER_METRICS",
@@ -160,7 +160,7 @@ def _points(report: Mapping[str, Any], base: Attributes, now: float) -> dict[str
         destination = _attributes(
             base, destination_attributes(str(ref), template, None if run is None else run["graph"])
         )
-        live = run is None or run["status"] == "running"
+        live = run is None or run["status"] in NOT_ENDED
         points[METRIC.LEDGER_APPENDED][destination] += entry["appended"]
         for group in entry["groups"]:
             where = _attributes(destination, {ATTR.CONSUMER_GROUP: group["group"]})

@@ -36,7 +36,7 @@ from streams.store import type_name
 from .._connect import tools_for
 from .._errors import ConsoleQueryError, StreamNotFoundError
 from .._messages import key_range
-from .._runs_cli import STATUSES
+from .._runs_report import STATUSES, progress
 from .._tools import Tools
 
 __all__ = ["GROWING_READS", "KEPT", "LAG_AGE", "Watcher", "health_of", "is_dead_letter_stream"]
@@ -48,7 +48,7 @@ LAG_AGE: Final = 30.0
 #: Reads in a row at each of which a group's lag rose, for it to be lagging: a trend, not one noisy step.
 GROWING_READS: Final = 5
 #: Statuses of a run a page filters by.
-RUN_STATUSES: Final = ("running", "completed", "failed", "cancelled")
+RUN_STATUSES: Final = STATUSES
 #: How a stream of dead letters names its type: by shape, or by module as releases before did.
 _DEAD_LETTER_TYPES: Final = (type_name(DeadLetter), "streams._dead_letter.DeadLetter[")
 
@@ -459,7 +459,7 @@ class Watcher:
         report = self._tools.inspect(self.target, True) if values else self._current()[0]
         for run in report["runs"]:
             if run["run_id"] == run_id:
-                return dict(run)
+                return {**run, "progress": progress(run, report["streams"])}
         return None
 
     def groups(self) -> Iterator[tuple[str, str]]:

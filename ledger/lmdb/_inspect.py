@@ -64,20 +64,25 @@ def inspect_ledger(env: LedgerEnv, *, values: bool = False) -> dict[str, Any]:
 
 
 def _report(env: LedgerEnv, streams: list[dict[str, Any]], *, values: bool) -> dict[str, Any]:
+    owner = read_owner(env.path)  # the process that has it open for writing, as it said
     return {
         "path": str(env.path),
-        "owner": read_owner(env.path),  # the process that has it open for writing, as it said
+        "owner": owner,
         "streams": streams,
-        "runs": _node_runs(env, values=values),
+        "runs": _node_runs(env, values=values, unowned=owner is None or owner["running"] is False),
         "graph_runs": _graph_runs(env, values=values),
     }
 
 
-def _node_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:
+def _node_runs(env: LedgerEnv, *, values: bool, unowned: bool) -> list[dict[str, Any]]:
+    """The runs of ``ledger.run``; ``unowned``: no process owns the ledger (it closed it, or was killed;
+    one of another host is taken to run), so a run recorded running is interrupted."""
     runs = list(list_node_runs(env))
     if not runs:
         return []
-    return node_runs_report(runs, list(node_attempts(env)), partial(node_record, env), values=values)
+    return node_runs_report(
+        runs, list(node_attempts(env)), partial(node_record, env), values=values, unowned=unowned
+    )
 
 
 def _graph_runs(env: LedgerEnv, *, values: bool) -> list[dict[str, Any]]:

@@ -216,7 +216,7 @@ async def test_the_consoles_json_is_what_inspect_and_runs_report(open_any: Opene
     # three waiting, the oldest young: a group at work, not one that needs a look
     assert held_count["health"] == "ok" and held_count["health_reason"].startswith("3 pending, oldest ")
     assert held_count["health_reason"].endswith(" (threshold 1h)")
-    assert overview["runs"] == {"running": 1, "completed": 1, "failed": 1, "cancelled": 0}
+    assert overview["runs"] == {"running": 1, "interrupted": 0, "completed": 1, "failed": 1, "cancelled": 0}
     assert overview["attention"]["failed_runs"] == 1 and overview["attention"]["lagging"] == 0
     # the runs, as runs list and runs show give them (read at other moments: times aside)
     assert without_times(listed) == without_times(runs_list)
