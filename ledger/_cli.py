@@ -840,10 +840,12 @@ def _node_runs_table(runs: list[dict[str, Any]], colours: Colours) -> list[str]:
         return []
     lines = ["", colours.header("runs")]
     for run in runs:
-        failed = f", failed with {run['error']}" if run["error"] else ""
+        status = colours.status(run["status"])
+        if run["error"]:  # its status said once: "failed with E", or "cancelled, failed with E"
+            status += f" with {run['error']}" if run["status"] == "failed" else f", failed with {run['error']}"
         lines.append(
             f"  {run['run_id']}: graph {run['graph']} version {run['version']}, "
-            f"{colours.status(run['status'])}{failed}, started {run['starts']} time(s)"
+            f"{status}, started {run['starts']} time(s)"
         )
         for node in run["nodes"]:
             budget = f"{node['failures']} of {node['limit']} attempt(s) failed"

@@ -232,7 +232,7 @@ async def test_inspect_lists_runs_with_each_nodes_budget_and_conclusion_values_f
         with pytest.raises(ValueError):
             await ledger.run(doubling(fail=True), {N: 1}, run_id="bad")
     table = (await anyio.run_process([sys.executable, "-m", "ledger", "inspect", str(path)])).stdout.decode()
-    assert "  bad: graph doubling version 1, failed, failed with ValueError, started 1 time(s)" in table
+    assert "  bad: graph doubling version 1, failed with ValueError, started 1 time(s)" in table
     assert "    double: failed, 1 of 1 attempt(s) failed" in table
     assert "    double, retry at 1: 2 of 2 attempt(s) failed, exhausted" in table
     assert "  good: graph doubling version 1, completed, started 1 time(s)" in table
