@@ -941,6 +941,14 @@ def _parser() -> argparse.ArgumentParser:
         help="customers of the keyed state with a ttl, beside the same without (default the most of --keys)",
     )
     p.add_argument(
+        "--updates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="orders of the most --keys run long, each an update of a key held (default 10 times "
+        "--messages; 0 leaves it out)",
+    )
+    p.add_argument(
         "--seconds",
         type=float,
         default=10.0,

@@ -11,6 +11,10 @@ Three sets of figures, each configuration on a fresh store, medians of
   ``--keys``): what expiry costs where it removes nothing;
 * ``raw_keyed_<K>``: the store's limit, a plain py-lmdb loop making the
   same reads and writes (:mod:`bench._keyed_raw`), in the same run;
+* ``updated_<K>``: the most of ``--keys`` with ``--updates`` orders (by
+  default ten times ``--messages``: 200,000), every one an update of a
+  customer the group holds, beside ``raw_updated_<K>``, the raw loop doing
+  the same: the keyed state as it runs for long, not only as it fills;
 * ``members_<M>``: the same over ``--members-keys`` customers, in keyed
   state, on a stream of M partitions by customer handled by M handlers at
   once in one process (:mod:`bench._keyed_members`, ``--members``);
@@ -84,6 +88,9 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     expiring: dict[int, list[KeyedRun]] = {}
     expiring_keys: list[int] = args.expiring_keys or [max(args.keys)]
     raw: dict[int, list[RawKeyedRun]] = {}
+    updates: int = args.updates if args.updates is not None else 10 * n
+    updated: list[KeyedRun] = []
+    raw_updated: list[RawKeyedRun] = []
     members: dict[int, list[KeyedRun]] = {}
     pg_rounds: dict[int, list[dict[str, Any]]] = {}
     startups: list[float] = []
@@ -109,6 +116,19 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 baseline = run_raw_keyed(n, keys=keys, batch=args.window, workdir=args.workdir)
                 raw.setdefault(keys, []).append(baseline)
                 progress(f"  {keys:,} keys, raw py-lmdb: {baseline.msgs_per_s:,.0f} msgs/s")
+            if updates:  # the most keys, many orders: each an update of a key the group holds
+                widest = max(args.keys)
+                run = run_keyed(
+                    updates, keys=widest, seconds=args.seconds, window=args.window, backend=args.backend,
+                    workdir=args.workdir,
+                )  # fmt: skip
+                updated.append(run)
+                progress(f"  {widest:,} keys, {updates:,} orders: {_said(run)}")
+                baseline = run_raw_keyed(updates, keys=widest, batch=args.window, workdir=args.workdir)
+                raw_updated.append(baseline)
+                progress(
+                    f"  {widest:,} keys, {updates:,} orders, raw py-lmdb: {baseline.msgs_per_s:,.0f} msgs/s"
+                )
             for keys in expiring_keys:  # alternated with the same keys without a ttl, if measured
                 run = run_keyed(
                     n, keys=keys, state="expiring", seconds=args.seconds, window=args.window,
@@ -187,6 +207,7 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         "keys": list(args.keys),
         "explicit_keys": list(args.explicit_keys),
         "expiring_keys": expiring_keys,
+        "updates": updates,
         "seconds_budget": args.seconds,
         "members": list(args.members),
         "members_keys": args.members_keys,
@@ -222,6 +243,13 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         out[f"ratio_keyed_{label}_to_raw"] = (
             out[f"keyed_{label}_msgs_per_s"] / out[f"raw_keyed_{label}_msgs_per_s"]
         )
+    if updated:
+        label = keys_label(max(args.keys))
+        out.update(_lmdb_figures(f"updated_{label}", updated))
+        out[f"raw_updated_{label}_msgs_per_s"] = _median([b.msgs_per_s for b in raw_updated])
+        out[f"ratio_updated_{label}_to_raw"] = (
+            out[f"updated_{label}_msgs_per_s"] / out[f"raw_updated_{label}_msgs_per_s"]
+        )
     for m, runs in members.items():
         out.update(_lmdb_figures(f"members_{m}", runs))
     fewest, most = min(args.keys), max(args.keys)
@@ -248,9 +276,10 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         *(r.summary() for runs in keyed.values() for r in runs),
         *(r.summary() for runs in explicit.values() for r in runs),
         *(r.summary() for runs in expiring.values() for r in runs),
+        *(r.summary() for r in updated),
         *(
             {"keys": b.keys, "state": "raw py-lmdb", "messages": b.messages, "msgs_per_s": b.msgs_per_s}
-            for baselines in raw.values()
+            for baselines in [*raw.values(), raw_updated]
             for b in baselines
         ),
         *({**r.summary(), "members_mode": MEMBERS_MODE} for runs in members.values() for r in runs),
@@ -346,6 +375,16 @@ def show_keyed(out: dict[str, Any]) -> str:
     ]
     rows += [_lmdb_row(out, f"keyed_{keys_label(k)}", f"{k:,} keys, one group") for k in out["keys"]]
     rows += [_raw_row(out, k) for k in out["keys"]]
+    if out["updates"]:
+        widest = max(out["keys"])
+        label = keys_label(widest)
+        rows.append(
+            _lmdb_row(out, f"updated_{label}", f"{widest:,} keys, {out['updates']:,} orders, one group")
+        )
+        rows.append(
+            (f"{widest:,} keys, {out['updates']:,} orders, raw py-lmdb loop",
+             _cell(out[f"raw_updated_{label}_msgs_per_s"]), "-", "-")
+        )  # fmt: skip
     rows += [
         _lmdb_row(out, f"expiring_{keys_label(k)}", f"{k:,} keys with a ttl, one group")
         for k in out["expiring_keys"]

@@ -365,6 +365,9 @@ def test_keyed_bench_reports_keys_members_and_goals(
     assert out["ratio_expiring_100_to_keyed"] > 0
     assert out["members_mode"] == "a stream of M partitions by customer, one handler each, in one process"
     assert out["raw_keyed_10_msgs_per_s"] > 0 and out["ratio_keyed_100_to_raw"] > 0
+    # the most keys run long (ten times the orders), each order an update, beside the raw loop
+    assert out["updates"] == 3000 and out["updated_100_messages"] == 2999  # the first, untimed, seeds
+    assert out["raw_updated_100_msgs_per_s"] > 0 and out["ratio_updated_100_to_raw"] > 0
     assert out["ratio_keyed_100_to_10"] > 0 and out["ratio_members_2_to_1"] > 0
     assert out["postgres_skipped"] == "--skip-postgres"
     assert "pg_rollbacks_per_1k_txns" not in out
