@@ -320,7 +320,7 @@ class LmdbView(CachedView):
         for (ref, group), values in writes.items():
             stream_id = self._require_id(ref)
             prefix = keyed_prefix(stream_id, group)
-            for key, value in values.items():
+            for key, value in sorted(values.items()):  # in key order: a batch's keys share its pages' paths
                 raw_key = prefix + key
                 if value is None:
                     if txn.delete(raw_key, db=db):
