@@ -66,6 +66,41 @@ def _limit(query: dict[str, str], default: int, what: str = "messages") -> int:
     return int(given)
 
 
+def _flag(query: dict[str, str], name: str) -> bool:
+    """A yes-or-no parameter: ``1`` or ``0`` (absent or empty: no); anything else is :class:`ConsoleQueryError`."""
+    given = query.get(name) or "0"
+    if given not in ("0", "1"):
+        raise ConsoleQueryError(f"{name} takes 1 or 0, not {given!r}")
+    return given == "1"
+
+
+#: The parameters each view takes (besides ``token``); a parameter not of its view is refused, so a
+#: misspelt filter is an error, not a silently unfiltered answer.
+_TAKES: Final = {
+    "/api/overview": (),
+    "/api/runs": ("status", "graph", "since", "until"),
+    "/api/runs/": ("values",),
+    "/api/dead-letters": ("source", "limit", "messages"),
+    "/api/streams/": ("messages", "limit"),
+    "/api/keys": ("stream", "group", "key", "prefix", "cursor", "limit"),
+    "/api/events": (),
+}
+
+
+def _check_names(path: str, query: dict[str, str]) -> None:
+    """Refuse a parameter the JSON view at ``path`` does not take (the pages are left to the browser)."""
+    view = (
+        path if path in _TAKES else next((v for v in _TAKES if v.endswith("/") and path.startswith(v)), None)
+    )
+    if view is None:
+        return
+    takes = _TAKES[view]
+    stray = sorted(set(query) - {"token", *takes})
+    if stray:
+        said = ", ".join(takes) if takes else "no parameter but the token"
+        raise ConsoleQueryError(f"{path} does not take {', '.join(stray)}; it takes {said}")
+
+
 def _static(name: str) -> bytes:
     return resources.files("ledger.console").joinpath("static", name).read_bytes()
 
@@ -128,6 +163,7 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                 self._json(400, {"error": str(exc)})
 
         def _route(self, path: str, query: dict[str, str]) -> None:
+            _check_names(path, query)
             if path in _PAGES:
                 name = _PAGES[path]
                 kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
@@ -144,17 +180,17 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                 self._json(200, chosen)
             elif path.startswith("/api/runs/"):
                 run_id = unquote(path.removeprefix("/api/runs/"))
-                self._found(watcher.run(run_id, values=query.get("values") == "1"), "run")
+                self._found(watcher.run(run_id, values=_flag(query, "values")), "run")
             elif path == "/api/dead-letters":
                 letters = watcher.dead_letters(
                     source=query.get("source") or None,
                     limit=_limit(query, 50, "letters"),
-                    messages=query.get("messages") == "1",
+                    messages=_flag(query, "messages"),
                 )
                 self._json(200, letters)
             elif path.startswith("/api/streams/"):
                 name = unquote(path.removeprefix("/api/streams/"))
-                view = watcher.stream(name, messages=query.get("messages") == "1", limit=_limit(query, 20))
+                view = watcher.stream(name, messages=_flag(query, "messages"), limit=_limit(query, 20))
                 self._found(view, "stream")
             elif path == "/api/keys":
                 self._keys(query)

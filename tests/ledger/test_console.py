@@ -329,6 +329,7 @@ async def test_the_console_shows_dead_letters_outputs_on_demand_appends_and_filt
                 )
             }
             bad_time = await anyio.to_thread.run_sync(request, url, "/api/runs?since=yesterday")
+            refused = {path: await anyio.to_thread.run_sync(request, url, path) for path in BAD_PARAMETERS}
             shown = await anyio.to_thread.run_sync(_cli, "runs", "show", target, "in-1", "--values", "--json")
     overview = views["/api/overview"]
     assert overview["attention"]["dead_lettered"] == 2
@@ -359,6 +360,11 @@ async def test_the_console_shows_dead_letters_outputs_on_demand_appends_and_filt
     assert {r["run_id"] for r in views["/api/runs?since=2000-01-01T00:00:00Z"]} == {"in-1", "other"}
     assert views["/api/runs?since=2999-01-01T00:00:00Z"] == [] == views["/api/runs?until=2000-01-01"]
     assert bad_time[0] == 400 and b"ISO 8601" in bad_time[2]
+    # every view's every parameter, given what it cannot take (or a name it does not take): 400, and why
+    for path, said in BAD_PARAMETERS.items():
+        status, headers, body = refused[path]
+        assert (status, headers["content-type"]) == (400, "application/json"), (path, body)
+        assert said in json.loads(body)["error"], (path, body)
     # outputs only when asked, as runs show --values gives them
     assert all("outputs" not in n for n in views["/api/runs/in-1"]["nodes"])
     with_values = views["/api/runs/in-1?values=1"]
@@ -367,6 +373,32 @@ async def test_the_console_shows_dead_letters_outputs_on_demand_appends_and_filt
     assert outputs["summary/label"] == {"label": "<b>4</b>"}
     members = {m["name"]: m for m in with_values["topology"]["members"]}
     assert members["summary"]["graph"]["name"] == "summary"  # a Sub, drawn with its own nodes
+
+
+_NOTES = quote("in-1/write/notes", safe="")
+#: Each view of the console's JSON with a parameter it cannot take, and what its 400 says.
+BAD_PARAMETERS = {
+    "/api/overview?since=1h": "does not take since",
+    "/api/events?limit=5": "does not take limit",
+    "/api/runs?status=bogus": "status takes one of",
+    "/api/runs?since=yesterday": "since",
+    "/api/runs?until=soon": "until",
+    "/api/runs?stauts=failed": "does not take stauts; it takes status, graph, since, until",
+    "/api/runs/in-1?values=yes": "values takes 1 or 0",
+    "/api/runs/in-1?value=1": "does not take value",
+    "/api/dead-letters?limit=0": "limit takes a number of letters from 1 to 200",
+    "/api/dead-letters?limit=abc": "limit takes",
+    "/api/dead-letters?messages=true": "messages takes 1 or 0",
+    "/api/dead-letters?sources=x": "does not take sources",
+    f"/api/streams/{_NOTES}?limit=201": "limit takes a number of messages from 1 to 200",
+    f"/api/streams/{_NOTES}?messages=2": "messages takes 1 or 0",
+    f"/api/streams/{_NOTES}?group=check": "does not take group",
+    f"/api/keys?stream={_NOTES}&group=check&limit=-1": "limit takes a number of keys",
+    f"/api/keys?stream={_NOTES}&group=check&cursor=%25%25": "is no cursor",
+    f"/api/keys?stream={_NOTES}&group=check&prefix=a&key=b": "not both",
+    f"/api/keys?stream={_NOTES}": "keys takes a stream",
+    f"/api/keys?stream={_NOTES}&group=check&after=x": "does not take after",
+}
 
 
 #: The keys :func:`keyed_totals` writes; key ``i`` holds ``(i + 1) * 10``.
