@@ -842,7 +842,8 @@ def _node_runs_table(runs: list[dict[str, Any]], colours: Colours) -> list[str]:
     for run in runs:
         status = colours.status(run["status"])
         if run["error"]:  # its status said once: "failed with E", or "cancelled, failed with E"
-            status += f" with {run['error']}" if run["status"] == "failed" else f", failed with {run['error']}"
+            failed = run["status"] == "failed"
+            status += f" with {run['error']}" if failed else f", failed with {run['error']}"
         lines.append(
             f"  {run['run_id']}: graph {run['graph']} version {run['version']}, "
             f"{status}, started {run['starts']} time(s)"

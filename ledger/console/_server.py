@@ -19,6 +19,7 @@ import hmac
 import ipaddress
 import json
 import mimetypes
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -67,7 +68,7 @@ def _limit(query: dict[str, str], default: int, what: str = "messages") -> int:
 
 
 def _flag(query: dict[str, str], name: str) -> bool:
-    """A yes-or-no parameter: ``1`` or ``0`` (absent or empty: no); anything else is :class:`ConsoleQueryError`."""
+    """A yes-or-no parameter: ``1`` or ``0`` (absent or empty: no); else :class:`ConsoleQueryError`."""
     given = query.get(name) or "0"
     if given not in ("0", "1"):
         raise ConsoleQueryError(f"{name} takes 1 or 0, not {given!r}")
@@ -148,6 +149,8 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "streamledger-console"
+        #: Whether the request's answer has begun (its status sent): a failure after it cannot be said.
+        answered = False
 
         def do_GET(self) -> None:
             url = urlsplit(self.path)
@@ -157,10 +160,18 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
                     401, {"error": "this console needs its token: ?token=TOKEN or Authorization: Bearer"}
                 )
                 return
+            self.answered = False
             try:
                 self._route(url.path, query)
             except ConsoleQueryError as exc:  # a parameter the view cannot take: nothing was sent yet
                 self._json(400, {"error": str(exc)})
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the page went away
+            except Exception as exc:  # a read of the ledger failed: said, never a dropped connection
+                said = f"{type(exc).__name__}: {exc}"
+                sys.stderr.write(f"console: {url.path} failed: {said}\n")
+                if not self.answered:
+                    self._json(500, {"error": said})
 
         def _route(self, path: str, query: dict[str, str]) -> None:
             _check_names(path, query)
@@ -246,6 +257,7 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
             self._send(status, "application/json", json.dumps(value).encode())
 
         def _send(self, status: int, kind: str, body: bytes, *, cookie: str | None = None) -> None:
+            self.answered = True
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
@@ -259,6 +271,7 @@ def _handler(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
 
         def _events(self) -> None:
             """One ``read`` event per read of the ledger, until the client goes or the console stops."""
+            self.answered = True
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             for name, value in _SECURITY:

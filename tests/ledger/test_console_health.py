@@ -12,7 +12,9 @@ ages and the reads are the test's, never the machine's speed.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,7 +34,7 @@ from streams import Key, MessageTx, Stream, handle_messages, open_scope
 
 from ..ledger_command import ledger_command
 from .conftest import Opener
-from .test_console import _target, console, got
+from .test_console import _target, console, got, request
 
 ORDERS = Key("orders", Stream[int])
 #: The stream :func:`append` writes, and its one group.
@@ -249,3 +251,26 @@ def test_the_lag_age_flag_takes_an_age_and_refuses_anything_else(tmp_path: Path)
         assert got(url, "/api/overview")["lag_age"] == 30.0  # the default
     with console(target, "--lag-age", "15m") as url:
         assert got(url, "/api/overview")["lag_age"] == 900.0
+
+
+async def test_a_view_whose_read_fails_is_a_500_with_the_reason_and_the_console_serves_on(
+    open_any: Opener, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read that fails beside the owner (the ledger moved under it, a reader slot short) is
+    answered 500 with what failed, never a connection closed without an answer; the next request
+    is served."""
+    target = await append(open_any, 3)
+    async with watched(target, Clock()) as (watcher, url):
+        await anyio.to_thread.run_sync(watcher.read)
+
+        def fails(*args: Any, **kwargs: Any) -> Any:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(watcher, "_tools", dataclasses.replace(watcher._tools, messages=fails))
+        path = f"/api/streams/{quote(STREAM, safe='')}?messages=1"
+        status, headers, body = await anyio.to_thread.run_sync(request, url, path)
+        overview = await anyio.to_thread.run_sync(got, url, "/api/overview")
+    assert (status, headers["content-type"]) == (500, "application/json")
+    assert json.loads(body) == {"error": "OSError: [Errno 5] Input/output error"}
+    assert [s["stream"] for s in overview["streams"]] == [STREAM]
+    assert "failed: OSError: [Errno 5] Input/output error" in capsys.readouterr().err
