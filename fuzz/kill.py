@@ -26,12 +26,17 @@ from .workload import WorkloadViolation, check_answer, check_confirmed, read
 ROOT = Path(__file__).resolve().parents[1]
 #: Orders per round: enough that the workload rarely finishes before its kills.
 N = 150_000
+#: The longest a run of the workload lives before its kill. Longer than the interpreter's start and the
+#: ledger's open (a second on a loaded 2-core machine), so that kills land inside the handlers'
+#: transactions, not only in the start of a process that has not opened the ledger yet.
+MAX_DELAY = 1.6
 
 
 def one_round(kills: int, seed: int, *, messages: int = N) -> int:
     """One fresh ledger killed up to ``kills`` times, checked after each; returns the kills that landed.
 
-    Fewer land when the workload finishes first. Raises :class:`HistoryViolation`.
+    Each run is killed after a random delay of up to :data:`MAX_DELAY` seconds. Fewer kills land when
+    the workload finishes first. Raises :class:`HistoryViolation`.
     """
     with tempfile.TemporaryDirectory(prefix="kill-") as tmp:
         path = Path(tmp) / "ledger"
@@ -44,7 +49,7 @@ def one_round(kills: int, seed: int, *, messages: int = N) -> int:
 
         command = [sys.executable, "-m", "fuzz.workload", str(path), "--messages", str(messages)]
         landed = kill_until_done(
-            command, kills=kills, max_delay=0.6, seed=seed, after_kill=after_kill, cwd=ROOT
+            command, kills=kills, max_delay=MAX_DELAY, seed=seed, after_kill=after_kill, cwd=ROOT
         )
         history.observe()
         try:

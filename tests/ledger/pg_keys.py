@@ -184,7 +184,8 @@ def schema_of(url: str) -> str:
 def copy(reference: str, name: str) -> str:
     """A copy of the reference ledger in schema ``name`` of the same database: its URL."""
     source = schema_of(reference)
-    with psycopg.connect(reference, autocommit=True) as conn:
+    # one transaction, so one commit (and one flush of the server's log) where each statement was one
+    with psycopg.connect(reference) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
         conn.execute(f"CREATE SCHEMA {name}")
         for table in TABLES:

@@ -24,6 +24,9 @@ from ledger.testing import LedgerHistory, kill_until_done
 ROOT = Path(__file__).resolve().parents[2]
 N = 400_000
 KILLS = 8
+#: The longest a run of the demo lives before its kill: past the interpreter's start and the ledger's
+#: open (about a second on a loaded 2-core machine), so that kills land while it bills and audits.
+MAX_DELAY = 1.6
 
 
 def inspect(path: Path) -> dict[str, dict[str, Any]]:
@@ -98,7 +101,9 @@ def test_demo_killed_at_random_moments_ends_with_the_uninterrupted_answer(tmp_pa
             frontiers.append(check_one_transaction_per_message(streams))
 
     command = [sys.executable, "-m", "ledger", "demo", str(path), "--messages", str(N)]
-    landed = kill_until_done(command, kills=KILLS, max_delay=0.5, seed=seed, after_kill=after_kill, cwd=ROOT)
+    landed = kill_until_done(
+        command, kills=KILLS, max_delay=MAX_DELAY, seed=seed, after_kill=after_kill, cwd=ROOT
+    )
     print(f"{landed} kills landed; billed and audited after each: {frontiers}")
     assert landed >= 1
     history.observe()

@@ -8,9 +8,12 @@ sweeps every row.
 from __future__ import annotations
 
 import collections
+from typing import Any
 
+import anyio
 import pytest
 
+from .. import pg_server
 from . import pg_keys
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -31,21 +34,27 @@ SAMPLED = sorted(set(pg_keys.KEYS) - {"streamledger_scopes"})
 UNREAD = {"streamledger_attempts"}
 
 
+@pytest.fixture(scope="module")
+def reference(postgres_server: Any) -> tuple[str, dict[str, Any]]:
+    """The reference ledger and what each path reads of it, built once a worker: every case changes a
+    copy of it in a schema of its own (``pg_keys.outcome``), never the reference itself."""
+    url = pg_server.new_ledger_url()
+    anyio.run(pg_keys.build, url)
+    return url, pg_keys.reference_answers(url)
+
+
 @pytest.mark.parametrize("table", SAMPLED)
 def test_each_key_column_changed_gives_the_same_answer_or_a_typed_refusal(
-    postgres_url: str, table: str
+    reference: tuple[str, dict[str, Any]], table: str
 ) -> None:
-    import anyio
-
-    anyio.run(pg_keys.build, postgres_url)
-    answers = pg_keys.reference_answers(postgres_url)
+    url, answers = reference
     seen: collections.Counter[str] = collections.Counter()
     bad = []
-    sample = [case for case in pg_keys.cases(postgres_url) if case.row == 0 and case.table == table]
+    sample = [case for case in pg_keys.cases(url) if case.row == 0 and case.table == table]
     assert {case.column for case in sample} == set(pg_keys.KEYS[table])  # the table has a row to change
     for i, case in enumerate(sample):
         for path in ("inspect", "messages", *pg_keys.PATHS):
-            found = pg_keys.outcome(postgres_url, answers, case, path, f"sweep_{i}")
+            found = pg_keys.outcome(url, answers, case, path, f"sweep_{i}")
             seen[found.split(" ")[0]] += 1
             if found.startswith(("OTHER", "UNTYPED", "WROTE")):
                 bad.append((case.table, case.column, path, found[:300]))

@@ -13,13 +13,19 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+#: A program on PostgreSQL costs the most (a schema made and its tables created for each, a round trip
+#: for each call; on the loaded 2-core machine these four machines took 35-67 s each, LMDB's 12-15 s):
+#: half the programs here, each as long, and ``python -m fuzz --only postgres`` (or ``lockstep``) runs
+#: the same machines 25 programs of 60 rules a round for as long as it is given.
+ON_POSTGRES = settings(SETTINGS, max_examples=10)
 
 
 def _case(machine: type[LedgerMachine] | type[LockstepMachine]) -> object:
     case = machine.TestCase
-    case.settings = SETTINGS
     if issubclass(machine, LockstepMachine) or machine.kind == "postgres":
+        case.settings = ON_POSTGRES
         return pytest.mark.postgres(case)
+    case.settings = SETTINGS
     return case
 
 
