@@ -276,18 +276,21 @@ async def test_runs_show_gives_a_running_nodes_progress_from_its_groups_frontier
 
 NOTES = Key("notes", Stream[str])
 COUNT = Key("count", int)
+ALL_SENT = Key("all_sent", int)
 
 
 def noting(hold: anyio.Event) -> Graph:
-    """A writer of N notes, and a counter that handles two of them (confirmed), then holds."""
+    """A writer of N notes, and a counter that handles two of them (confirmed), then holds; the counter
+    starts once the writer's completion is confirmed (it requires ALL_SENT), so a hold seen means both."""
     g = Graph("noting", version="1", inputs=[N])
 
-    @g.node(requires=[N], provides=[NOTES])
+    @g.node(requires=[N], provides=[NOTES, ALL_SENT])
     async def write(ctx: NodeContext) -> None:
         for i in range(ctx[N]):
             await ctx.writer(NOTES).send(f"note {i}")
+        ctx.set(ALL_SENT, ctx[N])
 
-    @g.node(requires=[NOTES], provides=[COUNT])
+    @g.node(requires=[NOTES, ALL_SENT], provides=[COUNT])
     async def count(ctx: NodeContext) -> None:
         async def one(tx: MessageTx[int], note: str) -> None:
             tx.set_state(tx.state + 1)
