@@ -36,10 +36,14 @@ def find_binaries() -> Path | None:
 class PrivateServer:
     """A running private server; :attr:`url` reaches its ``postgres`` database."""
 
-    def __init__(self, root: Path, binaries: Path, user: str | None) -> None:
+    def __init__(self, root: Path, binaries: Path, user: str | None, *, fsync: bool = True) -> None:
         self.root = root
         self.binaries = binaries
         self.user = user  # run the server as this user (when we are root)
+        #: Whether the server flushes its WAL to disk at each commit. Off, a commit still writes its WAL
+        #: before it returns (``synchronous_commit`` stays on), so it survives any process's crash, the
+        #: server's too, but not the machine's: for a suite that kills processes, never for figures.
+        self.fsync = fsync
         self.data = root / "data"
         self.socket_dir = root / "socket"
 
@@ -79,7 +83,7 @@ class PrivateServer:
                 f"-c unix_socket_directories='{self.socket_dir}'",
                 "-c max_connections=200",
                 "-c synchronous_commit=on",
-                "-c fsync=on",
+                f"-c fsync={'on' if self.fsync else 'off'}",
             )
         )
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options, "-w", "start")
@@ -91,8 +95,12 @@ class PrivateServer:
 
 
 @contextmanager
-def private_server() -> Iterator[PrivateServer]:
-    """Start a private server in a new temporary directory; stop it and remove the directory after."""
+def private_server(*, fsync: bool = True) -> Iterator[PrivateServer]:
+    """Start a private server in a new temporary directory; stop it and remove the directory after.
+
+    ``fsync=False`` (:attr:`PrivateServer.fsync`) for a test suite: commits survive a killed process,
+    not a lost machine.
+    """
     binaries = find_binaries()
     if binaries is None:
         raise ServerUnavailableError(
@@ -101,7 +109,7 @@ def private_server() -> Iterator[PrivateServer]:
     user = "postgres" if os.geteuid() == 0 else None
     root = Path(tempfile.mkdtemp(prefix="streamledger-pg-"))
     os.chmod(root, 0o755)
-    server = PrivateServer(root, binaries, user)
+    server = PrivateServer(root, binaries, user, fsync=fsync)
     try:
         server.start()
         yield server

@@ -50,6 +50,23 @@ def own_server() -> Iterator[PrivateServer]:
         pytest.fail(f"the PostgreSQL ledger's tests need a server: {exc}", pytrace=False)
 
 
+def test_a_private_server_flushes_its_wal_by_default_and_the_suites_only_writes_it(
+    own_server: PrivateServer, postgres_server: PrivateServer
+) -> None:
+    """The default server is durable as a deployment is; the suite's survives every process crash
+    (its commits wait for the WAL's write) but skips the flush, which only a lost machine needs."""
+
+    def settings(server: PrivateServer) -> tuple[str, str]:
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            [(fsync,)] = conn.execute("SHOW fsync").fetchall()
+            [(synchronous,)] = conn.execute("SHOW synchronous_commit").fetchall()
+        return str(fsync), str(synchronous)
+
+    new_url(own_server)  # up, if a test before left it down
+    assert (own_server.fsync, settings(own_server)) == (True, ("on", "on"))
+    assert (postgres_server.fsync, settings(postgres_server)) == (False, ("off", "on"))
+
+
 def new_url(server: PrivateServer) -> str:
     """A URL of a new, empty ledger on ``server``: a schema of its own."""
     if not (server.data / "postmaster.pid").exists():  # a test before left it down
