@@ -292,6 +292,27 @@ def not_ended(run_id: str) -> RunNotEndedError:
     return RunNotEndedError(f"run {run_id!r} is running: a running run is not deleted; cancel it first")
 
 
+def refusal(act: str, run_id: str, status: str) -> RunFinishedError | RunNotEndedError | None:
+    """What ``act`` (``cancel``, ``retry``, ``delete``) refuses a run of ``status`` with; None where it
+    applies: the one rule of the acts, and of what their dry runs (``runs ... --dry-run``) say."""
+    if act == "cancel":
+        return (
+            None
+            if status == "running"
+            else RunFinishedError(f"run {run_id!r} is {status}: there is nothing to cancel")
+        )
+    if act == "delete":
+        return not_ended(run_id) if status == "running" else None
+    if status == "completed":
+        return RunFinishedError(f"run {run_id!r} completed: there is nothing to retry")
+    if status == "running":
+        return RunNotEndedError(
+            f"run {run_id!r} is running: only a run that failed for good or was cancelled is "
+            "retried; cancel it first to run it again from its start"
+        )
+    return None
+
+
 def run_exists(run_id: str) -> RunExistsError:
     return RunExistsError(f"run {run_id!r} exists already: resume it, or use a new run id")
 
@@ -556,8 +577,8 @@ class Runs:
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError("a cancel says why: give reason=")
         record = await self._known(run_id)
-        if record.status != "running":
-            raise RunFinishedError(f"run {run_id!r} is {record.status}: there is nothing to cancel")
+        if (refused := refusal("cancel", run_id, record.status)) is not None:
+            raise refused
         cancel = RunCancel(by, reason, time.time())
         record = stamped(msgspec.structs.replace(record, status="cancelled", cancelled=cancel))
         await self._book.write(record, new=False)
@@ -588,13 +609,10 @@ class Runs:
         ended = record.status
         if ended == "running" and await self._book.nodes.scope_failed(record.scope):
             ended = "failed"  # its final failure was confirmed, and its process ended before its record
-        if ended == "completed":
-            raise RunFinishedError(f"run {run_id!r} completed: there is nothing to retry")
-        if ended == "running" or run_id in self._active:
-            raise RunNotEndedError(
-                f"run {run_id!r} is running: only a run that failed for good or was cancelled is "
-                "retried; cancel it first to run it again from its start"
-            )
+        if ended != "completed" and run_id in self._active:
+            ended = "running"  # it runs in this process
+        if (refused := refusal("retry", run_id, ended)) is not None:
+            raise refused
         assert ended in ("failed", "cancelled")
         error = record.error if ended == "failed" else None
         retry = RunRetry(by, reason, time.time(), ended, error)

@@ -25,7 +25,7 @@ import anyio
 from ._connect import connect, is_url, tools_for
 from ._errors import RunFinishedError, RunNotEndedError, UnknownRunError
 from ._ledger import Ledger
-from ._runs import in_root_scope, not_ended, root_scope
+from ._runs import in_root_scope, refusal, root_scope
 from ._runs_report import NOT_ENDED, add_filters, chosen, found_run
 
 __all__ = ["APPLIES", "act_problem", "add_act_commands", "run_act"]
@@ -135,20 +135,12 @@ def run_act(args: argparse.Namespace) -> tuple[str, bool]:
 
 def _applies(action: str, run: dict[str, Any]) -> dict[str, Any]:
     """``run``, if ``action`` applies to it; else the error the act would raise (a dry run is refused as
-    the act would be)."""
-    name, status = run["run_id"], run["status"]
-    if status in APPLIES[action]:
-        return run
-    if action == "cancel":
-        raise RunFinishedError(f"run {name!r} is {status}: there is nothing to cancel")
-    if action == "delete":
-        raise not_ended(name)
-    if status == "completed":
-        raise RunFinishedError(f"run {name!r} completed: there is nothing to retry")
-    raise RunNotEndedError(
-        f"run {name!r} is {status}: only a run that failed for good or was cancelled is retried; "
-        "cancel it first"
-    )
+    the act would be, by the same rule: :func:`ledger._runs.refusal`)."""
+    status = "running" if run["status"] in NOT_ENDED else run["status"]  # its record's, as the act reads it
+    refused = refusal(action, run["run_id"], status)
+    if refused is not None:
+        raise refused
+    return run
 
 
 def _plan(action: str, run: dict[str, Any], streams: list[dict[str, Any]]) -> dict[str, Any]:
