@@ -47,8 +47,6 @@ KEPT: Final = 1800
 LAG_AGE: Final = 30.0
 #: Reads in a row at each of which a group's lag rose, for it to be lagging: a trend, not one noisy step.
 GROWING_READS: Final = 5
-#: Statuses of a run a page filters by.
-RUN_STATUSES: Final = STATUSES
 #: How a stream of dead letters names its type: by shape, or by module as releases before did.
 _DEAD_LETTER_TYPES: Final = (type_name(DeadLetter), "streams._dead_letter.DeadLetter[")
 
@@ -256,7 +254,7 @@ class Watcher:
         """Streams with their groups' health, lag, age and rates; runs by status; what needs a look."""
         report, read_at, error = self._current()
         streams = [self._stream_summary(stream, read_at) for stream in report["streams"]]
-        runs: dict[str, int] = dict.fromkeys(RUN_STATUSES, 0)
+        runs: dict[str, int] = dict.fromkeys(STATUSES, 0)
         for run in report["runs"]:
             runs[run["status"]] = runs.get(run["status"], 0) + 1
         groups = [g for s in streams for g in s["groups"]]
