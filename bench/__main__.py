@@ -949,6 +949,14 @@ def _parser() -> argparse.ArgumentParser:
         "--messages; 0 leaves it out)",
     )
     p.add_argument(
+        "--log-merge",
+        type=int,
+        default=50_000,
+        metavar="N",
+        help="keys the raw loop's log holds before it merges them into the table, in the --updates run "
+        "(default 50,000; 0 leaves the log loop out)",
+    )
+    p.add_argument(
         "--seconds",
         type=float,
         default=10.0,

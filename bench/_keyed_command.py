@@ -14,7 +14,10 @@ Three sets of figures, each configuration on a fresh store, medians of
 * ``updated_<K>``: the most of ``--keys`` with ``--updates`` orders (by
   default ten times ``--messages``: 200,000), every one an update of a
   customer the group holds, beside ``raw_updated_<K>``, the raw loop doing
-  the same: the keyed state as it runs for long, not only as it fills;
+  the same: the keyed state as it runs for long, not only as it fills; and
+  ``raw_log_updated_<K>``, the raw loop appending each transaction's totals
+  to a log merged into the table every ``--log-merge`` keys: the limit of a
+  log-structured layout on the same store;
 * ``members_<M>``: the same over ``--members-keys`` customers, in keyed
   state, on a stream of M partitions by customer handled by M handlers at
   once in one process (:mod:`bench._keyed_members`, ``--members``);
@@ -91,6 +94,7 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     updates: int = args.updates if args.updates is not None else 10 * n
     updated: list[KeyedRun] = []
     raw_updated: list[RawKeyedRun] = []
+    raw_log_updated: list[RawKeyedRun] = []
     members: dict[int, list[KeyedRun]] = {}
     pg_rounds: dict[int, list[dict[str, Any]]] = {}
     startups: list[float] = []
@@ -129,6 +133,16 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 progress(
                     f"  {widest:,} keys, {updates:,} orders, raw py-lmdb: {baseline.msgs_per_s:,.0f} msgs/s"
                 )
+                if args.log_merge:
+                    baseline = run_raw_keyed(
+                        updates, keys=widest, batch=args.window, log_merge=args.log_merge,
+                        workdir=args.workdir,
+                    )  # fmt: skip
+                    raw_log_updated.append(baseline)
+                    progress(
+                        f"  {widest:,} keys, {updates:,} orders, raw py-lmdb with a log merged every "
+                        f"{args.log_merge:,} keys: {baseline.msgs_per_s:,.0f} msgs/s"
+                    )
             for keys in expiring_keys:  # alternated with the same keys without a ttl, if measured
                 run = run_keyed(
                     n, keys=keys, state="expiring", seconds=args.seconds, window=args.window,
@@ -250,6 +264,18 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         out[f"ratio_updated_{label}_to_raw"] = (
             out[f"updated_{label}_msgs_per_s"] / out[f"raw_updated_{label}_msgs_per_s"]
         )
+    if raw_log_updated:
+        label = keys_label(max(args.keys))
+        out["log_merge"] = args.log_merge
+        out[f"raw_log_updated_{label}_msgs_per_s"] = _median([b.msgs_per_s for b in raw_log_updated])
+        out[f"ratio_raw_log_updated_{label}_to_raw_updated"] = (
+            out[f"raw_log_updated_{label}_msgs_per_s"] / out[f"raw_updated_{label}_msgs_per_s"]
+        )
+        # a log-structured layout's limit against the table's over the fewest keys (the 0.5 goal)
+        out[f"ratio_raw_log_updated_{label}_to_raw_keyed_{keys_label(min(args.keys))}"] = (
+            out[f"raw_log_updated_{label}_msgs_per_s"]
+            / out[f"raw_keyed_{keys_label(min(args.keys))}_msgs_per_s"]
+        )
     for m, runs in members.items():
         out.update(_lmdb_figures(f"members_{m}", runs))
     fewest, most = min(args.keys), max(args.keys)
@@ -281,6 +307,10 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
             {"keys": b.keys, "state": "raw py-lmdb", "messages": b.messages, "msgs_per_s": b.msgs_per_s}
             for baselines in [*raw.values(), raw_updated]
             for b in baselines
+        ),
+        *(
+            {"keys": b.keys, "state": "raw py-lmdb, log", "messages": b.messages, "msgs_per_s": b.msgs_per_s}
+            for b in raw_log_updated
         ),
         *({**r.summary(), "members_mode": MEMBERS_MODE} for runs in members.values() for r in runs),
         *(fig for figs in pg_rounds.values() for fig in figs),
@@ -385,6 +415,11 @@ def show_keyed(out: dict[str, Any]) -> str:
             (f"{widest:,} keys, {out['updates']:,} orders, raw py-lmdb loop",
              _cell(out[f"raw_updated_{label}_msgs_per_s"]), "-", "-")
         )  # fmt: skip
+        if f"raw_log_updated_{label}_msgs_per_s" in out:
+            rows.append(
+                (f"{widest:,} keys, {out['updates']:,} orders, raw py-lmdb, log merged every "
+                 f"{out['log_merge']:,} keys", _cell(out[f"raw_log_updated_{label}_msgs_per_s"]), "-", "-")
+            )  # fmt: skip
     rows += [
         _lmdb_row(out, f"expiring_{keys_label(k)}", f"{k:,} keys with a ttl, one group")
         for k in out["expiring_keys"]

@@ -342,7 +342,7 @@ def test_latency_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_
 
 KEYED_TINY = (
     "keyed", "--messages", "300", "--keys", "10,100", "--expiring-keys", "100", "--explicit-keys", "10",
-    "--members", "1,2",
+    "--members", "1,2", "--log-merge", "50",
 )  # fmt: skip
 
 
@@ -361,13 +361,17 @@ def test_keyed_bench_reports_keys_members_and_goals(
     assert out["keyed_100_state_bytes"] > out["keyed_10_state_bytes"]
     assert out["explicit_keys"] == [10] and "explicit_100_msgs_per_s" not in out
     states = {r["state"] for r in out["runs"] if "state" in r}
-    assert states == {"keyed", "expiring", "explicit", "raw py-lmdb"}
+    assert states == {"keyed", "expiring", "explicit", "raw py-lmdb", "raw py-lmdb, log"}
     assert out["ratio_expiring_100_to_keyed"] > 0
     assert out["members_mode"] == "a stream of M partitions by customer, one handler each, in one process"
     assert out["raw_keyed_10_msgs_per_s"] > 0 and out["ratio_keyed_100_to_raw"] > 0
     # the most keys run long (ten times the orders), each order an update, beside the raw loop
     assert out["updates"] == 3000 and out["updated_100_messages"] == 2999  # the first, untimed, seeds
     assert out["raw_updated_100_msgs_per_s"] > 0 and out["ratio_updated_100_to_raw"] > 0
+    # and a raw loop appending to a log merged into the table, the limit of a log-structured layout
+    assert out["log_merge"] == 50 and out["raw_log_updated_100_msgs_per_s"] > 0
+    assert out["ratio_raw_log_updated_100_to_raw_updated"] > 0
+    assert out["ratio_raw_log_updated_100_to_raw_keyed_10"] > 0
     assert out["ratio_keyed_100_to_10"] > 0 and out["ratio_members_2_to_1"] > 0
     assert out["postgres_skipped"] == "--skip-postgres"
     assert "pg_rollbacks_per_1k_txns" not in out
