@@ -54,8 +54,11 @@ PG_MODES: Final = {
 #: The goals of the issue "Keyed state and partitioned streams".
 GOAL_MOST_KEYS_TO_FEWEST = 0.8
 GOAL_MEMBERS_TO_ONE = 0.9
-#: The issue "Keyed state a million keys wide": expiry costs at most 5% of the rate without it.
+#: The issue "Keyed state a million keys wide": expiry costs at most 5% of the rate without it,
+#: the most keys run at half the rate of the fewest, and every key count at 0.8 of the raw loop.
 GOAL_EXPIRING_TO_KEYED = 0.95
+GOAL_MOST_KEYS_TO_FEWEST_WIDE = 0.5
+GOAL_KEYED_TO_RAW = 0.8
 GOAL_PG_CPU_TO_ONE_WORKER = 1.1
 GOAL_PG_ROLLBACKS_PER_1K = 1.0
 
@@ -257,6 +260,9 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         out[f"ratio_keyed_{label}_to_raw"] = (
             out[f"keyed_{label}_msgs_per_s"] / out[f"raw_keyed_{label}_msgs_per_s"]
         )
+        goals[f"keyed_{label}_at_least_{GOAL_KEYED_TO_RAW}_of_raw_keyed_{label}"] = (
+            out[f"ratio_keyed_{label}_to_raw"] >= GOAL_KEYED_TO_RAW
+        )
     if updated:
         label = keys_label(max(args.keys))
         out.update(_lmdb_figures(f"updated_{label}", updated))
@@ -283,9 +289,8 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         few, many = keys_label(fewest), keys_label(most)
         ratio = out[f"keyed_{many}_msgs_per_s"] / out[f"keyed_{few}_msgs_per_s"]
         out[f"ratio_keyed_{many}_to_{few}"] = ratio
-        goals[f"keyed_{many}_at_least_{GOAL_MOST_KEYS_TO_FEWEST}_of_keyed_{few}"] = (
-            ratio >= GOAL_MOST_KEYS_TO_FEWEST
-        )
+        for goal in (GOAL_MOST_KEYS_TO_FEWEST, GOAL_MOST_KEYS_TO_FEWEST_WIDE):
+            goals[f"keyed_{many}_at_least_{goal}_of_keyed_{few}"] = ratio >= goal
         # the same ratio for the store alone: what the disk and LMDB's pages allow
         out[f"ratio_raw_keyed_{many}_to_{few}"] = (
             out[f"raw_keyed_{many}_msgs_per_s"] / out[f"raw_keyed_{few}_msgs_per_s"]

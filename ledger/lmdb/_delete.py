@@ -5,7 +5,7 @@ the engine opened under one (:func:`ledger._runs.in_root_scope`). Its node
 records are the retry boundaries whose parent is such a scope, the scope
 records, and the confirmed nodes of those scopes; its streams are those
 whose scope is one, with their messages, group frontiers, budgets and keyed
-state. The ``attempts``, ``nodes`` and ``keyed`` manifests are counted down
+state. The ``attempts``, ``nodes``, ``keyed`` and ``keyed_log`` manifests are counted down
 in the same transaction.
 
 A stream id is never freed (``check`` holds every id up to the counter to a
@@ -119,7 +119,7 @@ def _delete_streams(
         if len(key) == 9 and chosen(desc := decode_record(value, _descriptor_decoder, db="streams", key=key))
     ]
     messages = 0
-    budgets, keyed = KeyTally(), KeyTally()
+    budgets, keyed, keyed_log = KeyTally(), KeyTally(), KeyTally()
     for stream_id, desc in found:
         prefix = U64.pack(stream_id)
         runs = list(_under(txn, dbs["messages"], prefix))
@@ -129,10 +129,15 @@ def _delete_streams(
         _remove(txn, dbs["attempts"], [key for key, _ in _under(txn, dbs["attempts"], prefix)], budgets)
         if "keyed" in dbs:
             _remove(txn, dbs["keyed"], [key for key, _ in _under(txn, dbs["keyed"], prefix)], keyed)
+        if "keyed_log" in dbs:
+            log = dbs["keyed_log"]
+            _remove(txn, log, [key for key, _ in _under(txn, log, prefix)], keyed_log)
         _remove(txn, streams, [index_key(desc.ref), descriptor_key(stream_id)])
         tombstone = deleted_key(stream_id)
         txn.put(tombstone, seal("streams", tombstone, _encoder.encode(str(desc.ref))), db=streams)
     write_tally(txn, dbs["meta"], "attempts", budgets)
     if "keyed" in dbs:
         write_tally(txn, dbs["meta"], "keyed", keyed)
+    if "keyed_log" in dbs:
+        write_tally(txn, dbs["meta"], "keyed_log", keyed_log)
     return [desc.ref for _, desc in found], messages

@@ -47,7 +47,8 @@ from .._errors import (
 from .._format import CODEC, CODEC_VERSION, LedgerMeta
 from ._commit import LmdbBatches, LmdbWrite
 from ._files import check_data_file, damaged, holds_no_commit, never_held_records
-from ._layout import DATABASES, KEYED_SCHEMA, META_KEY, SCHEMA_VERSION, databases_of
+from ._keyed_log import KeyedLogs
+from ._layout import DATABASES, KEYED_LOG_SCHEMA, KEYED_SCHEMA, META_KEY, SCHEMA_VERSION, databases_of
 from ._manifest import MANIFESTED, Manifest, put_manifest
 from ._owner import OWNER_FILE, clear_owner, read_owner, write_owner
 from ._seal import decode_record, seal
@@ -56,8 +57,8 @@ __all__ = ["CODEC", "CODEC_VERSION", "SCHEMA_VERSION", "LedgerEnv", "WriteTicket
 
 FORMAT: Final = "streamledger"
 #: The older schemas this build opens: its first write open upgrades one to SCHEMA_VERSION in one commit
-#: (schema 3 gets its manifests, both get the ``keyed`` database); read-only, it is read as it is.
-_UPGRADABLE: Final = (3, 4)
+#: (schema 3 gets its manifests, 3 and 4 the ``keyed`` database, each ``keyed_log``); read-only, as it is.
+_UPGRADABLE: Final = (3, 4, 5)
 
 
 T = TypeVar("T")
@@ -124,6 +125,8 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
         self._committer = None  # while serving writes
         self._map_lock = threading.Lock()
         self._closed = False
+        #: The groups' keyed logs as decoded in this process (``ledger/lmdb/_keyed_log.py``).
+        self.keyed_logs = KeyedLogs()
         #: Called on the writer thread after each committed batch with its writes and successes (bench).
         self.batch_observer: Callable[[int, int], None] | None = None
         #: Called on the writer thread after each batch with ``time.perf_counter()`` readings: when the
@@ -274,9 +277,11 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
         written unless it is sound and ``upgrade`` (opened for writing) finds
         it of an older schema: then, in one commit with the schema record of
         :data:`SCHEMA_VERSION`, a schema 3 ledger gets its manifests, computed
-        from what it holds, and a schema 3 or 4 one the empty ``keyed``
-        database and its manifest. Read-only, an older ledger has no
-        ``keyed`` database and reads as holding no keyed state.
+        from what it holds, a schema 3 or 4 one the empty ``keyed``
+        database and its manifest, and one of schema 5 or before the empty
+        ``keyed_log`` and its manifest. Read-only, an older ledger has no
+        ``keyed`` database and reads as holding no keyed state, or no
+        ``keyed_log`` and reads its keyed state from ``keyed`` alone.
         """
         from ._verify import verify_open  # the record modules it reads import this one
 
@@ -298,13 +303,14 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
         with self._env.begin(write=True) as txn:
             meta_db = self._dbs["meta"]
             if meta.schema_version < 4:
-                for name in (m for m in MANIFESTED if m != "keyed"):  # keyed's is written below
+                for name in (m for m in MANIFESTED if m not in ("keyed", "keyed_log")):  # below
                     found = tallies.get(name)
                     put_manifest(txn, meta_db, name, Manifest() if found is None else found.as_manifest())
-            if meta.schema_version < KEYED_SCHEMA:
-                added["keyed"] = self._env.open_db(b"keyed", txn=txn)
-                found = tallies.get("keyed")  # None: the database is new
-                put_manifest(txn, meta_db, "keyed", Manifest() if found is None else found.as_manifest())
+            for name, since in (("keyed", KEYED_SCHEMA), ("keyed_log", KEYED_LOG_SCHEMA)):
+                if meta.schema_version < since:
+                    added[name] = self._env.open_db(name.encode(), txn=txn)
+                    found = tallies.get(name)  # None: the database is new
+                    put_manifest(txn, meta_db, name, Manifest() if found is None else found.as_manifest())
             record = msgspec.structs.replace(meta, schema_version=SCHEMA_VERSION)
             txn.put(META_KEY, seal("meta", META_KEY, msgspec.msgpack.encode(record)), db=meta_db)
         self._dbs.update(added)  # their handles are valid once the commit is

@@ -121,7 +121,7 @@ def view_keys(
     """The confirmed keyed state of ``group`` on ``ref`` in the LMDB ledger ``env`` (:func:`keys_of`)."""
     if not (env.has_db("streams") and env.has_db("groups")):
         raise StreamNotFoundError(f"the ledger at {env.path} holds no stream {ref}")
-    dbs = {name: env.db(name) for name in ("streams", "groups", "keyed") if env.has_db(name)}
+    dbs = {name: env.db(name) for name in ("streams", "groups", "keyed", "keyed_log") if env.has_db(name)}
     with env.read() as txn:
-        view = LmdbView(txn, dbs, {})
+        view = LmdbView(txn, dbs, {}, logs=env.keyed_logs)  # decoded logs, where its snapshot agrees
         return keys_of(view, ref, group, f"the ledger at {env.path}", start=start, stop=stop, limit=limit)

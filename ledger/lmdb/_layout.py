@@ -9,7 +9,7 @@ contiguous and in order::
     meta        b"schema"                                 LedgerMeta
     meta        b"manifest/" + db name                    Manifest of attempts, nodes, graph_runs
                                                           (ledger.lmdb._manifest; schema 4)
-                                                          and keyed (schema 5)
+                                                          and keyed (schema 5), keyed_log (6)
     streams     b"c"                                      last stream id (msgpack int)
     streams     b"r" + msgpack([scope, node, key])        stream id (msgpack int)
     streams     b"d" + id                                 StreamDescriptor
@@ -30,6 +30,9 @@ contiguous and in order::
                 or, when the group is longer than         (schema 5)
                 MAX_KEYED_GROUP bytes:
                 id + 0xff + digest(group) + key
+    keyed_log   the group's keyed prefix + seq            msgpack list of [key, value or nil]:
+                   + 8 random bytes                       one commit's writes of the group's keys,
+                                                          in key order (schema 6)
 
 A key part that would make a ``streams``, ``groups`` or ``attempts`` key
 longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
@@ -49,6 +52,13 @@ is the committed value bytes only; no name is repeated in it, since
 stream's descriptor lists (:func:`keyed_prefix_of` reads one back from a
 key). Ledgers of schema 4 and before have no ``keyed`` database: until the
 first open for writing adds it, they hold no keyed state.
+
+A group's keyed state is the ``keyed`` range read through its ``keyed_log``
+range: a key's newest log entry, else its ``keyed`` record
+(:mod:`ledger.lmdb._keyed_log`, which says why, and when a log is merged into
+the table). The random bytes of a log key tell apart two records of one
+sequence number, one of them rolled back. Ledgers of schema 5 have no
+``keyed_log`` database: the first open for writing adds it, empty.
 """
 
 from __future__ import annotations
@@ -72,6 +82,7 @@ __all__ = [
     "DELETED_PREFIX",
     "DESCRIPTOR_PREFIX",
     "INDEX_PREFIX",
+    "KEYED_LOG_SCHEMA",
     "KEYED_SCHEMA",
     "SCHEMA_VERSION",
     "MAX_KEYED_GROUP",
@@ -104,8 +115,8 @@ __all__ = [
 ]
 
 #: 2: messages stored as runs; 3: checksums cover database, key and value; 4: manifests (_manifest.py);
-#: 5: the ``keyed`` database of groups' keyed state, with its manifest
-SCHEMA_VERSION: Final = 5
+#: 5: the ``keyed`` database of groups' keyed state, with its manifest; 6: ``keyed_log``, with its manifest
+SCHEMA_VERSION: Final = 6
 #: Every named database of a ledger, in creation order; opened (never created) when a ledger opens.
 DATABASES: Final = (
     "meta",  # the schema record
@@ -116,9 +127,12 @@ DATABASES: Final = (
     "graph_runs",  # pydantic-graph runs and step checkpoints
     "nodes",  # complete-node checkpoints
     "keyed",  # consumer groups' keyed state (schema 5)
+    "keyed_log",  # the keyed state's writes not yet merged into ``keyed`` (schema 6)
 )
 #: The schema from which a ledger holds the ``keyed`` database.
 KEYED_SCHEMA: Final = 5
+#: The schema from which a ledger holds the ``keyed_log`` database.
+KEYED_LOG_SCHEMA: Final = 6
 
 META_KEY: Final = b"schema"
 
@@ -181,8 +195,11 @@ def group_key(stream_id: int, group: str) -> bytes:
 
 
 def databases_of(schema_version: int) -> tuple[str, ...]:
-    """The databases a ledger of ``schema_version`` holds: ``keyed`` from :data:`KEYED_SCHEMA` on."""
-    return DATABASES if schema_version >= KEYED_SCHEMA else DATABASES[:-1]
+    """The databases a ledger of ``schema_version`` holds: ``keyed`` from :data:`KEYED_SCHEMA` on,
+    ``keyed_log`` from :data:`KEYED_LOG_SCHEMA` on."""
+    if schema_version >= KEYED_LOG_SCHEMA:
+        return DATABASES
+    return DATABASES[:-1] if schema_version >= KEYED_SCHEMA else DATABASES[:-2]
 
 
 #: Groups up to this many UTF-8 bytes are kept whole in ``keyed`` keys, longer ones digested:

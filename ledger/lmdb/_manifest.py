@@ -5,7 +5,7 @@ damaged key moves a record elsewhere, a damaged page hides it. For the
 databases whose records nothing else names (a message's budget in
 ``attempts``; a run's boundaries, scopes and node records in ``nodes``; a
 durable graph run's record and checkpoint in ``graph_runs``; a group's keyed
-state in ``keyed``) the ledger keeps
+state in ``keyed`` and ``keyed_log``) the ledger keeps
 a manifest in the ``meta`` database: how many keys the database holds and an
 order-independent digest of them, the XOR of each key's 128-bit BLAKE2b.
 Every write that adds or removes a key updates the manifest in the same
@@ -24,7 +24,8 @@ Ledgers of schema 3 have no manifests: the first open for writing computes
 them from a verified ledger and writes them with the current schema in one
 commit (:meth:`ledger.LedgerEnv._verify`); until then, reading them verifies
 everything but the manifests. Ledgers of schema 4 have no ``keyed``
-database and so no manifest of it: the same open adds both, empty.
+database and so no manifest of it, those of schema 5 no ``keyed_log``: the
+same open adds each, with its manifest, empty.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 #: The databases that keep a manifest in ``meta``.
-MANIFESTED: Final = ("attempts", "nodes", "graph_runs", "keyed")
+MANIFESTED: Final = ("attempts", "nodes", "graph_runs", "keyed", "keyed_log")
 _PREFIX: Final = b"manifest/"
 
 
@@ -98,7 +99,8 @@ class KeyTally:
 
 
 def read_manifest(txn: Any, meta_db: Any, db: str) -> Manifest | None:
-    """Database ``db``'s manifest, or None if the ledger keeps none (schema 3; ``keyed`` before 5)."""
+    """Database ``db``'s manifest, or None if the ledger keeps none (schema 3; ``keyed`` before 5,
+    ``keyed_log`` before 6)."""
     key = manifest_key(db)
     raw = txn.get(key, db=meta_db)
     return None if raw is None else decode_record(bytes(raw), _decoder, db="meta", key=key)

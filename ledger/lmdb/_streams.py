@@ -51,18 +51,22 @@ class LmdbStreamHooks:
 
     def __init__(self, env: LedgerEnv) -> None:
         self.env = env
-        names = ("streams", "messages", "groups", "attempts", "meta", "keyed")
-        self._dbs = {name: env.db(name) for name in names if name != "keyed" or env.has_db(name)}
+        names = ("streams", "messages", "groups", "attempts", "meta", "keyed", "keyed_log")
+        optional = ("keyed", "keyed_log")  # an older schema's ledger, read-only
+        self._dbs = {name: env.db(name) for name in names if name not in optional or env.has_db(name)}
         self._ids: dict[StreamRef, int] = {}
+        self._logs = env.keyed_logs
 
     def bind(self, txn: Any) -> LmdbView:
         """A view of the stream records inside another hook's write transaction (a node commit's)."""
-        return LmdbView(txn, self._dbs, self._ids)
+        return LmdbView(txn, self._dbs, self._ids, logs=self._logs, writer=True)
 
     def forget(self, refs: Iterable[StreamRef]) -> None:
         """Forget the ids of ``refs``: their streams were deleted, and a stream opened again gets a new id."""
         for ref in refs:
-            self._ids.pop(ref, None)
+            stream_id = self._ids.pop(ref, None)
+            if stream_id is not None:
+                self._logs.forget(stream_id)
 
     def learn(self, view: LmdbView) -> None:
         """Keep the stream ids ``view`` assigned, once its transaction committed."""
@@ -70,10 +74,10 @@ class LmdbStreamHooks:
             self._ids.update(view.ids)
 
     async def _write(self, op: Callable[[LmdbView], T]) -> tuple[T, int]:
-        dbs, known = self._dbs, self._ids
+        dbs, known, logs = self._dbs, self._ids, self._logs
 
         def run(txn: Any) -> tuple[T, int, dict[StreamRef, int]]:
-            view = LmdbView(txn, dbs, known)
+            view = LmdbView(txn, dbs, known, logs=logs, writer=True)
             result = op(view)
             view.flush()
             return result, view.reads, view.ids
@@ -117,7 +121,7 @@ class LmdbStreamHooks:
     def _read(self, fn: Callable[[LmdbView], T]) -> T:
         """``fn`` over one read transaction, inline; the stream ids it resolved are kept for the next."""
         with self.env.read() as txn:
-            view = LmdbView(txn, self._dbs, self._ids)
+            view = LmdbView(txn, self._dbs, self._ids, logs=self._logs)
             result = fn(view)
         if view.ids:
             self._ids.update(view.ids)

@@ -12,8 +12,8 @@ and that stays small as history grows:
   ever created in a ledger that exists, see :mod:`ledger.lmdb._env`);
 * ``meta`` holds the schema record and, from schema 4, the manifests
   (:mod:`ledger.lmdb._manifest`);
-* ``streams``, ``groups``, ``attempts``, ``nodes``, ``graph_runs`` and
-  (from schema 5) ``keyed`` are read whole: every record's checksum (it
+* ``streams``, ``groups``, ``attempts``, ``nodes``, ``graph_runs``,
+  (from schema 5) ``keyed`` and (from 6) ``keyed_log`` are read whole: every record's checksum (it
   covers the database's name and the key, so a record under a damaged key
   fails it), keys in strictly increasing order, every key found again by a
   lookup (a damaged branch page would send lookups elsewhere), the
@@ -48,6 +48,7 @@ import msgspec
 
 from streams import GroupFrontier
 from streams.store import (
+    MAX_KEY_BYTES,
     AttemptRecord,
     NodeAttemptRecord,
     NodeCheckpoint,
@@ -426,7 +427,7 @@ class _Checker:
                 self.problem(f"budget {key.hex()} belongs to no stream")
 
     def keyed(self, descriptors: dict[int, StreamDescriptor]) -> None:
-        """Each key well formed and of a group its stream lists (a removed group's keys went with it)."""
+        """Each key and log record well formed, of a group its stream lists (a removed group's go with it)."""
         prefixes = {keyed_prefix(i, group) for i, desc in descriptors.items() for group in desc.groups}
         for key, value in self.items("keyed"):
             if not self.sealed("keyed", key, value):
@@ -442,6 +443,24 @@ class _Checker:
                     self.problem(
                         f"keyed state {key.hex()} of stream {owner.ref} belongs to no group the stream lists"
                     )
+        for key, value in self.items("keyed_log"):
+            pairs = self.decode("keyed_log", key, value, list[tuple[bytes, bytes | None]])
+            if pairs is None:
+                continue
+            prefix = keyed_prefix_of(key[:-16])  # a group's prefix, a sequence number, eight random bytes
+            if prefix is None or len(prefix) != len(key) - 16:
+                self.problem(f"record {key.hex()} in database 'keyed_log' has no known layout")
+            elif prefix not in prefixes:
+                owner = descriptors.get(U64.unpack_from(key)[0])
+                if owner is None:
+                    self.problem(f"keyed log record {key.hex()} belongs to no stream")
+                else:
+                    self.problem(
+                        f"keyed log record {key.hex()} of stream {owner.ref} belongs to no group the "
+                        "stream lists"
+                    )
+            elif any(len(name) > MAX_KEY_BYTES for name, _ in pairs):
+                self.problem(f"keyed log record {key.hex()} holds a key longer than {MAX_KEY_BYTES} bytes")
 
     def nodes(self) -> None:
         keys: set[bytes] = set()

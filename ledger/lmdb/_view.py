@@ -18,6 +18,7 @@ while the environment opens.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from streams.store import (
 )
 
 from .._errors import CorruptRecordError, UnattributedBudgetsError
+from ._keyed_log import KeyedLogs, LogRead, clear_log, log_range, read_log, table_rows, write_log
 from ._layout import (
     CHUNK,
     COUNTER_KEY,
@@ -104,13 +106,26 @@ class LmdbView(CachedView):
     Reads are memory-mapped lookups, so a batch is read one key at a time.
     """
 
-    __slots__ = ("_dbs", "_known_ids", "_txn", "ids", "reads")
+    __slots__ = ("_dbs", "_known_ids", "_log_reads", "_logs", "_txn", "_writer", "ids", "reads")
 
-    def __init__(self, txn: Any, dbs: Mapping[str, Any], known_ids: Mapping[StreamRef, int]) -> None:
+    def __init__(
+        self,
+        txn: Any,
+        dbs: Mapping[str, Any],
+        known_ids: Mapping[StreamRef, int],
+        *,
+        logs: KeyedLogs | None = None,
+        writer: bool = False,
+    ) -> None:
         super().__init__()
         self._txn = txn
         self._dbs = dbs
         self._known_ids = known_ids
+        #: The environment's decoded keyed logs (:mod:`ledger.lmdb._keyed_log`); ``writer``: this
+        #: view's transaction is the writer thread's, which keeps them.
+        self._logs = logs
+        self._writer = writer
+        self._log_reads: dict[bytes, LogRead] = {}
         self.ids: dict[StreamRef, int] = {}
         self.reads = 0
 
@@ -281,18 +296,34 @@ class LmdbView(CachedView):
     # -- keyed state -----------------------------------------------------------------------
     # A ledger of schema 4 or before opened read-only has no ``keyed`` database: no keyed state.
 
+    def _log_read(self, prefix: bytes) -> LogRead | None:
+        """The group's log as this view's transaction holds it; None for a ledger with no log (schema 5)."""
+        db = self._dbs.get("keyed_log")
+        if db is None:
+            return None
+        found = self._log_reads.get(prefix)
+        if found is None:
+            found = self._log_reads[prefix] = read_log(self._txn, db, prefix, self._logs, writer=self._writer)
+        return found
+
     def _read_keyed(self, ref: StreamRef, group: str, keys: Sequence[bytes]) -> list[bytes | None]:
         stream_id = self._id(ref)
         db = self._dbs.get("keyed")
         if stream_id is None or db is None:
             return [None] * len(keys)
         prefix = keyed_prefix(stream_id, group)
+        log = self._log_read(prefix)
         get = self._txn.get
         found: list[bytes | None] = []
         for key in keys:
             if len(key) > MAX_KEY_BYTES:  # never stored: a commit refuses it
                 found.append(None)
                 continue
+            if log is not None:
+                logged, value = log.get(key)
+                if logged:
+                    found.append(value)
+                    continue
             raw_key = prefix + key
             raw = get(raw_key, db=db)
             found.append(None if raw is None else unseal(bytes(raw), db="keyed", key=raw_key))
@@ -300,8 +331,8 @@ class LmdbView(CachedView):
         return found
 
     def _clear_keyed(self, groups: Sequence[GroupKey]) -> None:
-        db = self._dbs["keyed"]
-        tally = KeyTally()
+        db, log_db = self._dbs["keyed"], self._dbs["keyed_log"]
+        tally, log_tally = KeyTally(), KeyTally()
         for ref, group in groups:
             stream_id = self._id(ref)
             if stream_id is None:
@@ -312,42 +343,38 @@ class LmdbView(CachedView):
                 while found and (key := bytes(cursor.key())).startswith(prefix):
                     tally.removed(key)
                     found = cursor.delete()
+            clear_log(self._txn, log_db, prefix, self._logs if self._writer else None, log_tally)
+            self._log_reads.pop(prefix, None)
         write_tally(self._txn, self._dbs["meta"], "keyed", tally)
+        write_tally(self._txn, self._dbs["meta"], "keyed_log", log_tally)
 
     def _write_keyed(self, writes: Mapping[GroupKey, Mapping[bytes, bytes | None]]) -> None:
-        txn, db = self._txn, self._dbs["keyed"]
-        tally = KeyTally()  # the keys added and removed, for the keyed state's manifest
+        """Each group's writes appended to its log, or merged with it into the table (``_keyed_log``)."""
+        txn = self._txn
+        tally, log_tally = KeyTally(), KeyTally()  # the keys added and removed, for the manifests
+        logs = self._logs if self._writer else None
         for (ref, group), values in writes.items():
-            stream_id = self._require_id(ref)
-            prefix = keyed_prefix(stream_id, group)
-            for key, value in sorted(values.items()):  # in key order: a batch's keys share its pages' paths
-                raw_key = prefix + key
-                if value is None:
-                    if txn.delete(raw_key, db=db):
-                        tally.removed(raw_key)
-                elif txn.replace(raw_key, seal("keyed", raw_key, value), db=db) is None:
-                    tally.added(raw_key)
+            prefix = keyed_prefix(self._require_id(ref), group)
+            write_log(txn, self._dbs, prefix, values, logs, table_tally=tally, log_tally=log_tally)
+            self._log_reads.pop(prefix, None)
         write_tally(txn, self._dbs["meta"], "keyed", tally)
+        write_tally(txn, self._dbs["meta"], "keyed_log", log_tally)
 
     def keyed_range(
         self, ref: StreamRef, group: str, start: bytes, stop: bytes | None, limit: int
     ) -> list[KeyedEntry]:
         stream_id = self._id(ref)
         db = self._dbs.get("keyed")
-        found: list[KeyedEntry] = []
         if stream_id is None or db is None or limit <= 0:
-            return found
+            return []
         prefix = keyed_prefix(stream_id, group)
-        end = None if stop is None else prefix + stop
-        with self._txn.cursor(db=db) as cursor:
-            more = cursor.set_range(prefix + start)
-            while more and len(found) < limit:
-                raw_key = bytes(cursor.key())
-                if not raw_key.startswith(prefix) or (end is not None and raw_key >= end):
-                    break
-                value = unseal(bytes(cursor.value()), db="keyed", key=raw_key)
-                found.append(KeyedEntry(raw_key[len(prefix) :], value))
-                more = cursor.next()
+        rows = table_rows(self._txn, db, prefix, start, stop)
+        log = self._log_read(prefix)
+        found = (
+            [KeyedEntry(k, v) for k, v in itertools.islice(rows, limit)]
+            if log is None
+            else (log_range(log, rows, start, stop, limit))
+        )
         self.reads += len(found)
         return found
 

@@ -377,6 +377,9 @@ def test_keyed_bench_reports_keys_members_and_goals(
     assert "pg_rollbacks_per_1k_txns" not in out
     assert set(out["goals_met"]) == {
         "keyed_100_at_least_0.8_of_keyed_10",
+        "keyed_100_at_least_0.5_of_keyed_10",
+        "keyed_10_at_least_0.8_of_raw_keyed_10",
+        "keyed_100_at_least_0.8_of_raw_keyed_100",
         "expiring_100_at_least_0.95_of_keyed_100",
         "members_2_at_least_0.9_of_members_1",
     }

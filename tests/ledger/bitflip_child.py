@@ -4,15 +4,15 @@ FLIPS ``all`` flips every bit of every page in turn (``python -m fuzz.bitflips``
 
 It builds a ledger holding every kind of record (a finished demo; a stream
 with unacknowledged messages and a failed attempt's budget; a group's keyed
-state; a durable graph run's record and checkpoint), copies it compacted so
-that every page is in use, then for each of FLIPS seeded random bits flips
-it in a fresh copy and reads the copy as a user would, with no ``check``
-first: ``inspect``, then the stream reopened and read back with the keyed
-state (a write: the reopen raises its generation); a refusal must be typed
-and write nothing. The demo refuses to run beside other records,
-so the write is the application's. One JSON line per
-flip says what happened. A signal kills this process, and the test sees it.
-"""
+state, half in its table and half in its log; a durable graph run's record
+and checkpoint), copies it compacted so that every page is in use, then for
+each of FLIPS seeded random bits flips it in a fresh copy and reads the copy
+as a user would, with no ``check`` first: ``inspect``, then the stream
+reopened and read back with the keyed state (a write: the reopen raises its
+generation); a refusal must be typed and write nothing. The demo refuses to
+run beside other records, so the write is the application's. One JSON line
+per flip says what happened. A signal kills this process, and the test sees
+it."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 
 from ledger import LedgerEnv, LedgerError, inspect_ledger, open_ledger
+from ledger.lmdb import _keyed_log
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._demo import run_demo
 from streams import Key, Stream, StreamsError, open_scope
@@ -37,7 +38,7 @@ from .graphs.graphs import Boom, Calls, Log, durable, three_steps
 DEMO = 3000
 NUMBERS = Key("numbers", Stream[int])
 COUNTS = Key("counts", Stream[int])
-#: The keyed state group k of stream s/src/counts confirms with its first message.
+#: The keyed state group k of stream s/src/counts confirms with its two messages (table and log).
 KEYED = {b"key-%03d" % i: b"value-%d" % (i * i) for i in range(200)}
 
 
@@ -57,8 +58,14 @@ async def build(path: Path) -> None:
                 await counts.writer().send(n)
             await counts.writer().flush()
             writes = tuple(KeyedWrite(k, v) for k, v in KEYED.items())
-            first = MessageRef(counts.ref, "k", counts.generation, 1)
-            await ledger.streams.commit([MessageCommit(first, keyed=writes)])
+            first, second = (MessageRef(counts.ref, "k", counts.generation, seq) for seq in (1, 2))
+            merge_keys = _keyed_log.MERGE_KEYS
+            _keyed_log.MERGE_KEYS = 100  # type: ignore[misc]
+            try:  # half the keys merged into the keyed table...
+                await ledger.streams.commit([MessageCommit(first, keyed=writes[:100])])
+            finally:
+                _keyed_log.MERGE_KEYS = merge_keys  # type: ignore[misc]
+            await ledger.streams.commit([MessageCommit(second, keyed=writes[100:])])  # ...half in its log
         runner = durable(three_steps(), ledger)
         with contextlib.suppress(Boom):  # the run stops at step three: its record and checkpoint stay
             await runner.run("r", state=Log(), inputs=5, deps=Calls(fail_at={"three"}))

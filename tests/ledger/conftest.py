@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ledger import open_ledger
+from ledger.lmdb import _keyed_log
 from ledger.postgres import open_postgres
 
 Opener = Callable[[], AbstractAsyncContextManager[Any]]
@@ -22,6 +23,16 @@ def open_any(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
         return lambda: open_ledger(tmp_path / "ledger")
     url = request.getfixturevalue("postgres_url")
     return lambda: open_postgres(url)
+
+
+@pytest.fixture
+def keyed_in_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commit merges the keyed log of the groups it writes into the ``keyed`` table at once.
+
+    For the tests of the table's records themselves (their keys, checksums
+    and manifest); the log in front of it has tests of its own.
+    """
+    monkeypatch.setattr(_keyed_log, "MERGE_KEYS", 1)
 
 
 #: What a report holds of the clock: times of runs, nodes, failures, appends, and ages.

@@ -3,8 +3,9 @@
 It builds four small ledgers: a demo killed with SIGKILL in the middle of
 its run, a finished demo, durable graph runs stopped at their third step
 (their run records and checkpoints, enough for branch pages), and the keyed
-state of two groups of a stream (one group long enough to be digested in
-its keys; enough keys for branch pages). It then finds the key of every node on
+state of two groups of a stream (one group's merged into the ``keyed``
+table, enough keys for branch pages; the other's, long enough to be
+digested in its keys, in its ``keyed_log`` records). It then finds the key of every node on
 their live pages (:func:`ledger.lmdb._files.key_bytes`: every leaf, the named
 databases' names in LMDB's main database, branch keys), and flips one bit of
 each chosen key byte in a fresh copy, which it opens, without running
@@ -39,6 +40,7 @@ from typing import Any
 import anyio
 
 from ledger import LedgerEnv, LedgerError, inspect_ledger, open_ledger
+from ledger.lmdb import _keyed_log
 from ledger.lmdb._demo import run_demo
 from ledger.lmdb._files import KeyBytes, key_bytes
 from ledger.lmdb._inspect import view_messages
@@ -119,10 +121,17 @@ async def build_keyed(path: Path) -> None:
         await ledger.backend.streams.append(
             AppendBatch(COUNTS, opened.generation, 1, tuple(b"%d" % i for i in range(1, 4)))
         )
-        for group in KEYED_GROUPS:
-            writes = tuple(KeyedWrite(b"key-%05d" % i, b"%d" % (i * 7)) for i in range(KEYS))
-            first = MessageRef(COUNTS, group, opened.generation, 1)
+        writes = tuple(KeyedWrite(b"key-%05d" % i, b"%d" % (i * 7)) for i in range(KEYS))
+        first = MessageRef(COUNTS, KEYED_GROUPS[0], opened.generation, 1)
+        merge_keys = _keyed_log.MERGE_KEYS
+        _keyed_log.MERGE_KEYS = KEYS  # type: ignore[misc]
+        try:  # the first group's keys merged into the table...
             await ledger.streams.commit([MessageCommit(first, keyed=writes)])
+        finally:
+            _keyed_log.MERGE_KEYS = merge_keys  # type: ignore[misc]
+        for seq in range(1, 4):  # ...the second's in its log, a record a commit (a message each)
+            message = MessageRef(COUNTS, KEYED_GROUPS[1], opened.generation, seq)
+            await ledger.streams.commit([MessageCommit(message, keyed=writes[seq - 1 :: 3])])
 
 
 # -- the user paths ---------------------------------------------------------------------------

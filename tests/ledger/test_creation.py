@@ -119,7 +119,7 @@ async def test_a_ledger_killed_at_any_instant_of_its_creation_opens_and_reads_cl
     assert await write_and_read_back(path) == [1, 2, 3]
     assert await command("check", str(path), capsys=capsys) == (
         0,
-        [f"ledger {path}: 10 records checked, sound"],  # the schema, 4 manifests and the stream
+        [f"ledger {path}: 11 records checked, sound"],  # the schema, 5 manifests and the stream
     )
     code, lines = await command("inspect", str(path), capsys=capsys)
     assert code == 0 and "stream s/src/numbers  generation 2  appended 3  finished" in lines, lines

@@ -164,7 +164,16 @@ def test_a_ledger_whose_creation_stopped_after_its_schema_is_inspected_as_empty_
     LedgerEnv.open(path).close()
     # as if killed before the named databases were made
     with raw_db(path, b"meta") as (raw, _), raw.begin(write=True) as txn:
-        for name in (b"streams", b"messages", b"groups", b"attempts", b"graph_runs", b"nodes", b"keyed"):
+        for name in (
+            b"streams",
+            b"messages",
+            b"groups",
+            b"attempts",
+            b"graph_runs",
+            b"nodes",
+            b"keyed",
+            b"keyed_log",
+        ):
             txn.drop(raw.open_db(name, txn=txn), delete=True)
     env = LedgerEnv.open_readonly(path)
     try:

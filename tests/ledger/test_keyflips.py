@@ -32,7 +32,7 @@ DATABASES = {
     "killed demo": {"(main)", "(free)", "meta", "streams", "messages", "groups", "nodes"},
     "finished demo": {"(main)", "(free)", "meta", "streams", "groups", "nodes"},
     "graph run": {"(main)", "(free)", "meta", "graph_runs"},
-    "keyed state": {"(main)", "(free)", "meta", "streams", "messages", "groups", "keyed"},
+    "keyed state": {"(main)", "(free)", "meta", "streams", "messages", "groups", "keyed", "keyed_log"},
 }
 
 

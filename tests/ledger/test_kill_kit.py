@@ -76,7 +76,7 @@ def test_a_ledger_killed_while_it_was_created_is_an_empty_history_not_damage(tmp
     LedgerEnv.open(path).close()
     env = lmdb.open(str(path), max_dbs=16)  # as if killed before the named databases were made
     with env.begin(write=True) as txn:
-        for name in (b"nodes", b"keyed"):  # the last two it makes
+        for name in (b"keyed", b"keyed_log"):  # the last two it makes
             txn.drop(env.open_db(name, txn=txn), delete=True)
     env.close()
     history = LedgerHistory(path)

@@ -537,6 +537,7 @@ async def test_a_commit_of_256_messages_writes_each_frontier_and_descriptor_once
 # -- keyed state ---------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("keyed_in_table")
 async def test_a_groups_keyed_state_is_one_range_of_keys_under_its_prefix_and_a_long_group_is_digested(
     tmp_path: Path,
 ) -> None:

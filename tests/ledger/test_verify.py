@@ -29,6 +29,7 @@ from ledger import (
     open_ledger,
 )
 from ledger._format import CODEC, CODEC_VERSION, LedgerMeta
+from ledger.lmdb import _keyed_log
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._demo import run_demo
 from ledger.lmdb._env import FORMAT, SCHEMA_VERSION
@@ -39,6 +40,7 @@ from ledger.lmdb._layout import (
     NODE_RUN_PREFIX,
     group_key,
     keyed_prefix,
+    keyed_prefix_of,
     message_key,
     run_key,
 )
@@ -229,16 +231,19 @@ def test_a_deleted_manifest_refuses_the_ledger(tmp_path: Path) -> None:
 
 
 def as_schema(path: Path, version: int) -> None:
-    """The ledger as an older release wrote it: schema 4 has no ``keyed`` database, 3 no manifests either."""
+    """The ledger as an older release wrote it: schema 5 has no ``keyed_log`` database, 4 no ``keyed``
+    either, 3 no manifests either."""
     env = lmdb.open(str(path), max_dbs=16)
     try:
         with env.begin(write=True) as txn:
-            keyed = env.open_db(b"keyed", txn=txn, create=False)
-            assert txn.stat(keyed)["entries"] == 0  # an older release kept no keyed state
-            txn.drop(keyed, delete=True)
+            gone = ("keyed_log",) if version == 5 else ("keyed", "keyed_log")
+            for name in gone:
+                handle = env.open_db(name.encode(), txn=txn, create=False)
+                assert txn.stat(handle)["entries"] == 0  # an older release kept none of it
+                txn.drop(handle, delete=True)
             meta = env.open_db(b"meta", txn=txn, create=False)
-            for db in MANIFESTED if version < 4 else ("keyed",):
-                assert txn.delete(manifest_key(db), db=meta)
+            for name in MANIFESTED if version < 4 else gone:
+                assert txn.delete(manifest_key(name), db=meta)
             record = LedgerMeta(FORMAT, version, CODEC, CODEC_VERSION)
             txn.put(b"schema", seal("meta", b"schema", msgspec.msgpack.encode(record)), db=meta)
     finally:
@@ -275,11 +280,11 @@ def test_a_schema_3_ledger_is_read_as_it_is_and_gets_its_manifests_on_its_first_
         env.close()
     assert (path / "data.mdb").read_bytes() == before
     assert schema_of(path) == (3, [b"schema"])
-    LedgerEnv.open(path).close()  # the first write open computes them, with schema 5, in one commit
+    LedgerEnv.open(path).close()  # the first write open computes them, with schema 6, in one commit
     version, meta_keys = schema_of(path)
-    assert version == SCHEMA_VERSION == 5
+    assert version == SCHEMA_VERSION == 6
     assert meta_keys == sorted([b"schema", *(manifest_key(db) for db in MANIFESTED)])
-    assert b"keyed" in database_names(path)
+    assert b"keyed" in database_names(path) and b"keyed_log" in database_names(path)
     env = LedgerEnv.open_readonly(path)
     try:
         assert inspect_ledger(env) == report and check_ledger(env).sound
@@ -328,11 +333,12 @@ def test_a_schema_4_ledger_reads_without_keyed_state_then_upgrades_in_one_commit
     assert (path / "data.mdb").read_bytes() == before
     assert b"keyed" not in database_names(path) and schema_of(path)[0] == 4
     transaction = last_transaction(path)
-    LedgerEnv.open(path).close()  # the first write open: the keyed database and schema 5, one commit
+    LedgerEnv.open(path).close()  # the first write open: the keyed databases and schema 6, one commit
     assert last_transaction(path) == transaction + 1
     version, meta_keys = schema_of(path)
-    assert version == SCHEMA_VERSION and manifest_key("keyed") in meta_keys
-    assert b"keyed" in database_names(path)
+    assert version == SCHEMA_VERSION
+    assert manifest_key("keyed") in meta_keys and manifest_key("keyed_log") in meta_keys
+    assert b"keyed" in database_names(path) and b"keyed_log" in database_names(path)
 
     async def resume_and_keep_state() -> None:
         async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
@@ -354,7 +360,7 @@ def test_a_schema_4_ledger_reads_without_keyed_state_then_upgrades_in_one_commit
         assert check_ledger(env).sound
     finally:
         env.close()
-    assert len(keys(path, b"keyed")) == 2
+    assert len(keys(path, b"keyed_log")) == 1  # the commit's two keys, one record of the group's log
 
 
 #: A group long enough that its keyed keys digest it.
@@ -377,6 +383,7 @@ async def a_keyed_state(path: Path) -> None:
         )
 
 
+@pytest.mark.usefixtures("keyed_in_table")
 def test_a_deleted_keyed_record_refuses_the_ledger_not_a_key_never_set(tmp_path: Path) -> None:
     path = tmp_path / "l"
     anyio.run(a_keyed_state, path)
@@ -388,6 +395,7 @@ def test_a_deleted_keyed_record_refuses_the_ledger_not_a_key_never_set(tmp_path:
     assert_refused(path, MissingRecordError, "database 'keyed' holds 3 keys, its manifest says 4")
 
 
+@pytest.mark.usefixtures("keyed_in_table")
 def test_a_keyed_value_damaged_or_moved_to_another_key_fails_its_checksum(tmp_path: Path) -> None:
     path = tmp_path / "l"
     anyio.run(a_keyed_state, path)
@@ -409,6 +417,7 @@ def test_a_keyed_value_damaged_or_moved_to_another_key_fails_its_checksum(tmp_pa
     ],
     ids=["removed group", "no stream", "group past its key", "key too long"],
 )
+@pytest.mark.usefixtures("keyed_in_table")
 def test_a_keyed_record_of_no_group_the_stream_lists_refuses_the_ledger(
     tmp_path: Path, key: bytes, problem: str
 ) -> None:
@@ -429,6 +438,108 @@ def test_a_keyed_record_of_no_group_the_stream_lists_refuses_the_ledger(
     finally:
         env.close()
     assert_refused(path, MissingRecordError, problem)
+
+
+def test_a_deleted_keyed_log_record_refuses_the_ledger_not_writes_never_made(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_keyed_state, path)
+    records = keys(path, b"keyed_log")
+    assert [keyed_prefix_of(k[:-16]) for k in records] == sorted(
+        keyed_prefix(1, group) for group in ("g", LONG_GROUP)
+    )  # one record per group: its prefix, sequence number 0, eight random bytes
+    assert keys(path, b"keyed") == []
+    with raw(path, b"keyed_log") as txn:
+        assert txn.delete(records[0])
+    assert_refused(path, MissingRecordError, "database 'keyed_log' holds 1 keys, its manifest says 2")
+
+
+def test_a_keyed_log_record_moved_to_another_key_fails_its_checksum(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_keyed_state, path)
+    record = next(k for k in keys(path, b"keyed_log") if k.startswith(keyed_prefix(1, "g")))
+    with raw(path, b"keyed_log") as txn:  # the same group, another sequence number
+        value = bytes(txn.get(record))
+        assert txn.delete(record)
+        txn.put(keyed_prefix(1, "g") + (7).to_bytes(8, "big") + record[-8:], value)
+    assert_refused(path, CorruptRecordError, "in database 'keyed_log' of the ledger fails its checksum")
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        (keyed_prefix(1, "gone") + bytes(16), "of stream s/src/numbers belongs to no group the stream lists"),
+        (keyed_prefix(9, "g") + bytes(16), "belongs to no stream"),
+        (keyed_prefix(1, "g") + bytes(15), "in database 'keyed_log' has no known layout"),
+    ],
+    ids=["removed group", "no stream", "short key"],
+)
+def test_a_keyed_log_record_of_no_group_the_stream_lists_refuses_the_ledger(
+    tmp_path: Path, key: bytes, problem: str
+) -> None:
+    path = tmp_path / "l"
+    anyio.run(a_keyed_state, path)
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        with env.begin(write=True) as txn:
+            body = msgspec.msgpack.encode([(b"a", b"1")])
+            txn.put(key, seal("keyed_log", key, body), db=env.open_db(b"keyed_log", txn=txn, create=False))
+            meta = env.open_db(b"meta", txn=txn, create=False)
+            found = msgspec.msgpack.decode(
+                bytes(txn.get(manifest_key("keyed_log"), db=meta) or b"")[4:], type=Manifest
+            )
+            digest = int.from_bytes(found.digest, "big") ^ key_digest(key)
+            body = msgspec.msgpack.encode(Manifest(found.keys + 1, digest.to_bytes(16, "big")))
+            txn.put(manifest_key("keyed_log"), seal("meta", manifest_key("keyed_log"), body), db=meta)
+    finally:
+        env.close()
+    assert_refused(path, MissingRecordError, problem)
+
+
+def test_a_schema_5_ledger_reads_its_keyed_table_then_upgrades_in_one_commit_and_writes_to_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "l"
+    with monkeypatch.context() as patched:  # schema 5 kept keyed state in the table alone
+        patched.setattr(_keyed_log, "MERGE_KEYS", 1)
+        anyio.run(a_keyed_state, path)
+    with raw(path, b"keyed_log") as txn:
+        assert txn.stat()["entries"] == 0
+    as_schema(path, 5)
+    ref = StreamRef("s", "src", "numbers")
+    before = (path / "data.mdb").read_bytes()
+    env = LedgerEnv.open_readonly(path)  # read as it is: the table alone
+    try:
+        assert not env.has_db("keyed_log") and check_ledger(env).sound
+        hooks = LmdbStreamHooks(env)
+        assert anyio.run(hooks.read_keyed, KeyedRead(ref, "g", (b"a", b"b", b"c"))) == (b"1", b"2", None)
+        assert [e.key for e in anyio.run(hooks.list_keyed, KeyedRange(ref, "g"))] == [b"a", b"b"]
+    finally:
+        env.close()
+    assert (path / "data.mdb").read_bytes() == before
+    transaction = last_transaction(path)
+    LedgerEnv.open(path).close()  # the first write open: keyed_log, its manifest and schema 6, one commit
+    assert last_transaction(path) == transaction + 1
+    version, meta_keys = schema_of(path)
+    assert version == SCHEMA_VERSION and manifest_key("keyed_log") in meta_keys
+
+    async def overwrite() -> None:
+        async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="s") as scope:
+            stream = await scope.open_stream(NUMBERS, node="src", groups=("g", LONG_GROUP), resumable=True)
+            message = MessageRef(ref, "g", stream.generation, 2)
+            writes = (KeyedWrite(b"a", None), KeyedWrite(b"c", b"3"))
+            await ledger.streams.commit([MessageCommit(message, node="h", keyed=writes)])
+            found = await ledger.backend.streams.read_keyed(KeyedRead(ref, "g", (b"a", b"b", b"c")))
+            assert found == (None, b"2", b"3")  # the log over the table: a removed, b kept, c new
+            listed = await ledger.backend.streams.list_keyed(KeyedRange(ref, "g"))
+            assert [(e.key, e.value) for e in listed] == [(b"b", b"2"), (b"c", b"3")]
+
+    anyio.run(overwrite)
+    assert len(keys(path, b"keyed_log")) == 1 and len(keys(path, b"keyed")) == 4
+    env = LedgerEnv.open_readonly(path)
+    try:
+        assert check_ledger(env).sound
+    finally:
+        env.close()
 
 
 def test_a_damaged_schema_3_ledger_is_refused_and_gets_no_manifests(tmp_path: Path) -> None:
