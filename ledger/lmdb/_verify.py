@@ -40,6 +40,7 @@ the first (:func:`check_records`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -461,6 +462,8 @@ class _Checker:
                     )
             elif any(len(name) > MAX_KEY_BYTES for name, _ in pairs):
                 self.problem(f"keyed log record {key.hex()} holds a key longer than {MAX_KEY_BYTES} bytes")
+            elif any(a[0] >= b[0] for a, b in itertools.pairwise(pairs)):  # reads bisect them
+                self.problem(f"keyed log record {key.hex()} holds its keys out of order")
 
     def nodes(self) -> None:
         keys: set[bytes] = set()

@@ -465,23 +465,28 @@ def test_a_keyed_log_record_moved_to_another_key_fails_its_checksum(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
-    ("key", "problem"),
+    ("key", "pairs", "problem"),
     [
-        (keyed_prefix(1, "gone") + bytes(16), "of stream s/src/numbers belongs to no group the stream lists"),
-        (keyed_prefix(9, "g") + bytes(16), "belongs to no stream"),
-        (keyed_prefix(1, "g") + bytes(15), "in database 'keyed_log' has no known layout"),
+        (
+            keyed_prefix(1, "gone") + bytes(16),
+            [(b"a", b"1")],
+            "of stream s/src/numbers belongs to no group the stream lists",
+        ),
+        (keyed_prefix(9, "g") + bytes(16), [(b"a", b"1")], "belongs to no stream"),
+        (keyed_prefix(1, "g") + bytes(15), [(b"a", b"1")], "in database 'keyed_log' has no known layout"),
+        (keyed_prefix(1, "g") + bytes(16), [(b"b", b"1"), (b"a", None)], "holds its keys out of order"),
     ],
-    ids=["removed group", "no stream", "short key"],
+    ids=["removed group", "no stream", "short key", "keys out of order"],
 )
-def test_a_keyed_log_record_of_no_group_the_stream_lists_refuses_the_ledger(
-    tmp_path: Path, key: bytes, problem: str
+def test_a_keyed_log_record_of_no_group_the_stream_lists_or_out_of_order_refuses_the_ledger(
+    tmp_path: Path, key: bytes, pairs: list[tuple[bytes, bytes | None]], problem: str
 ) -> None:
     path = tmp_path / "l"
     anyio.run(a_keyed_state, path)
     env = lmdb.open(str(path), max_dbs=16)
     try:
         with env.begin(write=True) as txn:
-            body = msgspec.msgpack.encode([(b"a", b"1")])
+            body = msgspec.msgpack.encode(pairs)
             txn.put(key, seal("keyed_log", key, body), db=env.open_db(b"keyed_log", txn=txn, create=False))
             meta = env.open_db(b"meta", txn=txn, create=False)
             found = msgspec.msgpack.decode(
