@@ -28,8 +28,8 @@ Durable pydantic-graph runs draw their own errors (``ledger.graphs``).
     ├── WriteFailedError                       LMDB refused a write transaction
     ├── InvalidRunIdError (ValueError)         a run id is empty or too long for a ledger key
     ├── MissingExtraError (ImportError)        a module needs an extra that is not installed
-    ├── UnattributedBudgetsError (ValueError)  a group change met budgets an older release keyed by a
-    │                                          digest that does not say their group
+    ├── UnattributedBudgetsError (ValueError)  a group change met budgets keyed by one digest that
+    │                                          does not say their group
     │   the errors of the PostgreSQL ledger's server:
     ├── LedgerUnreachableError                 the server cannot be reached, refuses us, or stayed away
     ├── OutcomeUnknownError                    the server went away while a commit was in flight
@@ -166,7 +166,7 @@ class LedgerConflictError(LedgerServerError):
 
 
 class UnattributedBudgetsError(LedgerError, ValueError):
-    """A group change met message budgets an older release keyed by a digest no group can be read from."""
+    """A group change met message budgets keyed by one digest, from which no group can be read."""
 
 
 class SchemaVersionError(LedgerError, ValueError):

@@ -18,8 +18,8 @@ the record keeps the chain the run started with, one
 :func:`~streams.describe_aspect` line per aspect, and a resume given
 another chain is :class:`RunAspectsMismatchError` before anything is
 written or run: with one more aspect every Retry would sit one place
-further and find a fresh budget. A record written before runs recorded
-their chain (``aspects`` is ``None``) is accepted with whatever chain the
+further and find a fresh budget. A record that holds no chain
+(``aspects`` is ``None``) is accepted with whatever chain the
 resume is given, and that chain is recorded by the first resume that runs
 something; from then on it is checked. The aspects a graph's nodes and
 mounts declare are part of the graph, not of this record: change the
@@ -144,13 +144,13 @@ class RunRecord(msgspec.Struct, frozen=True):
     starts: int = 1  # executions started: the first run and each resume that ran something (0: submitted)
     error: str | None = None  # the type of a confirmed final failure, never its text
     #: The execution's aspect chain, outermost first, as :func:`~streams.describe_aspect` gives it;
-    #: ``None`` in a record written before runs recorded it (filled in by the next resume that runs).
+    #: ``None`` in a record that holds none (filled in by the next resume that runs).
     aspects: tuple[str, ...] | None = None
     #: The graph's topology shape (:attr:`streams.Topology.shape`), to say what differs when another
-    #: graph is given; ``None`` in a record written before runs kept it.
+    #: graph is given; ``None`` in a record that holds none.
     shape: dict[str, Any] | None = None
     #: When the run was recorded, and when its record last changed (a start, a resume, its end):
-    #: Unix seconds, ``None`` in a record written before runs kept them.
+    #: Unix seconds, ``None`` in a record that holds none.
     created_at: float | None = None
     updated_at: float | None = None
     #: The cancel that ended it (status ``cancelled``): its attempts stay as the cancellation left them.
@@ -224,11 +224,10 @@ def decode_inputs(graph: Graph, record: RunRecord) -> dict[Key[Any], Any]:
 def check_graph(record: RunRecord, graph: Graph) -> None:
     """Refuse ``graph`` for run ``record`` unless it is the one the run started with, naming what differs.
 
-    A record written before types were named by their shape holds the
-    legacy fingerprint (:attr:`~streams.Topology.legacy_fingerprint`): the
-    same graph, given by the code that started the run. Records are never
-    rewritten to the new fingerprint, so a process of the release before
-    still resumes them.
+    A record may hold the fingerprint with types named with their modules
+    (:attr:`~streams.Topology.legacy_fingerprint`): the same graph, given by
+    the code that started the run. A record keeps the fingerprint it was
+    written with, so the process that wrote it resumes it too.
     """
     topology = graph.topology()
     same_topology = record.fingerprint in (topology.fingerprint, topology.legacy_fingerprint)
@@ -247,8 +246,7 @@ def check_graph(record: RunRecord, graph: Graph) -> None:
 def _differences(recorded: Mapping[str, Any], topology: Topology) -> list[str]:
     """What differs between the recorded shape and ``topology``, with types named as the record names them.
 
-    A shape recorded before types were named by their shape names them with
-    their modules. Compared with the shape that names them the other way,
+    A recorded shape may name types with their modules. Compared with the shape that names them the other way,
     every port of a class would differ, and the ports that truly differ
     differ either way: so the comparison with fewer differences is the one
     in the record's naming.
@@ -512,7 +510,7 @@ class Runs:
         ``resumable_inputs`` are :meth:`run`'s. ``aspects``
         must be the chain the run started with, in its order
         (:class:`RunAspectsMismatchError` otherwise, before anything is
-        written or run); see the module docstring for records older than that.
+        written or run); see the module docstring for a record that holds no chain.
         """
         aspects = tuple(aspects)
         given = describe_chain(aspects)

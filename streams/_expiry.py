@@ -4,8 +4,8 @@ A :class:`~streams.KeyedState` declared with a ``ttl`` stores each value it
 writes as ``0xc1``, the time it expires (milliseconds since the epoch, 8
 bytes big-endian) and the value's MessagePack. ``0xc1`` is the one byte
 MessagePack never uses, so a value without a stamp (written with no
-``ttl``) reads as it always did, and a declaration may gain or lose its
-``ttl`` over a ledger's life. The stamp is the expiry itself, not the time
+``ttl``) is plain MessagePack and reads as such, and a declaration may gain
+or lose its ``ttl`` over a ledger's life. The stamp is the expiry itself, not the time
 of the write: a reader that knows nothing of the declaration (``python -m
 ledger state``, the console) still knows whether a value is gone.
 

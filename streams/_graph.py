@@ -155,7 +155,7 @@ class Topology:
     #: ports and their type names, each Sub with its child's shape and its wiring. A host that keeps
     #: it can say what differs when a fingerprint does not match.
     shape: Mapping[str, Any] = field(compare=False, default_factory=dict, repr=False)
-    #: The fingerprint releases before gave the graph, and its shape: types named with their modules
+    #: The graph's fingerprint and shape with types named with their modules
     #: (:func:`~streams.store.qualified_type_name`). A run or a Sub scope recorded under it is of this
     #: graph, when the code that recorded it runs it.
     legacy_fingerprint: str = field(compare=False, default="")

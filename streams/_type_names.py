@@ -21,11 +21,11 @@ and a type whose fields changed must be named otherwise. So
   values, ``Annotated`` by the type it annotates;
 * any other class by its qualified name (``datetime``, ``UUID``).
 
-No module appears in a name. :func:`qualified_type_name` is the name the
-releases before this one gave a type, its module included
-(``app.Order``): stores compare a descriptor written then with it, and
-:class:`~streams.Topology` keeps the fingerprint it gave, so that records
-written before still resume with the code that wrote them. Messages about a
+No module appears in a name. :func:`qualified_type_name` names a type
+with its module included (``app.Order``): stores accept a descriptor that
+names its type so, and :class:`~streams.Topology` keeps the fingerprint it
+gives, so that records written under those names resume with the code that
+wrote them. Messages about a
 class (a key's repr, a refused channel) name its module too: it says where
 the class comes from.
 
@@ -63,8 +63,8 @@ def type_name(tp: Any) -> str:
 
 
 def qualified_type_name(tp: Any) -> str:
-    """``tp`` named with its module (``app.Order``, ``list[app.Order]``): the name releases before
-    :func:`type_name` kept in fingerprints and descriptors, and how messages name a class."""
+    """``tp`` named with its module (``app.Order``, ``list[app.Order]``): the other name a fingerprint
+    or a descriptor may hold (besides :func:`type_name`'s), and how messages name a class."""
     origin = get_origin(tp)
     if origin is not None:
         args = ", ".join(qualified_type_name(a) for a in get_args(tp))
@@ -195,7 +195,7 @@ class _Member(NamedTuple):
 
 
 class _Unreadable(Exception):
-    """A name :func:`type_name` does not write (one a record kept from before it)."""
+    """A name :func:`type_name` does not write (one with a module, :func:`qualified_type_name`'s)."""
 
 
 def type_differences(was: str, is_: str) -> list[str]:
@@ -203,7 +203,7 @@ def type_differences(was: str, is_: str) -> list[str]:
 
     Empty when the names are equal, when they differ only at the top (``int``
     and ``str``: the names say it all), or when one is not a name
-    :func:`type_name` writes (a record written before it).
+    :func:`type_name` writes (a module-qualified one, as a record may hold).
     """
     if was == is_:
         return []

@@ -60,7 +60,7 @@ vocabulary (:class:`SPAN`, :class:`EVENT`, :class:`METRIC`, :class:`ATTR`,
 (:data:`INSTRUMENTS`), :func:`single_error` (a task group's lone
 error raised as itself), :func:`type_name` (a type named by its shape, as
 descriptors and fingerprints name it), :func:`qualified_type_name` (the
-module-qualified name releases before kept there) and
+module-qualified name they may hold too) and
 :func:`type_differences` (what differs inside two such names), :func:`to_plain` (a stored value as plain data,
 for inspection), :func:`key_to_plain` (a stored keyed-state key, the same
 way), :func:`live_payload` and :func:`expires_at` (a stored keyed value's

@@ -47,7 +47,7 @@ KEPT: Final = 1800
 LAG_AGE: Final = 30.0
 #: Reads in a row at each of which a group's lag rose, for it to be lagging: a trend, not one noisy step.
 GROWING_READS: Final = 5
-#: How a stream of dead letters names its type: by shape, or by module as releases before did.
+#: How a stream of dead letters names its type: by shape, or with its module.
 _DEAD_LETTER_TYPES: Final = (type_name(DeadLetter), "streams._dead_letter.DeadLetter[")
 
 

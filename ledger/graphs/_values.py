@@ -147,7 +147,7 @@ _MAX_ERRORS: Final = 5
 
 
 def describe_invalid(part: str, error: ValidationError, adapter: TypeAdapter[Any]) -> str:
-    """Where and why a saved value no longer validates, without the value.
+    """Where and why a saved value fails validation, without the value.
 
     Each error gives its pydantic error type and location; location segments
     that are not field names of the type (dictionary keys, which may be

@@ -38,8 +38,8 @@ A key part that would make a ``streams``, ``groups`` or ``attempts`` key
 longer than :data:`MAX_KEY` bytes is replaced by ``0xff`` and its 32-byte
 BLAKE2b digest; the full names stay in the values. A long ``attempts`` key
 digests its group apart from the rest, so a group's budgets are found by
-prefix (:func:`budget_prefixes`); ledgers written before 0.2 digested the
-two together (:func:`legacy_attempt_key`), and such a budget is still read. A run id is 1 to
+prefix (:func:`budget_prefixes`). A budget keyed by one digest of the two
+together (:func:`legacy_attempt_key`) is read too. A run id is 1 to
 :data:`MAX_RUN_ID_BYTES` bytes of UTF-8, kept whole.
 
 A ``keyed`` key is a group's prefix (:func:`keyed_prefix`) and the key
@@ -248,13 +248,13 @@ def attempt_key(stream_id: int, key: AttemptKey) -> bytes:
     return prefix + _DIGESTED + _digest(group) + _digest(rest)
 
 
-#: What follows a stream's id in a digested budget key, and the whole length of one as 0.1.0 wrote it.
+#: What follows a stream's id in a digested budget key, and the whole length of one digested in one piece.
 LEGACY_DIGEST: Final = _DIGESTED
 LEGACY_KEY_LENGTH: Final = 8 + 1 + 32
 
 
 def legacy_attempt_key(stream_id: int, key: AttemptKey) -> bytes | None:
-    """The key ledgers before 0.2 gave a budget whose key is digested; None if it is not digested."""
+    """A digested budget's key with group and rest digested together; None if it is not digested."""
     group, rest = _budget_parts(key)
     if 8 + len(group) + len(rest) <= MAX_KEY:
         return None

@@ -501,7 +501,7 @@ async def open_child_of_a_child_failed_for_good_signals_the_attempt_that_asked(s
 @node_check
 async def a_child_scope_opened_under_its_legacy_fingerprint_is_the_same_child(store: Any) -> None:
     mount = await store.open_attempt(CheckpointAttemptRequest("run", "m", COMPLETE_CHAIN, 1))
-    older = CheckpointChild(mount.scope, "m", "child", "1", "by-module", "x", ())  # as a release before
+    older = CheckpointChild(mount.scope, "m", "child", "1", "by-module", "x", ())  # fingerprint by module
     opened = await store.open_child(older)
     node = await store.open_attempt(CheckpointAttemptRequest(opened.scope, "n", COMPLETE_CHAIN, 1))
     await store.commit_nodes(

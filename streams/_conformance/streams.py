@@ -230,7 +230,7 @@ async def test_a_stream_named_by_its_types_module_in_an_older_release_reopens_fo
     world: World,
 ) -> None:
     ref = StreamRef("s", "src", "orders")
-    older = qualified_type_name(Order)  # how releases before named it: streams._conformance.records.Order
+    older = qualified_type_name(Order)  # named with its module: streams._conformance.records.Order
     async with world.session() as hooks:
         opened = await hooks.open(StreamOpen(ref, older, 16, ("g",), resumable=True))
         await hooks.append(AppendBatch(ref, opened.generation, 1, (msgspec.msgpack.encode(Order(1, 5)),)))
@@ -240,7 +240,7 @@ async def test_a_stream_named_by_its_types_module_in_an_older_release_reopens_fo
         await stream.writer().finish()
         assert [m.value async for m in stream.reader("g")] == [Order(1, 5), Order(2, 7)]
         held = await hooks.describe(ref)
-        assert held is not None and held.type_name == older  # kept as written: older releases read it still
+        assert held is not None and held.type_name == older  # kept as written, named by module
         with raises(SourceNotResumableError, match="holds streams._conformance.records.Order messages"):
             await hooks.open(StreamOpen(ref, type_name(int), 16, ("g",), legacy_type_name="int"))
 

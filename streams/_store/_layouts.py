@@ -32,7 +32,7 @@ class StreamDescriptor(msgspec.Struct, frozen=True, gc=False):
     retain: int = 0  # acknowledged messages kept for groups added later (the last ``retain`` appended)
     partitions: int = 0  # one of this many partitions of a partitioned stream; 0: not partitioned
     #: When messages were appended: flat ``(seq, unix ms)`` pairs (:mod:`streams._store._marks`);
-    #: empty in a descriptor written before streams kept them.
+    #: empty in a descriptor that holds none.
     marks: tuple[int, ...] = ()
 
 

@@ -109,8 +109,8 @@ class CheckpointChild(msgspec.Struct, frozen=True, omit_defaults=True):
     different one: the graph, its version and topology fingerprint, the
     fixed values' fingerprint, and the bindings (child input to the parent
     key wired to it). Inputs that already arrived are not part of it. A
-    scope kept with ``legacy_fingerprint`` (the fingerprint releases before
-    gave the child, :attr:`~streams.Topology.legacy_fingerprint`) is the same
+    scope kept with ``legacy_fingerprint`` (the child's fingerprint with types
+    named with their modules, :attr:`~streams.Topology.legacy_fingerprint`) is the same
     child; the store keeps the identity without it.
     """
 

@@ -62,7 +62,7 @@ class NodeAttemptRecord(msgspec.Struct, frozen=True):
     ``failures`` are the latest confirmed failures (at most
     :data:`FAILURES_KEPT`), and ``started_at``/``ended_at`` when the
     committed attempt ran: what an operator reads of a node's history.
-    Records written before they were kept have none.
+    A record may hold none of them.
     """
 
     parent: str
@@ -276,7 +276,7 @@ def open_child(view: NodeView, child: CheckpointChild) -> CheckpointChildOpened:
 
 def _same_child(recorded: CheckpointChild | None, asked: CheckpointChild) -> bool:
     """Whether the scope was opened for the child ``asked`` names: the same identity, its fingerprint
-    the one asked for or, in a scope a release before opened, the legacy one."""
+    the one asked for or the legacy one (types named with their modules)."""
     if recorded is None:
         return False
     if recorded.fingerprint == asked.legacy_fingerprint:

@@ -77,9 +77,8 @@ class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     #: A partition of a stream of this many partitions (0: a stream of its own). A stream keeps the
     #: number it was created with: another is refused.
     partitions: int = 0
-    #: The name releases before named the message type by (with its module,
-    #: :func:`~streams.store.qualified_type_name`): a stream whose descriptor was written under it
-    #: is the same stream. None: only ``type_name``.
+    #: The message type named with its module (:func:`~streams.store.qualified_type_name`): a
+    #: stream whose descriptor names its type so is the same stream. None: only ``type_name``.
     legacy_type_name: str | None = None
 
 

@@ -41,9 +41,8 @@ __all__ = [
 def same_type(current: StreamDescriptor, request: StreamOpen | StreamRead) -> bool:
     """Whether the stream holds the messages ``request`` names.
 
-    A descriptor names its message type as the release that created the
-    stream did: by its shape (``type_name``), or, written before, with its
-    module (``legacy_type_name``). Either is the same type.
+    A descriptor names its message type by its shape (``type_name``) or
+    with its module (``legacy_type_name``). Either is the same type.
     """
     return current.type_name in (request.type_name, request.legacy_type_name)
 
