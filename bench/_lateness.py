@@ -35,9 +35,12 @@ async def _probe(interval: float, samples: list[float]) -> None:
 
 
 @asynccontextmanager
-async def lateness_probe(interval: float = INTERVAL) -> AsyncIterator[list[float]]:
-    """Probe the loop for the block's duration; the list holds each wake-up's lateness (seconds)."""
-    samples: list[float] = []
+async def lateness_probe(
+    interval: float = INTERVAL, samples: list[float] | None = None
+) -> AsyncIterator[list[float]]:
+    """Probe the loop for the block's duration; the list (``samples``, or a new one) holds each
+    wake-up's lateness (seconds)."""
+    samples = [] if samples is None else samples
     async with anyio.create_task_group() as tg:
         tg.start_soon(_probe, interval, samples)
         try:
