@@ -114,12 +114,15 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
         for k in range(args.repeat):
             progress(f"round {k + 1}/{args.repeat}: {n:,} orders, at most {args.seconds:g} s a configuration")
             for keys in args.keys:
-                run = run_keyed(
-                    n, keys=keys, seconds=args.seconds, window=args.window, backend=args.backend,
-                    workdir=args.workdir,
-                )  # fmt: skip
-                keyed.setdefault(keys, []).append(run)
-                progress(f"  {keys:,} keys: {_said(run)}")
+                # with a ttl right beside the same keys without, which goes first alternating by round
+                states = ["keyed", "expiring"] if keys in expiring_keys else ["keyed"]
+                for state in states[:: -1 if k % 2 else 1]:
+                    run = run_keyed(
+                        n, keys=keys, state=state, seconds=args.seconds, window=args.window,
+                        backend=args.backend, workdir=args.workdir,
+                    )  # fmt: skip
+                    (keyed if state == "keyed" else expiring).setdefault(keys, []).append(run)
+                    progress(f"  {keys:,} keys{' with a ttl' if state == 'expiring' else ''}: {_said(run)}")
                 baseline = run_raw_keyed(n, keys=keys, batch=args.window, workdir=args.workdir)
                 raw.setdefault(keys, []).append(baseline)
                 progress(f"  {keys:,} keys, raw py-lmdb: {baseline.msgs_per_s:,.0f} msgs/s")
@@ -146,7 +149,7 @@ def bench_keyed(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                         f"  {widest:,} keys, {updates:,} orders, raw py-lmdb with a log merged every "
                         f"{args.log_merge:,} keys: {baseline.msgs_per_s:,.0f} msgs/s"
                     )
-            for keys in expiring_keys:  # alternated with the same keys without a ttl, if measured
+            for keys in [e for e in expiring_keys if e not in args.keys]:  # the others ran beside keyed
                 run = run_keyed(
                     n, keys=keys, state="expiring", seconds=args.seconds, window=args.window,
                     backend=args.backend, workdir=args.workdir,
