@@ -68,6 +68,7 @@ from ._progress import as_clock, progress_on
 from ._runs_acts import APPLIES, act_problem
 from ._runs_cli import add_runs_command, run_runs_command
 from ._table import aligned
+from ._termination import Terminated, stops_as_interrupts
 
 __all__ = ["main"]
 
@@ -83,14 +84,6 @@ EXIT_FULL: Final = 7  # a write did not fit the ledger's map limit (--max-map-si
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT
 EXIT_CLOSED_PIPE: Final = 141  # 128 + SIGPIPE: the reader of the output closed it
 EXIT_TERMINATED: Final = 143  # 128 + SIGTERM
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be: the command stops the same way and says so."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
 
 
 #: Each failure's exit code, the first class that matches; anything else of the library's is 1.
@@ -352,11 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
             return _main(argv)
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
-        try:
+        with stops_as_interrupts():
             return _main(argv)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
     except BrokenPipeError:  # the reader went away (``view ... | head``): stop quietly, as other tools do
         _drop_stdout()
         return EXIT_CLOSED_PIPE
@@ -421,13 +411,13 @@ def _main(argv: Sequence[str] | None) -> int:
         _error(exc)
         return _exit_code(exc)
     except KeyboardInterrupt as stop:
-        return _interrupted(signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT, after)
+        return _interrupted(signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT, after)
     except BaseExceptionGroup as errors:
         # a second Ctrl-C while the demo shuts down can arrive inside a task group
         interrupts, others = errors.split(KeyboardInterrupt)
         if interrupts is None or others is not None:
             raise
-        terminated = interrupts.subgroup(_Terminated) is not None
+        terminated = interrupts.subgroup(Terminated) is not None
         return _interrupted(signal.SIGTERM if terminated else signal.SIGINT, after)
 
 
