@@ -57,7 +57,7 @@ __all__ = [
     "GroupLog",
     "KeyedLogs",
     "LogRead",
-    "clear_log",
+    "clear_group",
     "log_range",
     "read_log",
     "record_key",
@@ -207,6 +207,10 @@ class LogRead:
         self._log, self._through = log, through
         self._txn, self._db, self._prefix = txn, db, prefix
 
+    @property
+    def log(self) -> GroupLog:
+        return self._log
+
     def get(self, key: bytes) -> tuple[bool, bytes | None]:
         """(True, the key's newest entry) if the log holds one, else (False, None): read the table."""
         found = self._log.values.get(key)
@@ -300,17 +304,17 @@ def read_log(txn: Any, db: Any, prefix: bytes, logs: KeyedLogs | None, *, writer
 def write_log(
     txn: Any,
     dbs: Mapping[str, Any],
-    prefix: bytes,
+    read: LogRead,
     writes: Mapping[bytes, bytes | None],
     logs: KeyedLogs | None,
     *,
     table_tally: KeyTally,
     log_tally: KeyTally,
 ) -> None:
-    """Writer thread: append ``writes`` to the group's log, or merge the log with them into the table."""
-    db = dbs["keyed_log"]
-    read = read_log(txn, db, prefix, logs, writer=True)
-    log = read._log if read._log is not _EMPTY else GroupLog()
+    """Writer thread: append ``writes`` to the group's log (``read``, by the writer's transaction: see
+    :func:`read_log`), or merge the log with them into the table."""
+    db, prefix = dbs["keyed_log"], read._prefix
+    log = read.log if read.log is not _EMPTY else GroupLog()
     pairs = sorted(writes.items())
     held = len(log.values) + len(pairs)
     merge = (
@@ -350,13 +354,15 @@ def _put_table(
             tally.added(raw_key)
 
 
-def clear_log(txn: Any, db: Any, prefix: bytes, logs: KeyedLogs | None, tally: KeyTally) -> None:
-    """Writer thread: delete the group's log (its keyed state goes with the table's range)."""
-    with txn.cursor(db=db) as cursor:
-        found = cursor.set_range(prefix)
-        while found and (key := bytes(cursor.key())).startswith(prefix):
-            tally.removed(key)
-            found = cursor.delete()
+def clear_group(txn: Any, dbs: Mapping[str, Any], prefix: bytes, logs: KeyedLogs | None,
+                tally: KeyTally, log_tally: KeyTally) -> None:  # fmt: skip
+    """Writer thread: delete the group's keyed state, its table's range and its log."""
+    for name, counted in (("keyed", tally), ("keyed_log", log_tally)):
+        with txn.cursor(db=dbs[name]) as cursor:
+            found = cursor.set_range(prefix)
+            while found and (key := bytes(cursor.key())).startswith(prefix):
+                counted.removed(key)
+                found = cursor.delete()
     if logs is not None:
         logs.keep(prefix, GroupLog())
 

@@ -437,13 +437,7 @@ class _Checker:
             if prefix is None:
                 self.problem(f"record {key.hex()} in database 'keyed' has no known layout")
             elif prefix not in prefixes:
-                owner = descriptors.get(U64.unpack_from(key)[0])
-                if owner is None:
-                    self.problem(f"keyed state {key.hex()} belongs to no stream")
-                else:
-                    self.problem(
-                        f"keyed state {key.hex()} of stream {owner.ref} belongs to no group the stream lists"
-                    )
+                self.unlisted(f"keyed state {key.hex()}", key, descriptors)
         for key, value in self.items("keyed_log"):
             pairs = self.decode("keyed_log", key, value, list[tuple[bytes, bytes | None]])
             if pairs is None:
@@ -452,18 +446,19 @@ class _Checker:
             if prefix is None or len(prefix) != len(key) - 16:
                 self.problem(f"record {key.hex()} in database 'keyed_log' has no known layout")
             elif prefix not in prefixes:
-                owner = descriptors.get(U64.unpack_from(key)[0])
-                if owner is None:
-                    self.problem(f"keyed log record {key.hex()} belongs to no stream")
-                else:
-                    self.problem(
-                        f"keyed log record {key.hex()} of stream {owner.ref} belongs to no group the "
-                        "stream lists"
-                    )
+                self.unlisted(f"keyed log record {key.hex()}", key, descriptors)
             elif any(len(name) > MAX_KEY_BYTES for name, _ in pairs):
                 self.problem(f"keyed log record {key.hex()} holds a key longer than {MAX_KEY_BYTES} bytes")
             elif any(a[0] >= b[0] for a, b in itertools.pairwise(pairs)):  # reads bisect them
                 self.problem(f"keyed log record {key.hex()} holds its keys out of order")
+
+    def unlisted(self, what: str, key: bytes, descriptors: dict[int, StreamDescriptor]) -> None:
+        """``what`` (under ``key``) is of no stream, or of a group its stream does not list."""
+        owner = descriptors.get(U64.unpack_from(key)[0])
+        if owner is None:
+            self.problem(f"{what} belongs to no stream")
+        else:
+            self.problem(f"{what} of stream {owner.ref} belongs to no group the stream lists")
 
     def nodes(self) -> None:
         keys: set[bytes] = set()

@@ -37,7 +37,7 @@ from streams.store import (
 )
 
 from .._errors import CorruptRecordError, UnattributedBudgetsError
-from ._keyed_log import KeyedLogs, LogRead, clear_log, log_range, read_log, table_rows, write_log
+from ._keyed_log import KeyedLogs, LogRead, clear_group, log_range, read_log, table_rows, write_log
 from ._layout import (
     CHUNK,
     COUNTER_KEY,
@@ -331,19 +331,13 @@ class LmdbView(CachedView):
         return found
 
     def _clear_keyed(self, groups: Sequence[GroupKey]) -> None:
-        db, log_db = self._dbs["keyed"], self._dbs["keyed_log"]
         tally, log_tally = KeyTally(), KeyTally()
         for ref, group in groups:
             stream_id = self._id(ref)
             if stream_id is None:
                 continue
             prefix = keyed_prefix(stream_id, group)
-            with self._txn.cursor(db=db) as cursor:
-                found = cursor.set_range(prefix)
-                while found and (key := bytes(cursor.key())).startswith(prefix):
-                    tally.removed(key)
-                    found = cursor.delete()
-            clear_log(self._txn, log_db, prefix, self._logs if self._writer else None, log_tally)
+            clear_group(self._txn, self._dbs, prefix, self._logs if self._writer else None, tally, log_tally)
             self._log_reads.pop(prefix, None)
         write_tally(self._txn, self._dbs["meta"], "keyed", tally)
         write_tally(self._txn, self._dbs["meta"], "keyed_log", log_tally)
@@ -355,7 +349,9 @@ class LmdbView(CachedView):
         logs = self._logs if self._writer else None
         for (ref, group), values in writes.items():
             prefix = keyed_prefix(self._require_id(ref), group)
-            write_log(txn, self._dbs, prefix, values, logs, table_tally=tally, log_tally=log_tally)
+            read = self._log_read(prefix)  # the one this commit's reads of the group took, if any
+            assert read is not None  # a ledger opened for writing holds keyed_log
+            write_log(txn, self._dbs, read, values, logs, table_tally=tally, log_tally=log_tally)
             self._log_reads.pop(prefix, None)
         write_tally(txn, self._dbs["meta"], "keyed", tally)
         write_tally(txn, self._dbs["meta"], "keyed_log", log_tally)

@@ -424,20 +424,25 @@ def test_a_keyed_record_of_no_group_the_stream_lists_refuses_the_ledger(
     """Sealed for where it sits and counted by the manifest: only whose it is gives it away."""
     path = tmp_path / "l"
     anyio.run(a_keyed_state, path)
+    put_counted(path, "keyed", key, b"1")
+    assert_refused(path, MissingRecordError, problem)
+
+
+def put_counted(path: Path, name: str, key: bytes, body: bytes) -> None:
+    """Put a sealed record into database ``name`` behind the ledger's back, its manifest counting it."""
     env = lmdb.open(str(path), max_dbs=16)
     try:
         with env.begin(write=True) as txn:
-            txn.put(key, seal("keyed", key, b"1"), db=env.open_db(b"keyed", txn=txn, create=False))
+            txn.put(key, seal(name, key, body), db=env.open_db(name.encode(), txn=txn, create=False))
             meta = env.open_db(b"meta", txn=txn, create=False)
             found = msgspec.msgpack.decode(
-                bytes(txn.get(manifest_key("keyed"), db=meta) or b"")[4:], type=Manifest
+                bytes(txn.get(manifest_key(name), db=meta) or b"")[4:], type=Manifest
             )
             digest = int.from_bytes(found.digest, "big") ^ key_digest(key)
-            body = msgspec.msgpack.encode(Manifest(found.keys + 1, digest.to_bytes(16, "big")))
-            txn.put(manifest_key("keyed"), seal("meta", manifest_key("keyed"), body), db=meta)
+            manifest = msgspec.msgpack.encode(Manifest(found.keys + 1, digest.to_bytes(16, "big")))
+            txn.put(manifest_key(name), seal("meta", manifest_key(name), manifest), db=meta)
     finally:
         env.close()
-    assert_refused(path, MissingRecordError, problem)
 
 
 def test_a_deleted_keyed_log_record_refuses_the_ledger_not_writes_never_made(tmp_path: Path) -> None:
@@ -483,20 +488,7 @@ def test_a_keyed_log_record_of_no_group_the_stream_lists_or_out_of_order_refuses
 ) -> None:
     path = tmp_path / "l"
     anyio.run(a_keyed_state, path)
-    env = lmdb.open(str(path), max_dbs=16)
-    try:
-        with env.begin(write=True) as txn:
-            body = msgspec.msgpack.encode(pairs)
-            txn.put(key, seal("keyed_log", key, body), db=env.open_db(b"keyed_log", txn=txn, create=False))
-            meta = env.open_db(b"meta", txn=txn, create=False)
-            found = msgspec.msgpack.decode(
-                bytes(txn.get(manifest_key("keyed_log"), db=meta) or b"")[4:], type=Manifest
-            )
-            digest = int.from_bytes(found.digest, "big") ^ key_digest(key)
-            body = msgspec.msgpack.encode(Manifest(found.keys + 1, digest.to_bytes(16, "big")))
-            txn.put(manifest_key("keyed_log"), seal("meta", manifest_key("keyed_log"), body), db=meta)
-    finally:
-        env.close()
+    put_counted(path, "keyed_log", key, msgspec.msgpack.encode(pairs))
     assert_refused(path, MissingRecordError, problem)
 
 
