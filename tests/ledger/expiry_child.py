@@ -1,6 +1,6 @@
 """Baskets that expire, in keyed state, resumable after kill -9: the expiry crash test's program.
 
-    python tests/ledger/expiry_child.py PATH ORDERS CUSTOMERS
+    python tests/ledger/expiry_child.py PATH|URL ORDERS CUSTOMERS [asyncio|trio]
 
 Order ``i`` (customer ``i * 7919 % CUSTOMERS``, amount ``i % 10 + 1``)
 happens at :func:`time_of` ``(i)``: a second apart, with a quiet spell of
@@ -21,7 +21,7 @@ from typing import Final
 import anyio
 import msgspec
 
-from ledger import open_ledger
+from ledger import connect
 from streams import Key, KeyedState, MessageTx, Stream, handle_messages, open_scope
 
 #: The first order's time: past the machine's clock, so no reader by that clock thinks a basket gone.
@@ -61,7 +61,7 @@ def order(i: int, customers: int) -> Order:
 
 
 async def run(path: str, n: int, customers: int) -> dict[str, int]:
-    async with open_ledger(path) as ledger, open_scope(ledger.streams, scope="shop") as scope:
+    async with connect(path) as ledger, open_scope(ledger.streams, scope="shop") as scope:
         orders = await scope.open_stream(ORDERS, node="checkout", groups=("baskets",), resumable=True)
         writer = orders.writer()
 
@@ -85,7 +85,8 @@ async def run(path: str, n: int, customers: int) -> dict[str, int]:
 
 def main() -> None:
     path, n, customers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    print(json.dumps(anyio.run(run, path, n, customers), sort_keys=True), flush=True)
+    backend = sys.argv[4] if len(sys.argv) > 4 else "asyncio"
+    print(json.dumps(anyio.run(run, path, n, customers, backend=backend), sort_keys=True), flush=True)
 
 
 if __name__ == "__main__":

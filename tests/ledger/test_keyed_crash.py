@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from hashlib import blake2b
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
 import pytest
 
-from ledger import UnfinishedLedgerError, open_ledger
+from ledger import NotALedgerError, UnfinishedLedgerError, connect
+from ledger._connect import is_url, tools_for
+from ledger._testing import kill_until_done
 from ledger.lmdb import TOOLS
 from streams import KeyedState, StreamRef
 
+from .. import pg_server
 from . import expiry_child
 from ._kills import ROOT, killed_until_landed
 
@@ -123,27 +128,45 @@ def _basket_orders(n: int) -> list[tuple[str, int, float]]:
 EXPIRING_ORDERS = 11_900
 
 
-def _baskets_confirmed_exactly(path: Path) -> None:
-    """The baskets live at the last acknowledged order's time are exactly those its orders make."""
-    if not (path / "data.mdb").exists():
-        return
+def _baskets_confirmed_exactly(target: str) -> int:
+    """The baskets live at the last acknowledged order's time are exactly those its orders make;
+    returns how many orders were acknowledged."""
+    if not is_url(target) and not (Path(target) / "data.mdb").exists():
+        return 0
     try:
-        inspected = TOOLS.inspect(str(path), False)
-    except UnfinishedLedgerError:
-        return
+        inspected = tools_for(target).inspect(target, False)
+    except (UnfinishedLedgerError, NotALedgerError):  # killed while the ledger was made: nothing confirmed
+        return 0
     [stream] = [s for s in inspected["streams"] if s["key"] == "orders"] or [None]
     if stream is None:
-        return
+        return 0
     acked = stream["groups"][0]["acked_through"]
     now = expiry_child.time_of(acked)
     ref = StreamRef("shop", "checkout", "orders")
 
     async def listed() -> dict[str, int]:
         at_the_time = KeyedState(str, int, clock=lambda: now)
-        async with open_ledger(path) as ledger:
+        async with connect(target) as ledger:
             return dict(await at_the_time.items(ledger.streams, ref, "baskets", limit=CUSTOMERS + 1))
 
     assert anyio.run(listed) == _live_baskets(_basket_orders(EXPIRING_ORDERS)[:acked], now), acked
+    return int(acked)
+
+
+def _baskets_of_ledger_confirmed_exactly(path: Path) -> None:
+    _baskets_confirmed_exactly(str(path))
+
+
+def _expiry_command(target: str, backend: str = "asyncio") -> list[str]:
+    child = str(Path(__file__).with_name("expiry_child.py"))
+    return [sys.executable, child, target, str(EXPIRING_ORDERS), str(CUSTOMERS), backend]
+
+
+def _expected_baskets() -> str:
+    final = expiry_child.time_of(EXPIRING_ORDERS)
+    expected = json.dumps(_live_baskets(_basket_orders(EXPIRING_ORDERS), final), sort_keys=True)
+    assert expected != "{}"
+    return expected
 
 
 def test_expiring_baskets_killed_at_random_moments_hold_exactly_what_the_acknowledged_orders_make(
@@ -151,21 +174,47 @@ def test_expiring_baskets_killed_at_random_moments_hold_exactly_what_the_acknowl
 ) -> None:
     """After every SIGKILL, a basket is what its confirmed orders make it, and one past its ttl at
     the last confirmed order's time is gone (the spells between orders expire every basket)."""
-    final = expiry_child.time_of(EXPIRING_ORDERS)
-    expected = json.dumps(_live_baskets(_basket_orders(EXPIRING_ORDERS), final), sort_keys=True)
-    assert expected != "{}"
     killed_until_landed(
         tmp_path,
-        lambda path: [
-            sys.executable,
-            str(Path(__file__).with_name("expiry_child.py")),
-            str(path),
-            str(EXPIRING_ORDERS),
-            str(CUSTOMERS),
-        ],
-        expected=expected,
+        lambda path: _expiry_command(str(path)),
+        expected=_expected_baskets(),
         env=dict(os.environ),
         max_delay=1.6,  # past the interpreter's start and the ledger's open: the kills land in the run
         kills=3,
-        after_kill=_baskets_confirmed_exactly,
+        after_kill=_baskets_of_ledger_confirmed_exactly,
     )
+
+
+@pytest.mark.postgres
+def test_expiring_baskets_on_postgres_on_trio_killed_at_random_moments_hold_what_the_acknowledged_orders_make(
+    postgres_server: Any,
+) -> None:
+    """The same program on a PostgreSQL ledger, on trio: each kill ends its session, whose open
+    transaction the server rolls back; what was committed is exactly what the acknowledged orders make,
+    checked after every kill, and at least two kills land while orders are handled."""
+    expected = _expected_baskets()
+    in_the_run: list[int] = []  # the orders acknowledged at each kill that landed once some were
+    for attempt in range(5):  # a fresh ledger until kills landed while the orders were handled
+        url = pg_server.new_ledger_url()
+        command = _expiry_command(url, "trio")
+
+        def observe(url: str = url) -> None:
+            acked = _baskets_confirmed_exactly(url)
+            if 0 < acked < EXPIRING_ORDERS:
+                in_the_run.append(acked)
+
+        kill_until_done(
+            command,
+            kills=3,
+            max_delay=6.0,  # start-up and the schema take seconds here: the kills land up to the run's end
+            seed=20261207 + attempt,
+            after_kill=observe,
+            cwd=ROOT,
+            env=dict(os.environ),
+        )
+        assert _baskets_confirmed_exactly(url) == EXPIRING_ORDERS
+        again = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+        assert again.stdout.strip() == expected
+        if len(in_the_run) >= 2:
+            break
+    assert len(in_the_run) >= 2, in_the_run
