@@ -26,9 +26,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from streams import DeadLetter, StreamRef
 from streams.store import type_name
@@ -75,6 +75,29 @@ def _seconds(moment: str | None) -> float | None:
     if moment is None:
         return None
     return datetime.datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp()
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _one_at_a_time(tools: Tools) -> Tools:
+    """``tools`` whose reads of the ledger take turns: each opens it, and a process opens an LMDB
+    ledger once at a time (``LedgerInUseError``), while the watcher's thread and the requests' read."""
+    turn = threading.Lock()
+
+    def taking_turns(read: _F) -> _F:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with turn:
+                return read(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return replace(
+        tools,
+        inspect=taking_turns(tools.inspect),
+        messages=taking_turns(tools.messages),
+        keys=taking_turns(tools.keys),
+    )
 
 
 @dataclass
@@ -173,7 +196,7 @@ class Watcher:
         self.target = target
         self.interval = interval
         self.lag_age = lag_age
-        self._tools: Tools = tools_for(target)
+        self._tools: Tools = _one_at_a_time(tools_for(target))
         self._clock = clock
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
