@@ -26,6 +26,19 @@ with the others of that step. Every write still leaves in the first
 transaction that begins after it, and nothing is confirmed or published
 before its transaction commits.
 
+**A lone write on an idle loop** (LMDB) commits on the loop's own thread
+when the batch is one write, nothing else is ready to run on the loop, no
+timer is due before the commit would end (judged by the last lone commit)
+and that commit took at most :data:`INLINE_LIMIT`. The thread that would
+only wait for the writer thread's answer waits for the disk itself, saving
+the two wake-ups between them (a durable chain's nodes, a graph's steps, a
+run's checkpoints). Work that arrives meanwhile (I/O, a timer come early)
+waits at most that one commit; a slower disk has its commits made on the
+writer thread again until one is quick. An exception a signal's handler
+raises in the middle leaves no batch half done: one that committed is
+answered, one that did not goes to the writer thread, and the exception
+goes on its way.
+
 **How a failure reaches its callers**, on both backends alike:
 
 - A write its backend refuses (its rules raised, it does not fit, the
@@ -56,7 +69,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Final, Generic, NamedTuple, TypeVar
+from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -69,6 +82,7 @@ from ._errors import WriteFailedError
 
 __all__ = [
     "GATHER_STEPS",
+    "INLINE_LIMIT",
     "Answer",
     "Batch",
     "BatchTimer",
@@ -86,6 +100,11 @@ W = TypeVar("W")
 #: batch: the committers the landing woke resume in the first and cut two steps later
 #: (``streams._pipeline.SETTLE_STEPS``); a step with nothing to run costs microseconds.
 GATHER_STEPS: Final = 3
+
+#: A lone write commits on the loop's own thread (when nothing else is ready to run) only while the
+#: last commit of a lone write took at most this many seconds: a disk that slow or slower has its
+#: commits made on the writer thread, where the loop's other tasks run beside them.
+INLINE_LIMIT: Final = 0.002
 
 #: Called on the writer thread after each batch with when it was handed over, when its commit
 #: began and when it ended (``time.perf_counter``): the benchmarks' measure of the writer's time.
@@ -155,10 +174,28 @@ class Answer(NamedTuple):
     growths: int = 0
 
 
+class InlineCommit(Protocol[W]):
+    """A backend's commit of a lone write on the loop's own thread (``LmdbBatches``)."""
+
+    def commit_inline(self, batch: Batch[W]) -> Answer | None:
+        """The batch's answer, or None when it cannot be made here without waiting for other work.
+
+        (LMDB: its map must grow.) None means nothing of it was written: the
+        batch goes to the writer thread.
+        """
+
+    def interrupted(self) -> Answer | None:
+        """After :meth:`commit_inline` was cut short by an exception not its own: its answer if it committed.
+
+        None if nothing of it was written.
+        """
+
+
 class GroupCommitter(Generic[W]):
     """Commits the writes submitted to one ledger while it serves; see the module docstring.
 
-    Made on the event loop's thread, where every method but ``commit`` runs.
+    Made on the event loop's thread, where every method but ``commit`` runs
+    (and where a lone write on an idle loop commits: the module docstring).
     Writes submitted while no batch is committing leave together at the end
     of the loop's current step; writes submitted while one commits wait in
     ``_pending`` and leave together after it lands. The writer thread lands a
@@ -179,12 +216,18 @@ class GroupCommitter(Generic[W]):
         attributes: Mapping[str, str],
         timer: Callable[[], BatchTimer | None] = lambda: None,
         before_commit: BeforeCommit | None = None,
+        inline: InlineCommit[W] | None = None,
     ) -> None:
         self._commit = commit
+        # a fault hook holds batches on the writer thread, where the loop runs beside them
+        self._inline = inline if before_commit is None else None
+        self._lone_seconds = 0.0  # how long the last batch of one write took to commit
         self._before_commit = before_commit
         self._where = where
         self._timer = timer
         self._attributes = dict(attributes)
+        # the global provider's tracer, which follows a provider set later (a proxy until then)
+        self._tracer = tracer()
         self._pending: list[WriteTicket[Any]] = []
         self._batch: list[WriteTicket[Any]] | None = None  # the batch the writer thread holds
         self._span: Span | None = None
@@ -254,14 +297,24 @@ class GroupCommitter(Generic[W]):
             self._pending.remove(ticket)
 
     def _gather(self) -> None:
-        """Loop thread: let :data:`GATHER_STEPS` steps pass after a landing, then dispatch."""
-        if self._gathering > 0 and not self._closed:
+        """Loop thread: let :data:`GATHER_STEPS` steps pass after a landing, then dispatch.
+
+        A write waiting while nothing else is ready to run leaves at once:
+        no other task can add to its batch before the loop waits again
+        (asyncio; trio does not show the tasks of its current batch).
+        """
+        if (
+            self._gathering > 0
+            and not self._closed
+            and not (self._pending and self._loop.sees_every_task and self._loop.idle())
+        ):
             self._gathering -= 1
             self._loop.soon(self._gather)
             return
         self._dispatch()
 
     def _dispatch(self) -> None:
+        """Loop thread: hand the writes pending to the writer thread, or commit a lone one here."""
         batch, self._pending = self._pending, []
         if not batch or self._failure is not None or self._closed:
             self._pending[:0] = batch
@@ -270,18 +323,72 @@ class GroupCommitter(Generic[W]):
                 self._finished.set()
             return
         self._batch = batch
-        self._span = tracer().start_span(SPAN.COMMIT_BATCH, links=_links(batch))
+        self._span = self._tracer.start_span(SPAN.COMMIT_BATCH, links=_links(batch))
         self._handed = time.perf_counter()
-        self._writer.hand(Batch([ticket.write for ticket in batch], self._handed))
+        handed = Batch([ticket.write for ticket in batch], self._handed)
+        if (
+            len(batch) == 1
+            and self._inline is not None
+            and self._lone_seconds <= INLINE_LIMIT
+            and self._loop.idle(self._lone_seconds)
+        ):
+            try:
+                if self._commit_inline(self._inline, handed):
+                    return
+            except BaseException:
+                self._recover_inline(self._inline, handed)
+                raise
+        self._writer.hand(handed)
+
+    def _commit_inline(self, inline: InlineCommit[W], batch: Batch[W]) -> bool:
+        """Loop thread: commit a lone write here, with nothing else ready to run; False to hand it over.
+
+        The loop's thread waits for the disk as the writer thread would, and
+        saves the two wake-ups between them.
+        """
+        began = time.perf_counter()
+        try:
+            answer = inline.commit_inline(batch)
+        except Exception as exc:  # the store failed the batch: as on the writer thread
+            self._land(False, exc)
+            return True
+        ended = time.perf_counter()
+        if answer is None:
+            return False
+        self._lone_seconds = ended - began
+        timer = self._timer()
+        if timer is not None:
+            timer(batch.handed, began, ended)
+        self._land(True, answer)
+        return True
+
+    def _recover_inline(self, inline: InlineCommit[W], batch: Batch[W]) -> None:
+        """An exception not the store's (a signal's handler raising) cut the commit on the loop short.
+
+        A batch begun finishes and is answered, as on the writer thread: the
+        answer of one that committed lands, one that did not goes to the
+        writer thread. The exception then goes on its way.
+        """
+        if self._batch is None:  # it landed before the exception
+            return
+        answer = inline.interrupted()
+        if answer is None:
+            self._writer.hand(batch)
+        else:
+            self._land(True, answer)
 
     def _landed(self) -> None:
         """Loop thread: answer the batch the writer thread committed, then hand it the next one."""
+        if self._batch is not None:
+            self._land(*self._writer.take())
+
+    def _land(self, ok: bool, value: Any) -> None:
+        """Loop thread: answer the batch in flight with its outcome, then gather the next one."""
         batch, span = self._batch, self._span
         if batch is None or span is None:
             return
         self._batch = self._span = None
         self._dispatching = False
-        ok, value = self._writer.take()
         INSTRUMENTS.ledger_commit_duration.record(time.perf_counter() - self._handed, self._attributes)
         INSTRUMENTS.ledger_batch_writes.record(len(batch), self._attributes)
         if ok:
@@ -336,14 +443,16 @@ class GroupCommitter(Generic[W]):
         """Writer thread: the backend's commit, reported to the ``timer`` if there is one."""
         if self._before_commit is not None:
             self._before_commit(len(batch.writes))
-        timer = self._timer()
-        if timer is None:
-            return self._commit(batch)
         began = time.perf_counter()
         try:
             return self._commit(batch)
         finally:
-            timer(batch.handed, began, time.perf_counter())
+            ended = time.perf_counter()
+            if len(batch.writes) == 1:
+                self._lone_seconds = ended - began
+            timer = self._timer()
+            if timer is not None:
+                timer(batch.handed, began, ended)
 
 
 class ServesWrites(abc.ABC, Generic[W]):
@@ -427,18 +536,47 @@ class _LoopCalls:
         native: Any = anyio.lowlevel.current_token().native_token
         self._queued: list[Callable[[], None]] = []
         self._wake: anyio.Event | None = None
+        #: Whether :meth:`idle` sees every task due to run, or (trio) those of the loop's next batch only.
+        self.sees_every_task: bool
         if hasattr(native, "run_sync_soon"):  # trio's TrioToken: one call, from any thread
+            import trio.lowlevel  # only where trio runs the loop
+
+            statistics = trio.lowlevel.current_statistics
             self.drains = True
             self._soon: Callable[[Callable[[], None]], object] = self._queue
             self._threadsafe: Callable[[Callable[[], None]], object] = native.run_sync_soon
+            # the tasks trio runs in its current batch are not in its statistics: only the next's
+            self.sees_every_task = False
+            self._busy: Callable[[float], bool] = lambda within: (
+                bool(self._queued) or _trio_busy(statistics(), within)
+            )
         else:  # an asyncio event loop
             self.drains = False
             self._soon = native.call_soon
             self._threadsafe = native.call_soon_threadsafe
+            # asyncio keeps the callbacks due in its next step in ``_ready``, with no public way to
+            # ask; a loop without one (another implementation) is never taken to be idle
+            ready = getattr(native, "_ready", None)
+            self.sees_every_task = True  # each callback of a step leaves ``_ready`` as it runs
+            timers = getattr(native, "_scheduled", None)  # a heap of timer handles, the next first
+            if isinstance(ready, collections.deque) and isinstance(timers, list):
+                now = native.time
+                self._busy = lambda within: bool(ready) or bool(timers and timers[0].when() <= now() + within)
+            else:
+                self._busy = lambda within: True
 
     def soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop after the current step (call from the loop's thread)."""
         self._soon(fn)
+
+    def idle(self, within: float = 0.0) -> bool:
+        """Nothing else is ready to run on the loop, nor a timer due ``within`` seconds (loop's thread).
+
+        The loop would wait for I/O next, or for a timer due later. On trio,
+        the tasks of the batch it runs now are not seen
+        (:attr:`sees_every_task`): they run after what the caller does next.
+        """
+        return not self._busy(within)
 
     def from_thread(self, fn: Callable[[], None]) -> Callable[[], None]:
         """A function any thread may call to have ``fn`` run soon on the loop's thread."""
@@ -515,6 +653,15 @@ class _WriterThread(Generic[W]):
         """Finish the batch handed over, if any, and end the thread."""
         self._requests.put(None)
         self._thread.join()
+
+
+def _trio_busy(statistics: Any, within: float) -> bool:
+    """Trio's run statistics say a task or a function from another thread waits, or a deadline is near."""
+    return bool(
+        statistics.tasks_runnable
+        or statistics.run_sync_soon_queue_size
+        or statistics.seconds_to_next_deadline <= within
+    )
 
 
 def _never_preempt_the_waker() -> None:

@@ -48,6 +48,8 @@ class CommittingEnv(Protocol):
 
     def reader_check(self) -> int: ...
 
+    def last_txn_id(self) -> int: ...
+
 
 class LmdbBatches:
     """The writer thread's side of an LMDB ledger: commits each batch the committer hands it."""
@@ -55,10 +57,34 @@ class LmdbBatches:
     def __init__(self, env: CommittingEnv) -> None:
         self._env = env
         self._batches = 0
+        self._txn_id: int | None = None  # the id of the last batch's transaction, once begun
+        self._outcomes: list[tuple[bool, Any]] = []  # its outcomes, once all its writes ran
 
     def commit(self, batch: Batch[LmdbWrite]) -> Answer:
         """Writer thread: one write transaction and one fsync for the whole batch."""
         return self._commit(batch.writes)
+
+    def commit_inline(self, batch: Batch[LmdbWrite]) -> Answer | None:
+        """The loop's thread: the batch in one write transaction, or None if the map must grow first.
+
+        Growing the map waits for this process's readers to end, and the
+        loop's thread may hold one itself: that batch goes to the writer
+        thread instead, nothing of it written here.
+        """
+        try:
+            return Answer(self._try_batch(batch.writes))
+        except lmdb.MapFullError:
+            return None
+
+    def interrupted(self) -> Answer | None:
+        """The answer of the batch :meth:`commit_inline` was making when an exception cut it short.
+
+        Its transaction either committed (LMDB's last transaction id reached
+        its own) and this is its answer, or did not and wrote nothing: None.
+        """
+        if self._txn_id is None or self._env.last_txn_id() < self._txn_id:
+            return None
+        return Answer(self._outcomes)
 
     def _commit(self, writes: list[LmdbWrite]) -> Answer:
         """Each write's outcome, and how many times the map grew to make room for them."""
@@ -85,10 +111,13 @@ class LmdbBatches:
         return Answer(outcomes, growths)
 
     def _try_batch(self, writes: list[LmdbWrite]) -> list[tuple[bool, Any]]:
+        self._txn_id = None
         txn = self._env.begin_write()
+        self._txn_id = txn.id()
         try:
             alone = len(writes) == 1
             outcomes = self._run_alone(txn, writes[0]) if alone else self._run_nested(txn, writes)
+            self._outcomes = outcomes
             if outcomes[-1][0] or not alone:
                 txn.commit()
             else:  # a lone write refused: nothing to commit

@@ -365,12 +365,14 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
 
     def _new_committer(self, before_commit: BeforeCommit | None) -> GroupCommitter[LmdbWrite]:
         """The committer :meth:`serve` runs: LMDB batches (`ledger/lmdb/_commit.py`) on its writer thread."""
+        batches = LmdbBatches(self)
         return GroupCommitter(
-            LmdbBatches(self).commit,
+            batches.commit,
             where=f"ledger {self.path}",
             attributes={ATTR.LEDGER: self.path.name},
             timer=lambda: self.batch_timer,
             before_commit=before_commit,
+            inline=batches,
         )
 
     # -- the committer's access to the environment (writer thread) -------------------------
@@ -378,6 +380,10 @@ class LedgerEnv(ServesWrites[LmdbWrite]):
     def begin_write(self, parent: lmdb.Transaction | None = None) -> lmdb.Transaction:
         """A write transaction, nested in ``parent`` if given; the writer thread's only."""
         return self._env.begin(write=True, parent=parent)
+
+    def last_txn_id(self) -> int:
+        """The id of the last write transaction committed to the ledger."""
+        return int(self._env.info()["last_txnid"])
 
     def grow_map(self) -> bool:
         """Double the map up to its limit; False if it is at the limit already."""

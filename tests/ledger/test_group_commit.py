@@ -86,8 +86,10 @@ async def test_a_lone_write_that_raises_leaves_nothing_of_it(tmp_path: Path) -> 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
 async def test_the_writer_thread_runs_under_sched_batch(tmp_path: Path) -> None:
     async with open_ledger(tmp_path / "l") as ledger:
-        policy = await ledger.backend.env.write(lambda txn: os.sched_getscheduler(0))
-    assert policy == os.SCHED_BATCH
+        # two writes of one step: a batch for the writer thread (a lone one may commit on the loop)
+        tickets = [ledger.backend.env.submit(lambda txn: os.sched_getscheduler(0)) for _ in range(2)]
+        policies = [await ticket.wait() for ticket in tickets]
+    assert policies == [os.SCHED_BATCH] * 2
 
 
 async def test_postgres_calls_made_in_one_step_share_one_transaction(postgres_url: str) -> None:

@@ -194,7 +194,7 @@ def test_expiring_baskets_on_postgres_on_trio_killed_at_random_moments_hold_what
     checked after every kill, and at least two kills land while orders are handled."""
     expected = _expected_baskets()
     in_the_run: list[int] = []  # the orders acknowledged at each kill that landed once some were
-    for attempt in range(5):  # a fresh ledger until kills landed while the orders were handled
+    for attempt in range(8):  # a fresh ledger until kills landed while the orders were handled
         url = pg_server.new_ledger_url()
         command = _expiry_command(url, "trio")
 

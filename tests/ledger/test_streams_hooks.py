@@ -300,7 +300,10 @@ async def test_open_message_answers_while_the_writer_is_busy(tmp_path: Path) -> 
             started.set()
             return release.wait(timeout=30)
 
+        # with a second write, the batch goes to the writer thread (a lone write on an idle loop
+        # would commit on the loop's own thread: tests/ledger/test_inline_commit.py)
         ticket = ledger.backend.env.submit(busy)
+        other = ledger.backend.env.submit(lambda txn: True)
         await anyio.to_thread.run_sync(started.wait)
         try:
             attempt = await ledger.streams.open_message(
@@ -310,6 +313,7 @@ async def test_open_message_answers_while_the_writer_is_busy(tmp_path: Path) -> 
         finally:
             release.set()
         assert await ticket.wait() is True
+        assert await other.wait() is True
 
 
 # -- compaction and the cost of opening ------------------------------------------------------
