@@ -16,6 +16,7 @@ the batch as a whole: the committer then takes no more writes
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -26,13 +27,29 @@ from .._committer import Answer, Batch
 from .._errors import MapFullError, WriteFailedError
 from ._files import damaged
 
-__all__ = ["CommittingEnv", "LmdbBatches", "LmdbWrite"]
+__all__ = ["CommitElsewhere", "CommittingEnv", "LmdbBatches", "LmdbWrite", "on_the_loop"]
 
 #: One write: a function of the batch's (nested) write transaction, pure, as it may run again.
 LmdbWrite = Callable[[lmdb.Transaction], Any]
 
 #: Clear reader slots left by dead processes once every this many batches.
 _READER_CHECK_EVERY: Final = 1024
+
+
+class CommitElsewhere(BaseException):  # a request to move, not an error
+    """Raised by a write committing on the loop's thread that would hold it long (a keyed log's merge).
+
+    Nothing of the batch is written there; the writer thread makes it. A
+    ``BaseException``, so that no write's own error handling answers it.
+    """
+
+
+_where = threading.local()
+
+
+def on_the_loop() -> bool:
+    """Whether the calling thread is making a batch on the event loop's thread (``commit_inline``)."""
+    return bool(getattr(_where, "loop", False))
 
 
 class CommittingEnv(Protocol):
@@ -69,12 +86,16 @@ class LmdbBatches:
 
         Growing the map waits for this process's readers to end, and the
         loop's thread may hold one itself: that batch goes to the writer
-        thread instead, nothing of it written here.
+        thread instead, nothing of it written here, as does one whose write
+        raises :class:`CommitElsewhere` (a keyed log's merge, long).
         """
+        _where.loop = True
         try:
             return Answer(self._try_batch(batch.writes))
-        except lmdb.MapFullError:
+        except (lmdb.MapFullError, CommitElsewhere):
             return None
+        finally:
+            _where.loop = False
 
     def interrupted(self) -> Answer | None:
         """The answer of the batch :meth:`commit_inline` was making when an exception cut it short.

@@ -19,7 +19,8 @@ its leaves, and the log's records deleted, all in that one transaction.
 Reads must not decode the log each time, so each environment keeps its
 groups' logs decoded in memory (:class:`KeyedLogs`): a :class:`GroupLog`
 per group, each key's newest value and the position of the record it came
-from. Only the writer thread changes them, extending a group's log in place
+from. Only the thread committing a batch changes them (the writer thread; the
+loop's for a lone write, but never by a merge), extending a group's log in place
 with the records its transaction appended, or replacing it whole (rebuilt,
 merged, cleared); any thread reads them. A reader trusts them no further than
 its own transaction shows: it finds the first and last record keys of the
@@ -45,6 +46,7 @@ import msgspec
 
 from streams.store import KeyedEntry
 
+from ._commit import CommitElsewhere, on_the_loop
 from ._layout import U64
 from ._manifest import KeyTally
 from ._seal import decode_record, seal, unseal
@@ -323,6 +325,8 @@ def write_log(
         or len(log.records) + 1 >= MERGE_RECORDS
         or (logs is not None and logs.held_keys() + len(pairs) >= MERGE_ALL_KEYS)
     )
+    if merge and on_the_loop():  # a merge writes the whole log into the table: not on the loop
+        raise CommitElsewhere
     if not merge:
         last = log.last
         key = record_key(prefix, 0 if last is None else _seq(prefix, last) + 1)

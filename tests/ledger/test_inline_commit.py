@@ -25,6 +25,7 @@ import sniffio
 import ledger._committer as committer
 from ledger import LedgerEnv
 from ledger._committer import INLINE_LIMIT
+from ledger.lmdb._commit import CommitElsewhere, on_the_loop
 
 Write = Callable[[lmdb.Transaction], Any]
 
@@ -123,6 +124,26 @@ async def test_a_write_while_a_timer_is_due_before_its_commit_would_end_commits_
         tg.cancel_scope.cancel()
     assert seen[0] == threading.current_thread().name
     assert seen[1].startswith("streamledger-writer")
+
+
+@pytest.mark.usefixtures("patient")
+async def test_a_write_that_asks_to_commit_elsewhere_is_made_on_the_writer_thread(tmp_path: Path) -> None:
+    """What would hold the loop long (a keyed log's merge) asks to move; nothing of it stays written."""
+    seen: list[str] = []
+    async with served(tmp_path / "l") as env:
+        db = env.db("messages")
+
+        def fn(txn: lmdb.Transaction) -> str:
+            seen.append(threading.current_thread().name)
+            txn.put(b"k", b"v", db=db)
+            if on_the_loop():
+                raise CommitElsewhere
+            return "made"
+
+        assert await env.write(fn) == "made"
+        assert seen[0] == threading.current_thread().name
+        assert seen[1].startswith("streamledger-writer")
+        assert stored(env) == [b"k"]
 
 
 async def test_writes_submitted_together_commit_on_the_writer_thread(tmp_path: Path) -> None:
