@@ -558,10 +558,9 @@ class _LoopCalls:
             # ask; a loop without one (another implementation) is never taken to be idle
             ready = getattr(native, "_ready", None)
             self.sees_every_task = True  # each callback of a step leaves ``_ready`` as it runs
-            timers = getattr(native, "_scheduled", None)  # a heap of timer handles, the next first
-            if isinstance(ready, collections.deque) and isinstance(timers, list):
-                now = native.time
-                self._busy = lambda within: bool(ready) or bool(timers and timers[0].when() <= now() + within)
+            # and its timers in ``_scheduled``, a heap (the next first) it may replace with a new list
+            if isinstance(ready, collections.deque) and isinstance(getattr(native, "_scheduled", None), list):
+                self._busy = lambda within: bool(ready) or _timer_due(native, within)
             else:
                 self._busy = lambda within: True
 
@@ -653,6 +652,12 @@ class _WriterThread(Generic[W]):
         """Finish the batch handed over, if any, and end the thread."""
         self._requests.put(None)
         self._thread.join()
+
+
+def _timer_due(loop: Any, within: float) -> bool:
+    """An asyncio loop's next timer is due ``within`` seconds (read afresh: asyncio replaces the heap)."""
+    timers: list[Any] = getattr(loop, "_scheduled", [])
+    return bool(timers) and timers[0].when() <= loop.time() + within
 
 
 def _trio_busy(statistics: Any, within: float) -> bool:

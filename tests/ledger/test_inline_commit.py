@@ -146,6 +146,29 @@ async def test_a_write_that_asks_to_commit_elsewhere_is_made_on_the_writer_threa
         assert stored(env) == [b"k"]
 
 
+@pytest.mark.usefixtures("patient")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_timer_is_seen_after_asyncio_rebuilt_its_timer_heap(tmp_path: Path) -> None:
+    """asyncio replaces its heap of timers when most are cancelled: the committer asks for it afresh."""
+    seen: list[str] = []
+    loop = asyncio.get_running_loop()
+    async with served(tmp_path / "l") as env, anyio.create_task_group() as tg:
+        await env.write(put(env, b"slow", seen, pause=0.2))  # the commits take 0.2 s, judging by this one
+        timers = [loop.call_later(3600, lambda: None) for _ in range(300)]
+        for timer in timers[:250]:
+            timer.cancel()
+        heap = loop._scheduled  # type: ignore[attr-defined]
+        await anyio.lowlevel.checkpoint()  # the loop's step rebuilds it
+        assert loop._scheduled is not heap  # type: ignore[attr-defined]
+        tg.start_soon(anyio.sleep, 0.05)  # due before the next commit would end
+        await anyio.lowlevel.checkpoint()
+        await env.write(put(env, b"beside", seen))
+        tg.cancel_scope.cancel()
+        for timer in timers:
+            timer.cancel()
+    assert seen[1].startswith("streamledger-writer")
+
+
 async def test_writes_submitted_together_commit_on_the_writer_thread(tmp_path: Path) -> None:
     seen: list[str] = []
     async with served(tmp_path / "l") as env:
