@@ -290,27 +290,21 @@ def test_a_commit_appends_one_record_per_group_and_a_merge_empties_the_log(
 
 
 def test_a_merge_due_in_a_commit_on_the_loops_thread_moves_the_batch_to_the_writer_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A merge writes a whole log into the table (0.3 s at a million keys): never on the loop's thread."""
     monkeypatch.setattr(_keyed_log, "MERGE_KEYS", 2)
-    ledger = Ledger(tmp_path / "l")
-    try:
-        with ledger.writing() as view:
-            store.open_stream(view, StreamOpen(REF, "int", 10, GROUPS))
-        _committed(ledger, "g", {b"a": b"1"})
-        monkeypatch.setattr(_keyed_log, "on_the_loop", lambda: True)
-        with pytest.raises(CommitElsewhere), ledger.writing() as view:
-            ledger.write("g", {b"b": b"2"}, view)
-        with ledger.env.read() as txn:
-            assert [bytes(k) for k, _ in txn.cursor(db=ledger.dbs["keyed"])] == []  # no merge made
-        monkeypatch.setattr(_keyed_log, "on_the_loop", lambda: False)
-        _committed(ledger, "g", {b"b": b"2"})  # on the writer thread: merged
-        with ledger.env.read() as txn:
-            assert [bytes(k) for k, _ in txn.cursor(db=ledger.dbs["keyed_log"])] == []
-            assert read_all(ledger.view(txn, writer=False), "g") == {b"a": b"1", b"b": b"2"}
-    finally:
-        ledger.close()
+    _committed(ledger, "g", {b"a": b"1"})
+    monkeypatch.setattr(_keyed_log, "on_the_loop", lambda: True)
+    with pytest.raises(CommitElsewhere):
+        _committed(ledger, "g", {b"b": b"2"})
+    with ledger.env.read() as txn:
+        assert [bytes(k) for k, _ in txn.cursor(db=ledger.dbs["keyed"])] == []  # no merge made
+    monkeypatch.setattr(_keyed_log, "on_the_loop", lambda: False)
+    _committed(ledger, "g", {b"b": b"2"})  # on the writer thread: merged
+    with ledger.env.read() as txn:
+        assert [bytes(k) for k, _ in txn.cursor(db=ledger.dbs["keyed_log"])] == []
+        assert read_all(ledger.view(txn, writer=False), "g") == {b"a": b"1", b"b": b"2"}
 
 
 def _committed(ledger: Ledger, group: str, writes: Mapping[bytes, bytes | None]) -> None:
