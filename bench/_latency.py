@@ -15,14 +15,26 @@ ledger's round trip through its writer thread), one after another.
 
 Every LMDB transaction the ledger commits during the pipeline is timed on
 the writer thread: its wall time, and the share of the run the writer was
-inside one (``writer_busy``). A run whose result is not exactly the expected
-one raises :class:`BenchError`.
+inside one (``writer_busy``). From those times and the moment billing's
+handler is called, each order's latency is cut into :data:`STAGES`, for all
+orders and for the slowest hundredth: where the slow percentile's time goes.
+The garbage collector's pauses during the run are counted beside.
+
+The latency figures are taken with nothing else on the loop. The loop's
+lateness comes from a twin run with a probe task beside the pipeline
+(:mod:`bench._lateness`), whose latency is reported too: the probe's timer,
+due every millisecond, is what a pipeline beside other timed work meets
+(a lone commit stays off the loop's thread when a timer is due before it
+would end). A run whose result is not exactly the expected one raises
+:class:`BenchError`.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
+import gc
 import os
 import statistics
 import tempfile
@@ -60,6 +72,22 @@ __all__ = [
 
 #: The percentiles every latency figure reports.
 QUANTILES = (50.0, 90.0, 99.0, 99.9)
+
+#: An order's latency cut in stages, in order: its send to the committer's batch holding its append
+#: (the first handed after the send), that batch's wait for its transaction to begin (the writer
+#: thread's wake-up; none on the loop's thread), the append's transaction, its landing to billing's
+#: handler, the handler to billing's batch, its wait, billing's transaction, its landing to audit's
+#: handler. Each transaction is found by time, the first handed after its cause: a profile, not a proof.
+STAGES = (
+    "send_to_batch",
+    "append_wait",
+    "append_txn",
+    "append_to_billing",
+    "billing_to_batch",
+    "billing_wait",
+    "billing_txn",
+    "billing_to_audit",
+)
 
 Percentiles = dict[str, float]
 
@@ -151,6 +179,14 @@ class LatencyRun:
     #: How late a task beside the pipeline woke up (:mod:`bench._lateness`), after the warm-up: the
     #: time the loop spent elsewhere, beside the orders' latency it may explain.
     lateness_us: Percentiles | None = None
+    #: Per stage of :data:`STAGES`, the median over the measured orders and the mean over their
+    #: slowest hundredth (µs).
+    stages_us: dict[str, float] | None = None
+    slow_stages_us: dict[str, float] | None = None
+    #: The garbage collector during the run: how many collections, their total and longest pause.
+    gc_collections: int = 0
+    gc_pause_ms: float = 0.0
+    gc_max_pause_us: float = 0.0
 
     @property
     def sustained(self) -> bool:
@@ -180,7 +216,77 @@ class LatencyRun:
             out["txns_crossed"] = self.txns_crossed
         if self.lateness_us is not None:
             out["loop_lateness_us"] = self.lateness_us
+        if self.stages_us is not None:
+            out["stages_us"] = self.stages_us
+            out["slowest_hundredth_stages_us"] = self.slow_stages_us
+        out["gc"] = {
+            "collections": self.gc_collections,
+            "pause_ms": self.gc_pause_ms,
+            "max_pause_us": self.gc_max_pause_us,
+        }
         return out
+
+
+class GcPauses:
+    """The garbage collector's pauses while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def stage_profile(
+    sent: Sequence[float], billed: Sequence[float], seen: Sequence[float], clock: TxnClock, measured: range
+) -> tuple[dict[str, float], dict[str, float]] | None:
+    """:data:`STAGES` of ``measured`` orders: medians over all, means over the slowest hundredth (µs).
+
+    None when the clock lacks the moments its batches were handed (a baseline's).
+    """
+    handed, began, committed = clock.handed, clock.began, clock.committed
+    if not handed or len(handed) != len(committed):
+        return None
+
+    def txn(t: float) -> tuple[float, float, float] | None:
+        k = bisect.bisect_left(handed, t)
+        return None if k == len(handed) else (handed[k], began[k], committed[k])
+
+    rows: list[tuple[float, ...]] = []
+    for i in measured:
+        first, second = txn(sent[i]), txn(billed[i])
+        if first is None or second is None:
+            continue
+        rows.append(
+            (
+                first[0] - sent[i],
+                first[1] - first[0],
+                first[2] - first[1],
+                billed[i] - first[2],
+                second[0] - billed[i],
+                second[1] - second[0],
+                second[2] - second[1],
+                seen[i] - second[2],
+                seen[i] - sent[i],
+            )
+        )
+    if not rows:
+        return None
+    slow = sorted(rows, key=lambda row: row[-1])[-max(1, len(rows) // 100) :]
+    medians = {name: statistics.median(row[j] for row in rows) * 1e6 for j, name in enumerate(STAGES)}
+    means = {name: statistics.fmean(row[j] for row in slow) * 1e6 for j, name in enumerate(STAGES)}
+    return medians, means
 
 
 async def run_latency(
@@ -193,9 +299,14 @@ async def run_latency(
     clock: TxnClock | None = None,
     store: str = "lmdb",
     sync: bool = True,
+    probe: bool = False,
 ) -> LatencyRun:
-    """Run the paced pipeline on ``hooks``: ``orders`` orders at ``rate`` a second; check the result."""
+    """Run the paced pipeline on ``hooks``: ``orders`` orders at ``rate`` a second; check the result.
+
+    With ``probe``, a lateness probe runs beside it (:mod:`bench._lateness`).
+    """
     sent = array("d", bytes(8 * (orders + 1)))
+    handled = array("d", bytes(8 * (orders + 1)))  # when billing's handler took the order
     seen = array("d", bytes(8 * (orders + 1)))
     async with open_scope(hooks, scope="latency") as scope:
         stream_in = await scope.open_stream(
@@ -233,6 +344,7 @@ async def run_latency(
             await orders_out.finish()
 
         async def bill(tx: MessageTx[Totals], order: Order) -> None:
+            handled[order.id] = clock_()
             tx.set_state(Totals(tx.state.total + order.amount, tx.state.count + 1))
             tx.send(invoices_out, Invoice(order.id, order.amount))
 
@@ -251,10 +363,12 @@ async def run_latency(
                 stream_out.reader("audit"), audit_one, initial_state=0, window=window
             )
 
-        async with lateness_probe(samples=late), anyio.create_task_group() as tg:
-            tg.start_soon(source)
-            tg.start_soon(billing)
-            tg.start_soon(audit)
+        beside = lateness_probe(samples=late) if probe else contextlib.nullcontext(late)
+        with GcPauses() as collected:
+            async with beside, anyio.create_task_group() as tg:
+                tg.start_soon(source)
+                tg.start_soon(billing)
+                tg.start_soon(audit)
         del late[: warmed[0]]
 
     billed, audited = results["billing"], results["audit"]
@@ -274,6 +388,9 @@ async def run_latency(
         latency=percentiles([seen[i] - sent[i] for i in measured]),
         sent_rate=(orders - 1) / (sent[orders] - first) if orders > 1 and sent[orders] > first else 0.0,
         lateness_us=percentiles(late) if late else None,
+        gc_collections=len(collected.pauses),
+        gc_pause_ms=sum(collected.pauses) * 1e3,
+        gc_max_pause_us=max(collected.pauses, default=0.0) * 1e6,
     )
     if clock is not None:
         walls, busy = clock.within(sent[measured.start], last)
@@ -287,6 +404,9 @@ async def run_latency(
                 for i in measured
             ]
             run.txns_crossed = {name: value / 1e6 for name, value in percentiles(crossed).items()}
+        profile = stage_profile(sent, handled, seen, clock, measured)
+        if profile is not None:
+            run.stages_us, run.slow_stages_us = profile
     return run
 
 
@@ -305,6 +425,7 @@ def run_latency_lmdb(
     backend: str = "asyncio",
     workdir: Path | None = None,
     window: int = WINDOW,
+    probe: bool = False,
 ) -> LatencyRun:
     """One paced run on a fresh LMDB ledger in a temporary directory; the ledger is checked after."""
     n, warmup = _orders_for(rate, seconds, saturation_orders)
@@ -324,6 +445,7 @@ def run_latency_lmdb(
                         window=window,
                         clock=clock,
                         sync=sync,
+                        probe=probe,
                     )
                 finally:
                     stop()
@@ -340,6 +462,7 @@ def run_latency_postgres(
     seconds: float,
     saturation_orders: int = 100_000,
     backend: str = "asyncio",
+    probe: bool = False,
 ) -> LatencyRun:
     """One paced run on the PostgreSQL ledger at ``url`` (a fresh database)."""
     from ledger.postgres import open_postgres
@@ -350,12 +473,20 @@ def run_latency_postgres(
         async with open_postgres(url) as ledger:
             connection = ledger.backend.connection
             if not hasattr(connection, "batch_timer"):  # a baseline whose committer times nothing
-                return await run_latency(ledger.streams, rate=rate, orders=n, warmup=warmup, store="postgres")
+                return await run_latency(
+                    ledger.streams, rate=rate, orders=n, warmup=warmup, store="postgres", probe=probe
+                )
             clock = TxnClock()
             stop = clock.attach(connection)
             try:
                 return await run_latency(
-                    ledger.streams, rate=rate, orders=n, warmup=warmup, clock=clock, store="postgres"
+                    ledger.streams,
+                    rate=rate,
+                    orders=n,
+                    warmup=warmup,
+                    clock=clock,
+                    store="postgres",
+                    probe=probe,
                 )
             finally:
                 stop()
@@ -489,6 +620,7 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     rates: list[float | None] = args.rates
     configs: list[tuple[str, bool]] = [("lmdb", True), ("lmdb", False)]
     runs: dict[str, list[LatencyRun]] = {}
+    probed: dict[str, list[LatencyRun]] = {}  # the twin runs, a lateness probe beside each
     raw: list[Percentiles] = []
     round_trips: list[Percentiles] = []
     pairs: list[tuple[Percentiles, Percentiles]] = []  # raw commits and ledger writes taking turns
@@ -530,35 +662,10 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 for rate in rates:
                     name = f"{'pg' if store == 'postgres' else store}{'' if sync else '_nondurable'}"
                     name += f"_{rate_label(rate)}"
-                    if store == "lmdb":
-                        run = run_latency_lmdb(
-                            rate=rate,
-                            seconds=args.seconds,
-                            sync=sync,
-                            saturation_orders=args.saturation_orders,
-                            backend=args.backend,
-                            workdir=args.workdir,
-                        )
-                    else:
-                        assert pg is not None
-                        from ._postgres import new_database
-
-                        run = run_latency_postgres(
-                            new_database(pg.server_url, pg.make_url),
-                            rate=rate,
-                            seconds=args.seconds,
-                            saturation_orders=args.saturation_orders,
-                            backend=args.backend,
-                        )
-                    runs.setdefault(name, []).append(run)
-                    lat = run.latency
-                    txn = "" if run.txn_us is None else f"; txn p50 {run.txn_us['p50']:,.0f} µs"
-                    busy = "" if run.writer_busy is None else f", writer busy {run.writer_busy:.0%}"
-                    progress(
-                        f"  {name}: p50 {lat['p50']:,.0f} p99 {lat['p99']:,.0f} µs, "
-                        f"{run.orders / run.seconds:,.0f} orders/s{txn}{busy}"
-                        f"{'' if run.sustained else ' (rate NOT sustained)'}"
-                    )
+                    for probe in (False, True):  # alone, then the twin run beside the probe
+                        run = _one_run(args, pg, store=store, sync=sync, rate=rate, probe=probe)
+                        (probed if probe else runs).setdefault(name, []).append(run)
+                        progress(f"  {name}{' beside the probe' if probe else ''}: {_run_line(run)}")
     finally:
         stack.close()
     out: dict[str, Any] = {
@@ -591,9 +698,21 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
                 f.writer_busy for f in figs if f.writer_busy is not None
             )
             out[f"{name}_orders_per_txn"] = statistics.median(f.orders / max(f.txns, 1) for f in figs)
-        late = [f.lateness_us for f in figs if f.lateness_us is not None]
+        twins = probed.get(name, [])
+        if twins:
+            out.update(_percentile_keys(f"{name}_beside_probe", _median_of([f.latency for f in twins])))
+        late = [f.lateness_us for f in twins if f.lateness_us is not None]
         if late:
             out.update(_percentile_keys(f"{name}_loop_lateness", _median_of(late)))
+        for key, stages in (
+            ("stage", [f.stages_us for f in figs]),
+            ("slow_stage", [f.slow_stages_us for f in figs]),
+        ):
+            known = [stage for stage in stages if stage is not None]
+            for stage in STAGES if known else ():
+                out[f"{name}_{key}_{stage}_us"] = statistics.median(k[stage] for k in known)
+        out[f"{name}_gc_pause_ms"] = statistics.median(f.gc_pause_ms for f in figs)
+        out[f"{name}_gc_max_pause_us"] = statistics.median(f.gc_max_pause_us for f in figs)
         crossed = [f.txns_crossed for f in figs if f.txns_crossed is not None]
         if crossed:
             out[f"{name}_txns_crossed_p50"] = statistics.median(c["p50"] for c in crossed)
@@ -601,6 +720,7 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     sustained = [r for r in rates if r is not None and out.get(f"pg_{rate_label(r)}_sustained")]
     out["pg_highest_sustained_rate"] = max(sustained) if sustained else None
     out["runs"] = [run.summary() for figs in runs.values() for run in figs]
+    out["runs_beside_probe"] = [run.summary() for figs in probed.values() for run in figs]
     raw_p50 = out["raw_lmdb_commit_p50_us"]
     goals: dict[str, bool] = {}
     if "lmdb_50k_p50_us" in out:
@@ -616,6 +736,42 @@ def bench_latency(args: Any, progress: Callable[[str], None]) -> dict[str, Any]:
     goals["ledger_write_at_most_1.25_raw_commits"] = out["ledger_write_in_raw_commits"] <= 1.25
     out["goals_met"] = goals
     return out
+
+
+def _one_run(
+    args: Any, pg: PgTarget | None, *, store: str, sync: bool, rate: float | None, probe: bool
+) -> LatencyRun:
+    if store == "lmdb":
+        return run_latency_lmdb(
+            rate=rate,
+            seconds=args.seconds,
+            sync=sync,
+            saturation_orders=args.saturation_orders,
+            backend=args.backend,
+            workdir=args.workdir,
+            probe=probe,
+        )
+    assert pg is not None
+    from ._postgres import new_database
+
+    return run_latency_postgres(
+        new_database(pg.server_url, pg.make_url),
+        rate=rate,
+        seconds=args.seconds,
+        saturation_orders=args.saturation_orders,
+        backend=args.backend,
+        probe=probe,
+    )
+
+
+def _run_line(run: LatencyRun) -> str:
+    lat = run.latency
+    txn = "" if run.txn_us is None else f"; txn p50 {run.txn_us['p50']:,.0f} µs"
+    busy = "" if run.writer_busy is None else f", writer busy {run.writer_busy:.0%}"
+    return (
+        f"p50 {lat['p50']:,.0f} p99 {lat['p99']:,.0f} µs, {run.orders / run.seconds:,.0f} orders/s{txn}{busy}"
+        f"{'' if run.sustained else ' (rate NOT sustained)'}"
+    )
 
 
 @dataclass(frozen=True)
@@ -673,6 +829,7 @@ def show_latency(out: dict[str, Any]) -> str:
             "txn p50",
             "writer busy",
             "txns crossed",
+            "beside probe p50",
             "lateness p99",
         )
     ]
@@ -693,6 +850,7 @@ def show_latency(out: dict[str, Any]) -> str:
                     us(f"{name}_txn_p50_us"),
                     "-" if busy is None else f"{busy:.0%}",
                     _shown_float(out.get(f"{name}_txns_crossed_mean")),
+                    us(f"{name}_beside_probe_p50_us"),
                     us(f"{name}_loop_lateness_p99_us"),
                 )
             )
@@ -702,7 +860,7 @@ def show_latency(out: dict[str, Any]) -> str:
             us("raw_lmdb_commit_p50_us"),
             *("",) * 2,
             us("raw_lmdb_commit_p99_us"),
-            *("",) * 5,
+            *("",) * 6,
         )
     )
     rows.append(
@@ -711,7 +869,7 @@ def show_latency(out: dict[str, Any]) -> str:
             us("ledger_write_p50_us"),
             *("",) * 2,
             us("ledger_write_p99_us"),
-            *("",) * 5,
+            *("",) * 6,
         )
     )
     rows.append(
@@ -720,7 +878,7 @@ def show_latency(out: dict[str, Any]) -> str:
             f"{us('paired_raw_commit_p50_us')} / {us('paired_ledger_write_p50_us')}",
             *("",) * 2,
             f"{us('paired_raw_commit_p99_us')} / {us('paired_ledger_write_p99_us')}",
-            *("",) * 5,
+            *("",) * 6,
         )
     )
     if "pg_write_p50_us" in out:
@@ -728,12 +886,16 @@ def show_latency(out: dict[str, Any]) -> str:
             ("PostgreSQL: raw one-row autocommit INSERT", "pg_raw_commit"),
             ("PostgreSQL ledger: a lone append's round trip", "pg_write"),
         ):
-            rows.append((label, us(f"{key}_p50_us"), *("",) * 2, us(f"{key}_p99_us"), *("",) * 5))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)])
-        for row in rows
-    ]
+            rows.append((label, us(f"{key}_p50_us"), *("",) * 2, us(f"{key}_p99_us"), *("",) * 6))
+    lines = _aligned(rows)
+    stage_rows: list[tuple[str, ...]] = [("µs: stage median / mean of the slowest 1%", *STAGES)]
+    for store in ("lmdb", "lmdb_nondurable", "pg"):
+        for label in out["rates"]:
+            name = f"{store}_{label}"
+            if f"{name}_stage_{STAGES[0]}_us" in out:
+                cells = (f"{us(f'{name}_stage_{x}_us')} / {us(f'{name}_slow_stage_{x}_us')}" for x in STAGES)
+                stage_rows.append((name, *cells))
+    stage_lines = _aligned(stage_rows) if len(stage_rows) > 1 else []
     head = (
         f"latency: {out['seconds']:g} s per rate, median of {out['repeat']}, {out['backend']}, "
         f"result verified; load average {out['load_average_1m']:.1f}"
@@ -741,10 +903,21 @@ def show_latency(out: dict[str, Any]) -> str:
     skipped = out.get("postgres_skipped")
     lateness = out.get("loop_lateness_p99_us")
     shown = "-" if lateness is None else f"{lateness:,.0f}"
-    notes = [f"loop lateness p99 beside the round trips: {shown} µs"]
+    notes = [
+        f"loop lateness p99 beside the round trips: {shown} µs; the paced runs' lateness and their "
+        "latency beside the probe come from twin runs with a 1 ms timer task beside the pipeline"
+    ]
     if skipped:
         notes.append(f"PostgreSQL skipped: {skipped}")
     if out.get("pg_highest_sustained_rate") is not None:
         notes.append(f"PostgreSQL sustained up to {out['pg_highest_sustained_rate']:,.0f} orders/s here")
     goals = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in out["goals_met"].items())
-    return "\n".join([head, *lines, *notes, f"goals: {goals}"])
+    return "\n".join([head, *lines, *notes, f"goals: {goals}", *stage_lines])
+
+
+def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)])
+        for row in rows
+    ]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bench.__main__ import main
+from bench._latency import STAGES
 
 
 def run_bench(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -276,8 +277,16 @@ def test_latency_bench_reports_percentiles_transactions_and_round_trips(
     assert out["raw_lmdb_commit_p50_us"] > 0
     assert out["ledger_write_p50_us"] > 0
     assert out["loop_lateness_p99_us"] >= 0  # a probe task beside the bare ledger writes
-    for figure in ("p50", "p99", "p999"):  # the same probe beside each paced run, after its warm-up
+    for figure in ("p50", "p99", "p999"):  # the same probe beside a twin of each paced run
         assert out[f"lmdb_1k_loop_lateness_{figure}_us"] >= 0, figure
+        assert out[f"lmdb_1k_beside_probe_{figure}_us"] > 0, figure
+    for stage in STAGES:  # where an order's time went: all orders, and the slowest hundredth
+        assert out[f"lmdb_1k_stage_{stage}_us"] >= 0, stage
+        assert out[f"lmdb_max_slow_stage_{stage}_us"] >= 0, stage
+    assert out["lmdb_1k_gc_pause_ms"] >= 0
+    assert len(out["runs"]) == len(out["runs_beside_probe"]) == 4
+    assert all(run["loop_lateness_us"]["p99"] >= 0 for run in out["runs_beside_probe"])
+    assert not any("loop_lateness_us" in run for run in out["runs"])  # nothing beside the timed runs
     assert out["ledger_write_in_raw_commits"] > 0
     assert out["postgres_skipped"] == "--skip-postgres"
     assert "pg_1k_p50_us" not in out
@@ -349,7 +358,8 @@ def test_latency_text_output_is_a_table(capsys: pytest.CaptureFixture[str], tmp_
     argv = [*LATENCY_TINY, "--commits", "5", "--skip-postgres", "--workdir", str(tmp_path)]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "send to audit's delivery" in text and "lateness p99" in text
+    assert "send to audit's delivery" in text and "lateness p99" in text and "beside probe p50" in text
+    assert "mean of the slowest 1%" in text and "billing_txn" in text
     assert "raw py-lmdb commit" in text
 
 
