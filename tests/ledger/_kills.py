@@ -6,6 +6,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from fuzz.kill import shorter
 from ledger.lmdb._check import check_ledger
 from ledger.lmdb._env import LedgerEnv
 from ledger.testing import LedgerHistory, kill_until_done
@@ -38,7 +39,9 @@ def killed_until_landed(
     After each round the ledger is sound after every kill, nothing moved
     back, and one more call prints ``expected``; ``check(ledger, landed)``
     looks further, and ``after_kill(ledger)`` after each kill. A round whose
-    run finished before its kills starts over on a new ledger. Returns the kills that landed.
+    run finished before its kills starts over on a new ledger, with half the delay
+    (:func:`fuzz.kill.shorter`: the kills land on a machine of any speed). Returns the kills
+    that landed.
     """
     landed = 0
     for attempt in range(10):
@@ -69,5 +72,6 @@ def killed_until_landed(
         landed += landed_here
         if landed >= kills:
             break
+        max_delay = shorter(max_delay, landed=landed_here, asked=kills)
     assert landed >= kills
     return landed

@@ -194,19 +194,23 @@ def test_expiring_baskets_on_postgres_on_trio_killed_at_random_moments_hold_what
     checked after every kill, and at least two kills land while orders are handled."""
     expected = _expected_baskets()
     in_the_run: list[int] = []  # the orders acknowledged at each kill that landed once some were
+    delay = 6.0  # start-up and the schema take seconds on a slow machine: the kills land up to the run's end
     for attempt in range(8):  # a fresh ledger until kills landed while the orders were handled
         url = pg_server.new_ledger_url()
         command = _expiry_command(url, "trio")
+        early_late = [0, 0]  # kills before the first order was acknowledged, and after the last
 
-        def observe(url: str = url) -> None:
+        def observe(url: str = url, early_late: list[int] = early_late) -> None:
             acked = _baskets_confirmed_exactly(url)
             if 0 < acked < EXPIRING_ORDERS:
                 in_the_run.append(acked)
+            early_late[0] += acked == 0
+            early_late[1] += acked == EXPIRING_ORDERS
 
-        kill_until_done(
+        landed = kill_until_done(
             command,
             kills=3,
-            max_delay=6.0,  # start-up and the schema take seconds here: the kills land up to the run's end
+            max_delay=delay,
             seed=20261207 + attempt,
             after_kill=observe,
             cwd=ROOT,
@@ -217,4 +221,6 @@ def test_expiring_baskets_on_postgres_on_trio_killed_at_random_moments_hold_what
         assert again.stdout.strip() == expected
         if len(in_the_run) >= 2:
             break
+        early, late = early_late[0], early_late[1] + 3 - landed  # and the runs that ended first
+        delay = delay * 1.5 if early > late else delay / 2 if late else delay
     assert len(in_the_run) >= 2, in_the_run

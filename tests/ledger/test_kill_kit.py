@@ -9,7 +9,7 @@ import lmdb
 import pytest
 
 from fuzz import workload
-from fuzz.kill import one_round
+from fuzz.kill import MAX_DELAY, one_round, shorter
 from ledger import LedgerEnv, open_ledger
 from ledger.testing import HistoryViolation, LedgerHistory
 from streams import Key, Stream, open_scope
@@ -21,12 +21,15 @@ def test_twenty_kills_of_the_workload_leave_a_sound_history_and_the_exact_answer
     # answer at the end (it raises HistoryViolation otherwise). Twenty kills reach about the first
     # 10,000 orders (each run reopens the ledger before it handles more), so a round of 30,000
     # meets the same kills and spends less on the orders after the last; a machine fast enough to
-    # finish a round before its kills starts another
-    landed = 0
-    for seed in range(20261130, 20261130 + 5):
-        landed += one_round(kills=20 - landed, seed=seed, messages=30_000)
+    # finish a round before its kills starts another, with half the delay (fuzz.kill.shorter)
+    landed, delay = 0, MAX_DELAY
+    for seed in range(20261130, 20261130 + 8):
+        asked = 20 - landed
+        here = one_round(kills=asked, seed=seed, messages=30_000, max_delay=delay)
+        landed += here
         if landed == 20:
             break
+        delay = shorter(delay, landed=here, asked=asked)
     assert landed == 20
 
 
