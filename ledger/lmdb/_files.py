@@ -218,7 +218,7 @@ def check_pages(path: Path) -> None:
             seen.add(pgno)
             f.seek(pgno * psize)
             page = f.read(psize)
-            found = _page_references(data_file, page, pgno, psize, pages, f)
+            found = _page_references(data_file, page, pgno, psize, pages, f, ordered=not in_free)
             if in_free:
                 _check_free_keys(data_file, page, pgno, current.txnid)
                 free.extend(found)
@@ -250,8 +250,15 @@ def _check_free_keys(data_file: Path, page: bytes, pgno: int, txnid: int) -> Non
         previous = key
 
 
-def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages: int, f: Any) -> list[int]:
-    """The pages ``page`` points at, after checking that LMDB can read it within bounds."""
+def _page_references(
+    data_file: Path, page: bytes, pgno: int, psize: int, pages: int, f: Any, *, ordered: bool = True
+) -> list[int]:
+    """The pages ``page`` points at, after checking that LMDB can read it within bounds.
+
+    ``ordered``: its keys compare as bytes (every database but the free list, whose keys are
+    native integers) and must ascend: a damaged key out of order would hide its record from
+    LMDB's searches, or show it where another belongs, and is refused before anything is written.
+    """
     if len(page) < psize:
         raise _bad(data_file, pgno, "is cut short by the end of the file")
     own, _, flags, lower, upper = _HEADER.unpack_from(page)
@@ -264,6 +271,7 @@ def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages:
     if lower == _PAGE_HEADER:  # LMDB frees a tree's empty pages; it would read node -1 of one
         raise _bad(data_file, pgno, "is a tree page without nodes")
     found: list[int] = []
+    previous: bytes | None = None
     for i in range((lower - _PAGE_HEADER) // 2):
         (offset,) = struct.unpack_from("=H", page, _PAGE_HEADER + 2 * i)
         if not upper <= offset <= psize - _NODE.size:
@@ -272,6 +280,12 @@ def _page_references(data_file: Path, page: bytes, pgno: int, psize: int, pages:
         key_end = offset + _NODE.size + ksize
         if key_end > psize:
             raise _bad(data_file, pgno, f"has node {i} whose key runs past the page")
+        if ordered and not (flags & _P_BRANCH and i == 0):  # a branch page's first key is empty
+            key = page[offset + _NODE.size : key_end]
+            if previous is not None and key <= previous:
+                why = "LMDB's searches would miss records or find them where others belong"
+                raise _bad(data_file, pgno, f"has node {i} whose key is out of order", why=why)
+            previous = key
         if flags & _P_BRANCH:
             found.append(lo | hi << 16 | node_flags << 32)
             continue
@@ -305,10 +319,12 @@ def _check_overflow(data_file: Path, f: Any, first: int, dsize: int, psize: int,
         raise _bad(data_file, first, f"starts {count} overflow pages that cannot hold {dsize} bytes")
 
 
-def _bad(data_file: Path, pgno: int, what: str) -> DamagedLedgerError:
+_READ_PAST: Final = "LMDB would read past it"
+
+
+def _bad(data_file: Path, pgno: int, what: str, *, why: str = _READ_PAST) -> DamagedLedgerError:
     return DamagedLedgerError(
-        f"{data_file}: page {pgno} {what}; the file is damaged, and LMDB would read past it: restore "
-        "the ledger from a copy"
+        f"{data_file}: page {pgno} {what}; the file is damaged, and {why}: restore the ledger from a copy"
     )
 
 

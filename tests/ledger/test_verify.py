@@ -9,6 +9,7 @@ it was: the damage is never laundered into a ledger ``check`` calls sound.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -591,6 +592,38 @@ def test_a_tree_page_whose_node_count_was_damaged_to_none_is_refused_never_a_sig
     for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
         done = ledger_command(*command)
         assert done.returncode == 4 and "is a tree page without nodes" in done.stderr, done
+    assert (path / "data.mdb").read_bytes() == before
+
+
+def test_a_key_damaged_out_of_its_pages_order_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # found by the bit-flip test: message 1's key damaged to sort after message 2's, on the same page;
+    # LMDB's searches then miss it or find it where another belongs, and a session that wrote first
+    # met it only at its second stream's open
+    path = tmp_path / "l"
+    anyio.run(a_failed_message, path)
+    data = (path / "data.mdb").read_bytes()
+    leaves = [k for k in key_bytes(path) if k.database == "messages" and k.page == "leaf"]
+    first, second = next(
+        (a, b)
+        for a, b in itertools.pairwise(leaves)
+        if a.offset // 4096 == b.offset // 4096  # one page, one stream
+        and data[a.offset : a.offset + 8] == data[b.offset : b.offset + 8]
+    )
+    assert data[first.offset : first.offset + first.size] < data[second.offset : second.offset + second.size]
+    with (path / "data.mdb").open("r+b") as f:
+        f.seek(first.offset + 8)  # the first byte of the sequence number: now after the next key's
+        f.write(bytes([data[first.offset + 8] ^ 0x80]))
+    before = (path / "data.mdb").read_bytes()
+
+    async def write_open() -> None:
+        async with open_ledger(path):
+            pass
+
+    with pytest.raises(DamagedLedgerError, match="key is out of order"):
+        anyio.run(write_open)
+    for command in (["inspect", str(path)], ["demo", str(path), "--messages", "600"]):
+        done = ledger_command(*command)
+        assert done.returncode == 4 and "key is out of order" in done.stderr, done
     assert (path / "data.mdb").read_bytes() == before
 
 
