@@ -45,6 +45,7 @@ from ._errors import (
 )
 from ._events import Child, Running, Waiting
 from ._graph import Member, NodeDef, SubDef
+from ._inline import settled
 from ._keys import Key, NoValue
 from ._level import Level, slots_for
 from ._node_commits import StagedNode
@@ -83,11 +84,14 @@ async def run_member(level: Level, member: Member) -> None:
     tree.emit(Waiting(level.path, member.name))
     waited = False
     if isinstance(member, NodeDef) and member.requires:
+        pending: list[Slot] | None = None
         for key in member.requires:
             slot = level.slots[key]
             if not slot.settled:  # no yield for a key already there
-                await slot.arrived.wait()
-                waited = True
+                pending = [slot] if pending is None else [*pending, slot]
+        if pending is not None:  # parked by the level's queue: no task of its own
+            await settled(pending)
+            waited = True
         if not waited and not level.scope:  # as a wait would: a cancelled level's member goes no further
             await anyio.lowlevel.checkpoint_if_cancelled()  # (checkpoint mode: open_attempt accepts first)
     attempt = ""

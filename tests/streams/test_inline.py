@@ -3,7 +3,9 @@
 The equivalence its docstring states, checked on asyncio and trio: each
 coroutine in its own copy of the context, inside the task group's scopes
 (a cancellation reaches it at its awaits), what it raises ending only its
-own run, and every coroutine run whatever the others do.
+own run, and every coroutine run whatever the others do. A coroutine that
+waits for values others settle (``settled``) is parked without a task and
+taken up again by the queue once they are.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams._inline import run_all
+from streams._context import Slot
+from streams._inline import run_all, settled
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_inline", default="unset")
 
@@ -116,6 +119,132 @@ async def test_what_one_raises_ends_only_its_own_run_and_the_rest_still_run() ->
     assert sorted(ran) == [0, 1, 2, 3]
 
 
+async def test_a_chain_waiting_for_what_the_one_before_settles_runs_in_the_callers_task() -> None:
+    """Started last first, each waits for the next one's value: parked, no task each, no step."""
+    slots = [Slot() for _ in range(6)]
+    order: list[tuple[int, object]] = []
+    here = anyio.get_current_task().id
+
+    def link(i: int) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def run() -> None:
+            await settled([slots[i]])
+            order.append((i, anyio.get_current_task().id))
+            slots[i + 1].settle(i + 1)
+
+        return run
+
+    slots[0].settle(0)
+    async with anyio.create_task_group() as tg:
+        await run_all(tg, [link(i) for i in reversed(range(5))])
+        assert order == [(i, here) for i in range(5)]  # all done before run_all returned
+
+
+async def test_a_parked_one_goes_on_in_the_task_of_the_one_that_settled_its_value_once_that_ends() -> None:
+    """The settler waited (a task of its own); once it ends, its task takes the queue up: no task more."""
+    slot, go = Slot(), anyio.Event()
+    seen: dict[str, object] = {}
+
+    async def waits_for_an_event() -> None:
+        await go.wait()
+        seen["settler"] = anyio.get_current_task().id
+        slot.settle("v")
+
+    async def parked() -> None:
+        await settled([slot])
+        seen["parked"] = anyio.get_current_task().id
+
+    async def go_soon() -> None:
+        await anyio.lowlevel.checkpoint()
+        go.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(go_soon)
+        await run_all(tg, [waits_for_an_event, parked])
+    assert seen["parked"] == seen["settler"]
+
+
+async def test_a_parked_one_does_not_wait_for_the_settler_that_goes_on_waiting() -> None:
+    slot, go, done = Slot(), anyio.Event(), anyio.Event()
+    order: list[str] = []
+
+    async def settles_then_waits() -> None:
+        await go.wait()
+        slot.settle("v")
+        await done.wait()  # set by the parked one: it must run while this one waits
+        order.append("settler ended")
+
+    async def parked() -> None:
+        await settled([slot])
+        order.append("parked ran")
+        done.set()
+
+    async def go_soon() -> None:
+        await anyio.lowlevel.checkpoint()
+        go.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(go_soon)
+        await run_all(tg, [settles_then_waits, parked])
+    assert order == ["parked ran", "settler ended"]
+
+
+async def test_parked_ones_are_cancelled_where_they_wait_with_the_group() -> None:
+    never = Slot()
+    ended: list[str] = []
+
+    async def parked() -> None:
+        try:
+            await settled([never])
+        except anyio.get_cancelled_exc_class():
+            ended.append("cancelled")
+            raise
+        ended.append("went on")
+
+    async def cancel_soon(scope: anyio.CancelScope) -> None:
+        await anyio.lowlevel.checkpoint()
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_soon, tg.cancel_scope)
+        await run_all(tg, [parked, parked])  # the caller's task waits for the parked ones
+    assert ended == ["cancelled", "cancelled"]
+
+
+async def test_what_a_parked_one_raises_for_its_cancellation_reaches_the_group() -> None:
+    never = Slot()
+
+    async def parked() -> None:
+        try:
+            await settled([never])
+        finally:
+            raise ValueError("raised while cancelled")
+
+    async def cancel_soon(scope: anyio.CancelScope) -> None:
+        await anyio.lowlevel.checkpoint()
+        scope.cancel()
+
+    with pytest.RaisesGroup(ValueError):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_soon, tg.cancel_scope)
+            await run_all(tg, [parked])
+
+
+async def test_settled_outside_a_queue_waits_as_the_slots_event_does() -> None:
+    slot = Slot()
+    seen: list[str] = []
+
+    async def waiter() -> None:
+        await settled([slot])
+        seen.append(slot.value)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)  # a task of its own: no queue takes what it yields
+        await anyio.lowlevel.checkpoint()
+        assert seen == []
+        slot.settle("v")
+    assert seen == ["v"]
+
+
 #: A coroutine's program: how many times it yields between its steps (0: it never waits).
 programs = st.lists(st.lists(st.integers(min_value=0, max_value=2), max_size=4), max_size=8)
 
@@ -153,3 +282,55 @@ def test_run_all_does_what_a_task_each_does(programs: list[list[int]], backend: 
         return seen
 
     assert traces(inline=True) == traces(inline=False)
+
+
+#: Coroutines that wait for others: each its yields, and the earlier ones whose values it waits for.
+waiting = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=2), st.sets(st.integers(min_value=0, max_value=7))),
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(waiting=waiting, order=st.randoms(use_true_random=False), backend=st.sampled_from(["asyncio", "trio"]))
+def test_run_all_with_parked_coroutines_does_what_a_task_each_does(
+    waiting: list[tuple[int, set[int]]], order: Any, backend: str
+) -> None:
+    """Each waits for the values of earlier ones, yields, then settles its own: queued in any order."""
+
+    def traces(inline: bool) -> dict[int, tuple[str, list[str]]]:
+        seen: dict[int, tuple[str, list[str]]] = {}
+        slots = [Slot() for _ in waiting]
+
+        def member(i: int, yields: int, needs: set[int]) -> Callable[[], Coroutine[Any, Any, None]]:
+            async def run() -> None:
+                before = VAR.get()
+                VAR.set(f"member {i}")
+                await settled([slots[j] for j in sorted(needs) if j < i])
+                for _ in range(yields):
+                    await anyio.lowlevel.checkpoint()
+                seen[i] = (before, [str(slots[j].value) for j in sorted(needs) if j < i])
+                slots[i].settle(i)
+
+            return run
+
+        async def main() -> None:
+            VAR.set("caller")
+            starts = [member(i, y, needs) for i, (y, needs) in enumerate(waiting)]
+            queued = list(starts)
+            order.shuffle(queued)
+            async with anyio.create_task_group() as tg:
+                if inline:
+                    await run_all(tg, queued)
+                else:
+                    for start in queued:
+                        tg.start_soon(start)
+
+        anyio.run(main, backend=backend)
+        return seen
+
+    assert (
+        traces(inline=True)
+        == traces(inline=False)
+        == {i: ("caller", [str(j) for j in sorted(needs) if j < i]) for i, (_, needs) in enumerate(waiting)}
+    )
