@@ -585,10 +585,15 @@ function route() {
 }
 
 let drawing = false;
+let again = false; // a read came while the page was drawing: what it drew may predate it
 async function refresh() {
-  if (drawing) return;
+  if (drawing) {
+    again = true;
+    return;
+  }
   if (document.activeElement && document.activeElement.tagName === "INPUT") return; // not while someone types
   drawing = true;
+  again = false;
   const status = document.getElementById("status");
   try {
     await current();
@@ -600,6 +605,7 @@ async function refresh() {
   } finally {
     drawing = false;
   }
+  if (again) refresh(); // once more, after the read it missed
 }
 
 window.addEventListener("hashchange", route);
