@@ -8,9 +8,9 @@ import anyio
 import lmdb
 import pytest
 
-from fuzz import workload
+from fuzz import kill, workload
 from fuzz.kill import MAX_DELAY, one_round, shorter
-from ledger import LedgerEnv, open_ledger
+from ledger import LedgerEnv, UnfinishedLedgerError, open_ledger
 from ledger.testing import HistoryViolation, LedgerHistory
 from streams import Key, Stream, open_scope
 
@@ -88,3 +88,21 @@ def test_a_ledger_killed_while_it_was_created_is_an_empty_history_not_damage(tmp
     LedgerEnv.open(path).close()  # the next run completes the creation
     history.observe()
     assert history.observations == 1
+
+
+def test_a_kill_while_the_ledger_was_created_confirms_nothing_to_check(tmp_path: Path) -> None:
+    # the shorter delays of a fast machine land kills before the workload's first commit
+    path = tmp_path / "ledger"
+
+    class Killed(Exception):
+        pass
+
+    def killed_at(step: str) -> None:
+        if step == "schema":
+            raise Killed
+
+    with pytest.raises(Killed):
+        LedgerEnv.open(path, on_creation_step=killed_at)
+    with pytest.raises(UnfinishedLedgerError):
+        workload.read(path)
+    kill._confirmed(path, seed=1)  # nothing confirmed yet: nothing to hold it against
