@@ -20,11 +20,16 @@ partition is done each total is exact: nothing lost, nothing twice.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import psycopg
+import sniffio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -58,6 +63,7 @@ class MemberMachine(RuleBasedStateMachine):
         super().__init__()
         self._portal_cm = start_blocking_portal(self.backend)
         self.portal: BlockingPortal = self._portal_cm.__enter__()
+        self._tasks_now = self.portal.call(_task_lister)  # for a teardown whose tasks do not end
         self.url = new_ledger_url()
         self.values: list[int] = []
         self.members: dict[str, _Running] = {}
@@ -262,7 +268,69 @@ class MemberMachine(RuleBasedStateMachine):
                 self._stop(name)
             if self.writer_session is not None:
                 self.writer_session.close()
-            self._portal_cm.__exit__(None, None, None)
+            self._exit_portal()
+
+    def _exit_portal(self) -> None:
+        """Stop the portal once its tasks ended; a task left running fails the test, named, not hangs it."""
+        ended = threading.Event()
+
+        def exit_portal() -> None:
+            try:
+                self._portal_cm.__exit__(None, None, None)
+            finally:
+                ended.set()
+
+        threading.Thread(target=exit_portal, daemon=True).start()
+        if not ended.wait(120):
+            raise AssertionError(f"tasks still running after every member stopped: {self._tasks_now()}")
+
+
+def _task_lister() -> Callable[[], list[str]]:
+    """On the portal's loop: a function any thread may call to list that loop's tasks and where they wait."""
+    if sniffio.current_async_library() == "trio":
+        import trio.lowlevel
+
+        token, root = trio.lowlevel.current_trio_token(), trio.lowlevel.current_root_task()
+
+        def trio_tasks() -> list[str]:
+            found: list[str] = []
+
+            def walk(task: Any) -> None:
+                frame = task.coro.cr_frame
+                found.append(
+                    f"{task.name} at {frame.f_code.co_name}:{frame.f_lineno}" if frame else task.name
+                )
+                for nursery in task.child_nurseries:
+                    for child in nursery.child_tasks:
+                        walk(child)
+
+            done = threading.Event()
+
+            def list_them() -> None:
+                walk(root)
+                done.set()
+
+            token.run_sync_soon(list_them)
+            done.wait(10)
+            return found
+
+        return trio_tasks
+    loop = asyncio.get_running_loop()
+
+    def asyncio_tasks() -> list[str]:
+        future = asyncio.run_coroutine_threadsafe(_asyncio_tasks(), loop)
+        return future.result(10)
+
+    return asyncio_tasks
+
+
+async def _asyncio_tasks() -> list[str]:
+    return [
+        f"{task.get_name()} at {stack[-1].f_code.co_name}:{stack[-1].f_lineno}"
+        if (stack := task.get_stack())
+        else task.get_name()
+        for task in asyncio.all_tasks()
+    ]
 
 
 def _totals(values: list[int]) -> dict[int, int]:
