@@ -472,12 +472,9 @@ def run_latency_postgres(
     async def main() -> LatencyRun:
         async with open_postgres(url) as ledger:
             connection = ledger.backend.connection
-            if not hasattr(connection, "batch_timer"):  # a baseline whose committer times nothing
-                return await run_latency(
-                    ledger.streams, rate=rate, orders=n, warmup=warmup, store="postgres", probe=probe
-                )
-            clock = TxnClock()
-            stop = clock.attach(connection)
+            # a baseline whose committer times nothing runs without a clock
+            clock = TxnClock() if hasattr(connection, "batch_timer") else None
+            stop = clock.attach(connection) if clock is not None else None
             try:
                 return await run_latency(
                     ledger.streams,
@@ -489,7 +486,8 @@ def run_latency_postgres(
                     probe=probe,
                 )
             finally:
-                stop()
+                if stop is not None:
+                    stop()
 
     return anyio.run(main, backend=backend)
 

@@ -60,7 +60,7 @@ import threading
 import types
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -290,18 +290,19 @@ def _follow(
     once it ends, the caller takes the queue up.
     """
     while True:
+        go_on: Callable[[Any], Any]
         try:
             sent = yield yielded
         except GeneratorExit:
             context.run(coro.close)
             raise
         except BaseException as exc:  # delivered to the task (an asyncio cancellation): to the coroutine
-            step = _Step(coro.throw, exc)
+            go_on, sent = coro.throw, exc
         else:
-            step = _Step(coro.send, sent)
+            go_on = coro.send
         queue.sending += 1
         try:
-            yielded = context.run(step.fn, step.arg)
+            yielded = context.run(go_on, sent)
         except StopIteration:
             queue.sending -= 1
             return  # the caller takes the queue up
@@ -309,10 +310,3 @@ def _follow(
             queue.hand_over_after_send()
             raise
         queue.hand_over_after_send()
-
-
-class _Step(NamedTuple):
-    """How a followed coroutine goes on: what the task was sent, or the exception it was thrown."""
-
-    fn: Callable[[Any], Any]
-    arg: Any

@@ -245,6 +245,21 @@ async def test_settled_outside_a_queue_waits_as_the_slots_event_does() -> None:
     assert seen == ["v"]
 
 
+def run_queue(starts: list[Callable[[], Coroutine[Any, Any, None]]], *, inline: bool, backend: str) -> None:
+    """Run ``starts`` from a caller whose context says "caller": by ``run_all``, or a task each."""
+
+    async def main() -> None:
+        VAR.set("caller")
+        async with anyio.create_task_group() as tg:
+            if inline:
+                await run_all(tg, starts)
+            else:
+                for start in starts:
+                    tg.start_soon(start)
+
+    anyio.run(main, backend=backend)
+
+
 #: A coroutine's program: how many times it yields between its steps (0: it never waits).
 programs = st.lists(st.lists(st.integers(min_value=0, max_value=2), max_size=4), max_size=8)
 
@@ -268,17 +283,7 @@ def test_run_all_does_what_a_task_each_does(programs: list[list[int]], backend: 
 
             return run
 
-        async def main() -> None:
-            VAR.set("caller")
-            starts = [member(i, p) for i, p in enumerate(programs)]
-            async with anyio.create_task_group() as tg:
-                if inline:
-                    await run_all(tg, starts)
-                else:
-                    for start in starts:
-                        tg.start_soon(start)
-
-        anyio.run(main, backend=backend)
+        run_queue([member(i, p) for i, p in enumerate(programs)], inline=inline, backend=backend)
         return seen
 
     assert traces(inline=True) == traces(inline=False)
@@ -314,19 +319,9 @@ def test_run_all_with_parked_coroutines_does_what_a_task_each_does(
 
             return run
 
-        async def main() -> None:
-            VAR.set("caller")
-            starts = [member(i, y, needs) for i, (y, needs) in enumerate(waiting)]
-            queued = list(starts)
-            order.shuffle(queued)
-            async with anyio.create_task_group() as tg:
-                if inline:
-                    await run_all(tg, queued)
-                else:
-                    for start in queued:
-                        tg.start_soon(start)
-
-        anyio.run(main, backend=backend)
+        queued = [member(i, y, needs) for i, (y, needs) in enumerate(waiting)]
+        order.shuffle(queued)
+        run_queue(queued, inline=inline, backend=backend)
         return seen
 
     assert (
