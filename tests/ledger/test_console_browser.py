@@ -139,6 +139,44 @@ async def test_the_console_shows_lag_falling_and_a_run_failing_live_in_a_browser
     _keep_shots(tmp_path, target, ("overview.png", "stream.png", "run.png"))
 
 
+async def test_a_read_that_comes_while_the_page_draws_is_drawn_after_it(
+    open_any: Opener, tmp_path: Path
+) -> None:
+    """The page's fetches answer late: a read's event arrives while it draws the read before."""
+    target = await append(open_any, 3)
+    oldest = await anyio.to_thread.run_sync(oldest_unacked, target)
+    clock = Clock()
+    async with watched(target, clock) as (watcher, url):
+        with chromium(tmp_path / "profile") as page:
+
+            async def on(method: Any, *args: Any) -> Any:
+                return await anyio.to_thread.run_sync(method, *args)
+
+            async def read_at(seconds: float) -> None:
+                clock.now = oldest + seconds
+                await on(watcher.read)
+
+            await read_at(2)
+            await on(page.open, url)
+            await on(page.until, f"{LAGGING} === '0'")
+            # from now on each answer reaches the page's code 3 s after the server gave it
+            await on(
+                page.value,
+                "(() => { const real = window.fetch; window.answered = 0;"
+                " window.fetch = (...args) => real(...args).then((answer) => { window.answered += 1;"
+                " return new Promise((resolve) => setTimeout(() => resolve(answer), 3000)); });"
+                " return true; })()",
+            )
+            await read_at(3)  # the page draws it: its overview is answered, still on its way
+            await on(
+                page.value,
+                "new Promise((resolve) => { const check = setInterval(() => {"
+                " if (window.answered > 0) { clearInterval(check); resolve(true); } }, 5); })",
+            )
+            await read_at(45)  # its event comes while the page draws the read before
+            await on(page.until, f"{LAGGING} === '1'")
+
+
 async def test_the_console_shows_a_group_lagging_and_why_in_a_browser(
     open_any: Opener, tmp_path: Path
 ) -> None:
